@@ -1,0 +1,181 @@
+package topics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// ErrMismatch is returned by Ensure and Verify when an existing topic does
+// not match its spec in a way that must not be changed silently.
+var ErrMismatch = errors.New("topics: existing topic does not match the spec")
+
+// State is what the broker reports about one topic.
+type State struct {
+	Name       string
+	Exists     bool
+	Partitions int
+	Configs    map[string]string // as described by the broker
+}
+
+// Problem is one difference between a topic and its spec.
+type Problem struct {
+	Topic  string
+	Fatal  bool // partition count or cleanup policy: cannot be fixed in place
+	Detail string
+}
+
+func (p Problem) String() string { return p.Topic + ": " + p.Detail }
+
+// Ensure creates the topics that are missing and verifies the ones that
+// exist. A partition-count or cleanup-policy mismatch returns ErrMismatch
+// with what to do; other drift (retention) is logged as a warning.
+func Ensure(ctx context.Context, cfg Config, log *slog.Logger) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	cfg.setDefaults()
+	client := &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 10 * time.Second}
+	specs := Specs(cfg)
+
+	states, err := Describe(ctx, client, specs)
+	if err != nil {
+		return err
+	}
+	var create []kafka.TopicConfig
+	for i, s := range specs {
+		if states[i].Exists {
+			continue
+		}
+		tc := kafka.TopicConfig{Topic: s.Name, NumPartitions: s.Partitions, ReplicationFactor: cfg.ReplicationFactor}
+		for k, v := range s.Configs {
+			tc.ConfigEntries = append(tc.ConfigEntries, kafka.ConfigEntry{ConfigName: k, ConfigValue: v})
+		}
+		create = append(create, tc)
+	}
+	if len(create) > 0 {
+		resp, err := client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: create})
+		if err != nil {
+			return fmt.Errorf("topics: create: %w", err)
+		}
+		for name, err := range resp.Errors {
+			if err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
+				return fmt.Errorf("topics: create %s: %w", name, err)
+			}
+			if err == nil && log != nil {
+				log.Info("created topic", "topic", name, "partitions", cfg.Partitions)
+			}
+		}
+		if states, err = Describe(ctx, client, specs); err != nil {
+			return err
+		}
+	}
+	problems := Verify(specs, states)
+	var fatal []string
+	for _, p := range problems {
+		if p.Fatal {
+			fatal = append(fatal, p.String())
+		} else if log != nil {
+			log.Warn("topic differs from its spec", "topic", p.Topic, "detail", p.Detail)
+		}
+	}
+	if len(fatal) > 0 {
+		return fmt.Errorf("%w:\n  %s", ErrMismatch, strings.Join(fatal, "\n  "))
+	}
+	return nil
+}
+
+// Verify compares topics with their specs. states[i] belongs to specs[i].
+func Verify(specs []Spec, states []State) []Problem {
+	var out []Problem
+	for i, s := range specs {
+		st := states[i]
+		if !st.Exists {
+			out = append(out, Problem{Topic: s.Name, Fatal: true, Detail: "does not exist; run chatd once or `chatctl topics create`"})
+			continue
+		}
+		if st.Partitions != s.Partitions {
+			out = append(out, Problem{Topic: s.Name, Fatal: true, Detail: fmt.Sprintf(
+				"has %d partitions, the configuration says %d; partition counts never change on a live system "+
+					"(per-group order would break): set CHAT_PARTITIONS=%d to match, or recreate the topics on an empty system",
+				st.Partitions, s.Partitions, st.Partitions)})
+		}
+		keys := make([]string, 0, len(s.Configs))
+		for k := range s.Configs {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			want, got := s.Configs[k], st.Configs[k]
+			if got == want {
+				continue
+			}
+			fatal := k == "cleanup.policy"
+			detail := fmt.Sprintf("%s is %q, the spec says %q", k, got, want)
+			if fatal {
+				detail += "; a wrong cleanup policy loses data (delete) or history (compact): fix it with kafka-configs or recreate the topic"
+			}
+			out = append(out, Problem{Topic: s.Name, Fatal: fatal, Detail: detail})
+		}
+	}
+	return out
+}
+
+// Describe reads the partition counts and configs of the spec'd topics.
+func Describe(ctx context.Context, client *kafka.Client, specs []Spec) ([]State, error) {
+	names := make([]string, len(specs))
+	for i, s := range specs {
+		names[i] = s.Name
+	}
+	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: names})
+	if err != nil {
+		return nil, fmt.Errorf("topics: metadata from %s: %w; is the broker up?", client.Addr, err)
+	}
+	states := make([]State, len(specs))
+	var res []kafka.DescribeConfigRequestResource
+	for i, s := range specs {
+		states[i].Name = s.Name
+		for _, t := range md.Topics {
+			if t.Name == s.Name && t.Error == nil {
+				states[i].Exists = true
+				states[i].Partitions = len(t.Partitions)
+			}
+		}
+		if states[i].Exists {
+			keys := make([]string, 0, len(s.Configs))
+			for k := range s.Configs {
+				keys = append(keys, k)
+			}
+			res = append(res, kafka.DescribeConfigRequestResource{
+				ResourceType: kafka.ResourceTypeTopic, ResourceName: s.Name, ConfigNames: keys})
+		}
+	}
+	if len(res) == 0 {
+		return states, nil
+	}
+	dc, err := client.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{Resources: res})
+	if err != nil {
+		return nil, fmt.Errorf("topics: describe configs: %w", err)
+	}
+	for _, r := range dc.Resources {
+		if r.Error != nil {
+			return nil, fmt.Errorf("topics: describe configs of %s: %w", r.ResourceName, r.Error)
+		}
+		for i := range states {
+			if states[i].Name != r.ResourceName {
+				continue
+			}
+			states[i].Configs = map[string]string{}
+			for _, e := range r.ConfigEntries {
+				states[i].Configs[e.ConfigName] = e.ConfigValue
+			}
+		}
+	}
+	return states, nil
+}

@@ -1,0 +1,116 @@
+package topics
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/groupchat/chatd/broker"
+)
+
+func startBroker(t *testing.T) *broker.Broker {
+	t.Helper()
+	b, err := broker.Start(broker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	return b
+}
+
+func TestEnsureCreatesThenVerifies(t *testing.T) {
+	b := startBroker(t)
+	ctx := context.Background()
+	cfg := Config{Brokers: []string{b.Addr()}, Partitions: 6}
+	if err := Ensure(ctx, cfg, nil); err != nil {
+		t.Fatalf("first Ensure: %v", err)
+	}
+	if err := Ensure(ctx, cfg, nil); err != nil {
+		t.Fatalf("second Ensure on existing topics: %v", err)
+	}
+	client := &kafka.Client{Addr: kafka.TCP(b.Addr())}
+	states, err := Describe(ctx, client, Specs(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range Specs(cfg) {
+		st := states[i]
+		if !st.Exists || st.Partitions != 6 {
+			t.Errorf("%s: exists=%v partitions=%d, want 6", s.Name, st.Exists, st.Partitions)
+		}
+		if st.Configs["cleanup.policy"] != s.CleanupPolicy() {
+			t.Errorf("%s: cleanup.policy %q, want %q", s.Name, st.Configs["cleanup.policy"], s.CleanupPolicy())
+		}
+	}
+	if got := states[0].Configs["retention.ms"]; got != strconv.FormatInt((7*24*time.Hour).Milliseconds(), 10) {
+		t.Errorf("chat.messages retention.ms = %q", got)
+	}
+}
+
+func TestEnsureRefusesPartitionMismatch(t *testing.T) {
+	b := startBroker(t)
+	ctx := context.Background()
+	if err := Ensure(ctx, Config{Brokers: []string{b.Addr()}, Partitions: 4}, nil); err != nil {
+		t.Fatal(err)
+	}
+	err := Ensure(ctx, Config{Brokers: []string{b.Addr()}, Partitions: 8}, nil)
+	if !errors.Is(err, ErrMismatch) {
+		t.Fatalf("Ensure with a different partition count: %v, want ErrMismatch", err)
+	}
+	t.Log(err)
+	client := &kafka.Client{Addr: kafka.TCP(b.Addr())}
+	states, _ := Describe(ctx, client, Specs(Config{Brokers: []string{b.Addr()}}))
+	for _, st := range states {
+		if st.Partitions != 4 {
+			t.Errorf("%s changed to %d partitions", st.Name, st.Partitions)
+		}
+	}
+}
+
+func TestEnsureRefusesCleanupPolicyMismatch(t *testing.T) {
+	b := startBroker(t)
+	ctx := context.Background()
+	client := &kafka.Client{Addr: kafka.TCP(b.Addr())}
+	_, err := client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
+		Topic: Acks, NumPartitions: 3, ReplicationFactor: 1,
+		ConfigEntries: []kafka.ConfigEntry{{ConfigName: "cleanup.policy", ConfigValue: "delete"}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = Ensure(ctx, Config{Brokers: []string{b.Addr()}, Partitions: 3}, nil)
+	if !errors.Is(err, ErrMismatch) {
+		t.Fatalf("Ensure over a delete-policy chat.acks: %v, want ErrMismatch", err)
+	}
+}
+
+func TestBalancerMatchesJavaMurmur2(t *testing.T) {
+	// Without "/" our balancer must agree with kafka-go's port of the Java
+	// client's murmur2 partitioner.
+	java := kafka.Murmur2Balancer{Consistent: true}
+	parts := make([]int, 16)
+	for i := range parts {
+		parts[i] = i
+	}
+	for i := 0; i < 2000; i++ {
+		gid := "g" + strconv.Itoa(i*7919)
+		want := java.Balance(kafka.Message{Key: []byte(gid)}, parts...)
+		if got := (Balancer{}).Balance(kafka.Message{Key: []byte(gid)}, parts...); got != want {
+			t.Fatalf("gid %s: partition %d, Java murmur2 says %d", gid, got, want)
+		}
+		if got := (Balancer{}).Balance(kafka.Message{Key: []byte(gid + "/u1")}, parts...); got != want {
+			t.Fatalf("key %s/u1: partition %d, its gid is in %d", gid, got, want)
+		}
+		if got := Partition(gid, 16); got != want {
+			t.Fatalf("Partition(%s) = %d, want %d", gid, got, want)
+		}
+	}
+	// Known value from the Java client: murmur2("21") as used by Kafka tests.
+	if h := int32(murmur2([]byte("21"))); h != -973932308 {
+		t.Errorf("murmur2(\"21\") = %d, want -973932308", h)
+	}
+}
