@@ -178,7 +178,7 @@ func (d *decoder) varint(field string) int64 {
 		return 0
 	}
 	v, n := binary.Varint(d.b)
-	if n <= 0 {
+	if n <= 0 || !minimal(d.b, n) {
 		d.fail(field + " is not a valid varint")
 		return 0
 	}
@@ -186,12 +186,17 @@ func (d *decoder) varint(field string) int64 {
 	return v
 }
 
+// minimal reports whether the n-byte varint at the start of b has no
+// padding (a longer form ends in 0x00). The encoder writes only the shortest
+// form, so every value has one encoding.
+func minimal(b []byte, n int) bool { return n == 1 || b[n-1] != 0 }
+
 func (d *decoder) raw(field string, max int) []byte {
 	if d.err != nil {
 		return nil
 	}
 	l, n := binary.Uvarint(d.b)
-	if n <= 0 {
+	if n <= 0 || !minimal(d.b, n) {
 		d.fail(field + " length is not a valid uvarint")
 		return nil
 	}

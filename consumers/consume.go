@@ -1,0 +1,180 @@
+package consumers
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// consume reads one partition from start until ctx ends (rebalance or
+// shutdown). It never skips a record it could not make durable.
+func (r *Runner[E]) consume(ctx context.Context, gen *kafka.Generation, part int, start int64) {
+	log := r.log.With("partition", part)
+	reader := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:         r.cfg.Brokers,
+		Topic:           r.cfg.Topic,
+		Partition:       part,
+		MinBytes:        1,
+		MaxBytes:        16 << 20,
+		MaxWait:         r.cfg.MaxWait,
+		QueueCapacity:   min(r.cfg.BatchSize, 4096),
+		ReadLagInterval: -1,
+		ErrorLogger:     kafka.LoggerFunc(func(f string, a ...any) { log.Debug(fmt.Sprintf(f, a...)) }),
+	})
+	defer reader.Close()
+	if err := reader.SetOffset(start); err != nil {
+		log.Error("cannot position reader", "offset", start, "err", err)
+		return
+	}
+	log.Debug("consuming", "from", start)
+	batch := make([]kafka.Message, 0, r.cfg.BatchSize)
+	recs := make([]Record[E], 0, r.cfg.BatchSize)
+	for {
+		var err error
+		batch, err = r.fetch(ctx, reader, batch[:0])
+		if err != nil {
+			if ctx.Err() == nil {
+				log.Warn("fetch failed", "err", err)
+			}
+			return
+		}
+		recs = recs[:0]
+		for _, m := range batch {
+			e, err := r.cfg.Decode(m.Value)
+			if err != nil {
+				if !r.deadLetter(ctx, log, m, err) {
+					return
+				}
+				continue
+			}
+			recs = append(recs, Record[E]{Partition: part, Offset: m.Offset, Time: m.Time, Event: e})
+		}
+		if !r.handle(ctx, log, part, recs) {
+			return
+		}
+		next := batch[len(batch)-1].Offset + 1
+		if !r.commit(ctx, log, gen, part, next) {
+			return
+		}
+		lag := reader.Lag()
+		r.mu.Lock()
+		r.lag[part] = lag
+		if lag <= 0 {
+			r.caught[part] = true
+		}
+		r.stats.Records += int64(len(recs))
+		r.stats.Batches++
+		r.mu.Unlock()
+	}
+}
+
+// fetch blocks for one record, then takes whatever else is already there,
+// up to BatchSize, waiting at most Linger for records known to exist.
+func (r *Runner[E]) fetch(ctx context.Context, reader *kafka.Reader, batch []kafka.Message) ([]kafka.Message, error) {
+	m, err := reader.FetchMessage(ctx)
+	if err != nil {
+		return batch, err
+	}
+	batch = append(batch, m)
+	if reader.Lag() <= 0 {
+		r.markCaughtUp(m.Partition)
+		return batch, nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, r.cfg.Linger)
+	defer cancel()
+	for len(batch) < r.cfg.BatchSize && reader.Lag() > 0 {
+		m, err := reader.FetchMessage(lctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return batch, err
+			}
+			break // linger over: hand what we have
+		}
+		batch = append(batch, m)
+	}
+	return batch, nil
+}
+
+func (r *Runner[E]) markCaughtUp(part int) {
+	r.mu.Lock()
+	r.lag[part] = 0
+	r.mu.Unlock()
+}
+
+// handle retries Handle with back-off until it succeeds or ctx ends.
+func (r *Runner[E]) handle(ctx context.Context, log *slog.Logger, part int, recs []Record[E]) bool {
+	if len(recs) == 0 {
+		return true
+	}
+	for attempt := 0; ; attempt++ {
+		err := r.cfg.Handler.Handle(ctx, part, recs)
+		if err == nil {
+			if attempt > 0 {
+				log.Info("batch applied after retries", "retries", attempt)
+			}
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		r.mu.Lock()
+		r.stats.Retries++
+		r.mu.Unlock()
+		d := r.backoff(attempt)
+		log.Warn("batch failed; retrying without committing", "records", len(recs),
+			"first_offset", recs[0].Offset, "attempt", attempt+1, "retry_in", d, "err", err)
+		if !sleep(ctx, d) {
+			return false
+		}
+	}
+}
+
+// deadLetter copies a poison record to chat.deadletter, retrying until the
+// copy is durable, so skipping the record loses nothing.
+func (r *Runner[E]) deadLetter(ctx context.Context, log *slog.Logger, m kafka.Message, cause error) bool {
+	log.Warn("poison record sent to the dead-letter topic", "offset", m.Offset, "err", cause)
+	for attempt := 0; ; attempt++ {
+		err := r.cfg.DeadLetter.DeadLetter(ctx, m, r.cfg.Group, cause)
+		if err == nil {
+			r.mu.Lock()
+			r.stats.DeadLettered++
+			r.mu.Unlock()
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		log.Warn("dead-letter write failed; retrying", "offset", m.Offset, "err", err)
+		if !sleep(ctx, r.backoff(attempt)) {
+			return false
+		}
+	}
+}
+
+// commit saves the position next to the state (when the consumer keeps it
+// there) and then commits it to the group.
+func (r *Runner[E]) commit(ctx context.Context, log *slog.Logger, gen *kafka.Generation, part int, next int64) bool {
+	if r.cfg.Offsets != nil {
+		for attempt := 0; ; attempt++ {
+			err := r.cfg.Offsets.SaveOffsets(ctx, r.cfg.Group, r.cfg.Topic, map[int]int64{part: next})
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return false
+			}
+			log.Warn("saving offset failed; retrying", "offset", next, "err", err)
+			if !sleep(ctx, r.backoff(attempt)) {
+				return false
+			}
+		}
+	}
+	if err := gen.CommitOffsets(map[string]map[int]int64{r.cfg.Topic: {part: next}}); err != nil && ctx.Err() == nil {
+		// Effects are idempotent: a lost commit only means a replay from the
+		// previous one. The next batch's commit covers this one.
+		log.Debug("group commit failed", "offset", next, "err", err)
+	}
+	return ctx.Err() == nil
+}

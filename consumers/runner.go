@@ -1,0 +1,267 @@
+package consumers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/groupchat/chatd/producers"
+)
+
+// Record is one decoded record.
+type Record[E any] struct {
+	Partition int
+	Offset    int64
+	Time      time.Time
+	Event     E
+}
+
+// Handler makes the effect of a batch of one partition durable.
+type Handler[E any] interface {
+	Handle(ctx context.Context, partition int, recs []Record[E]) error
+}
+
+// OffsetStore keeps a consumer's positions next to its state, so that
+// wiping the state also forgets the positions and the consumer replays its
+// topic from the start. *store.Redis is one.
+type OffsetStore interface {
+	Offsets(ctx context.Context, consumer, topic string) (map[int]int64, error)
+	SaveOffsets(ctx context.Context, consumer, topic string, next map[int]int64) error
+}
+
+// Config of a Runner.
+type Config[E any] struct {
+	Brokers []string // required
+	Group   string   // consumer group id; also names the saved offsets. Required.
+	Topic   string   // required
+
+	Decode  func([]byte) (E, error) // required
+	Handler Handler[E]              // required
+
+	// Offsets, when set, is where the position lives: the group's committed
+	// offsets are then only a mirror for operators' lag tools.
+	Offsets OffsetStore
+
+	// DeadLetter receives poison records. Required.
+	DeadLetter *producers.Producer
+
+	BatchSize  int           // most records per Handle; default 10000
+	MaxWait    time.Duration // fetch long-poll; default 500ms (kafka-go's is 10s)
+	Linger     time.Duration // longest wait to fill a batch once data is known to exist; default 20ms
+	MinBackoff time.Duration // first retry delay after a failed Handle; default 100ms
+	MaxBackoff time.Duration // default 10s
+
+	SessionTimeout   time.Duration // default 10s
+	RebalanceTimeout time.Duration // default 10s
+
+	Logger *slog.Logger // default slog.Default()
+}
+
+func (c *Config[E]) setDefaults() {
+	if c.BatchSize == 0 {
+		c.BatchSize = 10000
+	}
+	if c.MaxWait == 0 {
+		c.MaxWait = 500 * time.Millisecond
+	}
+	if c.Linger == 0 {
+		c.Linger = 20 * time.Millisecond
+	}
+	if c.MinBackoff == 0 {
+		c.MinBackoff = 100 * time.Millisecond
+	}
+	if c.MaxBackoff == 0 {
+		c.MaxBackoff = 10 * time.Second
+	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = 10 * time.Second
+	}
+	if c.RebalanceTimeout == 0 {
+		c.RebalanceTimeout = 10 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports the first setting that cannot work.
+func (c Config[E]) Validate() error {
+	switch {
+	case len(c.Brokers) == 0:
+		return errors.New("consumers: no brokers configured; set CHAT_KAFKA_BROKERS")
+	case c.Group == "" || c.Topic == "":
+		return errors.New("consumers: group and topic are required")
+	case c.Decode == nil || c.Handler == nil:
+		return errors.New("consumers: decode and handler are required")
+	case c.DeadLetter == nil:
+		return errors.New("consumers: a dead-letter producer is required")
+	case c.BatchSize < 0 || c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff:
+		return errors.New("consumers: batch size and back-off must be positive, max back-off >= min")
+	}
+	return nil
+}
+
+// Runner consumes one topic as one member of a consumer group.
+type Runner[E any] struct {
+	cfg Config[E]
+	log *slog.Logger
+
+	mu     sync.Mutex
+	lag    map[int]int64 // per assigned partition, after the last batch
+	caught map[int]bool  // partition reached its end at least once
+	stats  Stats
+}
+
+// Stats counts what a Runner did since it started.
+type Stats struct {
+	Records      int64 // records handed to the handler
+	Batches      int64
+	DeadLettered int64
+	Retries      int64 // failed Handle calls
+}
+
+// NewRunner checks cfg and returns a Runner; Run starts it.
+func NewRunner[E any](cfg Config[E]) (*Runner[E], error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Runner[E]{
+		cfg:    cfg,
+		log:    cfg.Logger.With("consumer", cfg.Group, "topic", cfg.Topic),
+		lag:    map[int]int64{},
+		caught: map[int]bool{},
+	}, nil
+}
+
+// Lag returns the records left to read per assigned partition.
+func (r *Runner[E]) Lag() map[int]int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[int]int64, len(r.lag))
+	for p, l := range r.lag {
+		out[p] = l
+	}
+	return out
+}
+
+// CaughtUp reports whether the runner holds an assignment and every assigned
+// partition has been read to its end at least once since it was assigned.
+func (r *Runner[E]) CaughtUp() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.lag) == 0 {
+		return false
+	}
+	for p := range r.lag {
+		if !r.caught[p] {
+			return false
+		}
+	}
+	return true
+}
+
+// Stats returns the counters.
+func (r *Runner[E]) Stats() Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stats
+}
+
+// Run consumes until ctx is done, then leaves the group and returns nil.
+// It returns an error only for a setup that cannot work.
+func (r *Runner[E]) Run(ctx context.Context) error {
+	group, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
+		ID:                r.cfg.Group,
+		Brokers:           r.cfg.Brokers,
+		Topics:            []string{r.cfg.Topic},
+		StartOffset:       kafka.FirstOffset,
+		HeartbeatInterval: r.cfg.SessionTimeout / 5,
+		SessionTimeout:    r.cfg.SessionTimeout,
+		RebalanceTimeout:  r.cfg.RebalanceTimeout,
+		JoinGroupBackoff:  time.Second,
+		ErrorLogger:       kafka.LoggerFunc(func(f string, a ...any) { r.log.Debug(fmt.Sprintf(f, a...)) }),
+	})
+	if err != nil {
+		return fmt.Errorf("consumers: %s: %w", r.cfg.Group, err)
+	}
+	defer group.Close()
+	for attempt := 0; ; {
+		gen, err := group.Next(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			r.log.Warn("joining consumer group failed; retrying", "err", err)
+			if !sleep(ctx, r.backoff(attempt)) {
+				return nil
+			}
+			attempt++
+			continue
+		}
+		attempt = 0
+		r.startGeneration(ctx, gen)
+	}
+}
+
+func (r *Runner[E]) startGeneration(ctx context.Context, gen *kafka.Generation) {
+	assigned := gen.Assignments[r.cfg.Topic]
+	r.mu.Lock()
+	r.lag, r.caught = map[int]int64{}, map[int]bool{}
+	for _, a := range assigned {
+		r.lag[a.ID] = -1
+	}
+	r.mu.Unlock()
+	r.log.Info("assigned partitions", "generation", gen.ID, "partitions", len(assigned))
+
+	var stored map[int]int64
+	if r.cfg.Offsets != nil {
+		for attempt := 0; ; attempt++ {
+			var err error
+			if stored, err = r.cfg.Offsets.Offsets(ctx, r.cfg.Group, r.cfg.Topic); err == nil {
+				break
+			}
+			r.log.Warn("reading saved offsets failed; retrying", "err", err)
+			if !sleep(ctx, r.backoff(attempt)) {
+				return
+			}
+		}
+	}
+	for _, a := range assigned {
+		start := a.Offset
+		if r.cfg.Offsets != nil {
+			start = kafka.FirstOffset
+			if o, ok := stored[a.ID]; ok {
+				start = o
+			}
+		}
+		part := a.ID
+		gen.Start(func(ctx context.Context) { r.consume(ctx, gen, part, start) })
+	}
+}
+
+func (r *Runner[E]) backoff(attempt int) time.Duration {
+	d := r.cfg.MinBackoff << min(attempt, 20)
+	if d > r.cfg.MaxBackoff || d <= 0 {
+		d = r.cfg.MaxBackoff
+	}
+	return d/2 + rand.N(d/2+1) // jitter, so restarting consumers do not retry in step
+}
+
+// sleep waits d or until ctx is done; it reports whether ctx is still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,239 @@
+package consumers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/groupchat/chatd/broker"
+	"github.com/groupchat/chatd/producers"
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/topics"
+)
+
+// kafkaEnv is an in-process broker with the chat.* topics and a producer.
+type kafkaEnv struct {
+	broker *broker.Broker
+	prod   *producers.Producer
+	parts  int
+}
+
+func newKafka(t testing.TB, partitions int) *kafkaEnv {
+	t.Helper()
+	b, err := broker.Start(broker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	if err := topics.Ensure(context.Background(), topics.Config{Brokers: []string{b.Addr()}, Partitions: partitions}, nil); err != nil {
+		t.Fatal(err)
+	}
+	p, err := producers.New(producers.Config{Brokers: []string{b.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return &kafkaEnv{broker: b, prod: p, parts: partitions}
+}
+
+func (k *kafkaEnv) brokers() []string { return []string{k.broker.Addr()} }
+
+// memAcks is a Handler and OffsetStore in memory, with fault injection.
+type memAcks struct {
+	mu       sync.Mutex
+	cursors  map[string]int64
+	seen     map[int64]int // offset of chat.acks partition 0 (tests use one partition) -> times handled
+	offsets  map[int]int64
+	failNext int // Handle fails this many more times
+	calls    int
+}
+
+func newMemAcks() *memAcks {
+	return &memAcks{cursors: map[string]int64{}, seen: map[int64]int{}, offsets: map[int]int64{}}
+}
+
+func (m *memAcks) Handle(ctx context.Context, part int, recs []Record[schema.Ack]) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls++
+	if m.failNext > 0 {
+		m.failNext--
+		return errors.New("store down")
+	}
+	for _, r := range recs {
+		k := r.Event.Gid + "/" + r.Event.Uid
+		m.cursors[k] = max(m.cursors[k], r.Event.Upto)
+		m.seen[int64(part)<<40|r.Offset]++
+	}
+	return nil
+}
+
+func (m *memAcks) Offsets(ctx context.Context, consumer, topic string) (map[int]int64, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[int]int64{}
+	for p, o := range m.offsets {
+		out[p] = o
+	}
+	return out, nil
+}
+
+func (m *memAcks) SaveOffsets(ctx context.Context, consumer, topic string, next map[int]int64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for p, o := range next {
+		m.offsets[p] = o
+	}
+	return nil
+}
+
+func (m *memAcks) handled() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.seen)
+}
+
+func runAcks(t *testing.T, k *kafkaEnv, group string, h *memAcks) (*Runner[schema.Ack], func()) {
+	t.Helper()
+	r, err := NewRunner(Config[schema.Ack]{
+		Brokers: k.brokers(), Group: group, Topic: topics.Acks,
+		Decode: schema.DecodeAck, Handler: h, Offsets: h, DeadLetter: k.prod,
+		MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+		SessionTimeout: 6 * time.Second, RebalanceTimeout: 2 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, start(t, r.Run)
+}
+
+// start runs fn in the background and returns an idempotent stop that
+// cancels it and waits for it to return; the test's cleanup stops it too.
+func start(t *testing.T, fn func(context.Context) error) func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- fn(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("run returned %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func waitFor(t *testing.T, what string, timeout time.Duration, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func sendAcks(t *testing.T, k *kafkaEnv, n int) {
+	t.Helper()
+	acks := make([]schema.Ack, n)
+	for i := range acks {
+		acks[i] = schema.Ack{Gid: fmt.Sprintf("g%d", i%13), Uid: fmt.Sprintf("u%d", i%5), Upto: int64(i), At: 1}
+	}
+	if err := k.prod.SendAcks(context.Background(), acks...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestRunnerRetriesWithoutCommittingThenDelivers(t *testing.T) {
+	k := newKafka(t, 3)
+	h := newMemAcks()
+	h.failNext = 5
+	sendAcks(t, k, 300)
+	runAcks(t, k, "acks-test", h)
+	waitFor(t, "all 300 acks handled", 20*time.Second, func() bool { return h.handled() == 300 })
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.calls < 6 {
+		t.Fatalf("Handle called %d times; want the 5 failures retried", h.calls)
+	}
+	for k, v := range h.cursors {
+		if v < 0 {
+			t.Fatalf("cursor %s = %d", k, v)
+		}
+	}
+	var total int64
+	for _, o := range h.offsets {
+		total += o
+	}
+	if total != 300 {
+		t.Fatalf("saved offsets sum to %d, want 300 (every record committed once effective)", total)
+	}
+}
+
+func TestRunnerDeadLettersPoisonAndKeepsFlowing(t *testing.T) {
+	k := newKafka(t, 1)
+	ctx := context.Background()
+	w := &kafka.Writer{Addr: kafka.TCP(k.broker.Addr()), Topic: topics.Acks, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+	defer w.Close()
+	sendAcks(t, k, 10)
+	if err := w.WriteMessages(ctx,
+		kafka.Message{Key: []byte("g1/u1"), Value: []byte("garbage")},
+		kafka.Message{Key: []byte("g1/u1"), Value: []byte{9, 2, 0}}, // unknown version
+		kafka.Message{Key: []byte("g1/u1"), Value: schema.AppendMessage(nil, &schema.Message{Gid: "g1", Sender: "u1"})}, // wrong kind
+	); err != nil {
+		t.Fatal(err)
+	}
+	sendAcks(t, k, 10)
+	h := newMemAcks()
+	r, _ := runAcks(t, k, "acks-poison", h)
+	waitFor(t, "the 20 good acks", 20*time.Second, func() bool { return h.handled() == 20 })
+	waitFor(t, "3 dead letters counted", 5*time.Second, func() bool { return r.Stats().DeadLettered == 3 })
+
+	dl := kafka.NewReader(kafka.ReaderConfig{Brokers: k.brokers(), Topic: topics.DeadLetter, Partition: 0, MaxWait: 100 * time.Millisecond})
+	defer dl.Close()
+	for i := 0; i < 3; i++ {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		m, err := dl.FetchMessage(rctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("dead letter %d: %v", i, err)
+		}
+		hdr := map[string]string{}
+		for _, h := range m.Headers {
+			hdr[h.Key] = string(h.Value)
+		}
+		if hdr["source.topic"] != topics.Acks || hdr["error"] == "" || hdr["source.offset"] != fmt.Sprint(10+i) {
+			t.Fatalf("dead letter %d headers %v", i, hdr)
+		}
+	}
+}
+
+func TestRunnerReplaysFromStoreWhenStateIsWiped(t *testing.T) {
+	k := newKafka(t, 2)
+	sendAcks(t, k, 100)
+	h := newMemAcks()
+	_, stop := runAcks(t, k, "acks-wipe", h)
+	waitFor(t, "first pass", 20*time.Second, func() bool { return h.handled() == 100 })
+	stop()
+	want := h.cursors
+
+	// Wipe the state and its offsets: the runner must replay from the start
+	// even though the group has committed offsets.
+	fresh := newMemAcks()
+	runAcks(t, k, "acks-wipe", fresh)
+	waitFor(t, "replay", 20*time.Second, func() bool { return fresh.handled() == 100 })
+	fresh.mu.Lock()
+	defer fresh.mu.Unlock()
+	if fmt.Sprint(fresh.cursors) != fmt.Sprint(want) {
+		t.Fatalf("replayed cursors %v, want %v", fresh.cursors, want)
+	}
+}

@@ -1,0 +1,454 @@
+package testserver
+
+import (
+	"bytes"
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Timeouts of the ClickHouse server's life cycle.
+const (
+	clickHouseStartTimeout = 60 * time.Second // until it answers /ping
+	clickHouseStopTimeout  = 10 * time.Second // SIGTERM to SIGKILL
+)
+
+// clickHouseInstallHint ends every failure of NewClickHouse and
+// SharedClickHouse.
+const clickHouseInstallHint = "install it with `make deps` (apt-get install clickhouse-server)"
+
+var errAddrInUse = errors.New("address already in use")
+
+// ClickHouse is a clickhouse-server child process listening on 127.0.0.1.
+// Stop, Kill and Start may be called any number of times, in any order; the
+// ports and the directory (and so the data) stay the same.
+type ClickHouse struct {
+	Addr     string // native protocol, 127.0.0.1:port
+	HTTPAddr string // HTTP interface, 127.0.0.1:port
+	Dir      string // config.xml, users.xml, data/ and *.log
+
+	bin  string   // clickhouse-server, or clickhouse with args ["server"]
+	args []string // before --config-file
+
+	mu   sync.Mutex
+	proc *proc // the running server, nil when stopped
+}
+
+// proc is one run of a server process.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the process has exited and been reaped
+	err  error         // from Wait, set before done is closed
+}
+
+// StartClickHouse writes a config into dir (which must exist and hold no
+// earlier server), starts clickhouse-server from PATH on free loopback ports
+// and waits until it answers, for up to 60 s. A failure to start includes
+// the tail of the server's logs. Starting as root works: the data directory
+// belongs to the user running the test, which is all the server checks.
+func StartClickHouse(dir string) (*ClickHouse, error) {
+	if _, err := os.Stat(filepath.Join(dir, "config.xml")); err == nil {
+		return nil, fmt.Errorf("testserver: clickhouse: %s already holds a server; restart it with Start", dir)
+	}
+	bin, args, err := findClickHouse()
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for attempt := 0; attempt < 3; attempt++ { // FreePort races other processes
+		ports, err := freePorts(3)
+		if err != nil {
+			return nil, err
+		}
+		c := &ClickHouse{
+			Addr:     net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])),
+			HTTPAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1])),
+			Dir:      dir,
+			bin:      bin,
+			args:     args,
+		}
+		if err := c.writeConfig(ports[0], ports[1], ports[2]); err != nil {
+			return nil, err
+		}
+		if lastErr = c.Start(); lastErr == nil {
+			return c, nil
+		}
+		if !errors.Is(lastErr, errAddrInUse) {
+			break
+		}
+	}
+	return nil, lastErr
+}
+
+// NewClickHouse starts a server in t.TempDir() and stops it when the test
+// ends. A failure to start fails the test (it never skips).
+func NewClickHouse(t testing.TB) *ClickHouse {
+	t.Helper()
+	c, err := StartClickHouse(t.TempDir())
+	if err != nil {
+		t.Fatalf("%v\n%s", err, clickHouseInstallHint)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Logf("%v", err)
+		}
+	})
+	return c
+}
+
+var shared struct {
+	once sync.Once
+	c    *ClickHouse
+	err  error
+}
+
+// SharedClickHouse returns one server per test binary, started on first
+// use, for tests that isolate themselves (a database each) and never Stop,
+// Kill or Pause it. It is not stopped by a cleanup: the parent death signal
+// kills it when the test binary exits, and a later SharedClickHouse removes
+// the directories of servers whose test binary is gone.
+func SharedClickHouse(t testing.TB) *ClickHouse {
+	t.Helper()
+	shared.once.Do(func() {
+		removeStaleSharedDirs()
+		dir, err := os.MkdirTemp("", fmt.Sprintf("chatd-clickhouse-%d-", os.Getpid()))
+		if err != nil {
+			shared.err = fmt.Errorf("testserver: clickhouse: %w", err)
+			return
+		}
+		if shared.c, shared.err = StartClickHouse(dir); shared.err != nil {
+			os.RemoveAll(dir)
+		}
+	})
+	if shared.err != nil {
+		t.Fatalf("%v\n%s", shared.err, clickHouseInstallHint)
+	}
+	return shared.c
+}
+
+// removeStaleSharedDirs deletes the directories of shared servers whose
+// test binary (the pid in the name) no longer runs.
+func removeStaleSharedDirs() {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "chatd-clickhouse-*-*"))
+	for _, d := range dirs {
+		f := strings.Split(filepath.Base(d), "-")
+		pid, err := strconv.Atoi(f[2])
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			os.RemoveAll(d)
+		}
+	}
+}
+
+// Start starts the server again (after Stop or Kill) on the same ports and
+// directory and waits until it answers.
+func (c *ClickHouse) Start() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc != nil && !c.proc.exited() {
+		return fmt.Errorf("testserver: clickhouse on %s: already running", c.Addr)
+	}
+	out, err := os.OpenFile(filepath.Join(c.Dir, "stdout.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("testserver: clickhouse: %w", err)
+	}
+	defer out.Close() // the child holds its own descriptor
+	args := append(append([]string(nil), c.args...), "--config-file="+filepath.Join(c.Dir, "config.xml"))
+	cmd := exec.Command(c.bin, args...)
+	cmd.Dir = c.Dir
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Env = append(os.Environ(), "CLICKHOUSE_WATCHDOG_ENABLE=0") // no forked watchdog on newer releases
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	setPdeathsig(cmd.SysProcAttr)
+	p, err := spawn(cmd)
+	if err != nil {
+		return fmt.Errorf("testserver: start %s: %w", c.bin, err)
+	}
+	c.proc = p
+	if err := c.waitReady(p); err != nil {
+		p.signal(syscall.SIGKILL)
+		<-p.done
+		c.proc = nil
+		tail := c.logTail()
+		if strings.Contains(tail, "Address already in use") {
+			err = fmt.Errorf("%w (%w)", err, errAddrInUse)
+		}
+		return fmt.Errorf("testserver: clickhouse on %s (dir %s): %w\n--- log tail ---\n%s", c.Addr, c.Dir, err, tail)
+	}
+	return nil
+}
+
+// Stop sends SIGTERM and waits for the server to exit; after 10 s it sends
+// SIGKILL and returns an error saying so. Stopping a stopped server is a
+// no-op.
+func (c *ClickHouse) Stop() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.proc
+	if p == nil {
+		return nil
+	}
+	c.proc = nil
+	p.signal(syscall.SIGCONT) // a paused server cannot handle SIGTERM
+	p.signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(clickHouseStopTimeout):
+	}
+	p.signal(syscall.SIGKILL)
+	<-p.done
+	return fmt.Errorf("testserver: clickhouse on %s: no exit within %v of SIGTERM; killed", c.Addr, clickHouseStopTimeout)
+}
+
+// Kill sends SIGKILL and waits for the server to exit. Killing a stopped
+// server is a no-op.
+func (c *ClickHouse) Kill() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.proc; p != nil {
+		c.proc = nil
+		p.signal(syscall.SIGKILL)
+		<-p.done
+	}
+	return nil
+}
+
+// Pause freezes the server (SIGSTOP): it keeps its sockets but answers
+// nothing, as a hung server would. Resume undoes it.
+func (c *ClickHouse) Pause() error { return c.signalRunning(syscall.SIGSTOP) }
+
+// Resume continues a paused server (SIGCONT).
+func (c *ClickHouse) Resume() error { return c.signalRunning(syscall.SIGCONT) }
+
+func (c *ClickHouse) signalRunning(sig syscall.Signal) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.proc == nil || c.proc.exited() {
+		return fmt.Errorf("testserver: clickhouse on %s: not running", c.Addr)
+	}
+	if err := c.proc.signal(sig); err != nil {
+		return fmt.Errorf("testserver: clickhouse on %s: %v: %w", c.Addr, sig, err)
+	}
+	return nil
+}
+
+// waitReady polls the HTTP /ping until it answers.
+func (c *ClickHouse) waitReady(p *proc) error {
+	// No keep-alive: an idle HTTP connection delays a later shutdown.
+	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	deadline := time.Now().Add(clickHouseStartTimeout)
+	for {
+		select {
+		case <-p.done:
+			return fmt.Errorf("exited during start-up: %v", p.err)
+		default:
+		}
+		// The server binds every port before it serves any, so a /ping
+		// answer means the native port accepts too.
+		if pingHTTP(client, "http://"+c.HTTPAddr+"/ping") == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("no answer on http://%s/ping within %v", c.HTTPAddr, clickHouseStartTimeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func pingHTTP(client *http.Client, url string) error {
+	resp, err := client.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64))
+	if resp.StatusCode != http.StatusOK || !bytes.HasPrefix(body, []byte("Ok.")) {
+		return fmt.Errorf("ping: %s %q", resp.Status, body)
+	}
+	return nil
+}
+
+// logTail returns the last lines of the server's error log and console.
+func (c *ClickHouse) logTail() string {
+	var b strings.Builder
+	for _, name := range []string{"server.err.log", "stdout.log"} {
+		data, err := os.ReadFile(filepath.Join(c.Dir, name))
+		if err != nil || len(bytes.TrimSpace(data)) == 0 {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		if len(lines) > 25 {
+			lines = lines[len(lines)-25:]
+		}
+		fmt.Fprintf(&b, "%s:\n%s\n", name, strings.Join(lines, "\n"))
+	}
+	if b.Len() == 0 {
+		return "(no log output)"
+	}
+	return b.String()
+}
+
+// writeConfig writes config.xml and users.xml: loopback only, every path
+// inside c.Dir, small caches, logs to files in c.Dir. The <yandex> root is
+// read by 18.16 and by current releases alike.
+func (c *ClickHouse) writeConfig(tcpPort, httpPort, interserverPort int) error {
+	var dir bytes.Buffer
+	if err := xml.EscapeText(&dir, []byte(filepath.Clean(c.Dir))); err != nil {
+		return fmt.Errorf("testserver: clickhouse config: %w", err)
+	}
+	d := dir.String()
+	config := fmt.Sprintf(`<?xml version="1.0"?>
+<yandex>
+    <logger>
+        <level>information</level>
+        <log>%[1]s/server.log</log>
+        <errorlog>%[1]s/server.err.log</errorlog>
+        <size>50M</size>
+        <count>2</count>
+        <console>0</console>
+    </logger>
+    <listen_host>127.0.0.1</listen_host>
+    <tcp_port>%[2]d</tcp_port>
+    <http_port>%[3]d</http_port>
+    <interserver_http_port>%[4]d</interserver_http_port>
+    <interserver_http_host>127.0.0.1</interserver_http_host>
+    <path>%[1]s/data/</path>
+    <tmp_path>%[1]s/tmp/</tmp_path>
+    <user_files_path>%[1]s/user_files/</user_files_path>
+    <format_schema_path>%[1]s/format_schemas/</format_schema_path>
+    <users_config>users.xml</users_config>
+    <default_profile>default</default_profile>
+    <default_database>default</default_database>
+    <timezone>UTC</timezone>
+    <mark_cache_size>67108864</mark_cache_size>
+    <uncompressed_cache_size>67108864</uncompressed_cache_size>
+    <max_concurrent_queries>100</max_concurrent_queries>
+    <keep_alive_timeout>1</keep_alive_timeout>
+    <mlock_executable>false</mlock_executable>
+</yandex>
+`, d, tcpPort, httpPort, interserverPort)
+	users := `<?xml version="1.0"?>
+<yandex>
+    <profiles>
+        <default>
+            <!-- idle connections notice a shutdown within 1 s, not 10 -->
+            <poll_interval>1</poll_interval>
+        </default>
+    </profiles>
+    <users>
+        <default>
+            <password></password>
+            <networks><ip>127.0.0.1</ip><ip>::1</ip></networks>
+            <profile>default</profile>
+            <quota>default</quota>
+        </default>
+    </users>
+    <quotas><default></default></quotas>
+</yandex>
+`
+	for name, text := range map[string]string{"config.xml": config, "users.xml": users} {
+		if err := os.WriteFile(filepath.Join(c.Dir, name), []byte(text), 0o644); err != nil {
+			return fmt.Errorf("testserver: clickhouse config: %w", err)
+		}
+	}
+	return nil
+}
+
+// findClickHouse finds clickhouse-server, or the single clickhouse binary of
+// newer releases, on PATH or where Debian installs it.
+func findClickHouse() (bin string, args []string, err error) {
+	for _, cand := range []struct {
+		name string
+		args []string
+	}{
+		{"clickhouse-server", nil},
+		{"/usr/sbin/clickhouse-server", nil},
+		{"clickhouse", []string{"server"}},
+		{"/usr/bin/clickhouse", []string{"server"}},
+	} {
+		if p, err := exec.LookPath(cand.name); err == nil {
+			return p, cand.args, nil
+		}
+	}
+	return "", nil, errors.New("testserver: clickhouse-server not found on PATH")
+}
+
+// freePorts returns n distinct free ports.
+func freePorts(n int) ([]int, error) {
+	seen := make(map[int]bool)
+	var ports []int
+	for len(ports) < n {
+		p, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		if !seen[p] {
+			seen[p] = true
+			ports = append(ports, p)
+		}
+	}
+	return ports, nil
+}
+
+// spawn starts cmd from a goroutine locked to its OS thread. Linux sends the
+// parent death signal when the thread that forked the child exits, so the
+// thread must live as long as the child: the goroutine waits for the child
+// and never unlocks, and its thread ends only after the child is reaped, or
+// with the whole test binary.
+func spawn(cmd *exec.Cmd) (*proc, error) {
+	p := &proc{cmd: cmd, done: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// signal signals the process group (the server and anything it forked).
+func (p *proc) signal(sig syscall.Signal) error {
+	return syscall.Kill(-p.cmd.Process.Pid, sig)
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// setPdeathsig sets SysProcAttr.Pdeathsig to SIGKILL where the field exists
+// (Linux); elsewhere the server outlives a test binary that dies.
+func setPdeathsig(a *syscall.SysProcAttr) {
+	if f := reflect.ValueOf(a).Elem().FieldByName("Pdeathsig"); f.IsValid() && f.CanSet() {
+		f.Set(reflect.ValueOf(syscall.SIGKILL))
+	}
+}

@@ -1,0 +1,136 @@
+package producers
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/groupchat/chatd/broker"
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/topics"
+)
+
+func setup(tb testing.TB, partitions int) (*broker.Broker, *Producer) {
+	tb.Helper()
+	b, err := broker.Start(broker.Config{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(b.Close)
+	if err := topics.Ensure(context.Background(), topics.Config{Brokers: []string{b.Addr()}, Partitions: partitions}, nil); err != nil {
+		tb.Fatal(err)
+	}
+	p, err := New(Config{Brokers: []string{b.Addr()}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { p.Close() })
+	return b, p
+}
+
+func TestSendMessageReturnsTheRecordsOffset(t *testing.T) {
+	b, p := setup(t, 4)
+	ctx := context.Background()
+	last := map[string]int64{}
+	for i := 0; i < 40; i++ {
+		gid := fmt.Sprintf("g%d", i%7)
+		m := schema.Message{Gid: gid, Sender: "u1", ClientMsgID: fmt.Sprintf("c%d", i), SentAt: time.Now().UnixMilli(), Body: []byte("hi")}
+		id, err := p.SendMessage(ctx, &m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if prev, ok := last[gid]; ok && id <= prev {
+			t.Fatalf("group %s: msgid %d after %d, want strictly increasing", gid, id, prev)
+		}
+		last[gid] = id
+		// The record at (partition of gid, msgid) is the message we sent.
+		r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{b.Addr()}, Topic: topics.Messages,
+			Partition: topics.Partition(gid, 4), MaxWait: 100 * time.Millisecond})
+		if err := r.SetOffset(id); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := r.FetchMessage(ctx)
+		r.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := schema.DecodeMessage(rec.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.ClientMsgID != m.ClientMsgID || got.Gid != gid || rec.Offset != id {
+			t.Fatalf("record at %d is %+v, want %+v", id, got, m)
+		}
+	}
+	head, err := p.Head(ctx, "g3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if head < last["g3"] {
+		t.Fatalf("Head(g3) = %d, below its last msgid %d", head, last["g3"])
+	}
+}
+
+func TestSendRejectsInvalidIDs(t *testing.T) {
+	_, p := setup(t, 1)
+	_, err := p.SendMessage(context.Background(), &schema.Message{Gid: "bad/gid", Sender: "u"})
+	if err == nil {
+		t.Fatal("a gid with / was sent")
+	}
+}
+
+func TestChangeMemberRecordsTheHead(t *testing.T) {
+	_, p := setup(t, 2)
+	ctx := context.Background()
+	empty, err := p.ChangeMember(ctx, "g1", "u1", schema.OpJoin, "admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if empty.Pos != -1 {
+		t.Fatalf("join on an empty partition at %d, want -1", empty.Pos)
+	}
+	id, err := p.SendMessage(ctx, &schema.Message{Gid: "g1", Sender: "u1", Body: []byte("x")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := p.ChangeMember(ctx, "g1", "u2", schema.OpJoin, "admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Pos != id {
+		t.Fatalf("join after msgid %d recorded at %d", id, m.Pos)
+	}
+}
+
+func BenchmarkSendMessageSerial(b *testing.B) {
+	_, p := setup(b, 8)
+	ctx := context.Background()
+	m := schema.Message{Gid: "g1", Sender: "u1", Body: make([]byte, 200)}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := p.SendMessage(ctx, &m); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkSendMessageParallel(b *testing.B) {
+	_, p := setup(b, 8)
+	ctx := context.Background()
+	b.SetParallelism(64)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := 0
+		for pb.Next() {
+			i++
+			m := schema.Message{Gid: fmt.Sprintf("g%d", i%100), Sender: "u1", Body: make([]byte, 200)}
+			if _, err := p.SendMessage(ctx, &m); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}

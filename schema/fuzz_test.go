@@ -1,0 +1,154 @@
+package schema
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"testing"
+	"unicode/utf8"
+)
+
+func FuzzDecodeMessage(f *testing.F) {
+	fuzzDecode(f, DecodeMessage, AppendMessage, eqMessage, checkMessage)
+}
+
+func FuzzDecodeAck(f *testing.F) {
+	fuzzDecode(f, DecodeAck, AppendAck, eq[Ack], func(a Ack) error { return checkCursor(a.Gid, a.Uid, a.Upto) })
+}
+
+func FuzzDecodeReceipt(f *testing.F) {
+	fuzzDecode(f, DecodeReceipt, AppendReceipt, eq[Receipt], func(r Receipt) error { return checkCursor(r.Gid, r.Uid, r.Upto) })
+}
+
+func FuzzDecodeMember(f *testing.F) {
+	fuzzDecode(f, DecodeMember, AppendMember, eq[Member], checkMember)
+}
+
+// fuzzDecode holds a decoder to its contract: it never panics, it fails only
+// with the package's sentinels, and what it accepts is within the limits and
+// is the one encoding of its value, so re-encoding gives back the same bytes.
+func fuzzDecode[T any](f *testing.F, decode func([]byte) (T, error), appendT func([]byte, *T) []byte,
+	equal func(a, b T) bool, check func(T) error) {
+	for _, name := range []string{"message.golden", "ack.golden", "receipt.golden", "member.golden"} {
+		b := readGolden(f, name)
+		f.Add(b)
+		f.Add(b[:len(b)-1])
+		f.Add(append(bytes.Clone(b), 0))
+	}
+	for _, b := range [][]byte{
+		nil,
+		{Version},
+		{Version, 0},
+		{2, byte(KindMessage)},
+		{Version, byte(KindMember), 1, 'g', 1, 'u', 3, 0, 0, 0},
+		{Version, byte(KindAck), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01},
+		[]byte("\x01\x01\x01g\x01u\x00\x02\x02\xff\xfe"),
+	} {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v, err := decode(b)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrUnknownVersion) && !errors.Is(err, ErrWrongKind) {
+				t.Fatalf("error %q matches no sentinel", err)
+			}
+			return
+		}
+		if err := check(v); err != nil {
+			t.Fatalf("decoded %+v breaks a limit: %v", v, err)
+		}
+		enc := appendT(nil, &v)
+		if !bytes.Equal(enc, b) {
+			t.Fatalf("decoded %+v re-encodes differently:\n in % x\nout % x", v, b, enc)
+		}
+		v2, err := decode(enc)
+		if err != nil {
+			t.Fatalf("re-encoding of %+v does not decode: %v", v, err)
+		}
+		if !equal(v2, v) {
+			t.Fatalf("decoded %+v, re-decoded %+v", v, v2)
+		}
+	})
+}
+
+func FuzzRoundTripMessage(f *testing.F) {
+	m := goldenMessage()
+	f.Add(m.Gid, m.Sender, m.ClientMsgID, m.SentAt, m.Body)
+	f.Add("g", "u", "", int64(-1), []byte{})
+	f.Add("", "u", "c", int64(0), []byte("x"))
+	f.Add("g", "a b", "c", int64(0), []byte("x"))
+	f.Add("g", "u", "c/d", int64(0), []byte("x"))
+	f.Add("g", "u", "c", int64(0), []byte("\xff"))
+	f.Fuzz(func(t *testing.T, gid, sender, cmid string, sentAt int64, body []byte) {
+		m := Message{Gid: gid, Sender: sender, ClientMsgID: cmid, SentAt: sentAt, Body: body}
+		got, err := DecodeMessage(AppendMessage(nil, &m))
+		if checkMessage(m) != nil {
+			// The encoder does not validate; the decoder must refuse.
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("invalid %+v decoded with error %v, want %v", m, err, ErrMalformed)
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("valid %+v: %v", m, err)
+		}
+		if !eqMessage(got, m) {
+			t.Fatalf("decoded %+v, want %+v", got, m)
+		}
+	})
+}
+
+func checkMessage(m Message) error {
+	if err := checkIDs(m.Gid, m.Sender); err != nil {
+		return err
+	}
+	if err := checkOptionalID(m.ClientMsgID); err != nil {
+		return err
+	}
+	if len(m.Body) > MaxBodyLen || !utf8.Valid(m.Body) {
+		return fmt.Errorf("body of %d bytes, valid UTF-8 %t", len(m.Body), utf8.Valid(m.Body))
+	}
+	if m.MsgID != 0 {
+		return fmt.Errorf("msgid %d set by the decoder", m.MsgID)
+	}
+	return nil
+}
+
+func checkCursor(gid, uid string, upto int64) error {
+	if err := checkIDs(gid, uid); err != nil {
+		return err
+	}
+	if upto < -1 {
+		return fmt.Errorf("upto %d", upto)
+	}
+	return nil
+}
+
+func checkMember(m Member) error {
+	if err := checkIDs(m.Gid, m.Uid); err != nil {
+		return err
+	}
+	if m.Op != OpJoin && m.Op != OpLeave {
+		return fmt.Errorf("op %v", m.Op)
+	}
+	if m.Pos < -1 {
+		return fmt.Errorf("pos %d", m.Pos)
+	}
+	return checkOptionalID(m.By)
+}
+
+func checkIDs(ids ...string) error {
+	for _, id := range ids {
+		if err := ValidID(id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkOptionalID(id string) error {
+	if id == "" {
+		return nil
+	}
+	return ValidID(id)
+}

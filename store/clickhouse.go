@@ -1,0 +1,464 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"path"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/ClickHouse/clickhouse-go/v2"
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
+	"github.com/groupchat/chatd/schema"
+)
+
+// ClickHouseConfig configures a ClickHouse store.
+type ClickHouseConfig struct {
+	Addrs        []string      // native protocol host:port; required
+	Database     string        // default "chat"; created if missing
+	Username     string        // default "default"
+	Password     string        // default ""
+	DialTimeout  time.Duration // default 5s; also bounds waiting for a pooled connection
+	QueryTimeout time.Duration // default 30s; bounds every call, including a batch insert
+}
+
+func (c *ClickHouseConfig) setDefaults() {
+	if c.Database == "" {
+		c.Database = "chat"
+	}
+	if c.Username == "" {
+		c.Username = "default"
+	}
+	if c.DialTimeout == 0 {
+		c.DialTimeout = 5 * time.Second
+	}
+	if c.QueryTimeout == 0 {
+		c.QueryTimeout = 30 * time.Second
+	}
+}
+
+var identRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
+
+// Validate reports the first problem with c (after defaults are applied).
+func (c ClickHouseConfig) Validate() error {
+	if len(c.Addrs) == 0 {
+		return errors.New("clickhouse: config: no Addrs")
+	}
+	for _, a := range c.Addrs {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			return fmt.Errorf("clickhouse: config: address %q: %w", a, err)
+		}
+	}
+	if !identRE.MatchString(c.Database) {
+		return fmt.Errorf("clickhouse: config: database %q: want letters, digits and _, not starting with a digit", c.Database)
+	}
+	if c.DialTimeout < 0 || c.QueryTimeout < 0 {
+		return errors.New("clickhouse: config: negative timeout")
+	}
+	return nil
+}
+
+// ClickHouse is the ClickHouse store: the full message history and the ack
+// and membership event logs. It is a projection of the chat.* topics, so
+// every write is idempotent: rows carry their Kafka identity in their
+// ReplacingMergeTree key, and every read is exact while duplicates are not
+// yet merged away. A *ClickHouse is safe for concurrent use.
+type ClickHouse struct {
+	conn driver.Conn
+	cfg  ClickHouseConfig
+}
+
+// OpenClickHouse connects, creates the database if missing and applies the
+// migrations.
+func OpenClickHouse(ctx context.Context, cfg ClickHouseConfig) (*ClickHouse, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	// The database must exist before a connection can select it.
+	admin, err := openConn(cfg, "")
+	if err != nil {
+		return nil, err
+	}
+	actx, cancel := context.WithTimeout(ctx, cfg.QueryTimeout)
+	err = admin.Exec(actx, "CREATE DATABASE IF NOT EXISTS `"+cfg.Database+"`")
+	cancel()
+	admin.Close()
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: create database %s: %w", cfg.Database, err)
+	}
+	conn, err := openConn(cfg, cfg.Database)
+	if err != nil {
+		return nil, err
+	}
+	c := &ClickHouse{conn: conn, cfg: cfg}
+	if err := c.Migrate(ctx); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func openConn(cfg ClickHouseConfig, database string) (driver.Conn, error) {
+	conn, err := clickhouse.Open(&clickhouse.Options{
+		Addr:        cfg.Addrs,
+		Auth:        clickhouse.Auth{Database: database, Username: cfg.Username, Password: cfg.Password},
+		DialTimeout: cfg.DialTimeout,
+		ReadTimeout: cfg.QueryTimeout,
+		Compression: &clickhouse.Compression{Method: clickhouse.CompressionLZ4},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: open: %w", err)
+	}
+	return conn, nil
+}
+
+// timeout bounds ctx by the query timeout.
+func (c *ClickHouse) timeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.cfg.QueryTimeout)
+}
+
+// Migrate applies the files of schema.ClickHouseDDL that are not yet
+// recorded in schema_migrations, in name order, and records each. Running it
+// again is a no-op. Concurrent runs are harmless: every statement is
+// idempotent.
+func (c *ClickHouse) Migrate(ctx context.Context) error {
+	return c.migrate(ctx, schema.ClickHouseDDL, "clickhouse")
+}
+
+func (c *ClickHouse) migrate(ctx context.Context, fsys fs.FS, dir string) error {
+	names, err := fs.Glob(fsys, path.Join(dir, "*.sql"))
+	if err != nil {
+		return fmt.Errorf("clickhouse: migrate: %w", err)
+	}
+	sort.Strings(names)
+	ctx, cancel := c.timeout(ctx)
+	defer cancel()
+	err = c.conn.Exec(ctx, "CREATE TABLE IF NOT EXISTS schema_migrations "+
+		"(version String, applied_at_ms Int64) ENGINE = ReplacingMergeTree ORDER BY version")
+	if err != nil {
+		return fmt.Errorf("clickhouse: migrate: create schema_migrations: %w", err)
+	}
+	applied, err := c.appliedVersions(ctx)
+	if err != nil {
+		return fmt.Errorf("clickhouse: migrate: %w", err)
+	}
+	for _, name := range names {
+		version := path.Base(name)
+		if applied[version] {
+			continue
+		}
+		text, err := fs.ReadFile(fsys, name)
+		if err != nil {
+			return fmt.Errorf("clickhouse: migrate %s: %w", version, err)
+		}
+		for i, stmt := range splitStatements(string(text)) {
+			if err := c.conn.Exec(ctx, stmt); err != nil {
+				return fmt.Errorf("clickhouse: migrate %s: statement %d: %w", version, i+1, err)
+			}
+		}
+		if err := c.recordVersion(ctx, version); err != nil {
+			return fmt.Errorf("clickhouse: migrate %s: record version: %w", version, err)
+		}
+	}
+	return nil
+}
+
+func (c *ClickHouse) appliedVersions(ctx context.Context) (map[string]bool, error) {
+	applied := make(map[string]bool)
+	err := c.eachRow(ctx, func(rows driver.Rows) error {
+		var v string
+		err := rows.Scan(&v)
+		applied[v] = true
+		return err
+	}, "SELECT DISTINCT version FROM schema_migrations")
+	return applied, err
+}
+
+// eachRow runs query and calls scan for every row.
+func (c *ClickHouse) eachRow(ctx context.Context, scan func(driver.Rows) error, query string, args ...any) error {
+	rows, err := c.conn.Query(ctx, query, args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		if err := scan(rows); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+func (c *ClickHouse) recordVersion(ctx context.Context, version string) error {
+	return c.sendBatch(ctx, "INSERT INTO schema_migrations (version, applied_at_ms)",
+		[]string{version}, []int64{time.Now().UnixMilli()})
+}
+
+// splitStatements drops "--" line comments and splits on ";".
+func splitStatements(text string) []string {
+	var b strings.Builder
+	for _, line := range strings.Split(text, "\n") {
+		if i := strings.Index(line, "--"); i >= 0 {
+			line = line[:i]
+		}
+		b.WriteString(line)
+		b.WriteByte('\n')
+	}
+	var stmts []string
+	for _, s := range strings.Split(b.String(), ";") {
+		if s = strings.TrimSpace(s); s != "" {
+			stmts = append(stmts, s)
+		}
+	}
+	return stmts
+}
+
+// Ping checks that the server answers.
+func (c *ClickHouse) Ping(ctx context.Context) error {
+	ctx, cancel := c.timeout(ctx)
+	defer cancel()
+	if err := c.conn.Ping(ctx); err != nil {
+		return fmt.Errorf("clickhouse: ping: %w", err)
+	}
+	return nil
+}
+
+// Close closes the connections. Calls in flight fail.
+func (c *ClickHouse) Close() error {
+	if err := c.conn.Close(); err != nil {
+		return fmt.Errorf("clickhouse: close: %w", err)
+	}
+	return nil
+}
+
+// AckRow is an ack event with the position of its chat.acks record.
+type AckRow struct {
+	schema.Ack
+	Partition int32
+	Offset    int64
+}
+
+// MemberRow is a membership event with the position of its chat.members
+// record.
+type MemberRow struct {
+	schema.Member
+	Partition int32
+	Offset    int64
+}
+
+// sendBatch inserts one row per element of the column slices (all the same
+// length) in one batch. query is "INSERT INTO t (a, b, ...)".
+func (c *ClickHouse) sendBatch(ctx context.Context, query string, columns ...any) error {
+	batch, err := c.conn.PrepareBatch(ctx, query)
+	if err != nil {
+		return err
+	}
+	defer batch.Close()
+	for i, col := range columns {
+		if err := batch.Column(i).Append(col); err != nil {
+			batch.Abort()
+			return fmt.Errorf("column %d: %w", i, err)
+		}
+	}
+	return batch.Send()
+}
+
+func checkPosition(partition int32, offset int64) error {
+	if partition < 0 || partition > 0xFFFF {
+		return fmt.Errorf("partition %d out of range 0..65535", partition)
+	}
+	if offset < 0 {
+		return fmt.Errorf("negative offset %d", offset)
+	}
+	return nil
+}
+
+// InsertMessages inserts msgs, all from one partition of chat.messages, in
+// one batch. MsgID is the record offset. Inserting a message again is
+// harmless.
+func (c *ClickHouse) InsertMessages(ctx context.Context, partition int32, msgs []schema.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	n := len(msgs)
+	gids, senders, clientIDs := make([]string, n), make([]string, n), make([]string, n)
+	msgids, sentAts := make([]uint64, n), make([]int64, n)
+	bodies, parts := make([][]byte, n), make([]uint16, n)
+	for i := range msgs {
+		m := &msgs[i]
+		if err := checkPosition(partition, m.MsgID); err != nil {
+			return fmt.Errorf("clickhouse: insert messages: message %d of %s: %w", i, m.Gid, err)
+		}
+		gids[i], msgids[i], senders[i], clientIDs[i] = m.Gid, uint64(m.MsgID), m.Sender, m.ClientMsgID
+		sentAts[i], bodies[i], parts[i] = m.SentAt, m.Body, uint16(partition)
+	}
+	ctx, cancel := c.timeout(ctx)
+	defer cancel()
+	err := c.sendBatch(ctx, "INSERT INTO messages (gid, msgid, sender, client_msg_id, sent_at_ms, body, `partition`)",
+		gids, msgids, senders, clientIDs, sentAts, bodies, parts)
+	if err != nil {
+		return fmt.Errorf("clickhouse: insert messages: %w", err)
+	}
+	return nil
+}
+
+// InsertAcks appends rows to ack_events and moves the cursors in
+// ack_cursors (which keep the largest upto). Inserting rows again is
+// harmless; if only the first of the two inserts succeeds, retrying the
+// call repairs it.
+func (c *ClickHouse) InsertAcks(ctx context.Context, rows []AckRow) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	n := len(rows)
+	gids, uids := make([]string, n), make([]string, n)
+	uptos, ats, offsets := make([]int64, n), make([]int64, n), make([]uint64, n)
+	parts := make([]uint16, n)
+	type key struct{ gid, uid string }
+	newest := make(map[key]int) // index of the largest upto per member
+	for i := range rows {
+		r := &rows[i]
+		if err := checkPosition(r.Partition, r.Offset); err != nil {
+			return fmt.Errorf("clickhouse: insert acks: row %d: %w", i, err)
+		}
+		gids[i], uids[i], uptos[i], ats[i] = r.Gid, r.Uid, r.Upto, r.At
+		parts[i], offsets[i] = uint16(r.Partition), uint64(r.Offset)
+		k := key{r.Gid, r.Uid}
+		if j, ok := newest[k]; !ok || r.Upto > rows[j].Upto {
+			newest[k] = i
+		}
+	}
+	var cg, cu []string
+	var cupto, cat []int64
+	for _, i := range newest {
+		cg, cu = append(cg, rows[i].Gid), append(cu, rows[i].Uid)
+		cupto, cat = append(cupto, rows[i].Upto), append(cat, rows[i].At)
+	}
+	ctx, cancel := c.timeout(ctx)
+	defer cancel()
+	err := c.sendBatch(ctx, "INSERT INTO ack_events (gid, uid, upto, at_ms, `partition`, `offset`)",
+		gids, uids, uptos, ats, parts, offsets)
+	if err != nil {
+		return fmt.Errorf("clickhouse: insert acks: ack_events: %w", err)
+	}
+	err = c.sendBatch(ctx, "INSERT INTO ack_cursors (gid, uid, upto, updated_at_ms)", cg, cu, cupto, cat)
+	if err != nil {
+		return fmt.Errorf("clickhouse: insert acks: ack_cursors: %w", err)
+	}
+	return nil
+}
+
+// InsertMembers appends rows to member_events. Inserting rows again is
+// harmless.
+func (c *ClickHouse) InsertMembers(ctx context.Context, rows []MemberRow) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	n := len(rows)
+	gids, uids, bys := make([]string, n), make([]string, n), make([]string, n)
+	ops, poss, ats := make([]int8, n), make([]int64, n), make([]int64, n)
+	parts, offsets := make([]uint16, n), make([]uint64, n)
+	for i := range rows {
+		r := &rows[i]
+		if err := checkPosition(r.Partition, r.Offset); err != nil {
+			return fmt.Errorf("clickhouse: insert members: row %d: %w", i, err)
+		}
+		if r.Op != schema.OpJoin && r.Op != schema.OpLeave {
+			return fmt.Errorf("clickhouse: insert members: row %d: unknown op %v", i, r.Op)
+		}
+		gids[i], uids[i], ops[i], poss[i], ats[i], bys[i] = r.Gid, r.Uid, int8(r.Op), r.Pos, r.At, r.By
+		parts[i], offsets[i] = uint16(r.Partition), uint64(r.Offset)
+	}
+	ctx, cancel := c.timeout(ctx)
+	defer cancel()
+	err := c.sendBatch(ctx, "INSERT INTO member_events (gid, uid, op, pos, at_ms, `by`, `partition`, `offset`)",
+		gids, uids, ops, poss, ats, bys, parts, offsets)
+	if err != nil {
+		return fmt.Errorf("clickhouse: insert members: %w", err)
+	}
+	return nil
+}
+
+// Messages returns up to limit messages of gid with msgid > after, in msgid
+// order: a contiguous run of the group's stored history. Each message
+// appears once, however often it was inserted.
+func (c *ClickHouse) Messages(ctx context.Context, gid string, after int64, limit int) ([]schema.Message, error) {
+	if limit <= 0 {
+		return nil, fmt.Errorf("clickhouse: messages: limit %d, want > 0", limit)
+	}
+	from := uint64(0)
+	if after >= 0 {
+		from = uint64(after) + 1
+	}
+	ctx, cancel := c.timeout(ctx)
+	defer cancel()
+	var msgs []schema.Message
+	err := c.eachRow(ctx, func(rows driver.Rows) error {
+		var (
+			msgid uint64
+			body  string // a string, not []byte: the driver would alias its buffer
+		)
+		m := schema.Message{Gid: gid}
+		if err := rows.Scan(&msgid, &m.Sender, &m.ClientMsgID, &m.SentAt, &body); err != nil {
+			return err
+		}
+		m.MsgID, m.Body = int64(msgid), []byte(body)
+		msgs = append(msgs, m)
+		return nil
+	}, "SELECT msgid, sender, client_msg_id, sent_at_ms, body FROM messages FINAL "+
+		"WHERE gid = ? AND msgid >= ? ORDER BY msgid LIMIT ?", gid, from, limit)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: messages of %s: %w", gid, err)
+	}
+	return msgs, nil
+}
+
+// AckCursors returns the delivery cursor (the largest acked upto) of every
+// member of gid that has acked.
+func (c *ClickHouse) AckCursors(ctx context.Context, gid string) (map[string]int64, error) {
+	ctx, cancel := c.timeout(ctx)
+	defer cancel()
+	cursors := make(map[string]int64)
+	err := c.eachRow(ctx, func(rows driver.Rows) error {
+		var (
+			uid  string
+			upto int64
+		)
+		err := rows.Scan(&uid, &upto)
+		cursors[uid] = upto
+		return err
+	}, "SELECT uid, max(upto) FROM ack_cursors WHERE gid = ? GROUP BY uid", gid)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: ack cursors of %s: %w", gid, err)
+	}
+	return cursors, nil
+}
+
+// CountMessages returns the number of distinct messages stored for gid.
+func (c *ClickHouse) CountMessages(ctx context.Context, gid string) (int64, error) {
+	ctx, cancel := c.timeout(ctx)
+	defer cancel()
+	var n uint64
+	if err := c.conn.QueryRow(ctx, "SELECT uniqExact(msgid) FROM messages WHERE gid = ?", gid).Scan(&n); err != nil {
+		return 0, fmt.Errorf("clickhouse: count messages of %s: %w", gid, err)
+	}
+	return int64(n), nil
+}
+
+// Query runs a read-only query for tests and tools. ctx alone bounds it
+// (the rows outlive the call); args bind to "?" placeholders. Never pass an
+// INSERT with arguments: clickhouse-go hangs on those against old servers.
+func (c *ClickHouse) Query(ctx context.Context, query string, args ...any) (driver.Rows, error) {
+	rows, err := c.conn.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: query: %w", err)
+	}
+	return rows, nil
+}
