@@ -29,6 +29,9 @@ func (r *Runner[E]) consume(ctx context.Context, gen *kafka.Generation, part int
 		return
 	}
 	log.Debug("consuming", "from", start)
+	if lag, err := reader.ReadLag(ctx); err == nil && lag <= 0 {
+		r.markCaughtUp(part) // nothing to replay: the state is current
+	}
 	batch := make([]kafka.Message, 0, r.cfg.BatchSize)
 	recs := make([]Record[E], 0, r.cfg.BatchSize)
 	for {
@@ -100,6 +103,7 @@ func (r *Runner[E]) fetch(ctx context.Context, reader *kafka.Reader, batch []kaf
 func (r *Runner[E]) markCaughtUp(part int) {
 	r.mu.Lock()
 	r.lag[part] = 0
+	r.caught[part] = true
 	r.mu.Unlock()
 }
 

@@ -237,3 +237,18 @@ func TestRunnerReplaysFromStoreWhenStateIsWiped(t *testing.T) {
 		t.Fatalf("replayed cursors %v, want %v", fresh.cursors, want)
 	}
 }
+
+func TestRunnerCaughtUpOnEmptyAndFullTopics(t *testing.T) {
+	k := newKafka(t, 2)
+	h := newMemAcks()
+	r, _ := runAcks(t, k, "acks-caught-empty", h)
+	waitFor(t, "caught up on an empty topic", 20*time.Second, r.CaughtUp)
+
+	sendAcks(t, k, 50)
+	h2 := newMemAcks()
+	r2, _ := runAcks(t, k, "acks-caught-full", h2)
+	waitFor(t, "caught up after replay", 20*time.Second, r2.CaughtUp)
+	if n := h2.handled(); n != 50 {
+		t.Fatalf("caught up after handling %d of 50 records", n)
+	}
+}

@@ -1,0 +1,49 @@
+package consumers
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/groupchat/chatd/producers"
+)
+
+// The consumer group of each consumer. Operators reset these to replay.
+const (
+	GroupPersister       = "chat.persister"
+	GroupAckProjector    = "chat.ack-projector"
+	GroupMemberProjector = "chat.member-projector"
+)
+
+// Base holds what every consumer's runner shares.
+type Base struct {
+	Brokers    []string            // required
+	DeadLetter *producers.Producer // required
+	Logger     *slog.Logger        // default slog.Default()
+
+	// Tune overrides runner settings (batch size, back-off, timeouts) in
+	// tests and benchmarks; nil keeps the defaults.
+	Tune func(*RunnerTuning)
+}
+
+// RunnerTuning is the part of a runner's Config that Base.Tune may change.
+type RunnerTuning struct {
+	BatchSize                                 int
+	MinBackoff, MaxBackoff                    time.Duration
+	SessionTimeout, RebalanceTimeout, MaxWait time.Duration
+}
+
+func runnerConfig[E any](b Base, group, topic string, decode func([]byte) (E, error), h Handler[E], offsets OffsetStore) Config[E] {
+	cfg := Config[E]{
+		Brokers: b.Brokers, Group: group, Topic: topic,
+		Decode: decode, Handler: h, Offsets: offsets,
+		DeadLetter: b.DeadLetter, Logger: b.Logger,
+	}
+	if b.Tune != nil {
+		t := RunnerTuning{}
+		b.Tune(&t)
+		cfg.BatchSize = t.BatchSize
+		cfg.MinBackoff, cfg.MaxBackoff = t.MinBackoff, t.MaxBackoff
+		cfg.SessionTimeout, cfg.RebalanceTimeout, cfg.MaxWait = t.SessionTimeout, t.RebalanceTimeout, t.MaxWait
+	}
+	return cfg
+}

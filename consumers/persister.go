@@ -1,0 +1,68 @@
+package consumers
+
+import (
+	"context"
+	"errors"
+
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/store"
+	"github.com/groupchat/chatd/topics"
+)
+
+// Persister stores chat.messages: once into ClickHouse (the history, when
+// configured) and into each group's recent window in Redis, dropping
+// duplicate sends (same gid, sender and client_msg_id). Its position lives
+// in Redis with the window, so a wiped Redis is rebuilt by replay; ClickHouse
+// collapses the replayed rows (ReplacingMergeTree on (gid, msgid)).
+type Persister struct {
+	Redis      *store.Redis      // required
+	ClickHouse *store.ClickHouse // nil: the window is the whole history
+
+	// afterInsert runs between the ClickHouse insert and the Redis write;
+	// an error aborts the batch. Tests use it to crash the persister at the
+	// worst moment.
+	afterInsert func() error
+}
+
+var _ Handler[schema.Message] = (*Persister)(nil)
+
+// Runner returns the persister's runner on chat.messages.
+func (p *Persister) Runner(b Base) (*Runner[schema.Message], error) {
+	if p.Redis == nil {
+		return nil, errors.New("consumers: the persister needs Redis")
+	}
+	return NewRunner(runnerConfig(b, GroupPersister, topics.Messages, schema.DecodeMessage, Handler[schema.Message](p), p.Redis))
+}
+
+// Handle implements Handler.
+func (p *Persister) Handle(ctx context.Context, part int, recs []Record[schema.Message]) error {
+	msgs := make([]schema.Message, len(recs))
+	for i := range recs {
+		msgs[i] = recs[i].Event
+		msgs[i].MsgID = recs[i].Offset
+	}
+	dup, err := p.Redis.ClaimSends(ctx, msgs)
+	if err != nil {
+		return err
+	}
+	keep := msgs[:0]
+	for i := range msgs {
+		if !dup[i] {
+			keep = append(keep, msgs[i])
+		}
+	}
+	if len(keep) == 0 {
+		return nil
+	}
+	if p.ClickHouse != nil {
+		if err := p.ClickHouse.InsertMessages(ctx, int32(part), keep); err != nil {
+			return err
+		}
+	}
+	if p.afterInsert != nil {
+		if err := p.afterInsert(); err != nil {
+			return err
+		}
+	}
+	return p.Redis.AppendWindow(ctx, keep)
+}

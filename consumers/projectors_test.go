@@ -1,0 +1,168 @@
+package consumers
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/store"
+)
+
+func (p *pipeline) ackProjector(t *testing.T) (*Runner[schema.Ack], func()) {
+	t.Helper()
+	r, err := (&AckProjector{Redis: p.redis, ClickHouse: p.ch}).Runner(p.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, start(t, r.Run)
+}
+
+func (p *pipeline) memberProjector(t *testing.T) (*Runner[schema.Member], func()) {
+	t.Helper()
+	r, err := (&MemberProjector{Redis: p.redis, ClickHouse: p.ch}).Runner(p.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, start(t, r.Run)
+}
+
+func TestAcksOutOfOrderNeverMoveACursorBackAndReplayRebuildsThem(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 4, window: 1000, clickhouse: true})
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(1, 2))
+	want := map[string]map[string]int64{}
+	var acks []schema.Ack
+	for g := 0; g < 8; g++ {
+		gid := fmt.Sprintf("g%d", g)
+		want[gid] = map[string]int64{}
+		for u := 0; u < 6; u++ {
+			uid := fmt.Sprintf("u%d", u)
+			top := int64(50 + rng.IntN(50))
+			want[gid][uid] = top
+			for _, upto := range rng.Perm(int(top) + 1) {
+				acks = append(acks, schema.Ack{Gid: gid, Uid: uid, Upto: int64(upto), At: time.Now().UnixMilli()})
+			}
+		}
+	}
+	rng.Shuffle(len(acks), func(i, j int) { acks[i], acks[j] = acks[j], acks[i] })
+
+	_, stop := p.ackProjector(t)
+	// Watch the cursors while acks flow: none may ever go down.
+	seen := map[string]int64{}
+	check := func() {
+		for gid := range want {
+			cur, err := p.redis.AckCursors(ctx, gid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for uid, c := range cur {
+				k := gid + "/" + uid
+				if c < seen[k] {
+					t.Fatalf("cursor %s went back from %d to %d", k, seen[k], c)
+				}
+				seen[k] = c
+			}
+		}
+	}
+	for i := 0; i < len(acks); i += 200 {
+		if err := p.prod.SendAcks(ctx, acks[i:min(i+200, len(acks))]...); err != nil {
+			t.Fatal(err)
+		}
+		check()
+	}
+	done := func() bool {
+		for gid, users := range want {
+			cur, _ := p.redis.AckCursors(ctx, gid)
+			if fmt.Sprint(cur) != fmt.Sprint(users) {
+				return false
+			}
+		}
+		return true
+	}
+	waitFor(t, "cursors at the highest ack", 20*time.Second, func() bool { check(); return done() })
+	for gid, users := range want {
+		got, err := p.ch.AckCursors(ctx, gid)
+		if err != nil || fmt.Sprint(got) != fmt.Sprint(users) {
+			t.Fatalf("ClickHouse cursors of %s = %v (err %v), want %v", gid, got, err, users)
+		}
+	}
+
+	// Wipe Redis; the projector replays chat.acks from the start.
+	stop()
+	if err := p.rc.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p.ackProjector(t)
+	waitFor(t, "cursors rebuilt by replay", 20*time.Second, done)
+	for gid, users := range want {
+		got, _ := p.ch.AckCursors(ctx, gid)
+		if fmt.Sprint(got) != fmt.Sprint(users) {
+			t.Fatalf("after replay ClickHouse cursors of %s = %v, want %v", gid, got, users)
+		}
+	}
+}
+
+func TestMembersJoinAtTheHeadAndLeaveAtTheirPosition(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 2, window: 1000, clickhouse: true})
+	ctx := context.Background()
+	change := func(uid string, op schema.MemberOp) schema.Member {
+		m, err := p.prod.ChangeMember(ctx, "g1", uid, op, "admin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	sendOne := func() int64 {
+		id, err := p.prod.SendMessage(ctx, &schema.Message{Gid: "g1", Sender: "alice", Body: []byte("x")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	change("alice", schema.OpJoin)
+	m1 := sendOne()
+	bobJoin := change("bob", schema.OpJoin)
+	m2 := sendOne()
+	aliceLeave := change("alice", schema.OpLeave)
+	m3 := sendOne()
+	aliceBack := change("alice", schema.OpJoin)
+	if bobJoin.Pos != m1 || aliceLeave.Pos != m2 || aliceBack.Pos != m3 {
+		t.Fatalf("positions %d %d %d, want %d %d %d", bobJoin.Pos, aliceLeave.Pos, aliceBack.Pos, m1, m2, m3)
+	}
+	_, stop := p.memberProjector(t)
+	check := func() {
+		t.Helper()
+		waitFor(t, "membership", 20*time.Second, func() bool {
+			a, _ := p.redis.Membership(ctx, "g1", "alice")
+			return a.State == store.MemberJoined && a.JoinedAt == m3
+		})
+		b, _ := p.redis.Membership(ctx, "g1", "bob")
+		if b.State != store.MemberJoined || b.JoinedAt != m1 || b.Sees(m1) || !b.Sees(m2) {
+			t.Fatalf("bob = %+v: want joined at %d, seeing %d but not %d", b, m1, m2, m1)
+		}
+		if cur, ok, _ := p.redis.AckCursor(ctx, "g1", "bob"); !ok || cur != m1 {
+			t.Fatalf("bob's ack cursor = %d (%v), want the head at his join, %d", cur, ok, m1)
+		}
+		groups, _ := p.redis.UserGroups(ctx, "bob")
+		if _, ok := groups["g1"]; !ok {
+			t.Fatalf("bob's groups %v lack g1", groups)
+		}
+	}
+	check()
+
+	// A member who left, seen before rejoining: Sees stops at the leave.
+	left := store.Membership{State: store.MemberLeft, JoinedAt: -1, LeftAt: m2}
+	if !left.Sees(m2) || left.Sees(m3) {
+		t.Fatalf("a member who left at %d must see %d and not %d", m2, m2, m3)
+	}
+
+	stop()
+	if err := p.rc.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p.memberProjector(t)
+	check() // rebuilt by replay
+}

@@ -1,0 +1,47 @@
+package store
+
+import "strconv"
+
+// The Redis key layout. Every key of one group carries the hash tag {gid},
+// so all of a group's keys live in one slot and every multi-key command or
+// script on them works on Redis Cluster. A user's index carries {u:uid}.
+// Ids are schema.ValidID strings: no braces, no "/", so the layout below is
+// unambiguous.
+//
+//	key                                    type    content
+//	chat:{<gid>}:win                       ZSET    score msgid, member = 8-byte big-endian msgid ++ schema.AppendMessage;
+//	                                               the recent window of the group's messages (unique per msgid)
+//	chat:{<gid>}:floor                     STRING  highest msgid ever trimmed from win; absent: nothing trimmed,
+//	                                               win holds the group's whole history
+//	chat:{<gid>}:head                      STRING  highest msgid persisted; only rises
+//	chat:{<gid>}:cmid:<sender>/<cmid>      STRING  "<msgid>:<sent_at_ms>[:<prev_msgid>]", expiring: the message
+//	                                               that claimed this client_msg_id, and the claim it replaced
+//	chat:{<gid>}:ack                       ZSET    member uid, score last_ack msgid (written with ZADD GT)
+//	chat:{<gid>}:read                      ZSET    member uid, score last_read msgid (written with ZADD GT)
+//	chat:{<gid>}:members                   HASH    uid -> membership: "j:<joinPos>" or "l:<joinPos>:<leftPos>"
+//	chat:{u:<uid>}:groups                  HASH    gid -> the same membership value: the user's groups
+//	chat:offsets:<consumer>                HASH    "<topic>/<partition>" -> next offset to read
+//
+// The claim key separates sender and client_msg_id with "/" rather than ":"
+// because ":" is valid inside ids ("a:b"+"c" and "a"+"b:c" must differ).
+
+func groupPrefix(gid string) string { return "chat:{" + gid + "}:" }
+
+func windowKey(gid string) string  { return groupPrefix(gid) + "win" }
+func floorKey(gid string) string   { return groupPrefix(gid) + "floor" }
+func headKey(gid string) string    { return groupPrefix(gid) + "head" }
+func ackKey(gid string) string     { return groupPrefix(gid) + "ack" }
+func readKey(gid string) string    { return groupPrefix(gid) + "read" }
+func membersKey(gid string) string { return groupPrefix(gid) + "members" }
+
+func claimKey(gid, sender, clientMsgID string) string {
+	return groupPrefix(gid) + "cmid:" + sender + "/" + clientMsgID
+}
+
+func userGroupsKey(uid string) string { return "chat:{u:" + uid + "}:groups" }
+
+func offsetsKey(consumer string) string { return "chat:offsets:" + consumer }
+
+func offsetField(topic string, partition int) string {
+	return topic + "/" + strconv.Itoa(partition)
+}

@@ -1,0 +1,155 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/groupchat/chatd/schema"
+)
+
+// claimReplayTTL is how long a claim lives at least. A claim expires
+// DedupWindow after its message's sent_at; when a replay of old history
+// makes that a time in the past, the claim still lives this long (capped at
+// DedupWindow), so that a resend close behind its original in the log is
+// recognised during the replay without old claims filling Redis.
+const claimReplayTTL = 5 * time.Minute
+
+// claimScript decides the sends of one group in msgid order. KEYS[i] is the
+// claim key of message i; ARGV is dedup window (ms), now (ms), least TTL
+// (ms), then msgid and sent_at of each message. It returns 1 (duplicate) or
+// 0 per message.
+//
+// A claim key holds "<msgid>:<sent_at>[:<prev>]": the last message that was
+// not a duplicate, and the claim it replaced. For message m:
+//   - no claim: m is new and claims the key;
+//   - claim by m itself: a replay of m, which was not a duplicate;
+//   - claim by an earlier message c: m is a duplicate iff their sent_at are
+//     at most the window apart; otherwise m claims the key (prev = c);
+//   - claim by a later message c (a replay while Redis is ahead of the
+//     consumer): m was a duplicate iff the claim before c is older than m,
+//     since had m not been a duplicate it would have been that claim. When
+//     that is unknown (no prev), m is let through: a visible duplicate is
+//     better than a lost message.
+var claimScript = redis.NewScript(`
+local win, now, least = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local cur = {}
+for i = 1, #KEYS, 1000 do
+  local got = redis.call('MGET', unpack(KEYS, i, math.min(i+999, #KEYS)))
+  for j = 1, #got do
+    cur[i+j-1] = got[j]
+  end
+end
+local set = {}
+local out = {}
+for i = 1, #KEYS do
+  local id, sent = ARGV[2*i+2], ARGV[2*i+3]
+  local nid, nsent = tonumber(id), tonumber(sent)
+  local dup, claim, prev = 0, false, nil
+  local v = set[KEYS[i]] or cur[i]
+  local cid, csent, cprev
+  if v then
+    cid, csent, cprev = string.match(v, '^(%-?%d+):(%-?%d+):?(%-?%d*)$')
+  end
+  local c = tonumber(cid)
+  if not c then
+    claim = true
+  elseif c < nid then
+    if math.abs(nsent - tonumber(csent)) <= win then
+      dup = 1
+    else
+      claim, prev = true, cid
+    end
+  elseif c > nid then
+    local p = tonumber(cprev)
+    if p and p < nid then
+      dup = 1
+    end
+  end
+  if claim then
+    v = id .. ':' .. sent
+    if prev then
+      v = v .. ':' .. prev
+    end
+    local ttl = nsent + win - now
+    if ttl < least then
+      ttl = least
+    end
+    redis.call('SET', KEYS[i], v, 'PX', ttl)
+    set[KEYS[i]] = v
+  end
+  out[i] = dup
+end
+return out
+`)
+
+// ClaimSends decides, for each message (all from one partition, in offset
+// order), whether it is a duplicate send: the same (gid, sender,
+// client_msg_id) as an earlier msgid whose sent_at is within DedupWindow of
+// this one's. Messages with an empty ClientMsgID are never duplicates.
+//
+// It is deterministic under replay: claiming a message again (same msgid)
+// gives the same answer, and a duplicate inside the batch is detected. The
+// whole batch costs one round trip: one script call per group, pipelined.
+func (r *Redis) ClaimSends(ctx context.Context, msgs []schema.Message) (dup []bool, err error) {
+	dup = make([]bool, len(msgs))
+	groups := groupIndexes(len(msgs), func(i int) (string, bool) { return msgs[i].Gid, msgs[i].ClientMsgID != "" })
+	if len(groups) == 0 {
+		return dup, nil
+	}
+	win := r.cfg.DedupWindow.Milliseconds()
+	least := min(claimReplayTTL, r.cfg.DedupWindow).Milliseconds()
+	now := time.Now().UnixMilli()
+
+	calls := make([]scriptCall, len(groups))
+	for g, idx := range groups {
+		keys := make([]string, len(idx))
+		args := make([]any, 0, 3+2*len(idx))
+		args = append(args, win, now, least)
+		for j, i := range idx {
+			m := &msgs[i]
+			keys[j] = claimKey(m.Gid, m.Sender, m.ClientMsgID)
+			args = append(args, m.MsgID, m.SentAt)
+		}
+		calls[g] = scriptCall{keys: keys, args: args}
+	}
+	cmds, err := r.runScript(ctx, claimScript, calls)
+	if err != nil {
+		return nil, fmt.Errorf("store: claim sends: %w", err)
+	}
+	for g, idx := range groups {
+		res, err := cmds[g].Int64Slice()
+		if err != nil || len(res) != len(idx) {
+			return nil, fmt.Errorf("store: claim sends: %w: script returned %v (%v) for %d messages",
+				ErrCorruptValue, cmds[g].Val(), err, len(idx))
+		}
+		for j, i := range idx {
+			dup[i] = res[j] == 1
+		}
+	}
+	return dup, nil
+}
+
+// groupIndexes groups the indexes 0..n-1 by gid, leaving out those for which
+// of returns false. Groups come in order of their first index; each group's
+// indexes stay in order.
+func groupIndexes(n int, of func(i int) (gid string, ok bool)) [][]int {
+	var groups [][]int
+	at := make(map[string]int)
+	for i := range n {
+		gid, ok := of(i)
+		if !ok {
+			continue
+		}
+		g, seen := at[gid]
+		if !seen {
+			g = len(groups)
+			at[gid] = g
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	return groups
+}

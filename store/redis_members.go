@@ -1,0 +1,244 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/groupchat/chatd/schema"
+)
+
+// MemberState is where a user stands in a group.
+type MemberState uint8
+
+// The member states.
+const (
+	MemberNone   MemberState = iota // never joined (as far as the store knows)
+	MemberJoined                    // a member now
+	MemberLeft                      // was a member, left
+)
+
+func (s MemberState) String() string {
+	switch s {
+	case MemberNone:
+		return "none"
+	case MemberJoined:
+		return "joined"
+	case MemberLeft:
+		return "left"
+	}
+	return "state(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Membership is a user's membership of one group. JoinedAt and LeftAt are
+// group positions (msgids): a member sees the messages with msgid >
+// JoinedAt and, once left, <= LeftAt.
+type Membership struct {
+	State    MemberState
+	JoinedAt int64
+	LeftAt   int64 // only when State is MemberLeft
+}
+
+// Sees reports whether the membership covers message msgid.
+func (m Membership) Sees(msgid int64) bool {
+	switch m.State {
+	case MemberJoined:
+		return msgid > m.JoinedAt
+	case MemberLeft:
+		return msgid > m.JoinedAt && msgid <= m.LeftAt
+	}
+	return false
+}
+
+// encode is the stored form: "j:<joinPos>" or "l:<joinPos>:<leftPos>".
+func (m Membership) encode() string {
+	switch m.State {
+	case MemberJoined:
+		return "j:" + strconv.FormatInt(m.JoinedAt, 10)
+	case MemberLeft:
+		return "l:" + strconv.FormatInt(m.JoinedAt, 10) + ":" + strconv.FormatInt(m.LeftAt, 10)
+	}
+	return ""
+}
+
+func parseMembership(s string) (Membership, error) {
+	state, rest, _ := strings.Cut(s, ":")
+	var m Membership
+	var err error
+	switch state {
+	case "j":
+		m.State = MemberJoined
+		m.JoinedAt, err = strconv.ParseInt(rest, 10, 64)
+	case "l":
+		m.State = MemberLeft
+		j, l, ok := strings.Cut(rest, ":")
+		if !ok {
+			return Membership{}, fmt.Errorf("%w: membership %q", ErrCorruptValue, s)
+		}
+		if m.JoinedAt, err = strconv.ParseInt(j, 10, 64); err == nil {
+			m.LeftAt, err = strconv.ParseInt(l, 10, 64)
+		}
+	default:
+		return Membership{}, fmt.Errorf("%w: membership %q", ErrCorruptValue, s)
+	}
+	if err != nil {
+		return Membership{}, fmt.Errorf("%w: membership %q", ErrCorruptValue, s)
+	}
+	return m, nil
+}
+
+// membersScript folds one group's member events in order. KEYS: members,
+// ack, read. ARGV: uid, op ("j" or "l") and pos of each event. It returns
+// uid, new value, ... for every uid it touched, for the user index.
+//
+// join: joined at pos (whatever the state: the last join wins, as in the
+// compacted topic), ack and read cursors raised to pos; leave on joined:
+// left at pos, join kept; leave on left: nothing (a second leave must not
+// show what was sent after the first); leave on none: left at pos, joined at
+// pos (the join is unknown, e.g. compacted away, so it grants nothing).
+//
+// The result of a sequence depends only on its events from the last join
+// on, so replaying any suffix of it, on the state it produced, gives the
+// same state: that is what a consumer does after a crash.
+var membersScript = redis.NewScript(`
+local vals, order = {}, {}
+for i = 1, #ARGV, 3 do
+  local uid, op, pos = ARGV[i], ARGV[i+1], ARGV[i+2]
+  local cur = vals[uid]
+  if cur == nil then
+    cur = redis.call('HGET', KEYS[1], uid) or ''
+    order[#order+1] = uid
+  end
+  local state, joined = string.match(cur, '^(%a):(%-?%d+)')
+  if op == 'j' then
+    cur = 'j:' .. pos
+    redis.call('ZADD', KEYS[2], 'GT', pos, uid)
+    redis.call('ZADD', KEYS[3], 'GT', pos, uid)
+  elseif state == 'j' then
+    cur = 'l:' .. joined .. ':' .. pos
+  elseif state ~= 'l' then
+    cur = 'l:' .. pos .. ':' .. pos
+  end
+  vals[uid] = cur
+end
+local out = {}
+for _, uid in ipairs(order) do
+  if vals[uid] ~= '' then
+    redis.call('HSET', KEYS[1], uid, vals[uid])
+    out[#out+1] = uid
+    out[#out+1] = vals[uid]
+  end
+end
+return out
+`)
+
+// ApplyMembers folds member events, in order: a join makes the user a
+// member at Pos and raises their ack and read cursors to Pos (a joiner
+// starts at the group's head); a leave makes them left at Pos, keeping the
+// join position; a join after a leave makes them a member at the new Pos.
+// A leave while left changes nothing. A join while joined moves the join
+// position to the new Pos, so producers must not re-join a member.
+//
+// Replaying the same events in the same order, or any suffix of them, gives
+// the same state. It writes the group's member hash and the users' group
+// index: one script call per group, then one HSET per user, each step
+// pipelined.
+func (r *Redis) ApplyMembers(ctx context.Context, ms []schema.Member) error {
+	groups := groupIndexes(len(ms), func(i int) (string, bool) { return ms[i].Gid, true })
+	calls := make([]scriptCall, len(groups))
+	for g, idx := range groups {
+		args := make([]any, 0, 3*len(idx))
+		for _, i := range idx {
+			op := "l"
+			if ms[i].Op == schema.OpJoin {
+				op = "j"
+			} else if ms[i].Op != schema.OpLeave {
+				return fmt.Errorf("store: apply members: %v of %q in %q: unknown op", ms[i].Op, ms[i].Uid, ms[i].Gid)
+			}
+			args = append(args, ms[i].Uid, op, ms[i].Pos)
+		}
+		gid := ms[idx[0]].Gid
+		calls[g] = scriptCall{keys: []string{membersKey(gid), ackKey(gid), readKey(gid)}, args: args}
+	}
+	cmds, err := r.runScript(ctx, membersScript, calls)
+	if err != nil {
+		return fmt.Errorf("store: apply members: %w", err)
+	}
+
+	// The user index: uid -> gid -> value, one HSET per user.
+	users := make(map[string][]any)
+	for g, idx := range groups {
+		gid := ms[idx[0]].Gid
+		out, err := cmds[g].StringSlice()
+		if err != nil || len(out)%2 != 0 {
+			return fmt.Errorf("store: apply members: %w: script returned %v (%v)", ErrCorruptValue, cmds[g].Val(), err)
+		}
+		for k := 0; k < len(out); k += 2 {
+			users[out[k]] = append(users[out[k]], gid, out[k+1])
+		}
+	}
+	err = r.execPipe(ctx, func(p redis.Pipeliner) {
+		for uid, fields := range users {
+			p.HSet(ctx, userGroupsKey(uid), fields...)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("store: apply members: user index: %w", err)
+	}
+	return nil
+}
+
+// Membership returns the user's membership of the group.
+func (r *Redis) Membership(ctx context.Context, gid, uid string) (Membership, error) {
+	s, err := r.client.HGet(ctx, membersKey(gid), uid).Result()
+	if errors.Is(err, redis.Nil) {
+		return Membership{State: MemberNone}, nil
+	}
+	if err != nil {
+		return Membership{}, fmt.Errorf("store: membership of %q in %q: %w", uid, gid, err)
+	}
+	m, err := parseMembership(s)
+	if err != nil {
+		return Membership{}, fmt.Errorf("store: membership of %q in %q: %w", uid, gid, err)
+	}
+	return m, nil
+}
+
+// Members returns every user who ever joined the group (left ones too), by
+// uid.
+func (r *Redis) Members(ctx context.Context, gid string) (map[string]Membership, error) {
+	all, err := r.memberships(ctx, membersKey(gid))
+	if err != nil {
+		return nil, fmt.Errorf("store: members of %q: %w", gid, err)
+	}
+	return all, nil
+}
+
+// UserGroups returns the user's memberships (left ones too), by gid.
+func (r *Redis) UserGroups(ctx context.Context, uid string) (map[string]Membership, error) {
+	all, err := r.memberships(ctx, userGroupsKey(uid))
+	if err != nil {
+		return nil, fmt.Errorf("store: groups of %q: %w", uid, err)
+	}
+	return all, nil
+}
+
+func (r *Redis) memberships(ctx context.Context, key string) (map[string]Membership, error) {
+	h, err := r.client.HGetAll(ctx, key).Result()
+	if err != nil {
+		return nil, err
+	}
+	all := make(map[string]Membership, len(h))
+	for k, v := range h {
+		m, err := parseMembership(v)
+		if err != nil {
+			return nil, fmt.Errorf("%q: %w", k, err)
+		}
+		all[k] = m
+	}
+	return all, nil
+}

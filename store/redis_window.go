@@ -1,0 +1,278 @@
+package store
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/groupchat/chatd/schema"
+)
+
+// appendScript adds messages to one group's window. KEYS: win, floor, head.
+// ARGV: window size (-1: unbounded), pre-trimmed floor (the highest msgid the
+// caller left out because it would be trimmed at once, or -1), the batch's
+// highest msgid, then msgid and member of each message.
+//
+// Messages at or below the floor are skipped, so a replay changes nothing.
+// Trimming raises the floor to the highest msgid trimmed. ZADD goes in
+// chunks to stay below Lua's unpack limit.
+var appendScript = redis.NewScript(`
+local size, pre, top = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local got = redis.call('MGET', KEYS[2], KEYS[3])
+local floor, head = tonumber(got[1] or '-1'), tonumber(got[2] or '-1')
+local newfloor = nil
+if pre > floor then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[2])
+  floor, newfloor = pre, ARGV[2]
+end
+local batch = {}
+for i = 4, #ARGV, 2 do
+  if tonumber(ARGV[i]) > floor then
+    batch[#batch+1] = ARGV[i]
+    batch[#batch+1] = ARGV[i+1]
+    if #batch >= 1000 then
+      redis.call('ZADD', KEYS[1], unpack(batch))
+      batch = {}
+    end
+  end
+end
+if #batch > 0 then
+  redis.call('ZADD', KEYS[1], unpack(batch))
+end
+if size >= 0 then
+  -- the newest entry to trim, if the window holds more than size
+  local edge = redis.call('ZRANGE', KEYS[1], -size-1, -size-1, 'WITHSCORES')
+  if #edge > 0 then
+    redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -size-1)
+    newfloor = edge[2]
+  end
+end
+local set = {}
+if newfloor then
+  set[#set+1] = KEYS[2]
+  set[#set+1] = newfloor
+end
+if top > head then
+  set[#set+1] = KEYS[3]
+  set[#set+1] = ARGV[3]
+end
+if #set > 0 then
+  redis.call('MSET', unpack(set))
+end
+return 1
+`)
+
+// AppendWindow adds messages to their groups' windows, trims each window to
+// WindowSize (raising its floor to the highest msgid trimmed) and raises
+// each group's head. Pass only the messages ClaimSends did not find to be
+// duplicates. It is idempotent: re-appending messages that are present or
+// already trimmed (msgid <= floor) changes nothing. One script call per
+// group, pipelined in one round trip.
+func (r *Redis) AppendWindow(ctx context.Context, msgs []schema.Message) error {
+	groups := groupIndexes(len(msgs), func(i int) (string, bool) { return msgs[i].Gid, true })
+	if len(groups) == 0 {
+		return nil
+	}
+	// One buffer for every member: 8-byte big-endian msgid ++ encoding.
+	size := 0
+	for i := range msgs {
+		size += 8 + 16 + len(msgs[i].Gid) + len(msgs[i].Sender) + len(msgs[i].ClientMsgID) + len(msgs[i].Body) + 3*binary.MaxVarintLen64
+	}
+	buf := make([]byte, 0, size)
+	ends := make([]int, len(msgs))
+	for i := range msgs {
+		buf = binary.BigEndian.AppendUint64(buf, uint64(msgs[i].MsgID))
+		buf = schema.AppendMessage(buf, &msgs[i])
+		ends[i] = len(buf)
+	}
+	member := func(i int) []byte {
+		start := 0
+		if i > 0 {
+			start = ends[i-1]
+		}
+		return buf[start:ends[i]:ends[i]]
+	}
+
+	calls := make([]scriptCall, len(groups))
+	for g, idx := range groups {
+		pre, keep := r.pretrim(msgs, idx)
+		head := int64(-1)
+		for _, i := range idx {
+			head = max(head, msgs[i].MsgID)
+		}
+		args := make([]any, 0, 3+2*len(keep))
+		args = append(args, r.cfg.WindowSize, pre, head)
+		for _, i := range keep {
+			args = append(args, msgs[i].MsgID, member(i))
+		}
+		gid := msgs[idx[0]].Gid
+		calls[g] = scriptCall{keys: []string{windowKey(gid), floorKey(gid), headKey(gid)}, args: args}
+	}
+	if _, err := r.runScript(ctx, appendScript, calls); err != nil {
+		return fmt.Errorf("store: append window: %w", err)
+	}
+	return nil
+}
+
+// pretrim leaves out of one group's batch the messages that trimming would
+// drop at once: all but the WindowSize highest msgids. It returns the
+// highest msgid left out (-1 for none) and the indexes to send.
+func (r *Redis) pretrim(msgs []schema.Message, idx []int) (pre int64, keep []int) {
+	size := r.cfg.WindowSize
+	if size < 0 || len(idx) <= size {
+		return -1, idx
+	}
+	keep = slices.Clone(idx)
+	slices.SortFunc(keep, func(a, b int) int { return cmp.Compare(msgs[b].MsgID, msgs[a].MsgID) })
+	keep = slices.CompactFunc(keep, func(a, b int) bool { return msgs[a].MsgID == msgs[b].MsgID })
+	if len(keep) <= size {
+		return -1, keep
+	}
+	return msgs[keep[size]].MsgID, keep[:size]
+}
+
+// Window returns the group's messages with msgid > after, ascending, at
+// most limit. complete reports that the window holds every message of the
+// group after `after` (nothing was ever trimmed, or after >= floor); when it
+// is false, the messages in (after, floor] must come from the history store,
+// and msgs starts above the floor.
+func (r *Redis) Window(ctx context.Context, gid string, after int64, limit int) (msgs []schema.Message, complete bool, err error) {
+	if limit <= 0 {
+		return nil, false, fmt.Errorf("store: window of %q: %w, got %d", gid, ErrInvalidLimit, limit)
+	}
+	var rng *redis.StringSliceCmd
+	var floor *redis.StringCmd
+	_, err = r.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		rng = p.ZRangeArgs(ctx, redis.ZRangeArgs{
+			Key:     windowKey(gid),
+			Start:   "(" + strconv.FormatInt(after, 10),
+			Stop:    "+inf",
+			ByScore: true,
+			Count:   int64(limit),
+		})
+		floor = p.Get(ctx, floorKey(gid))
+		return nil
+	})
+	if err = cmp.Or(rng.Err(), floor.Err(), err); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, false, fmt.Errorf("store: window of %q: %w", gid, err)
+	}
+	fl, trimmed, err := optionalMsgID(floor)
+	if err != nil {
+		return nil, false, fmt.Errorf("store: window of %q: floor: %w", gid, err)
+	}
+	members := rng.Val()
+	msgs = make([]schema.Message, 0, len(members))
+	for _, s := range members {
+		m, err := decodeWindowMember(s)
+		if err != nil {
+			return nil, false, fmt.Errorf("store: window of %q: %w", gid, err)
+		}
+		msgs = append(msgs, m)
+	}
+	return msgs, !trimmed || after >= fl, nil
+}
+
+func decodeWindowMember(s string) (schema.Message, error) {
+	if len(s) < 8 {
+		return schema.Message{}, fmt.Errorf("%w: window member of %d bytes", ErrCorruptValue, len(s))
+	}
+	b := []byte(s)
+	m, err := schema.DecodeMessage(b[8:])
+	if err != nil {
+		return m, fmt.Errorf("%w: window member: %w", ErrCorruptValue, err)
+	}
+	m.MsgID = int64(binary.BigEndian.Uint64(b[:8]))
+	return m, nil
+}
+
+// Head returns the highest msgid persisted for the group, -1 when it has no
+// message.
+func (r *Redis) Head(ctx context.Context, gid string) (int64, error) {
+	h, ok, err := optionalMsgID(r.client.Get(ctx, headKey(gid)))
+	if err != nil {
+		return 0, fmt.Errorf("store: head of %q: %w", gid, err)
+	}
+	if !ok {
+		return -1, nil
+	}
+	return h, nil
+}
+
+// Heads returns Head of each group, in one round trip.
+func (r *Redis) Heads(ctx context.Context, gids []string) (map[string]int64, error) {
+	cmds := make([]*redis.StringCmd, len(gids))
+	err := r.execPipe(ctx, func(p redis.Pipeliner) {
+		for i, gid := range gids {
+			cmds[i] = p.Get(ctx, headKey(gid))
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: heads: %w", err)
+	}
+	heads := make(map[string]int64, len(gids))
+	for i, gid := range gids {
+		h, ok, err := optionalMsgID(cmds[i])
+		if err != nil {
+			return nil, fmt.Errorf("store: head of %q: %w", gid, err)
+		}
+		if !ok {
+			h = -1
+		}
+		heads[gid] = h
+	}
+	return heads, nil
+}
+
+// Unread counts the group's messages in the window with msgid > cursor.
+// exact is false when the window was trimmed above the cursor: then there
+// are more, shown as "N+".
+func (r *Redis) Unread(ctx context.Context, gid string, cursor int64) (n int64, exact bool, err error) {
+	var count *redis.IntCmd
+	var floor *redis.StringCmd
+	_, err = r.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		count = p.ZCount(ctx, windowKey(gid), "("+strconv.FormatInt(cursor, 10), "+inf")
+		floor = p.Get(ctx, floorKey(gid))
+		return nil
+	})
+	if err = cmp.Or(count.Err(), floor.Err(), err); err != nil && !errors.Is(err, redis.Nil) {
+		return 0, false, fmt.Errorf("store: unread of %q: %w", gid, err)
+	}
+	fl, trimmed, err := optionalMsgID(floor)
+	if err != nil {
+		return 0, false, fmt.Errorf("store: unread of %q: floor: %w", gid, err)
+	}
+	return count.Val(), !trimmed || cursor >= fl, nil
+}
+
+// optionalMsgID reads a msgid string; ok is false when the key is absent.
+func optionalMsgID(cmd *redis.StringCmd) (id int64, ok bool, err error) {
+	s, err := cmd.Result()
+	if errors.Is(err, redis.Nil) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	id, err = parseMsgID(s)
+	return id, err == nil, err
+}
+
+// parseMsgID parses a msgid written by a script. Scores come back from
+// Redis as doubles, which may be written as "1e+15".
+func parseMsgID(s string) (int64, error) {
+	if id, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return id, nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+		return 0, fmt.Errorf("%w: msgid %q", ErrCorruptValue, s)
+	}
+	return int64(f), nil
+}
