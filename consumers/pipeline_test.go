@@ -197,13 +197,12 @@ func TestPersisterCrashBetweenInsertAndCommit(t *testing.T) {
 	_, stop := p.persister(t, func() error {
 		if once.CompareAndSwap(false, true) {
 			close(crashed)
-			return fmt.Errorf("crash after the ClickHouse insert")
 		}
-		<-make(chan struct{}) // the process is dead: nothing more happens
-		return nil
+		// The process is dead: nothing after the insert ever happens.
+		return fmt.Errorf("crashed after the ClickHouse insert")
 	})
 	<-crashed
-	go stop() // the dead process's goroutines are stuck; let them go
+	stop()
 	ctx := context.Background()
 	var inCH int64
 	for gid := range s {

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/groupchat/chatd/internal/testserver"
+	"github.com/groupchat/chatd/producers"
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/topics"
+)
+
+// buildChatd compiles this command once per test binary run.
+func buildChatd(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "chatd")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+type chatdProc struct {
+	cmd  *exec.Cmd
+	log  *strings.Builder
+	done chan error
+}
+
+func startChatd(t *testing.T, bin string, env []string, args ...string) *chatdProc {
+	t.Helper()
+	p := &chatdProc{cmd: exec.Command(bin, args...), log: &strings.Builder{}, done: make(chan error, 1)}
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		<-p.done
+		if t.Failed() {
+			t.Logf("chatd log:\n%s", p.log.String())
+		}
+	})
+	return p
+}
+
+func (p *chatdProc) stop(t *testing.T) {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-p.done:
+		p.done <- err // for the cleanup
+		if err != nil {
+			t.Fatalf("chatd exited with %v after SIGTERM", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("chatd did not stop within 15 s of SIGTERM")
+	}
+}
+
+func waitHealthy(t *testing.T, url string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s did not answer 200 within 30 s", url)
+}
+
+func kcat(t *testing.T, args ...string) string {
+	t.Helper()
+	if _, err := exec.LookPath("kcat"); err != nil {
+		t.Fatal("kcat is not installed; install it with `make deps` (apt-get install kcat)")
+	}
+	out, err := exec.Command("kcat", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("kcat %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	port, err := testserver.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", port)
+}
+
+func TestDevRunsSurvivesRestartAndKcatReadsIt(t *testing.T) {
+	bin := buildChatd(t)
+	data := t.TempDir()
+	httpAddr, kafkaAddr := freeAddr(t), freeAddr(t)
+	env := []string{"CHAT_HTTP_ADDR=" + httpAddr, "CHAT_KAFKA_LISTEN=" + kafkaAddr, "CHAT_DATA_DIR=" + data, "CHAT_PARTITIONS=4"}
+	p := startChatd(t, bin, env, "dev")
+	waitHealthy(t, "http://"+httpAddr+"/healthz")
+
+	meta := kcat(t, "-b", kafkaAddr, "-L")
+	for _, topic := range []string{topics.Messages, topics.Acks, topics.Receipts, topics.Members, topics.DeadLetter} {
+		if !strings.Contains(meta, fmt.Sprintf("topic %q with 4 partitions", topic)) {
+			t.Fatalf("kcat -L does not list %s with 4 partitions:\n%s", topic, meta)
+		}
+	}
+	prod, err := producers.New(producers.Config{Brokers: []string{kafkaAddr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var last int64
+	for i := 0; i < 5; i++ {
+		if last, err = prod.SendMessage(ctx, &schema.Message{Gid: "g1", Sender: "u1", ClientMsgID: fmt.Sprint("c", i), SentAt: time.Now().UnixMilli(), Body: []byte("hello")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prod.Close()
+	part := topics.Partition("g1", 4)
+	read := func() []string {
+		out := kcat(t, "-b", kafkaAddr, "-C", "-t", topics.Messages, "-p", fmt.Sprint(part), "-o", "beginning", "-e", "-q", "-f", "%k %o\n")
+		return strings.Fields(strings.TrimSpace(out))
+	}
+	before := read()
+	if len(before) != 10 || before[0] != "g1" || before[9] != fmt.Sprint(last) {
+		t.Fatalf("kcat read %v, want 5 records of g1 ending at offset %d", before, last)
+	}
+
+	p.stop(t)
+	p = startChatd(t, bin, env, "dev")
+	waitHealthy(t, "http://"+httpAddr+"/healthz")
+	if after := read(); strings.Join(after, " ") != strings.Join(before, " ") {
+		t.Fatalf("after a restart kcat reads %v, want %v", after, before)
+	}
+	if !strings.Contains(p.log.String(), "rebuilt from the topics") {
+		t.Fatalf("the log does not say the embedded Redis is rebuilt from the topics:\n%s", p.log)
+	}
+	p.stop(t)
+}
+
+func TestBadSettingsSayWhatToDo(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"nope"}, nil, `unknown role "nope"`},
+		{[]string{"dev", "-partitions", "0"}, nil, "partitions must be"},
+		{[]string{"dev"}, map[string]string{"CHAT_LOG_LEVEL": "loud"}, "log-level"},
+		{[]string{"persister"}, nil, "CHAT_KAFKA_BROKERS"},
+		{[]string{"dev", "extra"}, nil, "flags go after the role"},
+	} {
+		getenv := func(k string) string { return c.env[k] }
+		err := run(context.Background(), c.args, getenv)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("chatd %v: error %v, want one mentioning %q", c.args, err, c.want)
+		}
+	}
+}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// settings are every knob of chatd. Each has a flag and a CHAT_* variable;
+// a flag wins over the variable, the variable over the default.
+type settings struct {
+	HTTPAddr        string
+	DataDir         string
+	KafkaListen     string
+	KafkaBrokers    string
+	Partitions      int
+	RedisAddrs      string
+	RedisPassword   string
+	WindowSize      int
+	ClickHouseAddrs string
+	ClickHouseDB    string
+	ClickHouseUser  string
+	ClickHousePass  string
+	Retention       time.Duration
+	ShutdownTimeout time.Duration
+	LogLevel        string
+	LogFormat       string
+}
+
+// setting describes one knob, for flags, env and `chatd help`.
+type setting struct {
+	flag, env, def, usage string
+	roles                 string // "dev", "prod" or "all"
+	bind                  func(s *settings, fs *flag.FlagSet, name, def, usage string)
+}
+
+func str(f func(*settings) *string) func(*settings, *flag.FlagSet, string, string, string) {
+	return func(s *settings, fs *flag.FlagSet, n, d, u string) { fs.StringVar(f(s), n, d, u) }
+}
+
+func num(f func(*settings) *int) func(*settings, *flag.FlagSet, string, string, string) {
+	return func(s *settings, fs *flag.FlagSet, n, d, u string) {
+		v, err := strconv.Atoi(d)
+		if err != nil {
+			v = -2 // reported by validate
+		}
+		fs.IntVar(f(s), n, v, u)
+	}
+}
+
+func dur(f func(*settings) *time.Duration) func(*settings, *flag.FlagSet, string, string, string) {
+	return func(s *settings, fs *flag.FlagSet, n, d, u string) {
+		v, err := time.ParseDuration(d)
+		if err != nil {
+			v = -2 // reported by validate
+		}
+		fs.DurationVar(f(s), n, v, u)
+	}
+}
+
+var allSettings = []setting{
+	{"http-addr", "CHAT_HTTP_ADDR", "127.0.0.1:8080", "HTTP listen address (health, API)", "all", str(func(s *settings) *string { return &s.HTTPAddr })},
+	{"data-dir", "CHAT_DATA_DIR", "./data", "where the embedded broker keeps its log", "dev", str(func(s *settings) *string { return &s.DataDir })},
+	{"kafka-listen", "CHAT_KAFKA_LISTEN", "127.0.0.1:9092", "the embedded broker's Kafka listener (kcat and other tools attach here)", "dev", str(func(s *settings) *string { return &s.KafkaListen })},
+	{"kafka-brokers", "CHAT_KAFKA_BROKERS", "", "Kafka bootstrap brokers, host:port,...", "prod", str(func(s *settings) *string { return &s.KafkaBrokers })},
+	{"partitions", "CHAT_PARTITIONS", "16", "partitions of every chat.* topic; fixed once the topics exist", "all", num(func(s *settings) *int { return &s.Partitions })},
+	{"redis-addrs", "CHAT_REDIS_ADDRS", "", "Redis address, or several for a Redis Cluster (dev: empty = embedded)", "all", str(func(s *settings) *string { return &s.RedisAddrs })},
+	{"redis-password", "CHAT_REDIS_PASSWORD", "", "Redis password", "all", str(func(s *settings) *string { return &s.RedisPassword })},
+	{"window-size", "CHAT_WINDOW_SIZE", "1000", "messages kept per group in the Redis window (-1: all; the default without ClickHouse)", "all", num(func(s *settings) *int { return &s.WindowSize })},
+	{"clickhouse-addrs", "CHAT_CLICKHOUSE_ADDRS", "", "ClickHouse native address(es), host:9000,...; empty = no ClickHouse", "all", str(func(s *settings) *string { return &s.ClickHouseAddrs })},
+	{"clickhouse-database", "CHAT_CLICKHOUSE_DATABASE", "chat", "ClickHouse database (created if missing)", "all", str(func(s *settings) *string { return &s.ClickHouseDB })},
+	{"clickhouse-user", "CHAT_CLICKHOUSE_USER", "default", "ClickHouse user", "all", str(func(s *settings) *string { return &s.ClickHouseUser })},
+	{"clickhouse-password", "CHAT_CLICKHOUSE_PASSWORD", "", "ClickHouse password", "all", str(func(s *settings) *string { return &s.ClickHousePass })},
+	{"message-retention", "CHAT_MESSAGE_RETENTION", "168h", "chat.messages retention when ClickHouse keeps the history (without it: forever)", "all", dur(func(s *settings) *time.Duration { return &s.Retention })},
+	{"shutdown-timeout", "CHAT_SHUTDOWN_TIMEOUT", "10s", "how long shutdown may drain", "all", dur(func(s *settings) *time.Duration { return &s.ShutdownTimeout })},
+	{"log-level", "CHAT_LOG_LEVEL", "info", "debug, info, warn or error", "all", str(func(s *settings) *string { return &s.LogLevel })},
+	{"log-format", "CHAT_LOG_FORMAT", "text", "text or json", "all", str(func(s *settings) *string { return &s.LogFormat })},
+}
+
+// parseSettings reads flags after the role name, with CHAT_* variables as
+// defaults.
+func parseSettings(role string, args []string, getenv func(string) string, stderr io.Writer) (*settings, error) {
+	s := &settings{}
+	fs := flag.NewFlagSet("chatd "+role, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	for _, st := range allSettings {
+		def := st.def
+		if v := getenv(st.env); v != "" {
+			def = v
+		}
+		st.bind(s, fs, st.flag, def, st.usage+" ("+st.env+")")
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q; flags go after the role: chatd %s -flag value", fs.Arg(0), role)
+	}
+	return s, s.validate()
+}
+
+func (s *settings) validate() error {
+	if s.Partitions < 1 {
+		return fmt.Errorf("partitions must be a whole number >= 1 (CHAT_PARTITIONS / -partitions)")
+	}
+	if s.WindowSize < -1 || s.WindowSize == 0 {
+		return fmt.Errorf("window-size must be -1 (unbounded) or >= 1 (CHAT_WINDOW_SIZE / -window-size)")
+	}
+	if s.Retention < 0 || s.ShutdownTimeout < 0 {
+		return fmt.Errorf("message-retention and shutdown-timeout must be durations such as 168h or 10s")
+	}
+	if _, err := parseLevel(s.LogLevel); err != nil {
+		return err
+	}
+	if s.LogFormat != "text" && s.LogFormat != "json" {
+		return fmt.Errorf("log-format %q: want text or json (CHAT_LOG_FORMAT)", s.LogFormat)
+	}
+	return nil
+}
+
+func list(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("log-level %q: want debug, info, warn or error (CHAT_LOG_LEVEL)", s)
+	}
+	return l, nil
+}
+
+func (s *settings) logger() *slog.Logger {
+	level, _ := parseLevel(s.LogLevel)
+	opts := &slog.HandlerOptions{Level: level}
+	if s.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}

@@ -1,0 +1,261 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/groupchat/chatd/broker"
+	"github.com/groupchat/chatd/consumers"
+	"github.com/groupchat/chatd/history"
+	"github.com/groupchat/chatd/producers"
+	"github.com/groupchat/chatd/store"
+	"github.com/groupchat/chatd/topics"
+)
+
+// stack is what one chatd process holds: its connections to Kafka, Redis
+// and ClickHouse, the parts it runs, and their readiness.
+type stack struct {
+	role string
+	s    *settings
+	log  *slog.Logger
+
+	brokers []string
+	prod    *producers.Producer
+	redis   *store.Redis
+	ch      *store.ClickHouse
+	hist    *history.History
+
+	parts   []part
+	closers []func() // in reverse order of opening
+}
+
+// part is a long-lived piece of a process.
+type part struct {
+	name  string
+	run   func(ctx context.Context) error
+	ready func() bool // nil: ready once running
+}
+
+func openStack(ctx context.Context, role string, s *settings, log *slog.Logger) (_ *stack, err error) {
+	st := &stack{role: role, s: s, log: log}
+	defer func() {
+		if err != nil {
+			st.close()
+		}
+	}()
+	var rc redis.UniversalClient
+	if role == "dev" {
+		if rc, err = st.openEmbedded(); err != nil {
+			return nil, err
+		}
+	} else {
+		if st.brokers = list(s.KafkaBrokers); len(st.brokers) == 0 {
+			return nil, errors.New("no Kafka brokers: set CHAT_KAFKA_BROKERS or -kafka-brokers (host:port,...)")
+		}
+		addrs := list(s.RedisAddrs)
+		if len(addrs) == 0 {
+			return nil, errors.New("no Redis: set CHAT_REDIS_ADDRS or -redis-addrs (host:port, or several for a cluster)")
+		}
+		rc = redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, Password: s.RedisPassword})
+		st.closers = append(st.closers, func() { rc.Close() })
+	}
+	if err := waitRedis(ctx, rc); err != nil {
+		return nil, err
+	}
+
+	window, retention := s.WindowSize, s.Retention
+	if chAddrs := list(s.ClickHouseAddrs); len(chAddrs) > 0 {
+		st.ch, err = store.OpenClickHouse(ctx, store.ClickHouseConfig{Addrs: chAddrs, Database: s.ClickHouseDB,
+			Username: s.ClickHouseUser, Password: s.ClickHousePass})
+		if err != nil {
+			return nil, fmt.Errorf("ClickHouse at %s: %w", s.ClickHouseAddrs, err)
+		}
+		st.closers = append(st.closers, func() { st.ch.Close() })
+		log.Info("ClickHouse keeps the history", "addrs", chAddrs, "database", s.ClickHouseDB)
+	} else {
+		window, retention = -1, -1
+		log.Info("no ClickHouse configured: the history lives in the Redis tier only and chat.messages keeps everything (the log is the history); set CHAT_CLICKHOUSE_ADDRS to keep it in ClickHouse")
+	}
+	if st.redis, err = store.NewRedis(rc, store.RedisConfig{WindowSize: window}); err != nil {
+		return nil, err
+	}
+	if err := topics.Ensure(ctx, topics.Config{Brokers: st.brokers, Partitions: s.Partitions, MessageRetention: retention}, log); err != nil {
+		return nil, err
+	}
+	if st.prod, err = producers.New(producers.Config{Brokers: st.brokers}); err != nil {
+		return nil, err
+	}
+	st.closers = append(st.closers, func() { st.prod.Close() })
+	if st.hist, err = history.New(history.Config{Redis: st.redis, ClickHouse: st.ch}); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// openEmbedded starts the embedded broker and, unless CHAT_REDIS_ADDRS
+// names a server, an embedded Redis. The embedded Redis starts empty: the
+// projections rebuild it from the topics.
+func (st *stack) openEmbedded() (redis.UniversalClient, error) {
+	b, err := broker.Start(broker.Config{Listen: st.s.KafkaListen, DataDir: filepath.Join(st.s.DataDir, "kafka")})
+	if err != nil {
+		return nil, err
+	}
+	st.closers = append(st.closers, b.Close)
+	st.brokers = []string{b.Addr()}
+	st.log.Info("embedded Kafka broker", "listen", b.Addr(), "data", filepath.Join(st.s.DataDir, "kafka"))
+	if addrs := list(st.s.RedisAddrs); len(addrs) > 0 {
+		rc := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, Password: st.s.RedisPassword})
+		st.closers = append(st.closers, func() { rc.Close() })
+		return rc, nil
+	}
+	mr := miniredis.NewMiniRedis()
+	if err := mr.StartAddr("127.0.0.1:0"); err != nil {
+		return nil, fmt.Errorf("embedded Redis: %w", err)
+	}
+	st.closers = append(st.closers, mr.Close)
+	st.log.Info("embedded Redis; its state is rebuilt from the topics at every start", "addr", mr.Addr())
+	rc := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	st.closers = append(st.closers, func() { rc.Close() })
+	return rc, nil
+}
+
+func waitRedis(ctx context.Context, rc redis.UniversalClient) error {
+	var err error
+	for i := 0; i < 30; i++ {
+		if err = rc.Ping(ctx).Err(); err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	return fmt.Errorf("Redis does not answer PING after 30 s: %w; check CHAT_REDIS_ADDRS", err)
+}
+
+func (st *stack) base() consumers.Base {
+	return consumers.Base{Brokers: st.brokers, DeadLetter: st.prod, Logger: st.log}
+}
+
+func (st *stack) addPersister() error {
+	r, err := (&consumers.Persister{Redis: st.redis, ClickHouse: st.ch}).Runner(st.base())
+	if err != nil {
+		return err
+	}
+	st.parts = append(st.parts, part{name: "persister", run: r.Run, ready: r.CaughtUp})
+	return nil
+}
+
+func (st *stack) addProjectors() error {
+	acks, err := (&consumers.AckProjector{Redis: st.redis, ClickHouse: st.ch}).Runner(st.base())
+	if err != nil {
+		return err
+	}
+	members, err := (&consumers.MemberProjector{Redis: st.redis, ClickHouse: st.ch}).Runner(st.base())
+	if err != nil {
+		return err
+	}
+	st.parts = append(st.parts,
+		part{name: "ack-projector", run: acks.Run, ready: acks.CaughtUp},
+		part{name: "member-projector", run: members.Run, ready: members.CaughtUp})
+	return nil
+}
+
+func (st *stack) addAll() error {
+	if err := st.addPersister(); err != nil {
+		return err
+	}
+	return st.addProjectors()
+}
+
+// run serves HTTP and runs every part until ctx ends or one fails, then
+// drains within the shutdown timeout.
+func (st *stack) run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", st.s.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("HTTP listen on %s: %w; set CHAT_HTTP_ADDR to a free address", st.s.HTTPAddr, err)
+	}
+	srv := &http.Server{Handler: st.routes(), ReadHeaderTimeout: 5 * time.Second}
+	st.log.Info("serving HTTP", "addr", ln.Addr().String())
+
+	g, gctx := errgroup.WithContext(ctx)
+	for _, p := range st.parts {
+		g.Go(func() error {
+			if err := p.run(gctx); err != nil {
+				return fmt.Errorf("%s: %w", p.name, err)
+			}
+			return nil
+		})
+	}
+	g.Go(func() error {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), st.s.ShutdownTimeout)
+		defer cancel()
+		return srv.Shutdown(sctx)
+	})
+	done := make(chan error, 1)
+	go func() { done <- g.Wait() }()
+	select {
+	case err := <-done:
+		st.log.Info("stopped")
+		return err
+	case <-ctx.Done():
+	}
+	st.log.Info("shutting down", "deadline", st.s.ShutdownTimeout)
+	select {
+	case err := <-done:
+		st.log.Info("stopped")
+		return err
+	case <-time.After(st.s.ShutdownTimeout):
+		return fmt.Errorf("shutdown did not finish within %v (CHAT_SHUTDOWN_TIMEOUT)", st.s.ShutdownTimeout)
+	}
+}
+
+func (st *stack) routes() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", st.health)
+	mux.HandleFunc("GET /readyz", st.health)
+	return mux
+}
+
+// health answers 200 once every part is ready (the projections have read
+// their topics to the end once since start), else 503 naming what is not.
+func (st *stack) health(w http.ResponseWriter, r *http.Request) {
+	var waiting []string
+	for _, p := range st.parts {
+		if p.ready != nil && !p.ready() {
+			waiting = append(waiting, p.name)
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	if len(waiting) > 0 {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		json.NewEncoder(w).Encode(map[string]any{"status": "starting", "waiting_for": waiting})
+		return
+	}
+	json.NewEncoder(w).Encode(map[string]any{"status": "ok", "role": st.role})
+}
+
+func (st *stack) close() {
+	for i := len(st.closers) - 1; i >= 0; i-- {
+		st.closers[i]()
+	}
+}
