@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -58,6 +59,8 @@ func (c RedisConfig) Validate() error {
 type Redis struct {
 	client redis.UniversalClient
 	cfg    RedisConfig
+
+	noSetNXGet atomic.Bool // the server rejected SET NX GET (Redis < 7.0)
 }
 
 // NewRedis returns a store on client, which may be a single node or a

@@ -2,7 +2,10 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -91,45 +94,117 @@ return out
 // this one's. Messages with an empty ClientMsgID are never duplicates.
 //
 // It is deterministic under replay: claiming a message again (same msgid)
-// gives the same answer, and a duplicate inside the batch is detected. The
-// whole batch costs one round trip: one script call per group, pipelined.
+// gives the same answer, and a duplicate inside the batch is detected.
+//
+// Almost every send is new, so the batch first tries to claim every key
+// with one SET NX GET each, all pipelined: a key that was free is now
+// claimed by its message, exactly as claimScript would have done, and a key
+// that holds the message's own claim is a replay of a non-duplicate. The
+// rest (keys claimed by another message: resends and replays of resends)
+// are decided by claimScript, one call per group, in a second round trip.
+// For each key those are the batch's last messages, in order, so the
+// script sees the state it would have seen deciding the whole batch.
 func (r *Redis) ClaimSends(ctx context.Context, msgs []schema.Message) (dup []bool, err error) {
 	dup = make([]bool, len(msgs))
-	groups := groupIndexes(len(msgs), func(i int) (string, bool) { return msgs[i].Gid, msgs[i].ClientMsgID != "" })
-	if len(groups) == 0 {
-		return dup, nil
+	c := claimClock{win: r.cfg.DedupWindow.Milliseconds(), least: min(claimReplayTTL, r.cfg.DedupWindow).Milliseconds(), now: time.Now().UnixMilli()}
+	rest := make([]int, 0, 16)
+	if r.noSetNXGet.Load() {
+		for i := range msgs {
+			if msgs[i].ClientMsgID != "" {
+				rest = append(rest, i)
+			}
+		}
+	} else if rest, err = r.claimFree(ctx, msgs, c, rest); err != nil {
+		return nil, fmt.Errorf("store: claim sends: %w", err)
 	}
-	win := r.cfg.DedupWindow.Milliseconds()
-	least := min(claimReplayTTL, r.cfg.DedupWindow).Milliseconds()
-	now := time.Now().UnixMilli()
+	if err := r.claimByScript(ctx, msgs, rest, c, dup); err != nil {
+		return nil, fmt.Errorf("store: claim sends: %w", err)
+	}
+	return dup, nil
+}
 
+// claimClock is what a claim's value and TTL depend on besides the message.
+type claimClock struct{ win, least, now int64 }
+
+// claimFree claims the free keys with SET NX GET and returns, in order, the
+// messages left for claimScript. On a server without SET NX GET (before
+// Redis 7.0) it claims nothing, notes it, and leaves every message.
+func (r *Redis) claimFree(ctx context.Context, msgs []schema.Message, c claimClock, rest []int) ([]int, error) {
+	idx := make([]int, 0, len(msgs))
+	cmds := make([]*redis.Cmd, 0, len(msgs))
+	pipe := r.client.Pipeline()
+	var val []byte
+	for i := range msgs {
+		m := &msgs[i]
+		if m.ClientMsgID == "" {
+			continue
+		}
+		val = strconv.AppendInt(val[:0], m.MsgID, 10)
+		val = append(val, ':')
+		val = strconv.AppendInt(val, m.SentAt, 10)
+		ttl := max(m.SentAt+c.win-c.now, c.least)
+		idx = append(idx, i)
+		cmds = append(cmds, pipe.Do(ctx, "set", claimKey(m.Gid, m.Sender, m.ClientMsgID), string(val), "px", ttl, "nx", "get"))
+	}
+	if len(cmds) == 0 {
+		return rest, nil
+	}
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	for j, cmd := range cmds {
+		v, err := cmd.Text()
+		switch {
+		case errors.Is(err, redis.Nil): // the key was free: claimed
+		case err != nil && redis.HasErrorPrefix(err, "ERR syntax"):
+			r.noSetNXGet.Store(true)
+			return append(rest, idx...), nil
+		case err != nil:
+			return nil, err
+		case !claimedBy(v, msgs[idx[j]].MsgID):
+			rest = append(rest, idx[j])
+		}
+	}
+	return rest, nil
+}
+
+// claimedBy reports whether the claim value v is the claim of msgid.
+func claimedBy(v string, msgid int64) bool {
+	id, _, ok := strings.Cut(v, ":")
+	return ok && id == strconv.FormatInt(msgid, 10)
+}
+
+// claimByScript decides msgs[i] for i in idx with claimScript.
+func (r *Redis) claimByScript(ctx context.Context, msgs []schema.Message, idx []int, c claimClock, dup []bool) error {
+	groups := groupIndexes(len(idx), func(j int) (string, bool) { return msgs[idx[j]].Gid, true })
+	if len(groups) == 0 {
+		return nil
+	}
 	calls := make([]scriptCall, len(groups))
-	for g, idx := range groups {
-		keys := make([]string, len(idx))
-		args := make([]any, 0, 3+2*len(idx))
-		args = append(args, win, now, least)
-		for j, i := range idx {
-			m := &msgs[i]
-			keys[j] = claimKey(m.Gid, m.Sender, m.ClientMsgID)
+	for g, js := range groups {
+		keys := make([]string, len(js))
+		args := make([]any, 0, 3+2*len(js))
+		args = append(args, c.win, c.now, c.least)
+		for k, j := range js {
+			m := &msgs[idx[j]]
+			keys[k] = claimKey(m.Gid, m.Sender, m.ClientMsgID)
 			args = append(args, m.MsgID, m.SentAt)
 		}
 		calls[g] = scriptCall{keys: keys, args: args}
 	}
 	cmds, err := r.runScript(ctx, claimScript, calls)
 	if err != nil {
-		return nil, fmt.Errorf("store: claim sends: %w", err)
+		return err
 	}
-	for g, idx := range groups {
+	for g, js := range groups {
 		res, err := cmds[g].Int64Slice()
-		if err != nil || len(res) != len(idx) {
-			return nil, fmt.Errorf("store: claim sends: %w: script returned %v (%v) for %d messages",
-				ErrCorruptValue, cmds[g].Val(), err, len(idx))
+		if err != nil || len(res) != len(js) {
+			return fmt.Errorf("%w: script returned %v (%v) for %d messages",
+				ErrCorruptValue, cmds[g].Val(), err, len(js))
 		}
-		for j, i := range idx {
-			dup[i] = res[j] == 1
+		for k, j := range js {
+			dup[idx[j]] = res[k] == 1
 		}
 	}
-	return dup, nil
+	return nil
 }
 
 // groupIndexes groups the indexes 0..n-1 by gid, leaving out those for which

@@ -69,16 +69,64 @@ end
 return 1
 `)
 
+// trimScript finishes one group's append after a plain ZADD of its
+// messages (all above the floor). KEYS: win, floor, head. ARGV: window size
+// (-1: unbounded), pre-trimmed floor (as in appendScript), the batch's
+// highest msgid. It drops what the caller pre-trimmed, trims the window to
+// its size (raising the floor to the highest msgid trimmed) and raises the
+// head.
+var trimScript = redis.NewScript(`
+local size, pre, top = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local got = redis.call('MGET', KEYS[2], KEYS[3])
+local floor, head = tonumber(got[1] or '-1'), tonumber(got[2] or '-1')
+local newfloor = nil
+if pre > floor then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[2])
+  newfloor = ARGV[2]
+end
+if size >= 0 then
+  local n = redis.call('ZCARD', KEYS[1])
+  if n > size then
+    local edge = redis.call('ZRANGE', KEYS[1], n-size-1, n-size-1, 'WITHSCORES')
+    redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n-size-1)
+    newfloor = edge[2]
+  end
+end
+local set = {}
+if newfloor then
+  set[#set+1] = KEYS[2]
+  set[#set+1] = newfloor
+end
+if top > head then
+  set[#set+1] = KEYS[3]
+  set[#set+1] = ARGV[3]
+end
+if #set > 0 then
+  redis.call('MSET', unpack(set))
+end
+return 1
+`)
+
 // AppendWindow adds messages to their groups' windows, trims each window to
 // WindowSize (raising its floor to the highest msgid trimmed) and raises
 // each group's head. Pass only the messages ClaimSends did not find to be
 // duplicates. It is idempotent: re-appending messages that are present or
-// already trimmed (msgid <= floor) changes nothing. One script call per
-// group, pipelined in one round trip.
+// already trimmed (msgid <= floor) changes nothing.
+//
+// It costs two round trips: the floors of the batch's groups, then, per
+// group, a plain ZADD and trimScript when every message is above the floor
+// (the rule), or appendScript, which skips those at or below it (a replay
+// of trimmed messages), all pipelined. A reader between the ZADD and the
+// trim sees more than WindowSize messages, all above the floor, which is
+// as complete as the window ever is.
 func (r *Redis) AppendWindow(ctx context.Context, msgs []schema.Message) error {
 	groups := groupIndexes(len(msgs), func(i int) (string, bool) { return msgs[i].Gid, true })
 	if len(groups) == 0 {
 		return nil
+	}
+	floors, err := r.floors(ctx, msgs, groups)
+	if err != nil {
+		return fmt.Errorf("store: append window: %w", err)
 	}
 	// One buffer for every member: 8-byte big-endian msgid ++ encoding.
 	size := 0
@@ -100,25 +148,91 @@ func (r *Redis) AppendWindow(ctx context.Context, msgs []schema.Message) error {
 		return buf[start:ends[i]:ends[i]]
 	}
 
-	calls := make([]scriptCall, len(groups))
+	var trims, appends []scriptCall
+	var zadds, trimCmds []*redis.Cmd
+	zargs := make([]any, 0, 2*len(msgs)+2*len(groups))
+	pipe := r.client.Pipeline()
 	for g, idx := range groups {
 		pre, keep := r.pretrim(msgs, idx)
-		head := int64(-1)
+		head, low := int64(-1), int64(math.MaxInt64)
 		for _, i := range idx {
 			head = max(head, msgs[i].MsgID)
 		}
-		args := make([]any, 0, 3+2*len(keep))
-		args = append(args, r.cfg.WindowSize, pre, head)
 		for _, i := range keep {
-			args = append(args, msgs[i].MsgID, member(i))
+			low = min(low, msgs[i].MsgID)
 		}
 		gid := msgs[idx[0]].Gid
-		calls[g] = scriptCall{keys: []string{windowKey(gid), floorKey(gid), headKey(gid)}, args: args}
+		keys := []string{windowKey(gid), floorKey(gid), headKey(gid)}
+		if low <= floors[g] {
+			args := make([]any, 0, 3+2*len(keep))
+			args = append(args, r.cfg.WindowSize, pre, head)
+			for _, i := range keep {
+				args = append(args, msgs[i].MsgID, member(i))
+			}
+			appends = append(appends, scriptCall{keys: keys, args: args})
+			continue
+		}
+		from := len(zargs)
+		zargs = append(zargs, "zadd", keys[0])
+		for _, i := range keep {
+			zargs = append(zargs, msgs[i].MsgID, member(i))
+		}
+		zadds = append(zadds, pipe.Do(ctx, zargs[from:len(zargs):len(zargs)]...))
+		trim := scriptCall{keys: keys, args: []any{r.cfg.WindowSize, pre, head}}
+		trims = append(trims, trim)
+		trimCmds = append(trimCmds, trimScript.EvalSha(ctx, pipe, trim.keys, trim.args...))
 	}
-	if _, err := r.runScript(ctx, appendScript, calls); err != nil {
+	if pipe.Len() > 0 {
+		_, _ = pipe.Exec(ctx) // errors are read per command
+	}
+	for _, cmd := range zadds {
+		if err := cmd.Err(); err != nil {
+			return fmt.Errorf("store: append window: %w", err)
+		}
+	}
+	// Trims whose script the server did not know go again, after the ZADDs.
+	var again []scriptCall
+	for j, cmd := range trimCmds {
+		switch err := cmd.Err(); {
+		case isNoScript(err):
+			again = append(again, trims[j])
+		case err != nil:
+			return fmt.Errorf("store: append window: %w", err)
+		}
+	}
+	if _, err := r.runScript(ctx, trimScript, again); err != nil {
+		return fmt.Errorf("store: append window: %w", err)
+	}
+	if _, err := r.runScript(ctx, appendScript, appends); err != nil {
 		return fmt.Errorf("store: append window: %w", err)
 	}
 	return nil
+}
+
+// floors returns the floor of each group (-1: nothing trimmed), one GET per
+// group, pipelined.
+func (r *Redis) floors(ctx context.Context, msgs []schema.Message, groups [][]int) ([]int64, error) {
+	cmds := make([]*redis.StringCmd, len(groups))
+	err := r.execPipe(ctx, func(p redis.Pipeliner) {
+		for g, idx := range groups {
+			cmds[g] = p.Get(ctx, floorKey(msgs[idx[0]].Gid))
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	floors := make([]int64, len(groups))
+	for g, cmd := range cmds {
+		f, ok, err := optionalMsgID(cmd)
+		if err != nil {
+			return nil, fmt.Errorf("floor of %q: %w", msgs[groups[g][0]].Gid, err)
+		}
+		if !ok {
+			f = -1
+		}
+		floors[g] = f
+	}
+	return floors, nil
 }
 
 // pretrim leaves out of one group's batch the messages that trimming would

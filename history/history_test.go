@@ -1,0 +1,183 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/groupchat/chatd/internal/testserver"
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/store"
+)
+
+var dbSeq atomic.Int64
+
+type fixture struct {
+	redis *store.Redis
+	ch    *store.ClickHouse
+}
+
+func newFixture(tb testing.TB, window int, withCH bool) *fixture {
+	tb.Helper()
+	srv := testserver.NewRedis(tb)
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	tb.Cleanup(func() { rc.Close() })
+	r, err := store.NewRedis(rc, store.RedisConfig{WindowSize: window})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	f := &fixture{redis: r}
+	if withCH {
+		chs := testserver.SharedClickHouse(tb)
+		db := fmt.Sprintf("hist%d_%d", time.Now().UnixNano()%1e6, dbSeq.Add(1))
+		if f.ch, err = store.OpenClickHouse(context.Background(), store.ClickHouseConfig{Addrs: []string{chs.Addr}, Database: db}); err != nil {
+			tb.Fatal(err)
+		}
+		tb.Cleanup(func() { f.ch.Close() })
+	}
+	return f
+}
+
+// seed stores perGroup messages in each of groups, the way the persister
+// does: ClickHouse first, then the window. msgids interleave across groups.
+func (f *fixture) seed(tb testing.TB, groups, perGroup, body int) map[string][]int64 {
+	tb.Helper()
+	ctx := context.Background()
+	ids := map[string][]int64{}
+	var batch []schema.Message
+	flush := func() {
+		if f.ch != nil {
+			if err := f.ch.InsertMessages(ctx, 0, batch); err != nil {
+				tb.Fatal(err)
+			}
+		}
+		if err := f.redis.AppendWindow(ctx, batch); err != nil {
+			tb.Fatal(err)
+		}
+		batch = batch[:0]
+	}
+	var id int64
+	for i := 0; i < perGroup; i++ {
+		for g := 0; g < groups; g++ {
+			gid := fmt.Sprintf("g%d", g)
+			batch = append(batch, schema.Message{Gid: gid, Sender: "u", ClientMsgID: fmt.Sprint("c", id), SentAt: 1, Body: make([]byte, body), MsgID: id})
+			ids[gid] = append(ids[gid], id)
+			id += 2 // msgids of a group are not consecutive
+			if len(batch) == 10000 {
+				flush()
+			}
+		}
+	}
+	flush()
+	return ids
+}
+
+func pullAll(tb testing.TB, h *History, gid string, page int) (n int, sources map[Source]int) {
+	tb.Helper()
+	sources = map[Source]int{}
+	after := int64(-1)
+	for {
+		p, err := h.Pull(context.Background(), gid, after, page)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		sources[p.Source]++
+		for _, m := range p.Messages {
+			if m.MsgID <= after {
+				tb.Fatalf("%s: msgid %d after %d", gid, m.MsgID, after)
+			}
+			after = m.MsgID
+			n++
+		}
+		if !p.More {
+			return n, sources
+		}
+	}
+}
+
+func TestPullFallsBackToClickHouseAndStaysContiguous(t *testing.T) {
+	f := newFixture(t, 100, true)
+	ids := f.seed(t, 3, 450, 10)
+	h, err := New(Config{Redis: f.redis, ClickHouse: f.ch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for gid, want := range ids {
+		after, i := int64(-1), 0
+		for {
+			p, err := h.Pull(context.Background(), gid, after, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range p.Messages {
+				if m.MsgID != want[i] {
+					t.Fatalf("%s: message %d is %d, want %d", gid, i, m.MsgID, want[i])
+				}
+				i++
+				after = m.MsgID
+			}
+			if p.Head != want[len(want)-1] {
+				t.Fatalf("head %d, want %d", p.Head, want[len(want)-1])
+			}
+			if !p.More {
+				break
+			}
+		}
+		if i != len(want) {
+			t.Fatalf("%s: pulled %d of %d", gid, i, len(want))
+		}
+	}
+	if u, _ := h.Unread(context.Background(), "g0", -1); u.Exact || u.String() != "100+" {
+		t.Fatalf("unread from the start = %v, want 100+", u)
+	}
+}
+
+func TestPullWithoutClickHouseSaysOldHistoryIsGone(t *testing.T) {
+	f := newFixture(t, 10, false)
+	f.seed(t, 1, 30, 1)
+	h, _ := New(Config{Redis: f.redis})
+	if _, err := h.Pull(context.Background(), "g0", -1, 5); !errors.Is(err, ErrNoHistory) {
+		t.Fatalf("pull before the window without ClickHouse: %v, want ErrNoHistory", err)
+	}
+	if p, err := h.Pull(context.Background(), "g0", 40, 5); err != nil || len(p.Messages) != 5 {
+		t.Fatalf("pull inside the window: %v %v", p, err)
+	}
+	if p, err := h.Pull(context.Background(), "nobody", -1, 5); err != nil || len(p.Messages) != 0 || p.More || p.Head != -1 {
+		t.Fatalf("pull of an empty group: %+v %v", p, err)
+	}
+}
+
+// BenchmarkPull50k pulls 50,000 messages across 50 groups (pages of 1,000,
+// 200-byte bodies), once from the Redis window and once from ClickHouse.
+func BenchmarkPull50k(b *testing.B) {
+	for _, src := range []struct {
+		name   string
+		window int
+	}{{"window", -1}, {"clickhouse", 1}} {
+		b.Run(src.name, func(b *testing.B) {
+			f := newFixture(b, src.window, true)
+			ids := f.seed(b, 50, 1000, 200)
+			h, _ := New(Config{Redis: f.redis, ClickHouse: f.ch})
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				total := 0
+				for gid := range ids {
+					n, sources := pullAll(b, h, gid, 1000)
+					if sources[Source(src.name)] == 0 {
+						b.Fatalf("pages came from %v, want %s", sources, src.name)
+					}
+					total += n
+				}
+				if total != 50000 {
+					b.Fatalf("pulled %d", total)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/50k")
+		})
+	}
+}
