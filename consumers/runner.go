@@ -48,6 +48,11 @@ type Config[E any] struct {
 	// offsets are then only a mirror for operators' lag tools.
 	Offsets OffsetStore
 
+	// StartAtEnd starts a partition that the group has no committed offset
+	// for at its end (as the reader first finds it) instead of its start.
+	// Only without Offsets. Default false.
+	StartAtEnd bool
+
 	// DeadLetter receives poison records. Required.
 	DeadLetter *producers.Producer
 
@@ -177,11 +182,15 @@ func (r *Runner[E]) Stats() Stats {
 // Run consumes until ctx is done, then leaves the group and returns nil.
 // It returns an error only for a setup that cannot work.
 func (r *Runner[E]) Run(ctx context.Context) error {
+	start := kafka.FirstOffset
+	if r.cfg.StartAtEnd && r.cfg.Offsets == nil {
+		start = kafka.LastOffset
+	}
 	group, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID:                r.cfg.Group,
 		Brokers:           r.cfg.Brokers,
 		Topics:            []string{r.cfg.Topic},
-		StartOffset:       kafka.FirstOffset,
+		StartOffset:       start,
 		HeartbeatInterval: r.cfg.SessionTimeout / 5,
 		SessionTimeout:    r.cfg.SessionTimeout,
 		RebalanceTimeout:  r.cfg.RebalanceTimeout,

@@ -21,6 +21,14 @@ import "strconv"
 //	chat:{<gid>}:members                   HASH    uid -> membership: "j:<joinPos>" or "l:<joinPos>:<leftPos>"
 //	chat:{u:<uid>}:groups                  HASH    gid -> the same membership value: the user's groups
 //	chat:offsets:<consumer>                HASH    "<topic>/<partition>" -> next offset to read
+//	chat:{u:<uid>}:nodes                   ZSET    member gateway node id, score expiry (unix ms): where the
+//	                                               user is online (one entry per node, several devices)
+//
+// Pub/sub channels (not keys: on a cluster PUBLISH reaches every node):
+//
+//	chat:push:<node>                       the pushes for one gateway node (EncodePushBatch)
+//	chat:presence                          uids that came online, separated by " "; fan-outs evict
+//	                                       their cached presence of them
 //
 // The claim key separates sender and client_msg_id with "/" rather than ":"
 // because ":" is valid inside ids ("a:b"+"c" and "a"+"b:c" must differ).
@@ -39,6 +47,12 @@ func claimKey(gid, sender, clientMsgID string) string {
 }
 
 func userGroupsKey(uid string) string { return "chat:{u:" + uid + "}:groups" }
+
+func presenceKey(uid string) string { return "chat:{u:" + uid + "}:nodes" }
+
+func pushChannel(node string) string { return "chat:push:" + node }
+
+const presenceChannel = "chat:presence"
 
 func offsetsKey(consumer string) string { return "chat:offsets:" + consumer }
 

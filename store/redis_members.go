@@ -54,6 +54,27 @@ func (m Membership) Sees(msgid int64) bool {
 	return false
 }
 
+// Apply folds one member event into m, exactly as ApplyMembers does in
+// Redis (membersScript): a join makes the user joined at Pos, whatever the
+// state (a join while joined moves the join position); a leave while joined
+// makes them left at Pos, keeping the join position; a leave while left
+// changes nothing; a leave with no known join makes them left at Pos:Pos,
+// which grants nothing. An event of another op changes nothing (ApplyMembers
+// refuses it). The event's gid and uid are not checked.
+func (m Membership) Apply(ev schema.Member) Membership {
+	switch {
+	case ev.Op == schema.OpJoin:
+		return Membership{State: MemberJoined, JoinedAt: ev.Pos}
+	case ev.Op != schema.OpLeave:
+		return m
+	case m.State == MemberJoined:
+		return Membership{State: MemberLeft, JoinedAt: m.JoinedAt, LeftAt: ev.Pos}
+	case m.State == MemberLeft:
+		return m
+	}
+	return Membership{State: MemberLeft, JoinedAt: ev.Pos, LeftAt: ev.Pos}
+}
+
 // encode is the stored form: "j:<joinPos>" or "l:<joinPos>:<leftPos>".
 func (m Membership) encode() string {
 	switch m.State {

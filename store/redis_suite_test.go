@@ -38,6 +38,10 @@ func runRedisSuite(t *testing.T, newClient func(t *testing.T) redis.UniversalCli
 		{"Reads", testReads},
 		{"Membership", testMembership},
 		{"MembershipReplay", testMembershipReplay},
+		{"MembershipFold", testMembershipFold},
+		{"Presence", testPresence},
+		{"PushRoute", testPushRoute},
+		{"PersistedPrevs", testPersistedPrevs},
 		{"Offsets", testOffsets},
 		{"ScriptCacheFlushed", testScriptCacheFlushed},
 	}

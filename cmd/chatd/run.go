@@ -15,8 +15,10 @@ Usage:
   chatd dev         everything in one process on the embedded default:
                     embedded Kafka (data in ./data), embedded Redis,
                     ClickHouse when CHAT_CLICKHOUSE_ADDRS is set
+  chatd gateway     WebSocket and HTTP API for clients (behind a load balancer)
+  chatd fanout      chat.messages to the gateways of online members
   chatd persister   chat.messages into ClickHouse and the Redis window
-  chatd projector   chat.acks and chat.members into cursors and membership
+  chatd projector   chat.acks, chat.receipts, chat.members into cursors and membership
   chatd help        this text and every setting
 
 Each setting is a flag after the role or a CHAT_* variable:
@@ -25,6 +27,8 @@ Each setting is a flag after the role or a CHAT_* variable:
 // roles maps a role to the parts it runs.
 var roles = map[string]func(*stack) error{
 	"dev":       func(st *stack) error { return st.addAll() },
+	"gateway":   func(st *stack) error { return st.addGateway() },
+	"fanout":    func(st *stack) error { return st.addFanout() },
 	"persister": func(st *stack) error { return st.addPersister() },
 	"projector": func(st *stack) error { return st.addProjectors() },
 }
@@ -97,4 +101,3 @@ func envNames() []string {
 	}
 	return out
 }
-

@@ -30,6 +30,11 @@ type settings struct {
 	ShutdownTimeout time.Duration
 	LogLevel        string
 	LogFormat       string
+	JWTSecret       string
+	AdminToken      string
+	NodeID          string
+	AllowedOrigins  string
+	MaxBody         int
 }
 
 // setting describes one knob, for flags, env and `chatd help`.
@@ -78,6 +83,11 @@ var allSettings = []setting{
 	{"clickhouse-password", "CHAT_CLICKHOUSE_PASSWORD", "", "ClickHouse password", "all", str(func(s *settings) *string { return &s.ClickHousePass })},
 	{"message-retention", "CHAT_MESSAGE_RETENTION", "168h", "chat.messages retention when ClickHouse keeps the history (without it: forever)", "all", dur(func(s *settings) *time.Duration { return &s.Retention })},
 	{"shutdown-timeout", "CHAT_SHUTDOWN_TIMEOUT", "10s", "how long shutdown may drain", "all", dur(func(s *settings) *time.Duration { return &s.ShutdownTimeout })},
+	{"jwt-secret", "CHAT_JWT_SECRET", "", "secret that signs client tokens (HS256), >= 32 bytes (dev: generated and kept in the data dir)", "all", str(func(s *settings) *string { return &s.JWTSecret })},
+	{"admin-token", "CHAT_ADMIN_TOKEN", "", "bearer token for /v1/admin/* (empty: administration off; dev: generated and logged)", "all", str(func(s *settings) *string { return &s.AdminToken })},
+	{"node-id", "CHAT_NODE_ID", "", "this gateway's name in presence and its push channel (default: hostname-pid)", "all", str(func(s *settings) *string { return &s.NodeID })},
+	{"allowed-origins", "CHAT_ALLOWED_ORIGINS", "", "browser origins (host patterns) allowed besides the gateway's own host, comma-separated", "all", str(func(s *settings) *string { return &s.AllowedOrigins })},
+	{"max-body", "CHAT_MAX_BODY", "16384", "largest message body in bytes", "all", num(func(s *settings) *int { return &s.MaxBody })},
 	{"log-level", "CHAT_LOG_LEVEL", "info", "debug, info, warn or error", "all", str(func(s *settings) *string { return &s.LogLevel })},
 	{"log-format", "CHAT_LOG_FORMAT", "text", "text or json", "all", str(func(s *settings) *string { return &s.LogFormat })},
 }
@@ -113,6 +123,9 @@ func (s *settings) validate() error {
 	}
 	if s.Retention < 0 || s.ShutdownTimeout < 0 {
 		return fmt.Errorf("message-retention and shutdown-timeout must be durations such as 168h or 10s")
+	}
+	if s.MaxBody < 1 || s.MaxBody > 1<<20 {
+		return fmt.Errorf("max-body must be 1 to 1048576 bytes (CHAT_MAX_BODY)")
 	}
 	if _, err := parseLevel(s.LogLevel); err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 
 	"github.com/groupchat/chatd/broker"
 	"github.com/groupchat/chatd/consumers"
+	"github.com/groupchat/chatd/gateway"
 	"github.com/groupchat/chatd/history"
 	"github.com/groupchat/chatd/producers"
 	"github.com/groupchat/chatd/store"
@@ -35,6 +36,8 @@ type stack struct {
 	redis   *store.Redis
 	ch      *store.ClickHouse
 	hist    *history.History
+
+	gateway *gateway.Gateway // when this process serves clients
 
 	parts   []part
 	closers []func() // in reverse order of opening
@@ -149,37 +152,6 @@ func (st *stack) base() consumers.Base {
 	return consumers.Base{Brokers: st.brokers, DeadLetter: st.prod, Logger: st.log}
 }
 
-func (st *stack) addPersister() error {
-	r, err := (&consumers.Persister{Redis: st.redis, ClickHouse: st.ch}).Runner(st.base())
-	if err != nil {
-		return err
-	}
-	st.parts = append(st.parts, part{name: "persister", run: r.Run, ready: r.CaughtUp})
-	return nil
-}
-
-func (st *stack) addProjectors() error {
-	acks, err := (&consumers.AckProjector{Redis: st.redis, ClickHouse: st.ch}).Runner(st.base())
-	if err != nil {
-		return err
-	}
-	members, err := (&consumers.MemberProjector{Redis: st.redis, ClickHouse: st.ch}).Runner(st.base())
-	if err != nil {
-		return err
-	}
-	st.parts = append(st.parts,
-		part{name: "ack-projector", run: acks.Run, ready: acks.CaughtUp},
-		part{name: "member-projector", run: members.Run, ready: members.CaughtUp})
-	return nil
-}
-
-func (st *stack) addAll() error {
-	if err := st.addPersister(); err != nil {
-		return err
-	}
-	return st.addProjectors()
-}
-
 // run serves HTTP and runs every part until ctx ends or one fails, then
 // drains within the shutdown timeout.
 func (st *stack) run(ctx context.Context) error {
@@ -233,6 +205,9 @@ func (st *stack) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", st.health)
 	mux.HandleFunc("GET /readyz", st.health)
+	if st.gateway != nil {
+		mux.Handle("/v1/", st.gateway.Handler())
+	}
 	return mux
 }
 

@@ -1,0 +1,242 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/groupchat/chatd/protocol"
+)
+
+// deliverLoop hands queued messages to OnMessage, one at a time, and counts
+// them towards the next ack.
+func (c *Client) deliverLoop() {
+	defer close(c.deliverDone)
+	for {
+		select {
+		case <-c.stopDeliver:
+			return
+		case <-c.deliverKick:
+		}
+		for {
+			select {
+			case <-c.stopDeliver:
+				return
+			default:
+			}
+			c.mu.Lock()
+			if len(c.queue) == 0 {
+				c.queue = nil
+				c.mu.Unlock()
+				break
+			}
+			m := c.queue[0]
+			c.queue[0] = protocol.Message{}
+			c.queue = c.queue[1:]
+			c.mu.Unlock()
+
+			if c.cfg.OnMessage != nil {
+				c.cfg.OnMessage(m)
+			}
+
+			c.mu.Lock()
+			c.stats.Delivered++
+			g := c.groups[m.Gid]
+			g.delivered = m.MsgID
+			g.unacked++
+			kick := g.unacked >= c.cfg.AckEvery
+			if g.ackDue.IsZero() {
+				g.ackDue = time.Now().Add(c.cfg.AckInterval)
+				kick = true
+			}
+			c.mu.Unlock()
+			if kick {
+				c.kickAck()
+			}
+		}
+	}
+}
+
+func (c *Client) kickAck() {
+	select {
+	case c.ackKick <- struct{}{}:
+	default:
+	}
+}
+
+// ackLoop sends the acks and reads that are due, until Close.
+func (c *Client) ackLoop() {
+	defer close(c.ackerDone)
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		if err := c.flush(c.ackCtx, false); err != nil && c.ackCtx.Err() == nil && !errors.Is(err, ErrDisconnected) {
+			c.reportError(err)
+		}
+		t.Reset(c.nextDue())
+		select {
+		case <-c.ackCtx.Done():
+			return
+		case <-c.ackKick:
+		case <-t.C:
+		}
+	}
+}
+
+// nextDue is how long until the earliest pending ack or read is due.
+func (c *Client) nextDue() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	next := time.Hour
+	now := time.Now()
+	for _, g := range c.groups {
+		for _, due := range []time.Time{g.ackDue, g.readDue} {
+			if !due.IsZero() {
+				next = min(next, max(due.Sub(now), time.Millisecond))
+			}
+		}
+	}
+	return next
+}
+
+type cursorUpdate struct {
+	g    *group
+	op   string // protocol.OpAck or OpRead
+	upto int64
+	ans  chan *frame
+}
+
+// flush sends the acks (then the reads) that are due, or all pending ones
+// if all, and waits for their answers. Only one flush runs at a time: the
+// ack loop's, or Close's after the loop ended.
+func (c *Client) flush(ctx context.Context, all bool) error {
+	var acks, reads []cursorUpdate
+	now := time.Now()
+	c.mu.Lock()
+	s := c.sess
+	for _, g := range c.groups {
+		if g.delivered > g.acked && (all || g.unacked >= c.cfg.AckEvery || !g.ackDue.IsZero() && !now.Before(g.ackDue)) {
+			acks = append(acks, cursorUpdate{g: g, op: protocol.OpAck, upto: g.delivered})
+			g.unacked, g.ackDue = 0, time.Time{}
+		} else if g.delivered <= g.acked {
+			g.unacked, g.ackDue = 0, time.Time{}
+		}
+		// Never read past what was delivered; the rest stays pending.
+		if upto := min(g.readWant, g.delivered); upto > g.read && (all || !g.readDue.IsZero() && !now.Before(g.readDue)) {
+			reads = append(reads, cursorUpdate{g: g, op: protocol.OpRead, upto: upto})
+			g.readDue = time.Time{}
+		}
+	}
+	c.mu.Unlock()
+	if len(acks) == 0 && len(reads) == 0 {
+		return nil
+	}
+	if s == nil {
+		c.retryLater(append(acks, reads...))
+		return fmt.Errorf("client: flush acks: %w: not connected", ErrDisconnected)
+	}
+	// Acks before reads: a server may refuse a read past the ack cursor.
+	err := c.sendCursors(ctx, s, acks)
+	return errors.Join(err, c.sendCursors(ctx, s, reads))
+}
+
+// sendCursors writes every update, then waits for every answer.
+func (c *Client) sendCursors(ctx context.Context, s *session, ups []cursorUpdate) error {
+	if len(ups) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	errs := make([]error, len(ups))
+	done := make(chan int, len(ups))
+	for i := range ups {
+		go func() {
+			u := ups[i]
+			_, errs[i] = s.request(ctx, protocol.Request{Op: u.op, Gid: u.g.gid, Upto: &u.upto})
+			done <- i
+		}()
+	}
+	c.mu.Lock()
+	for _, u := range ups {
+		if u.op == protocol.OpAck {
+			c.stats.Acks++
+		} else {
+			c.stats.Reads++
+		}
+	}
+	c.mu.Unlock()
+	var failed []cursorUpdate
+	var all []error
+	for range ups {
+		i := <-done
+		u := ups[i]
+		if err := errs[i]; err != nil {
+			var pe *protocol.Error
+			if !errors.As(err, &pe) || retryable(pe.Code) || pe.Code == protocol.CodeBeyondHead {
+				failed = append(failed, u) // else left to the next delivery or MarkRead
+			}
+			all = append(all, fmt.Errorf("client: %s %s upto %d: %w", u.op, u.g.gid, u.upto, err))
+			continue
+		}
+		c.mu.Lock()
+		if u.op == protocol.OpAck {
+			u.g.acked = max(u.g.acked, u.upto)
+		} else {
+			u.g.read = max(u.g.read, u.upto)
+		}
+		c.mu.Unlock()
+	}
+	c.retryLater(failed)
+	return errors.Join(all...)
+}
+
+// retryLater makes failed updates due again after AckInterval. A refused ack
+// (beyond_head: the server's view lags its pushes) is retried the same way.
+func (c *Client) retryLater(ups []cursorUpdate) {
+	if len(ups) == 0 {
+		return
+	}
+	due := time.Now().Add(c.cfg.AckInterval)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, u := range ups {
+		if u.op == protocol.OpAck {
+			if u.g.ackDue.IsZero() {
+				u.g.ackDue = due
+			}
+		} else if u.g.readDue.IsZero() {
+			u.g.readDue = due
+		}
+	}
+}
+
+// MarkRead records that the user has read group gid up to msgid upto. Reads
+// are batched like acks and sent only up to what OnMessage was handed.
+// upto past the client's contiguous cursor is refused with ErrNotReceived.
+func (c *Client) MarkRead(ctx context.Context, gid string, upto int64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return ErrClosed
+	}
+	g := c.groups[gid]
+	if g == nil || upto > g.contig {
+		return fmt.Errorf("client: mark read %s upto %d: %w", gid, upto, ErrNotReceived)
+	}
+	if upto <= g.readWant {
+		return nil
+	}
+	g.readWant = upto
+	if g.readDue.IsZero() {
+		g.readDue = time.Now().Add(c.cfg.AckInterval)
+		select {
+		case c.ackKick <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}

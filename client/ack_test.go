@@ -1,0 +1,186 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/groupchat/chatd/protocol"
+)
+
+func TestNeverAckPastGap(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	p.set(func(p *peer) { p.dropPush = func(m protocol.Message) bool { return m.Body == "two" } })
+	c, rec := dial(t, p, "alice", func(c *Config) { c.AckEvery, c.AckInterval = 1, 10*time.Millisecond })
+	m1 := p.post("g1", "bob", "one")
+	waitFor(t, "ack of the first", func() bool { return slices.Contains(p.cursors("ack", "g1", "alice"), m1.MsgID) })
+
+	// The store lags: pulls do not see "two" yet, though "three" was pushed.
+	p.set(func(p *peer) { p.lagTo = m1.MsgID })
+	p.post("g1", "bob", "two")
+	m3 := p.post("g1", "bob", "three")
+	waitFor(t, "pull retries", func() bool { return len(p.requests(protocol.OpPull)) >= 3 })
+	time.Sleep(50 * time.Millisecond)
+	if got := p.cursors("ack", "g1", "alice"); slices.Max(got) != m1.MsgID {
+		t.Fatalf("acks %v passed %d while a predecessor of %d was missing", got, m1.MsgID, m3.MsgID)
+	}
+	if _, contig := c.Cursor("g1"); contig != m1.MsgID || rec.len() != 1 {
+		t.Fatalf("contiguous cursor %d, %d delivered: want %d and 1", contig, rec.len(), m1.MsgID)
+	}
+
+	p.set(func(p *peer) { p.lagTo = -1 }) // the store catches up
+	waitFor(t, "ack of the third", func() bool { return slices.Contains(p.cursors("ack", "g1", "alice"), m3.MsgID) })
+	if got, want := rec.bodies("g1"), []string{"one", "two", "three"}; !slices.Equal(got, want) {
+		t.Fatalf("delivered %q, want %q", got, want)
+	}
+	if acks := p.cursors("ack", "g1", "alice"); !slices.IsSorted(acks) {
+		t.Fatalf("acks went backwards: %v", acks)
+	}
+}
+
+func TestAckEveryN(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	c, rec := dial(t, p, "alice", func(c *Config) { c.AckEvery, c.AckInterval = 5, time.Hour })
+	var ms []protocol.Message
+	for i := range 5 {
+		ms = append(ms, p.post("g1", "bob", fmt.Sprint(i)))
+	}
+	waitFor(t, "ack after 5", func() bool { return len(p.cursors("ack", "g1", "alice")) == 1 })
+	if got := p.cursors("ack", "g1", "alice"); got[0] != ms[4].MsgID {
+		t.Fatalf("acks %v, want [%d]", got, ms[4].MsgID)
+	}
+	for i := range 3 {
+		ms = append(ms, p.post("g1", "bob", fmt.Sprint(5+i)))
+	}
+	waitFor(t, "8 messages", func() bool { return rec.len() == 8 })
+	time.Sleep(100 * time.Millisecond)
+	if got := p.cursors("ack", "g1", "alice"); len(got) != 1 {
+		t.Fatalf("acks %v after 3 more messages, want none before 5 or the interval", got)
+	}
+	if acked, _ := c.Cursor("g1"); acked != ms[4].MsgID {
+		t.Fatalf("Cursor acked %d, want %d", acked, ms[4].MsgID)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := p.cursors("ack", "g1", "alice"), []int64{ms[4].MsgID, ms[7].MsgID}; !slices.Equal(got, want) {
+		t.Fatalf("acks %v, want %v", got, want)
+	}
+}
+
+func TestAckInterval(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	c, rec := dial(t, p, "alice", func(c *Config) { c.AckEvery, c.AckInterval = 1000, 200*time.Millisecond })
+	start := time.Now()
+	p.post("g1", "bob", "one")
+	p.post("g1", "bob", "two")
+	m3 := p.post("g1", "bob", "three")
+	waitFor(t, "3 messages", func() bool { return rec.len() == 3 })
+	waitFor(t, "ack", func() bool { return len(p.cursors("ack", "g1", "alice")) > 0 })
+	if d := time.Since(start); d < 150*time.Millisecond {
+		t.Fatalf("acked after %v, before the interval", d)
+	}
+	if got := p.cursors("ack", "g1", "alice"); !slices.Equal(got, []int64{m3.MsgID}) {
+		t.Fatalf("acks %v, want one of %d", got, m3.MsgID)
+	}
+	if st := c.Stats(); st.Acks != 1 {
+		t.Fatalf("%d ack frames, want 1", st.Acks)
+	}
+}
+
+func TestMarkRead(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	c, rec := dial(t, p, "alice", func(c *Config) { c.AckInterval = 200 * time.Millisecond })
+	m1 := p.post("g1", "bob", "one")
+	m2 := p.post("g1", "bob", "two")
+	waitFor(t, "two messages", func() bool { return rec.len() == 2 })
+	ctx := context.Background()
+	if err := c.MarkRead(ctx, "g1", m2.MsgID+1); !errors.Is(err, ErrNotReceived) {
+		t.Fatalf("MarkRead past the cursor: %v, want ErrNotReceived", err)
+	}
+	for _, id := range []int64{m1.MsgID, m2.MsgID, m1.MsgID} {
+		if err := c.MarkRead(ctx, "g1", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "read", func() bool { return len(p.cursors("read", "g1", "alice")) > 0 })
+	time.Sleep(100 * time.Millisecond)
+	if got := p.cursors("read", "g1", "alice"); !slices.Equal(got, []int64{m2.MsgID}) {
+		t.Fatalf("reads %v, want one batched read of %d", got, m2.MsgID)
+	}
+}
+
+func TestCloseFlushesAcksNoLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	c, rec := dial(t, p, "alice", func(c *Config) { c.AckEvery, c.AckInterval = 1000, time.Hour })
+	p.post("g1", "bob", "one")
+	m2 := p.post("g1", "bob", "two")
+	waitFor(t, "two messages", func() bool { return rec.len() == 2 })
+	if err := c.MarkRead(context.Background(), "g1", m2.MsgID); err != nil {
+		t.Fatal(err)
+	}
+	// A Send blocked by a dead server ends with Close.
+	p.set(func(p *peer) { p.swallowSends = 1 })
+	sendErr := make(chan error, 1)
+	go func() { _, err := c.Send(context.Background(), "g1", "late"); sendErr <- err }()
+	waitFor(t, "the send", func() bool { return len(p.requests(protocol.OpSend)) == 1 })
+	if n := len(p.cursors("ack", "g1", "alice")); n != 0 {
+		t.Fatalf("%d acks before Close, want none", n)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.cursors("ack", "g1", "alice"); len(got) != 1 || got[0] < m2.MsgID {
+		t.Fatalf("acks %v after Close, want one up to at least %d", got, m2.MsgID)
+	}
+	if got := p.cursors("read", "g1", "alice"); !slices.Equal(got, []int64{m2.MsgID}) {
+		t.Fatalf("reads %v after Close, want [%d]", got, m2.MsgID)
+	}
+	if err := <-sendErr; !errors.Is(err, ErrClosed) {
+		t.Fatalf("Send during Close: %v, want ErrClosed", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := c.Send(context.Background(), "g1", "after"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Send after Close: %v, want ErrClosed", err)
+	}
+	p.close()
+	if err := noLeak(before, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAckBeyondHeadRetried(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	var refused atomic.Int32
+	c, rec := dial(t, p, "alice", func(c *Config) {
+		c.AckEvery, c.AckInterval = 1, 10*time.Millisecond
+		c.OnError = func(err error) {
+			var pe *protocol.Error
+			if errors.As(err, &pe) && pe.Code == protocol.CodeBeyondHead {
+				refused.Add(1)
+			}
+		}
+	})
+	m1 := p.post("g1", "bob", "one")
+	waitFor(t, "ack of the first", func() bool { return slices.Contains(p.cursors("ack", "g1", "alice"), m1.MsgID) })
+	// The push runs ahead of the store the gateway checks acks against.
+	p.set(func(p *peer) { p.lagTo = m1.MsgID })
+	m2 := p.post("g1", "bob", "two")
+	waitFor(t, "refused acks", func() bool { return refused.Load() >= 2 })
+	if acked, contig := c.Cursor("g1"); acked != m1.MsgID || contig != m2.MsgID {
+		t.Fatalf("Cursor (%d, %d), want (%d, %d)", acked, contig, m1.MsgID, m2.MsgID)
+	}
+	p.set(func(p *peer) { p.lagTo = -1 })
+	waitFor(t, "ack of the second", func() bool { acked, _ := c.Cursor("g1"); return acked == m2.MsgID })
+	if rec.len() != 2 {
+		t.Fatalf("%d delivered, want 2", rec.len())
+	}
+}

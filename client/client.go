@@ -1,0 +1,264 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/groupchat/chatd/protocol"
+)
+
+// Errors returned by the client. Protocol errors from the server are
+// *protocol.Error values, wrapped.
+var (
+	ErrClosed       = errors.New("client: closed")
+	ErrDisconnected = errors.New("client: disconnected")
+	ErrNotReceived  = errors.New("client: beyond the messages received")
+)
+
+// Config configures a Client. Zero values take the defaults written beside
+// each field.
+type Config struct {
+	URL            string                                    // ws://host:port/v1/ws; required
+	Token          func(ctx context.Context) (string, error) // required; called on every (re)connect
+	AckEvery       int                                       // default 10: ack after this many new contiguous messages of a group
+	AckInterval    time.Duration                             // default 1s: or after this long, whichever first; also on Close
+	SendTimeout    time.Duration                             // default 5s: resend with the same cmid after this
+	RequestTimeout time.Duration                             // default 10s: dial, auth, sync, pull, ack and read answers
+	PingInterval   time.Duration                             // default 30s: a connection that misses a pong is dropped
+	MinBackoff     time.Duration                             // default 100ms: first reconnect delay, doubled up to MaxBackoff, with jitter
+	MaxBackoff     time.Duration                             // default 10s
+	PageSize       int                                       // default 200, at most protocol.MaxLimit: messages per pull
+	OnMessage      func(protocol.Message)                    // optional: once per message, msgid order per group, from one goroutine
+	OnError        func(error)                               // optional: asynchronous errors, serialised
+	Logger         *slog.Logger                              // default: discard
+}
+
+func (c *Config) setDefaults() {
+	if c.AckEvery == 0 {
+		c.AckEvery = 10
+	}
+	if c.AckInterval == 0 {
+		c.AckInterval = time.Second
+	}
+	if c.SendTimeout == 0 {
+		c.SendTimeout = 5 * time.Second
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = 10 * time.Second
+	}
+	if c.PingInterval == 0 {
+		c.PingInterval = 30 * time.Second
+	}
+	if c.MinBackoff == 0 {
+		c.MinBackoff = 100 * time.Millisecond
+	}
+	if c.MaxBackoff == 0 {
+		c.MaxBackoff = 10 * time.Second
+	}
+	if c.PageSize == 0 {
+		c.PageSize = 200
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate reports the first invalid field.
+func (c *Config) Validate() error {
+	u, err := url.Parse(c.URL)
+	switch {
+	case c.URL == "":
+		return errors.New("client: config: URL is required")
+	case err != nil:
+		return fmt.Errorf("client: config: URL: %w", err)
+	case u.Scheme != "ws" && u.Scheme != "wss" && u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Errorf("client: config: URL scheme %q: want ws or wss", u.Scheme)
+	case c.Token == nil:
+		return errors.New("client: config: Token is required")
+	case c.AckEvery < 1:
+		return fmt.Errorf("client: config: AckEvery %d: want at least 1", c.AckEvery)
+	case c.PageSize < 1 || c.PageSize > protocol.MaxLimit:
+		return fmt.Errorf("client: config: PageSize %d: want 1 to %d", c.PageSize, protocol.MaxLimit)
+	case c.AckInterval < 0 || c.SendTimeout < 0 || c.RequestTimeout < 0 || c.PingInterval < 0:
+		return errors.New("client: config: durations must not be negative")
+	case c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff:
+		return fmt.Errorf("client: config: back-off %v..%v: want 0 <= MinBackoff <= MaxBackoff", c.MinBackoff, c.MaxBackoff)
+	}
+	return nil
+}
+
+// Stats counts what the client did since Dial.
+type Stats struct {
+	Pushes     int64 // messages received by push
+	Pulled     int64 // messages received in pull pages
+	Duplicates int64 // messages dropped because their msgid was already received
+	Gaps       int64 // pushes whose prev was not the contiguous cursor, or unknown (outside a pull)
+	Pulls      int64 // pull requests sent
+	Delivered  int64 // OnMessage calls
+	Acks       int64 // ack frames sent
+	Reads      int64 // read frames sent
+	Resends    int64 // sends repeated with the same cmid
+	Reconnects int64 // connections made after the first
+}
+
+// Client is a connection to a gateway that reconnects by itself. Create it
+// with Dial; see the package documentation for the rules it keeps.
+type Client struct {
+	cfg    Config
+	log    *slog.Logger
+	ctx    context.Context // ends on Close: stops every goroutine
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // run loop, read loops, gap pulls
+	ids    atomic.Uint64  // request ids
+
+	mu         sync.Mutex
+	closing    bool
+	everSynced bool          // a session was made ready before: the next one is a reconnect
+	sess       *session      // the ready session, nil while disconnected
+	ready      chan struct{} // closed when sess is set
+	groups     map[string]*group
+	lastSync   []protocol.GroupState
+	queue      []protocol.Message // accepted, not yet handed to OnMessage
+	stats      Stats
+
+	deliverKick chan struct{}
+	stopDeliver chan struct{}
+	deliverDone chan struct{}
+	ackKick     chan struct{}
+	ackCtx      context.Context
+	ackCancel   context.CancelFunc
+	ackerDone   chan struct{}
+	closed      chan struct{}
+
+	errMu sync.Mutex // serialises OnError
+}
+
+// Dial connects to cfg.URL, authenticates and syncs. Afterwards the client
+// reconnects by itself until Close. ctx bounds this first connection only.
+func Dial(ctx context.Context, cfg Config) (*Client, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Client{
+		cfg:         cfg,
+		log:         cfg.Logger,
+		ready:       make(chan struct{}),
+		groups:      make(map[string]*group),
+		deliverKick: make(chan struct{}, 1),
+		stopDeliver: make(chan struct{}),
+		deliverDone: make(chan struct{}),
+		ackKick:     make(chan struct{}, 1),
+		ackerDone:   make(chan struct{}),
+		closed:      make(chan struct{}),
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.ackCtx, c.ackCancel = context.WithCancel(c.ctx)
+	s, err := c.connect(ctx)
+	if err != nil {
+		c.cancel()
+		c.ackCancel()
+		c.wg.Wait()
+		return nil, err
+	}
+	go c.deliverLoop()
+	go c.ackLoop()
+	c.wg.Add(1)
+	go c.run(s)
+	return c, nil
+}
+
+// Close flushes the pending acks and reads (bounded by RequestTimeout),
+// closes the connection and waits for the client's goroutines to end. It
+// must not be called from OnMessage or OnError. An error means some acks
+// could not be sent; those messages will be delivered again to the next
+// Client of the user.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		<-c.closed
+		return nil
+	}
+	c.closing = true
+	c.mu.Unlock()
+
+	close(c.stopDeliver)
+	<-c.deliverDone
+	c.ackCancel()
+	<-c.ackerDone
+
+	fctx, cancel := context.WithTimeout(c.ctx, c.cfg.RequestTimeout)
+	err := c.flush(fctx, true)
+	cancel()
+
+	c.mu.Lock()
+	s := c.sess
+	c.mu.Unlock()
+	if s != nil {
+		_ = s.conn.Close(websocket.StatusNormalClosure, "client closed")
+	}
+	c.cancel()
+	c.wg.Wait()
+	close(c.closed)
+	if err != nil {
+		return fmt.Errorf("client: close: %w", err)
+	}
+	return nil
+}
+
+// Groups returns the user's groups as of the last sync (counts only).
+func (c *Client) Groups() []protocol.GroupState {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.lastSync)
+}
+
+// Cursor returns, for group gid, the ack cursor the server confirmed and the
+// client's contiguous cursor (every message up to it received). Both are -1
+// for a group the client knows nothing of.
+func (c *Client) Cursor(gid string) (ackedUpto, contiguousUpto int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g := c.groups[gid]
+	if g == nil {
+		return -1, -1
+	}
+	return g.acked, g.contig
+}
+
+// Stats returns the counters since Dial.
+func (c *Client) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
+
+// reportError logs err and hands it to OnError. Never call it holding c.mu.
+func (c *Client) reportError(err error) {
+	if err == nil {
+		return
+	}
+	c.log.Warn("chat client", "err", err)
+	if c.cfg.OnError == nil {
+		return
+	}
+	c.errMu.Lock()
+	defer c.errMu.Unlock()
+	c.cfg.OnError(err)
+}
+
+func (c *Client) isClosing() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closing
+}

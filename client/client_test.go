@@ -1,0 +1,346 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/groupchat/chatd/protocol"
+)
+
+func TestMain(m *testing.M) {
+	before := runtime.NumGoroutine()
+	code := m.Run()
+	if code == 0 {
+		if err := noLeak(before, 5*time.Second); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// noLeak waits until at most n goroutines run.
+func noLeak(n int, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for runtime.NumGoroutine() > n {
+		if time.Now().After(deadline) {
+			var b bytes.Buffer
+			_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+			return fmt.Errorf("goroutine leak: %d running, want <= %d\n%s", runtime.NumGoroutine(), n, b.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return nil
+}
+
+// recorder collects OnMessage calls.
+type recorder struct {
+	mu   sync.Mutex
+	msgs []protocol.Message
+}
+
+func (r *recorder) on(m protocol.Message) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, m)
+}
+
+func (r *recorder) bodies(gid string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, m := range r.msgs {
+		if m.Gid == gid {
+			out = append(out, m.Body)
+		}
+	}
+	return out
+}
+
+func (r *recorder) len() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.msgs)
+}
+
+// check fails unless every group's messages came once each, in msgid order.
+func (r *recorder) check(t *testing.T) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	last := map[string]int64{}
+	for _, m := range r.msgs {
+		if l, ok := last[m.Gid]; ok && m.MsgID <= l {
+			t.Errorf("group %s: msgid %d delivered after %d", m.Gid, m.MsgID, l)
+		}
+		last[m.Gid] = m.MsgID
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// dial connects uid to p with fast test timings, adjusted by edit.
+func dial(t *testing.T, p *peer, uid string, edit func(*Config)) (*Client, *recorder) {
+	t.Helper()
+	rec := &recorder{}
+	cfg := Config{
+		URL:         p.url,
+		Token:       func(context.Context) (string, error) { return uid, nil },
+		AckInterval: 50 * time.Millisecond,
+		SendTimeout: time.Second,
+		MinBackoff:  5 * time.Millisecond,
+		MaxBackoff:  50 * time.Millisecond,
+		OnMessage:   rec.on,
+		OnError:     func(err error) { t.Logf("%s: OnError: %v", uid, err) },
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	c, err := Dial(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Dial: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, rec
+}
+
+func TestDedupRepeatedPushes(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	c, rec := dial(t, p, "alice", nil)
+	m1 := p.post("g1", "bob", "one")
+	m2 := p.post("g1", "bob", "two")
+	waitFor(t, "two messages", func() bool { return rec.len() == 2 })
+
+	p.pushRaw("alice", m2)             // a repeated push
+	p.pushRaw("alice", m1, m2)         // and older ones
+	m3 := p.post("g1", "bob", "three") // a barrier: pushes are in order
+	waitFor(t, "three messages", func() bool { return rec.len() == 3 })
+
+	// The client's own message comes by push too, once.
+	id, err := c.Send(context.Background(), "g1", "mine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "own message", func() bool { return rec.len() == 4 })
+	own := p.msgs("g1")[3]
+	if own.MsgID != id {
+		t.Fatalf("Send returned %d, log has %d", id, own.MsgID)
+	}
+	p.pushRaw("alice", own, m3)
+	p.post("g1", "bob", "five")
+	waitFor(t, "five messages", func() bool { return rec.len() == 5 })
+
+	if got, want := rec.bodies("g1"), []string{"one", "two", "three", "mine", "five"}; !slices.Equal(got, want) {
+		t.Fatalf("delivered %q, want %q", got, want)
+	}
+	rec.check(t)
+	if st := c.Stats(); st.Duplicates != 5 || st.Pulls != 0 || st.Gaps != 0 {
+		t.Fatalf("stats %+v: want 5 duplicates, no pull, no gap", st)
+	}
+}
+
+func TestGapPullsBeforeDeliver(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	p.set(func(p *peer) {
+		p.dropPush = func(m protocol.Message) bool { return m.Body == "two" || m.Body == "three" }
+	})
+	c, rec := dial(t, p, "alice", nil)
+	m1 := p.post("g1", "bob", "one")
+	waitFor(t, "first message", func() bool { return rec.len() == 1 })
+	p.post("g1", "bob", "two")
+	p.post("g1", "bob", "three")
+	p.post("g1", "bob", "four") // prev is "three", which alice never got
+	waitFor(t, "four messages", func() bool { return rec.len() == 4 })
+
+	if got, want := rec.bodies("g1"), []string{"one", "two", "three", "four"}; !slices.Equal(got, want) {
+		t.Fatalf("delivered %q, want %q", got, want)
+	}
+	rec.check(t)
+	pulls := p.requests(protocol.OpPull)
+	if len(pulls) != 1 || pulls[0].After == nil || *pulls[0].After != m1.MsgID {
+		t.Fatalf("pulls %+v: want one after %d", pulls, m1.MsgID)
+	}
+	if st := c.Stats(); st.Gaps != 1 || st.Pulled != 3 || st.Duplicates != 1 {
+		t.Fatalf("stats %+v: want 1 gap, 3 pulled, 1 duplicate (the buffered push)", st)
+	}
+}
+
+func TestPrevUnknownPulls(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	m1 := p.post("g1", "bob", "one")
+	p.set(func(p *peer) { p.prevUnknown = true }) // the fan-out restarted
+	c, rec := dial(t, p, "alice", nil)
+	if err := c.Open(context.Background(), "g1"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "history", func() bool { return rec.len() == 1 })
+	p.post("g1", "bob", "two")
+	waitFor(t, "second message", func() bool { return rec.len() == 2 })
+
+	if got, want := rec.bodies("g1"), []string{"one", "two"}; !slices.Equal(got, want) {
+		t.Fatalf("delivered %q, want %q", got, want)
+	}
+	pulls := p.requests(protocol.OpPull)
+	if len(pulls) != 2 || *pulls[1].After != m1.MsgID {
+		t.Fatalf("pulls %+v: want the open and one after %d", pulls, m1.MsgID)
+	}
+	if st := c.Stats(); st.Gaps != 1 {
+		t.Fatalf("stats %+v: want 1 gap", st)
+	}
+}
+
+func TestReconnectSyncPull(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}, "g2": {"alice", "bob"}, "g3": {"alice", "bob"}})
+	c, rec := dial(t, p, "alice", nil)
+	if err := c.Open(context.Background(), "g1"); err != nil {
+		t.Fatal(err)
+	}
+	p.post("g1", "bob", "g1-one")
+	p.post("g2", "bob", "g2-one") // g2 is seen by push, not opened
+	waitFor(t, "two messages", func() bool { return rec.len() == 2 })
+
+	p.set(func(p *peer) { p.refuse = true })
+	p.kill()
+	p.post("g1", "bob", "g1-two")
+	p.post("g1", "bob", "g1-three")
+	p.post("g2", "bob", "g2-two")
+	p.post("g3", "bob", "g3-one") // never seen: counted, not pulled
+	time.Sleep(30 * time.Millisecond)
+	p.set(func(p *peer) { p.refuse = false })
+
+	waitFor(t, "missed messages", func() bool { return rec.len() == 5 })
+	if got, want := rec.bodies("g1"), []string{"g1-one", "g1-two", "g1-three"}; !slices.Equal(got, want) {
+		t.Fatalf("g1 delivered %q, want %q", got, want)
+	}
+	if got, want := rec.bodies("g2"), []string{"g2-one", "g2-two"}; !slices.Equal(got, want) {
+		t.Fatalf("g2 delivered %q, want %q", got, want)
+	}
+	rec.check(t)
+	if st := c.Stats(); st.Reconnects != 1 {
+		t.Fatalf("stats %+v: want 1 reconnect", st)
+	}
+	for _, r := range p.requests(protocol.OpPull) {
+		if r.Gid == "g3" {
+			t.Fatal("g3 was pulled without being opened")
+		}
+	}
+	var g3 protocol.GroupState
+	for _, g := range c.Groups() {
+		if g.Gid == "g3" {
+			g3 = g
+		}
+	}
+	if g3.Unread != 1 {
+		t.Fatalf("g3 state %+v: want 1 unread", g3)
+	}
+	// Live pushes flow again.
+	p.post("g3", "bob", "g3-two")
+	waitFor(t, "g3 after the gap", func() bool { return len(rec.bodies("g3")) == 2 })
+}
+
+func TestCutByServerResyncs(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	var mu sync.Mutex
+	var errs []error
+	c, rec := dial(t, p, "alice", func(c *Config) {
+		c.PingInterval = 5 * time.Millisecond // pings answered: no reconnect from them
+		c.OnError = func(err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() }
+	})
+	if err := c.Open(context.Background(), "g1"); err != nil {
+		t.Fatal(err)
+	}
+	p.post("g1", "bob", "one")
+	waitFor(t, "first message", func() bool { return rec.len() == 1 })
+	time.Sleep(50 * time.Millisecond)
+	if st := c.Stats(); st.Reconnects != 0 {
+		t.Fatalf("stats %+v: pings made the client reconnect", st)
+	}
+
+	p.set(func(p *peer) { p.dropPush = func(protocol.Message) bool { return true } }) // the slow client misses pushes
+	p.post("g1", "bob", "two")
+	p.cut(websocket.StatusPolicyViolation, "too slow")
+	p.set(func(p *peer) { p.dropPush = nil })
+	waitFor(t, "the missed message", func() bool { return rec.len() == 2 })
+	if got, want := rec.bodies("g1"), []string{"one", "two"}; !slices.Equal(got, want) {
+		t.Fatalf("delivered %q, want %q", got, want)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(errs) == 0 || !errors.Is(errs[0], ErrDisconnected) || !strings.Contains(errs[0].Error(), "too slow") {
+		t.Fatalf("OnError got %v, want a disconnect with the server's reason", errs)
+	}
+}
+
+func TestOpenPullsPages(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	var ms []protocol.Message
+	for i := range 8 {
+		ms = append(ms, p.post("g1", "bob", fmt.Sprint(i)))
+	}
+	p.set(func(p *peer) { p.groups["g1"].acks["alice"] = ms[0].MsgID }) // an earlier client acked the first
+	c, rec := dial(t, p, "alice", func(c *Config) { c.PageSize = 3 })
+	if acked, contig := c.Cursor("g1"); acked != ms[0].MsgID || contig != ms[0].MsgID {
+		t.Fatalf("Cursor after login (%d, %d), want the server's ack %d", acked, contig, ms[0].MsgID)
+	}
+	if n := len(p.requests(protocol.OpPull)); n != 0 {
+		t.Fatalf("%d pulls at login; login fetches counts only", n)
+	}
+	if err := c.Open(context.Background(), "g1"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "7 messages", func() bool { return rec.len() == 7 })
+	if got, want := rec.bodies("g1"), []string{"1", "2", "3", "4", "5", "6", "7"}; !slices.Equal(got, want) {
+		t.Fatalf("delivered %q, want %q", got, want)
+	}
+	if n := len(p.requests(protocol.OpPull)); n != 3 {
+		t.Fatalf("%d pulls, want 3 pages of 3", n)
+	}
+}
+
+func TestPushBeforeSyncWaitsForCursor(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	m1 := p.post("g1", "bob", "one")
+	p.set(func(p *peer) { p.groups["g1"].acks["alice"] = m1.MsgID })
+	p.set(func(p *peer) {
+		m2 := p.appendLocked("g1", "bob", "two", "")
+		p.earlyPush = []protocol.Message{m2} // pushed between authed and synced
+	})
+	c, rec := dial(t, p, "alice", nil)
+	waitFor(t, "early push", func() bool { return rec.len() == 1 })
+	if got := rec.bodies("g1"); got[0] != "two" {
+		t.Fatalf("delivered %q, want [two]", got)
+	}
+	if st := c.Stats(); st.Pulls != 0 || st.Gaps != 0 {
+		t.Fatalf("stats %+v: the push follows the synced cursor, want no pull", st)
+	}
+}
+
+func TestDialBadToken(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice"}})
+	_, err := Dial(context.Background(), Config{URL: p.url, Token: func(context.Context) (string, error) { return "bad", nil }})
+	var pe *protocol.Error
+	if !errors.As(err, &pe) || pe.Code != protocol.CodeBadToken {
+		t.Fatalf("Dial with a forged token: %v, want bad_token", err)
+	}
+}

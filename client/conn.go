@@ -1,0 +1,376 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/groupchat/chatd/protocol"
+)
+
+// maxFrame bounds one server frame: a full page of large messages fits.
+const maxFrame = 32 << 20
+
+// frame is any server frame; which fields are set depends on Op.
+type frame struct {
+	Op      string                `json:"op"`
+	ID      string                `json:"id"`
+	Uid     string                `json:"uid"`
+	Gid     string                `json:"gid"`
+	Cmid    string                `json:"cmid"`
+	MsgID   int64                 `json:"msgid"`
+	After   int64                 `json:"after"`
+	Msgs    []protocol.Message    `json:"msgs"`
+	More    bool                  `json:"more"`
+	Head    int64                 `json:"head"`
+	Groups  []protocol.GroupState `json:"groups"`
+	Code    protocol.Code         `json:"code"`
+	Message string                `json:"message"`
+}
+
+// session is one authenticated connection. It ends when its read loop ends.
+type session struct {
+	c      *Client
+	conn   *websocket.Conn
+	ctx    context.Context // ends with the session
+	cancel context.CancelFunc
+	uid    string
+	done   chan struct{} // closed when the session ended; err is set then
+
+	mu      sync.Mutex
+	err     error
+	waiters map[string]chan *frame
+
+	synced bool               // guarded by c.mu: the sync answer was applied
+	early  []protocol.Message // guarded by c.mu: pushes that arrived before it
+}
+
+// connect dials, authenticates and syncs. The session lives on c.ctx; ctx
+// bounds the connecting only.
+func (c *Client) connect(ctx context.Context) (*session, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+	defer cancel()
+	tok, err := c.cfg.Token(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("client: token: %w", err)
+	}
+	conn, _, err := websocket.Dial(ctx, c.cfg.URL, nil)
+	if err != nil {
+		return nil, fmt.Errorf("client: dial: %w", err)
+	}
+	conn.SetReadLimit(maxFrame)
+	s := &session{c: c, conn: conn, done: make(chan struct{}), waiters: make(map[string]chan *frame)}
+	s.ctx, s.cancel = context.WithCancel(c.ctx)
+	c.wg.Add(1)
+	go s.readLoop()
+
+	f, err := s.request(ctx, protocol.Request{Op: protocol.OpAuth, Token: tok})
+	if err != nil {
+		s.close()
+		return nil, fmt.Errorf("client: auth: %w", err)
+	}
+	s.uid = f.Uid
+	f, err = s.request(ctx, protocol.Request{Op: protocol.OpSync})
+	if err != nil {
+		s.close()
+		return nil, fmt.Errorf("client: sync: %w", err)
+	}
+	if err := c.applySync(s, f.Groups); err != nil {
+		s.close()
+		return nil, fmt.Errorf("client: sync: %w", err)
+	}
+	c.log.Debug("chat client connected", "uid", s.uid, "groups", len(f.Groups))
+	return s, nil
+}
+
+// close drops the connection at once; the read loop then ends the session.
+func (s *session) close() {
+	_ = s.conn.CloseNow()
+	<-s.done
+}
+
+func (s *session) readLoop() {
+	defer s.c.wg.Done()
+	for {
+		_, b, err := s.conn.Read(s.ctx)
+		if err != nil {
+			s.end(err)
+			return
+		}
+		var f frame
+		if err := json.Unmarshal(b, &f); err != nil {
+			s.c.log.Warn("chat client: undecodable server frame", "err", err, "len", len(b))
+			continue
+		}
+		s.dispatch(&f)
+	}
+}
+
+func (s *session) dispatch(f *frame) {
+	switch {
+	case f.Op == protocol.OpPush:
+		s.c.onPush(s, f.Msgs)
+	case f.ID != "":
+		s.mu.Lock()
+		ch := s.waiters[f.ID]
+		delete(s.waiters, f.ID)
+		s.mu.Unlock()
+		if ch != nil {
+			ch <- f // buffered, one answer per id
+		}
+	case f.Op == protocol.OpError:
+		s.c.reportError(fmt.Errorf("client: server: %w", &protocol.Error{Code: f.Code, Message: f.Message}))
+	default:
+		s.c.log.Debug("chat client: frame ignored", "op", f.Op)
+	}
+}
+
+func (s *session) end(err error) {
+	var ce websocket.CloseError
+	if errors.As(err, &ce) {
+		err = fmt.Errorf("%w: closed by the server: %d %s", ErrDisconnected, ce.Code, ce.Reason)
+	} else {
+		err = fmt.Errorf("%w: %v", ErrDisconnected, err)
+	}
+	s.c.detach(s) // first: waitSession must never return an ended session
+	s.mu.Lock()
+	s.err = err
+	s.waiters = nil
+	s.mu.Unlock()
+	close(s.done)
+	s.cancel()
+	_ = s.conn.CloseNow()
+}
+
+// request writes req with a fresh id and waits for its answer. An error
+// frame is returned as a *protocol.Error.
+func (s *session) request(ctx context.Context, req protocol.Request) (*frame, error) {
+	req.ID = strconv.FormatUint(s.c.ids.Add(1), 10)
+	ch := make(chan *frame, 1)
+	s.mu.Lock()
+	if s.waiters == nil {
+		s.mu.Unlock()
+		return nil, s.err
+	}
+	s.waiters[req.ID] = ch
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.waiters, req.ID)
+		s.mu.Unlock()
+	}()
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", req.Op, err)
+	}
+	// The write gets a deadline of its own: a write cut by the caller's ctx
+	// would close the connection for everyone.
+	wctx, cancel := context.WithTimeout(s.ctx, s.c.cfg.RequestTimeout)
+	err = s.conn.Write(wctx, websocket.MessageText, b)
+	cancel()
+	if err != nil {
+		_ = s.conn.CloseNow() // the read loop ends the session
+		return nil, fmt.Errorf("%w: write %s: %v", ErrDisconnected, req.Op, err)
+	}
+	var f *frame
+	select {
+	case f = <-ch:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-s.done:
+		// An answer read just before the connection ended still counts.
+		select {
+		case f = <-ch:
+		default:
+			return nil, s.err
+		}
+	}
+	if f.Op == protocol.OpError {
+		return nil, &protocol.Error{Code: f.Code, Message: f.Message}
+	}
+	return f, nil
+}
+
+// alive reports whether s has not ended.
+func (s *session) alive() bool {
+	select {
+	case <-s.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// applySync records a sync answer, makes s the ready session and processes
+// the pushes that arrived before the answer.
+func (c *Client) applySync(s *session, groups []protocol.GroupState) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !s.alive() {
+		return s.err
+	}
+	c.lastSync = slices.Clone(groups)
+	for _, gs := range groups {
+		g := c.groups[gs.Gid]
+		if g == nil {
+			// First sight of the group: start at the member's ack cursor.
+			g = newGroup(gs.Gid, gs.Ack)
+			g.read, g.readWant = gs.Read, gs.Read
+			c.groups[gs.Gid] = g
+		}
+		g.acked = max(g.acked, gs.Ack)
+		g.read = max(g.read, gs.Read)
+		g.head = max(g.head, gs.Head)
+	}
+	if c.everSynced {
+		c.stats.Reconnects++
+	}
+	c.everSynced = true
+	s.synced = true
+	for _, m := range s.early {
+		c.pushLocked(m)
+	}
+	s.early = nil
+	c.sess = s
+	close(c.ready)
+	return nil
+}
+
+// detach forgets s if it is the ready session.
+func (c *Client) detach(s *session) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sess == s {
+		c.sess = nil
+		c.ready = make(chan struct{})
+	}
+}
+
+// waitSession returns the ready session, waiting for a reconnect if needed.
+func (c *Client) waitSession(ctx context.Context) (*session, error) {
+	for {
+		c.mu.Lock()
+		s, ready := c.sess, c.ready
+		c.mu.Unlock()
+		if s != nil {
+			return s, nil
+		}
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-c.ctx.Done():
+			return nil, ErrClosed
+		}
+	}
+}
+
+// run serves the current session and reconnects when it ends, until Close.
+func (c *Client) run(s *session) {
+	defer c.wg.Done()
+	bo := backoff{min: c.cfg.MinBackoff, max: c.cfg.MaxBackoff}
+	for {
+		if s != nil {
+			c.serve(s)
+			if c.ctx.Err() != nil {
+				return
+			}
+			c.reportError(s.err)
+		}
+		if !sleep(c.ctx, bo.next()) {
+			return
+		}
+		var err error
+		if s, err = c.connect(c.ctx); err != nil {
+			if c.ctx.Err() != nil {
+				return
+			}
+			c.reportError(err)
+			continue
+		}
+		bo.reset()
+		c.kickAck()
+		c.resync(s)
+	}
+}
+
+// serve pings s until it ends or the client closes.
+func (c *Client) serve(s *session) {
+	t := time.NewTicker(c.cfg.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-c.ctx.Done():
+			s.close()
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(s.ctx, c.cfg.RequestTimeout)
+			err := s.conn.Ping(ctx)
+			cancel()
+			if err != nil && s.alive() {
+				c.log.Warn("chat client: ping failed; reconnecting", "err", err)
+				_ = s.conn.CloseNow()
+			}
+		}
+	}
+}
+
+// resync pulls, after a reconnect, every opened group and every group the
+// client has messages of whose head moved past its cursor.
+func (c *Client) resync(s *session) {
+	c.mu.Lock()
+	var gids []string
+	for gid, g := range c.groups {
+		if g.opened || len(g.buf) > 0 || g.seen && g.head > g.contig {
+			gids = append(gids, gid)
+		}
+	}
+	c.mu.Unlock()
+	slices.Sort(gids)
+	for _, gid := range gids {
+		if err := c.pullGroup(c.ctx, s, gid); err != nil {
+			if !s.alive() || c.ctx.Err() != nil {
+				return
+			}
+			c.reportError(fmt.Errorf("client: resync %s: %w", gid, err))
+		}
+	}
+}
+
+// backoff doubles from min to max; next returns a delay with jitter in
+// [d/2, d].
+type backoff struct{ min, max, cur time.Duration }
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	half := b.cur / 2
+	return half + rand.N(b.cur-half+1)
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+// sleep waits d; false if ctx ended first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

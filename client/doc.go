@@ -1,0 +1,58 @@
+// Package client is the client's half of group-chat delivery: it holds one
+// WebSocket connection to a gateway (reconnecting by itself), and turns the
+// server's pushes and pull pages into exactly-once, in-order delivery per
+// group, with batched acks and idempotent sends.
+//
+// # Delivery
+//
+// For every group the client keeps a contiguous cursor: the newest msgid it
+// has received together with every message of the group before it. A pushed
+// message is accepted only when its prev equals that cursor. A push whose
+// prev differs (or is unknown) starts a pull of the gap, "messages after the
+// cursor", page by page until the server says there are no more; pushes that
+// arrive meanwhile are buffered and accepted once their predecessors are in.
+// A gap that a complete pull does not close (the server's store lags behind
+// its pushes) is pulled again with back-off. Messages are deduplicated by
+// msgid, so re-deliveries after a lost ack, a resend or a reconnect never
+// reach the application twice within the life of a Client.
+//
+// Acks carry the newest msgid the application has been handed (OnMessage has
+// returned for it and every predecessor), never more: they are sent per group
+// after Config.AckEvery messages or Config.AckInterval, whichever comes first,
+// and on Close. They only move forward. MarkRead is batched the same way and
+// never reads past what was delivered.
+//
+// A new Client starts each group at the member's ack cursor from the server
+// (the sync on login), so messages delivered and acked by an earlier Client
+// are not delivered again; messages delivered but not yet acked when a
+// process died are delivered again (at-least-once across processes,
+// exactly-once within one Client).
+//
+// On every (re)connect the client authenticates with an auth frame (calling
+// Config.Token; the token never goes into the URL, where logs would keep it),
+// syncs the per-group counts, and pulls every group that was opened with
+// Open, and every group it has received messages of whose head moved past
+// its cursor. Login alone fetches counts only: a group's backlog is pulled
+// when the group is opened (or when a push reveals a gap).
+//
+// # Concurrency
+//
+// All methods of Client are safe for concurrent use.
+//
+// OnMessage is called from one goroutine owned by the Client, one message at
+// a time, in ascending msgid order per group. It may call any method of the
+// Client (Send, MarkRead, Open, Cursor...) except Close, which waits for
+// OnMessage to return. A slow OnMessage delays acks, not the connection:
+// messages wait in memory.
+//
+// OnError receives asynchronous errors (connection lost, reconnect failed,
+// a pull or an ack refused). Calls are serialised; they come from the
+// Client's goroutines and must not call Close or block for long.
+//
+// Send, SendWithID and Open block until they succeed, fail for good, or
+// their ctx ends; while the client is disconnected they wait for the next
+// connection. Close flushes the pending acks and reads, closes the
+// connection and waits for every goroutine of the Client to end; messages
+// still queued for OnMessage are dropped (they were not acked and will be
+// delivered to the next Client).
+package client

@@ -1,0 +1,61 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/groupchat/chatd/client"
+	"github.com/groupchat/chatd/protocol"
+)
+
+// A typical client: dial once, show the counts from the login sync, open
+// the group the user looks at, send, and mark what was shown as read. The
+// client reconnects, resyncs and pulls by itself; OnMessage sees every
+// message once, in order per group.
+func Example() {
+	ctx := context.Background()
+	c, err := client.Dial(ctx, client.Config{
+		URL: "ws://localhost:8080/v1/ws",
+		Token: func(ctx context.Context) (string, error) {
+			return "<jwt from your login service>", nil // called on every (re)connect
+		},
+		OnMessage: func(m protocol.Message) {
+			// One goroutine, msgid order per group, no duplicates.
+			fmt.Printf("[%s #%d] %s: %s\n", m.Gid, m.MsgID, m.Sender, m.Body)
+		},
+		OnError: func(err error) { log.Print(err) }, // disconnects, refused acks...
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close() // flushes the pending acks and reads
+
+	for _, g := range c.Groups() { // login fetches counts only
+		more := ""
+		if !g.UnreadExact {
+			more = "+"
+		}
+		fmt.Printf("%s: %d%s unread\n", g.Gid, g.Unread, more)
+	}
+
+	// Opening a group pulls what is missing of it.
+	if err := c.Open(ctx, "g1"); err != nil {
+		log.Fatal(err)
+	}
+
+	// Send resends with the same cmid until accepted: one message, however
+	// often the network fails. The message comes back through OnMessage.
+	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	msgid, err := c.Send(sctx, "g1", "hello")
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	// Once the user has seen everything up to the newest message received:
+	if _, upto := c.Cursor("g1"); upto >= msgid {
+		_ = c.MarkRead(ctx, "g1", upto) // batched like acks
+	}
+}

@@ -1,0 +1,274 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/groupchat/chatd/protocol"
+	"github.com/groupchat/chatd/schema"
+)
+
+// group is the client's state of one group. Fields are guarded by c.mu,
+// except lock.
+type group struct {
+	gid    string
+	seen   bool // opened, or messages of it were received
+	opened bool
+	head   int64 // newest msgid the server reported; -1: none
+
+	contig    int64 // every message of the group up to it received; -1: none yet
+	delivered int64 // OnMessage returned for every message up to it
+	acked     int64 // the server's ack cursor as last confirmed
+	unacked   int   // messages delivered since the last ack was sent
+	ackDue    time.Time
+
+	read     int64 // the server's read cursor as last confirmed
+	readWant int64 // MarkRead's newest upto
+	readDue  time.Time
+
+	buf     map[int64]protocol.Message // pushes waiting for their predecessors
+	pulling bool                       // a pull holds the group: pushes wait in buf
+	gapping bool                       // a gap loop runs
+	lock    chan struct{}              // one pull of the group at a time
+}
+
+func newGroup(gid string, cursor int64) *group {
+	return &group{
+		gid: gid, head: -1,
+		contig: cursor, delivered: cursor, acked: cursor,
+		read: -1, readWant: -1,
+		buf:  make(map[int64]protocol.Message),
+		lock: make(chan struct{}, 1),
+	}
+}
+
+// groupLocked returns gid's state, creating it for a group the last sync did
+// not list (joined since): its messages are pulled from the member's start.
+func (c *Client) groupLocked(gid string) *group {
+	g := c.groups[gid]
+	if g == nil {
+		g = newGroup(gid, -1)
+		c.groups[gid] = g
+	}
+	return g
+}
+
+// Open pulls what is missing of group gid (everything after the client's
+// contiguous cursor, page by page) and keeps the group pulled on every
+// reconnect. It returns when the messages are queued for OnMessage, not
+// when OnMessage has seen them.
+func (c *Client) Open(ctx context.Context, gid string) error {
+	if err := schema.ValidID(gid); err != nil {
+		return fmt.Errorf("client: open: %w", err)
+	}
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	g := c.groupLocked(gid)
+	g.opened, g.seen = true, true
+	c.mu.Unlock()
+	for {
+		s, err := c.waitSession(ctx)
+		if err != nil {
+			return fmt.Errorf("client: open %s: %w", gid, err)
+		}
+		err = c.pullGroup(ctx, s, gid)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, ErrDisconnected) {
+			return fmt.Errorf("client: open %s: %w", gid, err)
+		}
+	}
+}
+
+// onPush handles a push frame. Pushes that arrive before the session's sync
+// answer wait for it: the cursors come from the sync.
+func (c *Client) onPush(s *session, msgs []protocol.Message) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !s.synced {
+		s.early = append(s.early, msgs...)
+		return
+	}
+	for _, m := range msgs {
+		c.pushLocked(m)
+	}
+}
+
+func (c *Client) pushLocked(m protocol.Message) {
+	if schema.ValidID(m.Gid) != nil {
+		c.log.Warn("chat client: push without a valid gid dropped", "gid", m.Gid, "msgid", m.MsgID)
+		return
+	}
+	c.stats.Pushes++
+	g := c.groupLocked(m.Gid)
+	g.seen = true
+	if _, ok := g.buf[m.MsgID]; ok || m.MsgID <= g.contig {
+		c.stats.Duplicates++
+		return
+	}
+	if !g.pulling && m.Prev != nil && *m.Prev == g.contig {
+		c.acceptLocked(g, m)
+		c.drainLocked(g)
+		return
+	}
+	if !g.pulling {
+		c.stats.Gaps++
+		c.log.Debug("chat client: gap", "gid", m.Gid, "msgid", m.MsgID, "prev", m.Prev, "contig", g.contig)
+	}
+	g.buf[m.MsgID] = m
+	c.drainLocked(g)
+}
+
+// acceptLocked moves the contiguous cursor to m and queues m for OnMessage.
+func (c *Client) acceptLocked(g *group, m protocol.Message) {
+	g.contig = m.MsgID
+	c.queue = append(c.queue, m)
+	select {
+	case c.deliverKick <- struct{}{}:
+	default:
+	}
+}
+
+// drainLocked accepts the buffered pushes that now follow the contiguous
+// cursor and drops those it passed. If a gap remains and no pull holds the
+// group, it starts a gap loop.
+func (c *Client) drainLocked(g *group) {
+	for progressed := true; progressed; {
+		progressed = false
+		for id, m := range g.buf {
+			switch {
+			case id <= g.contig:
+				delete(g.buf, id)
+				c.stats.Duplicates++
+			case m.Prev != nil && *m.Prev == g.contig:
+				delete(g.buf, id)
+				c.acceptLocked(g, m)
+				progressed = true
+			}
+		}
+	}
+	if len(g.buf) > 0 && !g.pulling && !g.gapping && !c.closing {
+		g.gapping = true
+		c.wg.Add(1)
+		go c.gapLoop(g)
+	}
+}
+
+// gapLoop pulls g until its buffer drains. A pull that ends without closing
+// the gap (the server's store lags behind its pushes) is repeated with
+// back-off.
+func (c *Client) gapLoop(g *group) {
+	defer c.wg.Done()
+	bo := backoff{min: c.cfg.MinBackoff, max: c.cfg.MaxBackoff}
+	for {
+		s, err := c.waitSession(c.ctx)
+		if err == nil {
+			err = c.pullGroup(c.ctx, s, g.gid)
+		}
+		var pe *protocol.Error
+		fatal := errors.As(err, &pe) && !retryable(pe.Code)
+		c.mu.Lock()
+		if fatal {
+			clear(g.buf)
+		}
+		if len(g.buf) == 0 || c.ctx.Err() != nil {
+			g.gapping = false
+			c.mu.Unlock()
+			if fatal {
+				c.reportError(fmt.Errorf("client: pull %s: %w", g.gid, err))
+			}
+			return
+		}
+		c.mu.Unlock()
+		if err != nil && !errors.Is(err, ErrDisconnected) && !errors.Is(err, ErrClosed) {
+			c.reportError(fmt.Errorf("client: pull %s: %w", g.gid, err))
+		}
+		if !sleep(c.ctx, bo.next()) {
+			c.mu.Lock()
+			g.gapping = false
+			c.mu.Unlock()
+			return
+		}
+	}
+}
+
+// pullGroup pulls gid after the contiguous cursor until the server says
+// there is no more. Pushes of the group wait in its buffer meanwhile.
+func (c *Client) pullGroup(ctx context.Context, s *session, gid string) error {
+	c.mu.Lock()
+	g := c.groupLocked(gid)
+	c.mu.Unlock()
+	select {
+	case g.lock <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.done:
+		return s.err
+	}
+	defer func() { <-g.lock }()
+	c.mu.Lock()
+	g.pulling = true
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		g.pulling = false
+		c.drainLocked(g)
+		c.mu.Unlock()
+	}()
+	for {
+		c.mu.Lock()
+		after := g.contig
+		c.stats.Pulls++
+		c.mu.Unlock()
+		req := protocol.Request{Op: protocol.OpPull, Gid: gid, Limit: c.cfg.PageSize}
+		if after >= 0 {
+			req.After = &after
+		}
+		rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
+		f, err := s.request(rctx, req)
+		cancel()
+		if err != nil {
+			return err
+		}
+		c.mu.Lock()
+		n := c.applyPageLocked(g, f)
+		c.mu.Unlock()
+		if !f.More {
+			return nil
+		}
+		if n == 0 {
+			return fmt.Errorf("client: pull %s after %d: the page says more but brings nothing new", gid, after)
+		}
+	}
+}
+
+// applyPageLocked accepts a page's messages past the contiguous cursor. A
+// page is a contiguous run of the group's messages after the cursor it was
+// asked for, and only the puller moves the cursor meanwhile.
+func (c *Client) applyPageLocked(g *group, f *frame) (accepted int) {
+	g.seen = true
+	g.head = max(g.head, f.Head)
+	for _, m := range f.Msgs {
+		if m.Gid == "" {
+			m.Gid = g.gid
+		}
+		switch {
+		case m.Gid != g.gid:
+			c.log.Warn("chat client: page message of another group dropped", "want", g.gid, "gid", m.Gid)
+		case m.MsgID <= g.contig:
+			c.stats.Duplicates++
+		default:
+			c.stats.Pulled++
+			c.acceptLocked(g, m)
+			accepted++
+		}
+	}
+	c.drainLocked(g)
+	return accepted
+}

@@ -1,0 +1,389 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/groupchat/chatd/protocol"
+)
+
+// peer is a small in-memory gateway that speaks the client protocol: one
+// partition whose offsets are the msgids of every group (so a group's msgids
+// are sparse), idempotent sends by cmid, pulls, acks, reads and pushes. Its
+// knobs make the faults the client must survive.
+type peer struct {
+	t   testing.TB
+	srv *httptest.Server
+	url string
+	wg  sync.WaitGroup // handlers
+
+	pushMu sync.Mutex // appends and their pushes, in log order
+
+	mu     sync.Mutex
+	offset int64
+	groups map[string]*peerGroup
+	conns  map[*peerConn]bool
+	frames []protocol.Request // every decoded client frame
+	cursor []cursorRec        // every ack and read accepted
+
+	// knobs, guarded by mu
+	refuse       bool                        // answer upgrades with 503
+	dropPush     func(protocol.Message) bool // push not sent
+	prevUnknown  bool                        // pushes carry no prev
+	swallowSends int                         // send answers not sent (the message is stored)
+	lagTo        int64                       // if >= 0, pulls see msgids <= lagTo only (a lagging store)
+	earlyPush    []protocol.Message          // pushed right after authed, before the sync answer
+}
+
+type peerGroup struct {
+	members map[string]bool
+	msgs    []protocol.Message
+	acks    map[string]int64
+	reads   map[string]int64
+	cmids   map[string]int64 // uid/cmid → msgid
+}
+
+type peerConn struct {
+	ws  *websocket.Conn
+	uid string
+}
+
+type cursorRec struct {
+	op, gid, uid string
+	upto         int64
+}
+
+// newPeer starts a peer with groups gid → members.
+func newPeer(t testing.TB, groups map[string][]string) *peer {
+	p := &peer{t: t, offset: 3, groups: map[string]*peerGroup{}, conns: map[*peerConn]bool{}, lagTo: -1}
+	for gid, uids := range groups {
+		g := &peerGroup{members: map[string]bool{}, acks: map[string]int64{}, reads: map[string]int64{}, cmids: map[string]int64{}}
+		for _, u := range uids {
+			g.members[u] = true
+			g.acks[u], g.reads[u] = -1, -1
+		}
+		p.groups[gid] = g
+	}
+	p.srv = httptest.NewServer(http.HandlerFunc(p.serveHTTP))
+	p.url = "ws" + strings.TrimPrefix(p.srv.URL, "http") + "/v1/ws"
+	t.Cleanup(p.close)
+	return p
+}
+
+func (p *peer) close() {
+	p.kill()
+	p.srv.Close()
+	p.wg.Wait()
+}
+
+// cut closes every connection with a close status and reason, as a gateway
+// cutting a client too slow to read would.
+func (p *peer) cut(code websocket.StatusCode, reason string) {
+	p.mu.Lock()
+	var conns []*peerConn
+	for pc := range p.conns {
+		conns = append(conns, pc)
+	}
+	p.mu.Unlock()
+	for _, pc := range conns {
+		_ = pc.ws.Close(code, reason)
+	}
+}
+
+// kill drops every connection, as a restarting gateway would.
+func (p *peer) kill() {
+	p.mu.Lock()
+	var conns []*peerConn
+	for pc := range p.conns {
+		conns = append(conns, pc)
+	}
+	p.mu.Unlock()
+	for _, pc := range conns {
+		pc.ws.CloseNow()
+	}
+}
+
+func (p *peer) set(f func(p *peer)) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	f(p)
+}
+
+func (p *peer) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	p.wg.Add(1)
+	defer p.wg.Done()
+	p.mu.Lock()
+	refuse := p.refuse
+	p.mu.Unlock()
+	if refuse {
+		http.Error(w, "down", http.StatusServiceUnavailable)
+		return
+	}
+	ws, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	pc := &peerConn{ws: ws}
+	defer func() {
+		p.mu.Lock()
+		delete(p.conns, pc)
+		p.mu.Unlock()
+		ws.CloseNow()
+	}()
+	ctx := context.Background()
+	for {
+		_, b, err := ws.Read(ctx)
+		if err != nil {
+			return
+		}
+		req, err := protocol.Decode(b, 1<<16)
+		if err != nil {
+			p.write(pc, err.(*protocol.Error).Frame(req.ID))
+			continue
+		}
+		p.mu.Lock()
+		p.frames = append(p.frames, req)
+		p.mu.Unlock()
+		if pc.uid == "" && req.Op != protocol.OpAuth {
+			p.write(pc, protocol.Errorf(protocol.CodeUnauthenticated, "auth first").Frame(req.ID))
+			continue
+		}
+		if !p.handle(pc, req) {
+			return
+		}
+	}
+}
+
+func (p *peer) write(pc *peerConn, b []byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = pc.ws.Write(ctx, websocket.MessageText, b)
+}
+
+// handle answers one request; false closes the connection.
+func (p *peer) handle(pc *peerConn, req protocol.Request) bool {
+	fail := func(code protocol.Code, msg string) bool {
+		p.write(pc, protocol.Errorf(code, "%s", msg).Frame(req.ID))
+		return true
+	}
+	switch req.Op {
+	case protocol.OpAuth:
+		if req.Token == "bad" {
+			p.write(pc, protocol.Errorf(protocol.CodeBadToken, "forged").Frame(req.ID))
+			return false
+		}
+		pc.uid = req.Token
+		p.mu.Lock()
+		p.conns[pc] = true
+		early := p.earlyPush
+		p.mu.Unlock()
+		p.write(pc, protocol.Marshal(protocol.Authed{Op: protocol.OpAuthed, ID: req.ID, Uid: pc.uid}))
+		if early != nil {
+			p.write(pc, protocol.Marshal(protocol.Push{Op: protocol.OpPush, Msgs: early}))
+		}
+		return true
+	case protocol.OpSync:
+		p.mu.Lock()
+		out := protocol.Synced{Op: protocol.OpSynced, ID: req.ID, Groups: []protocol.GroupState{}}
+		for gid, g := range p.groups {
+			if !g.members[pc.uid] {
+				continue
+			}
+			st := protocol.GroupState{Gid: gid, Head: g.head(-1), Ack: g.acks[pc.uid], Read: g.reads[pc.uid], UnreadExact: true}
+			for _, m := range g.msgs {
+				if m.MsgID > st.Ack {
+					st.Unread++
+				}
+			}
+			out.Groups = append(out.Groups, st)
+		}
+		p.mu.Unlock()
+		p.write(pc, protocol.Marshal(out))
+	case protocol.OpSend:
+		p.pushMu.Lock()
+		p.mu.Lock()
+		g := p.groups[req.Gid]
+		if g == nil || !g.members[pc.uid] {
+			p.mu.Unlock()
+			p.pushMu.Unlock()
+			return fail(protocol.CodeNotMember, "not a member")
+		}
+		key := pc.uid + "/" + req.Cmid
+		id, dup := g.cmids[key]
+		var m protocol.Message
+		if !dup {
+			m = p.appendLocked(req.Gid, pc.uid, req.Body, req.Cmid)
+			id = m.MsgID
+			g.cmids[key] = id
+		}
+		swallow := p.swallowSends > 0
+		if swallow {
+			p.swallowSends--
+		}
+		p.mu.Unlock()
+		if !dup {
+			p.push(m)
+		}
+		p.pushMu.Unlock()
+		if !swallow {
+			p.write(pc, protocol.Marshal(protocol.Accepted{Op: protocol.OpAccepted, ID: req.ID, Gid: req.Gid, Cmid: req.Cmid, MsgID: id}))
+		}
+	case protocol.OpPull:
+		p.mu.Lock()
+		g := p.groups[req.Gid]
+		if g == nil || !g.members[pc.uid] {
+			p.mu.Unlock()
+			return fail(protocol.CodeNotMember, "not a member")
+		}
+		after, limit := int64(-1), req.Limit
+		if req.After != nil {
+			after = *req.After
+		}
+		if limit == 0 {
+			limit = 100
+		}
+		page := protocol.Page{Op: protocol.OpPage, ID: req.ID, Gid: req.Gid, After: after, Msgs: []protocol.Message{}, Head: g.head(p.lagTo)}
+		for _, m := range g.msgs {
+			if m.MsgID <= after || p.lagTo >= 0 && m.MsgID > p.lagTo {
+				continue
+			}
+			if len(page.Msgs) == limit {
+				page.More = true
+				break
+			}
+			m.Prev = nil
+			page.Msgs = append(page.Msgs, m)
+		}
+		p.mu.Unlock()
+		p.write(pc, protocol.Marshal(page))
+	case protocol.OpAck, protocol.OpRead:
+		p.mu.Lock()
+		g := p.groups[req.Gid]
+		if g == nil || !g.members[pc.uid] {
+			p.mu.Unlock()
+			return fail(protocol.CodeNotMember, "not a member")
+		}
+		if *req.Upto > g.head(p.lagTo) { // a gateway that checks against its lagging store
+			p.mu.Unlock()
+			return fail(protocol.CodeBeyondHead, "beyond the group's head")
+		}
+		cur := g.acks
+		if req.Op == protocol.OpRead {
+			cur = g.reads
+		}
+		cur[pc.uid] = max(cur[pc.uid], *req.Upto)
+		p.cursor = append(p.cursor, cursorRec{req.Op, req.Gid, pc.uid, *req.Upto})
+		p.mu.Unlock()
+		if req.ID != "" {
+			p.write(pc, protocol.Marshal(protocol.OK{Op: protocol.OpOK, ID: req.ID}))
+		}
+	}
+	return true
+}
+
+// head is the newest msgid, or the newest <= lagTo when lagTo >= 0.
+func (g *peerGroup) head(lagTo int64) int64 {
+	h := int64(-1)
+	for _, m := range g.msgs {
+		if lagTo < 0 || m.MsgID <= lagTo {
+			h = m.MsgID
+		}
+	}
+	return h
+}
+
+// appendLocked appends a message; offsets advance by 1 to 3, as if other
+// groups shared the partition.
+func (p *peer) appendLocked(gid, sender, body, cmid string) protocol.Message {
+	g := p.groups[gid]
+	prev := g.head(-1)
+	m := protocol.Message{Gid: gid, MsgID: p.offset, Prev: &prev, Sender: sender, SentAt: time.Now().UnixMilli(), Cmid: cmid, Body: body}
+	p.offset += 1 + p.offset%3
+	g.msgs = append(g.msgs, m)
+	return m
+}
+
+// push sends m to every connected member, unless dropped.
+func (p *peer) push(m protocol.Message) {
+	p.mu.Lock()
+	g := p.groups[m.Gid]
+	if p.prevUnknown {
+		m.Prev = nil
+	}
+	drop := p.dropPush != nil && p.dropPush(m)
+	var to []*peerConn
+	for pc := range p.conns {
+		if g.members[pc.uid] && !drop {
+			to = append(to, pc)
+		}
+	}
+	p.mu.Unlock()
+	for _, pc := range to {
+		p.write(pc, protocol.Marshal(protocol.Push{Op: protocol.OpPush, Msgs: []protocol.Message{m}}))
+	}
+}
+
+// post appends a message from another user and pushes it.
+func (p *peer) post(gid, sender, body string) protocol.Message {
+	p.pushMu.Lock()
+	defer p.pushMu.Unlock()
+	p.mu.Lock()
+	m := p.appendLocked(gid, sender, body, "")
+	p.mu.Unlock()
+	p.push(m)
+	return m
+}
+
+// pushRaw sends msgs as one push frame to uid's connections, as is.
+func (p *peer) pushRaw(uid string, msgs ...protocol.Message) {
+	p.mu.Lock()
+	var to []*peerConn
+	for pc := range p.conns {
+		if pc.uid == uid {
+			to = append(to, pc)
+		}
+	}
+	p.mu.Unlock()
+	for _, pc := range to {
+		p.write(pc, protocol.Marshal(protocol.Push{Op: protocol.OpPush, Msgs: msgs}))
+	}
+}
+
+func (p *peer) msgs(gid string) []protocol.Message {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]protocol.Message(nil), p.groups[gid].msgs...)
+}
+
+// cursors returns the accepted ack (or read) uptos of uid in gid, in order.
+func (p *peer) cursors(op, gid, uid string) []int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []int64
+	for _, c := range p.cursor {
+		if c.op == op && c.gid == gid && c.uid == uid {
+			out = append(out, c.upto)
+		}
+	}
+	return out
+}
+
+// requests returns the client frames of op received so far.
+func (p *peer) requests(op string) []protocol.Request {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []protocol.Request
+	for _, r := range p.frames {
+		if r.Op == op {
+			out = append(out, r)
+		}
+	}
+	return out
+}

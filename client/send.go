@@ -1,0 +1,97 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+
+	"github.com/groupchat/chatd/protocol"
+	"github.com/groupchat/chatd/schema"
+)
+
+// Send sends body to group gid and returns the message's msgid. It makes one
+// client message id (cmid) for the call and resends with it after
+// SendTimeout or a reconnect, until the server accepts, refuses for good, or
+// ctx ends: however many resends, the group gets one message. The message
+// itself reaches OnMessage by push like any other.
+func (c *Client) Send(ctx context.Context, gid, body string) (int64, error) {
+	return c.SendWithID(ctx, gid, NewCmid(), body)
+}
+
+// NewCmid returns a random client message id, valid as a cmid.
+func NewCmid() string { return "c-" + rand.Text() }
+
+// SendWithID is Send with the caller's cmid, for a caller that must resend
+// across restarts of its process (persist the cmid before the first call).
+func (c *Client) SendWithID(ctx context.Context, gid, cmid, body string) (int64, error) {
+	if err := schema.ValidID(gid); err != nil {
+		return 0, fmt.Errorf("client: send: gid: %w", err)
+	}
+	if err := schema.ValidID(cmid); err != nil {
+		return 0, fmt.Errorf("client: send: cmid: %w", err)
+	}
+	if body == "" {
+		return 0, errors.New("client: send: empty body")
+	}
+	if c.isClosing() {
+		return 0, ErrClosed
+	}
+	req := protocol.Request{Op: protocol.OpSend, Gid: gid, Cmid: cmid, Body: body}
+	bo := backoff{min: c.cfg.MinBackoff, max: c.cfg.MaxBackoff}
+	for attempt := 0; ; attempt++ {
+		s, err := c.waitSession(ctx)
+		if err != nil {
+			return 0, fmt.Errorf("client: send %s: %w", cmid, err)
+		}
+		if attempt > 0 {
+			c.mu.Lock()
+			c.stats.Resends++
+			c.mu.Unlock()
+			c.log.Debug("chat client: resend", "gid", gid, "cmid", cmid, "attempt", attempt)
+		}
+		rctx, cancel := context.WithTimeout(ctx, c.cfg.SendTimeout)
+		f, err := s.request(rctx, req)
+		cancel()
+		switch {
+		case err == nil && f.Op == protocol.OpAccepted && f.Cmid == cmid:
+			return f.MsgID, nil
+		case err == nil:
+			return 0, fmt.Errorf("client: send %s: unexpected answer %q (cmid %q)", cmid, f.Op, f.Cmid)
+		case ctx.Err() != nil:
+			return 0, fmt.Errorf("client: send %s: %w", cmid, ctx.Err())
+		}
+		var pe *protocol.Error
+		if errors.As(err, &pe) {
+			if !retryable(pe.Code) {
+				return 0, fmt.Errorf("client: send %s: %w", cmid, err)
+			}
+			if !sleep(ctx, bo.next()) {
+				return 0, fmt.Errorf("client: send %s: %w (last: %v)", cmid, ctx.Err(), err)
+			}
+		}
+		if errors.Is(err, ErrDisconnected) {
+			// Resend on the next connection, once this one has ended.
+			select {
+			case <-s.done:
+			case <-ctx.Done():
+				return 0, fmt.Errorf("client: send %s: %w (last: %v)", cmid, ctx.Err(), err)
+			}
+		}
+		if c.isClosing() {
+			return 0, ErrClosed
+		}
+		// A timeout: resend at once.
+	}
+}
+
+// retryable reports whether a request refused with code may succeed later
+// unchanged.
+func retryable(code protocol.Code) bool {
+	switch code {
+	case protocol.CodeUnavailable, protocol.CodeRateLimited, protocol.CodeInternal,
+		protocol.CodeUnauthenticated, protocol.CodeTokenExpired:
+		return true
+	}
+	return false
+}

@@ -1,0 +1,54 @@
+package client
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/groupchat/chatd/protocol"
+)
+
+func TestResendAfterTimeoutSameCmid(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	p.set(func(p *peer) { p.swallowSends = 1 }) // stored and pushed, answer lost
+	c, rec := dial(t, p, "alice", func(c *Config) { c.SendTimeout = 100 * time.Millisecond })
+	id, err := c.Send(context.Background(), "g1", "hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sends := p.requests(protocol.OpSend)
+	if len(sends) < 2 || sends[0].Cmid != sends[len(sends)-1].Cmid {
+		t.Fatalf("send frames %+v: want a resend with the same cmid", sends)
+	}
+	if msgs := p.msgs("g1"); len(msgs) != 1 || msgs[0].MsgID != id {
+		t.Fatalf("log %+v: want one message, msgid %d", msgs, id)
+	}
+	waitFor(t, "own message", func() bool { return rec.len() == 1 })
+	time.Sleep(50 * time.Millisecond)
+	if rec.len() != 1 || c.Stats().Resends < 1 {
+		t.Fatalf("%d delivered, stats %+v: want 1 and a resend", rec.len(), c.Stats())
+	}
+}
+
+func TestResendAfterReconnect(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	p.set(func(p *peer) { p.swallowSends = 1 })
+	c, rec := dial(t, p, "alice", func(c *Config) { c.SendTimeout = time.Hour })
+	go func() {
+		waitFor(t, "the send", func() bool { return len(p.requests(protocol.OpSend)) == 1 })
+		p.kill()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	id, err := c.SendWithID(ctx, "g1", "my-cmid-1", "hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msgs := p.msgs("g1"); len(msgs) != 1 || msgs[0].MsgID != id {
+		t.Fatalf("log %+v: want one message, msgid %d", msgs, id)
+	}
+	waitFor(t, "own message", func() bool { return rec.len() == 1 })
+	if st := c.Stats(); st.Reconnects != 1 || st.Resends != 1 {
+		t.Fatalf("stats %+v: want 1 reconnect, 1 resend", st)
+	}
+}

@@ -1,0 +1,452 @@
+package consumers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/groupchat/chatd/protocol"
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/store"
+	"github.com/groupchat/chatd/topics"
+)
+
+// GroupFanout is the fan-out's consumer group.
+const GroupFanout = "chat.fanout"
+
+// maxPushPayload is the encoded size past which the pushes for one node are
+// split over several batches, to stay far below Redis's limit on a
+// subscriber's output buffer (32 MiB by default), which cuts the subscriber.
+const maxPushPayload = 1 << 20
+
+// Fanout pushes chat.messages to the members who are online: for each
+// batch of a partition it finds each message's recipients in its in-memory
+// membership (fanout_members.go), their gateway nodes in Redis presence
+// (cached), renders each message once as protocol.Message JSON and
+// publishes one store.PushBatch per node (store.PublishPushesAll).
+//
+// Pushes are an optimisation: a push lost (a node down, a Redis restart, a
+// crash before the commit) never loses a message, since the client notices
+// the gap by prev, or syncs, and pulls. So the fan-out keeps no state in a
+// store: its position is its group's committed offsets, a new group starts
+// at the end of chat.messages, and messages older than MaxPushAge are not
+// pushed (after a long stop it skims its backlog instead of replaying it).
+//
+// # State and its lifetime
+//
+// Per partition it holds the membership table and its follower, the last
+// msgid seen of each group (prev) and the recent sends (duplicates). They
+// live as long as the partition's assignment: Handle's ctx, which the
+// Runner cancels when the partition is revoked or the runner stops. A new
+// assignment starts afresh: the follower reads chat.members again, and
+// duplicates of sends before it are not recognised (clients also drop
+// duplicates by (sender, cmid)). Keeping the state across rebalances would
+// save the re-read, but a partition handled meanwhile by another instance
+// would leave prev wrong, and a wrong prev (unlike an unknown one) hides a
+// gap from the client.
+//
+// # Prev
+//
+// A message's prev is the msgid of the last message of its group that the
+// fan-out saw before it, pushed or not (too old), duplicates left out. For
+// the first message of a group in an assignment it is the persister's
+// (store.PersistedPrevs) when the persister has stored every record before
+// it, and unknown otherwise: then clients pull to be sure. Without the
+// persister's, every restart or rebalance would make every online member of
+// every active group pull once.
+//
+// Handle returns an error (the runner retries the batch) only when Redis
+// fails (presence or publishing) or the membership cannot be brought up to
+// date; the batch's state changes are kept only once it is published.
+type Fanout struct {
+	Redis       *store.Redis  // required: presence and the push route
+	MaxPushAge  time.Duration // messages older than this (by sent_at) are not pushed; default 30s
+	PresenceTTL time.Duration // how long a cached presence lookup is trusted; default 2s, <0 no cache
+	Logger      *slog.Logger  // default: the Base's, else slog.Default()
+
+	mu       sync.Mutex
+	brokers  []string
+	kafka    *kafka.Client
+	log      *slog.Logger
+	dedupWin int64 // ms
+	parts    map[int]*fanPartition
+
+	presence presenceCache
+	stats    fanoutCounters
+
+	// beforeApply runs in a follower before it applies a record. Tests use
+	// it to hold the membership back.
+	beforeApply func(kafka.Message)
+}
+
+var _ Handler[schema.Message] = (*Fanout)(nil)
+
+// FanoutStats counts what a Fanout did since it started.
+type FanoutStats struct {
+	Messages    int64 // records handled
+	Pushes      int64 // (message, online recipient) pairs published
+	Batches     int64 // push batches published
+	Unheard     int64 // batches published to a node with no subscriber
+	Duplicates  int64 // duplicate sends, not pushed
+	Stale       int64 // messages older than MaxPushAge, not pushed
+	Lookups     int64 // presence lookups in Redis (cache misses)
+	CacheHits   int64 // presence lookups answered by the cache
+	MemberRecs  int64 // chat.members records applied (every assignment reads its partition again)
+	BadMembers  int64 // chat.members records that did not decode
+	Assignments int64 // partitions taken on (each starts its state afresh)
+}
+
+type fanoutCounters struct {
+	messages, pushes, batches, unheard, dups, stale, assignments atomic.Int64
+}
+
+// Runner returns the fan-out's runner on chat.messages. Call it once per
+// Fanout.
+func (f *Fanout) Runner(b Base) (*Runner[schema.Message], error) {
+	if f.Redis == nil {
+		return nil, errors.New("consumers: the fan-out needs Redis")
+	}
+	if f.MaxPushAge < 0 {
+		return nil, fmt.Errorf("consumers: fan-out MaxPushAge %v is negative", f.MaxPushAge)
+	}
+	if f.MaxPushAge == 0 {
+		f.MaxPushAge = 30 * time.Second
+	}
+	if f.PresenceTTL == 0 {
+		f.PresenceTTL = 2 * time.Second
+	}
+	if f.Logger == nil {
+		f.Logger = b.Logger
+	}
+	if f.Logger == nil {
+		f.Logger = slog.Default()
+	}
+	cfg := runnerConfig(b, GroupFanout, topics.Messages, schema.DecodeMessage, Handler[schema.Message](f), nil)
+	cfg.StartAtEnd = true
+	r, err := NewRunner(cfg)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.brokers = b.Brokers
+	f.kafka = &kafka.Client{Addr: kafka.TCP(b.Brokers...), Timeout: memberSyncTimeout}
+	f.log = f.Logger.With("consumer", GroupFanout)
+	f.dedupWin = f.Redis.DedupWindow().Milliseconds()
+	f.parts = map[int]*fanPartition{}
+	f.presence.ttl = f.PresenceTTL
+	return r, nil
+}
+
+// Stats returns the counters.
+func (f *Fanout) Stats() FanoutStats {
+	s := FanoutStats{
+		Messages: f.stats.messages.Load(), Pushes: f.stats.pushes.Load(), Batches: f.stats.batches.Load(),
+		Unheard: f.stats.unheard.Load(), Duplicates: f.stats.dups.Load(), Stale: f.stats.stale.Load(),
+		Assignments: f.stats.assignments.Load(),
+		Lookups:     f.presence.lookups.Load(), CacheHits: f.presence.hits.Load(),
+	}
+	f.mu.Lock()
+	parts := make([]*fanPartition, 0, len(f.parts))
+	for _, p := range f.parts {
+		parts = append(parts, p)
+	}
+	f.mu.Unlock()
+	for _, p := range parts {
+		p.members.mu.RLock()
+		s.MemberRecs += p.members.records
+		s.BadMembers += p.members.bad
+		p.members.mu.RUnlock()
+	}
+	return s
+}
+
+// fanPartition is the fan-out's state of one assigned partition. Only the
+// partition's Handle uses it, except members, which its follower writes.
+type fanPartition struct {
+	id      int
+	done    <-chan struct{} // the assignment's ctx.Done()
+	members *memberTable
+	prev    map[string]int64 // gid -> last msgid seen, pushed or not
+	claims  claimSet
+}
+
+// partition returns the state of part for the assignment ctx belongs to,
+// starting it (and its follower) on the first call of an assignment.
+func (f *Fanout) partition(ctx context.Context, part int) *fanPartition {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p := f.parts[part]; p != nil && p.done == ctx.Done() {
+		return p
+	}
+	p := &fanPartition{id: part, done: ctx.Done(), members: newMemberTable(), prev: map[string]int64{}}
+	f.parts[part] = p
+	f.stats.assignments.Add(1)
+	go f.follow(ctx, part, p.members)
+	context.AfterFunc(ctx, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if f.parts[part] == p {
+			delete(f.parts, part)
+		}
+	})
+	return p
+}
+
+// outgoing is one message to push.
+type outgoing struct {
+	msgid int64
+	json  []byte
+	group []memberOf // the group's memberships, shared by its messages in the batch
+}
+
+// Handle implements Handler. ctx must be the partition's assignment (as the
+// Runner passes it): the partition's state lives as long as ctx.
+func (f *Fanout) Handle(ctx context.Context, part int, recs []Record[schema.Message]) error {
+	if f.parts == nil {
+		return errors.New("consumers: fan-out: Handle before Runner")
+	}
+	p := f.partition(ctx, part)
+	if err := f.presence.subscribe(ctx, f.Redis, f.log); err != nil {
+		return fmt.Errorf("consumers: fan-out: %w", err)
+	}
+	if err := f.syncMembers(ctx, p); err != nil {
+		return err
+	}
+
+	// The prev of the first message of a group in this assignment: the
+	// persister's, where it is certain, else unknown. The state changes of
+	// the batch are staged until it is published.
+	prev := map[string]int64{}
+	first := map[string]int64{}
+	for i := range recs {
+		gid := recs[i].Event.Gid
+		if _, known := p.prev[gid]; !known {
+			if _, ok := first[gid]; !ok {
+				first[gid] = recs[i].Offset
+			}
+		}
+	}
+	if len(first) > 0 {
+		got, err := f.Redis.PersistedPrevs(ctx, GroupPersister, topics.Messages, part, first)
+		if err != nil {
+			return fmt.Errorf("consumers: fan-out: %w", err)
+		}
+		maps.Copy(prev, got)
+	}
+
+	// Decide every record.
+	now := time.Now().UnixMilli()
+	maxAge := f.MaxPushAge.Milliseconds()
+	claims := map[string]claim{}
+	snapshots := map[string][]memberOf{}
+	var out []outgoing
+	var dups, stale int64
+	p.members.mu.RLock()
+	for i := range recs {
+		m, msgid := &recs[i].Event, recs[i].Offset
+		if m.ClientMsgID != "" {
+			key := m.Gid + "\x00" + m.Sender + "\x00" + m.ClientMsgID
+			c, ok := claims[key]
+			if !ok {
+				c, ok = p.claims.get(key, now)
+			}
+			if ok && c.msgid < msgid && abs(m.SentAt-c.sentAt) <= f.dedupWin {
+				dups++
+				continue
+			}
+			claims[key] = claim{msgid: msgid, sentAt: m.SentAt}
+		}
+		last, known := prev[m.Gid]
+		if !known {
+			last, known = p.prev[m.Gid]
+		}
+		prev[m.Gid] = msgid
+		if now-m.SentAt > maxAge {
+			stale++
+			continue
+		}
+		pm := protocol.Message{Gid: m.Gid, MsgID: msgid, Sender: m.Sender, SentAt: m.SentAt, Cmid: m.ClientMsgID, Body: string(m.Body)}
+		if known {
+			pm.Prev = &last
+		}
+		group, ok := snapshots[m.Gid]
+		if !ok {
+			group = p.members.snapshot(m.Gid)
+			snapshots[m.Gid] = group
+		}
+		out = append(out, outgoing{msgid: msgid, json: protocol.Marshal(pm), group: group})
+	}
+	p.members.mu.RUnlock()
+
+	var pushes int64
+	var batches []store.NodePushes
+	if len(out) > 0 {
+		nodes, err := f.presence.lookup(ctx, f.Redis, recipients(out))
+		if err != nil {
+			return fmt.Errorf("consumers: fan-out: presence: %w", err)
+		}
+		batches, pushes = route(out, nodes)
+		unheard, err := f.Redis.PublishPushesAll(ctx, batches)
+		if err != nil {
+			return fmt.Errorf("consumers: fan-out: %w", err)
+		}
+		f.stats.unheard.Add(int64(unheard))
+	}
+
+	for gid, id := range prev {
+		p.prev[gid] = id
+	}
+	for key, c := range claims {
+		p.claims.put(key, c, now, f.dedupWin)
+	}
+	f.stats.messages.Add(int64(len(recs)))
+	f.stats.dups.Add(dups)
+	f.stats.stale.Add(stale)
+	f.stats.pushes.Add(pushes)
+	f.stats.batches.Add(int64(len(batches)))
+	return nil
+}
+
+// recipients returns every uid who sees some message of out, once.
+func recipients(out []outgoing) []string {
+	n := 0
+	if len(out) > 0 {
+		n = len(out[0].group)
+	}
+	seen := make(map[string]bool, n)
+	uids := make([]string, 0, n)
+	for _, o := range out {
+		for _, mo := range o.group {
+			if !seen[mo.uid] && mo.m.Sees(o.msgid) {
+				seen[mo.uid] = true
+				uids = append(uids, mo.uid)
+			}
+		}
+	}
+	return uids
+}
+
+// route groups the messages by node, in order: for each node one batch
+// (more past maxPushPayload) whose items name the node's recipients. It
+// returns the batches and the (message, online recipient) pairs.
+func route(out []outgoing, nodes map[string][]string) ([]store.NodePushes, int64) {
+	type nodeBatch struct {
+		batch store.PushBatch
+		last  int // index in out of the last item's message, -1 none
+		size  int
+	}
+	byNode := map[string]*nodeBatch{}
+	var done []store.NodePushes
+	var pushes int64
+	for i, o := range out {
+		for _, mo := range o.group {
+			ns := nodes[mo.uid]
+			if len(ns) == 0 || !mo.m.Sees(o.msgid) {
+				continue
+			}
+			pushes++
+			for _, node := range ns {
+				nb := byNode[node]
+				if nb == nil {
+					nb = &nodeBatch{last: -1}
+					byNode[node] = nb
+				}
+				if nb.last != i {
+					if nb.size > 0 && nb.size+len(o.json) > maxPushPayload {
+						done = append(done, store.NodePushes{Node: node, Batch: nb.batch})
+						nb.batch, nb.size = store.PushBatch{}, 0
+					}
+					nb.batch.Items = append(nb.batch.Items, store.PushItem{Msg: o.json})
+					nb.last = i
+					nb.size += len(o.json) + 8
+				}
+				it := &nb.batch.Items[len(nb.batch.Items)-1]
+				it.Uids = append(it.Uids, mo.uid)
+				nb.size += len(mo.uid) + 1
+			}
+		}
+	}
+	for node, nb := range byNode {
+		done = append(done, store.NodePushes{Node: node, Batch: nb.batch})
+	}
+	return done, pushes
+}
+
+func abs(v int64) int64 {
+	if v < 0 {
+		return -v
+	}
+	return v
+}
+
+// claim is the send that holds a (gid, sender, client_msg_id).
+type claim struct{ msgid, sentAt int64 }
+
+// maxClaims bounds the recent sends kept per partition (about 100 bytes
+// each). Past it the oldest go first, and a resend of them is pushed again.
+const maxClaims = 100_000
+
+// claimSet is a partition's recent sends, decided as the persister's
+// store.ClaimSends decides them: a send is a duplicate of the one that holds
+// its key when their sent_at are at most the dedup window apart; otherwise
+// it takes the key over. A claim is forgotten when ClaimSends's would
+// expire: the window after its sent_at, or five minutes after it was made
+// if that is later.
+type claimSet struct {
+	m     map[string]claimEntry
+	order []claimRef // in the order claimed
+	head  int
+}
+
+type claimEntry struct {
+	claim
+	expires int64 // unix ms
+}
+
+type claimRef struct {
+	key   string
+	msgid int64
+}
+
+func (s *claimSet) get(key string, now int64) (claim, bool) {
+	e, ok := s.m[key]
+	if !ok || e.expires < now {
+		return claim{}, false
+	}
+	return e.claim, true
+}
+
+func (s *claimSet) put(key string, c claim, now, win int64) {
+	if s.m == nil {
+		s.m = map[string]claimEntry{}
+	}
+	s.m[key] = claimEntry{claim: c, expires: max(c.sentAt+win, now+min(win, (5*time.Minute).Milliseconds()))}
+	s.order = append(s.order, claimRef{key, c.msgid})
+	// Forget from the oldest while they expired or there are too many. A
+	// key claimed again since has a later entry in order.
+	for s.head < len(s.order) {
+		ref := s.order[s.head]
+		e, ok := s.m[ref.key]
+		current := ok && e.msgid == ref.msgid
+		if current && e.expires >= now && len(s.m) <= maxClaims {
+			break
+		}
+		if current {
+			delete(s.m, ref.key)
+		}
+		s.order[s.head] = claimRef{}
+		s.head++
+	}
+	if s.head > 1024 && s.head > len(s.order)/2 {
+		s.order = append(s.order[:0:0], s.order[s.head:]...)
+		s.head = 0
+	}
+}

@@ -1,0 +1,312 @@
+package consumers
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/store"
+	"github.com/groupchat/chatd/topics"
+)
+
+// The fan-out's recipients: who they are (membership) and where they are
+// online (presence).
+//
+// Membership: since the chat.* topics are co-partitioned, the groups of
+// partition p of chat.messages have their member records in partition p of
+// chat.members, a compacted topic, that is a table. A follower reads that
+// partition from its start with a plain reader (no group: every fan-out
+// instance that handles p reads all of it), folds it with
+// store.Membership.Apply (the fold the member projector runs in Redis) and
+// follows new records until its assignment ends.
+//
+// Presence: store.OnlineNodes, cached for PresenceTTL across partitions,
+// evicted early by the announcements of users who came online.
+
+// memberSyncTimeout bounds the wait of one Handle for its follower; past it
+// Handle fails and the runner retries, the follower reading on meanwhile.
+const memberSyncTimeout = 10 * time.Second
+
+// memberTable is the membership of the groups of one partition.
+type memberTable struct {
+	mu      sync.RWMutex
+	groups  map[string]map[string]store.Membership // gid -> uid -> membership
+	next    int64                                  // offset after the last record applied
+	changed chan struct{}                          // closed and replaced when next moves
+	records int64                                  // records applied
+	bad     int64                                  // records that did not decode, skipped
+}
+
+func newMemberTable() *memberTable {
+	return &memberTable{groups: map[string]map[string]store.Membership{}, changed: make(chan struct{})}
+}
+
+// apply folds one record of chat.members. A record that does not decode is
+// skipped, as the member projector's runner skips it to the dead-letter
+// topic; a tombstone (no value) deletes the membership it is keyed by.
+func (t *memberTable) apply(m kafka.Message, log *slog.Logger) {
+	var ev schema.Member
+	var err error
+	if m.Value != nil {
+		ev, err = schema.DecodeMember(m.Value)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case err != nil:
+		t.bad++
+		log.Warn("undecodable member record skipped", "offset", m.Offset, "err", err)
+	case m.Value == nil:
+		gid, uid, _ := bytes.Cut(m.Key, []byte("/"))
+		if g := t.groups[string(gid)]; g != nil {
+			delete(g, string(uid))
+		}
+	default:
+		g := t.groups[ev.Gid]
+		if g == nil {
+			g = map[string]store.Membership{}
+			t.groups[ev.Gid] = g
+		}
+		g[ev.Uid] = g[ev.Uid].Apply(ev)
+		t.records++
+	}
+	t.next = m.Offset + 1
+	close(t.changed)
+	t.changed = make(chan struct{})
+}
+
+// waitFor waits until every record before offset end has been applied.
+func (t *memberTable) waitFor(ctx context.Context, end int64) error {
+	for {
+		t.mu.RLock()
+		next, changed := t.next, t.changed
+		t.mu.RUnlock()
+		if next >= end {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("applied up to offset %d of %d: %w", next, end, ctx.Err())
+		}
+	}
+}
+
+// memberOf is one membership in a snapshot of a group.
+type memberOf struct {
+	uid string
+	m   store.Membership
+}
+
+// snapshot returns the memberships of gid; t.mu must be held.
+func (t *memberTable) snapshot(gid string) []memberOf {
+	g := t.groups[gid]
+	out := make([]memberOf, 0, len(g))
+	for uid, m := range g {
+		out = append(out, memberOf{uid, m})
+	}
+	return out
+}
+
+// follow reads partition part of chat.members from its start into t until
+// ctx ends.
+func (f *Fanout) follow(ctx context.Context, part int, t *memberTable) {
+	log := f.log.With("topic", topics.Members, "partition", part)
+	reader := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:         f.brokers,
+		Topic:           topics.Members,
+		Partition:       part,
+		StartOffset:     kafka.FirstOffset,
+		MinBytes:        1,
+		MaxBytes:        16 << 20,
+		MaxWait:         250 * time.Millisecond,
+		ReadLagInterval: -1,
+		ErrorLogger:     kafka.LoggerFunc(func(f string, a ...any) { log.Debug(fmt.Sprintf(f, a...)) }),
+	})
+	defer reader.Close()
+	for attempt := 0; ; {
+		m, err := reader.FetchMessage(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			log.Warn("reading members failed; retrying", "err", err)
+			if !sleep(ctx, min(100*time.Millisecond<<min(attempt, 6), 5*time.Second)) {
+				return
+			}
+			attempt++
+			continue
+		}
+		attempt = 0
+		if f.beforeApply != nil {
+			f.beforeApply(m)
+		}
+		t.apply(m, log)
+	}
+}
+
+// syncMembers waits until the follower of p has applied every record that
+// chat.members partition p held when the call began, so that a membership
+// change made before a message was sent is known when it is pushed.
+func (f *Fanout) syncMembers(ctx context.Context, p *fanPartition) error {
+	ctx, cancel := context.WithTimeout(ctx, memberSyncTimeout)
+	defer cancel()
+	resp, err := f.kafka.ListOffsets(ctx, &kafka.ListOffsetsRequest{
+		Topics: map[string][]kafka.OffsetRequest{topics.Members: {kafka.LastOffsetOf(p.id)}},
+	})
+	if err != nil {
+		return fmt.Errorf("consumers: fan-out: end of %s/%d: %w", topics.Members, p.id, err)
+	}
+	end := int64(-1)
+	for _, po := range resp.Topics[topics.Members] {
+		if po.Partition == p.id {
+			if po.Error != nil {
+				return fmt.Errorf("consumers: fan-out: end of %s/%d: %w", topics.Members, p.id, po.Error)
+			}
+			end = po.LastOffset
+		}
+	}
+	if end < 0 {
+		return fmt.Errorf("consumers: fan-out: end of %s/%d: partition missing from the answer", topics.Members, p.id)
+	}
+	if err := p.members.waitFor(ctx, end); err != nil {
+		return fmt.Errorf("consumers: fan-out: membership of partition %d: %w", p.id, err)
+	}
+	return nil
+}
+
+// presenceCache remembers where users are online (nowhere, too) for the
+// PresenceTTL, all partitions together. Announcements of users who came
+// online (store.SubscribePresence) evict them at once; a lookup that an
+// eviction overtook is not cached. The subscription runs with the ctx of
+// the Handle that started it; once that ends (a rebalance), the next Handle
+// subscribes again and the cache starts empty.
+type presenceCache struct {
+	ttl time.Duration // <0: no cache, no subscription
+
+	subMu sync.Mutex      // serialises subscribing
+	live  context.Context // the subscription's; nil or done: none
+
+	mu        sync.Mutex
+	entries   map[string]presenceEntry
+	seq       uint64 // evictions so far
+	cleared   uint64 // seq of the last full clear
+	lastSweep time.Time
+
+	lookups, hits atomic.Int64
+}
+
+type presenceEntry struct {
+	nodes   []string
+	expires time.Time
+	evicted uint64 // not 0: a tombstone of the eviction with this seq
+}
+
+// subscribe makes sure announcements are being followed.
+func (c *presenceCache) subscribe(ctx context.Context, r *store.Redis, log *slog.Logger) error {
+	if c.ttl < 0 {
+		return nil
+	}
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	if c.live != nil && c.live.Err() == nil {
+		return nil
+	}
+	live, cancel := context.WithCancel(ctx)
+	ann, err := r.SubscribePresence(live)
+	if err != nil {
+		cancel()
+		return err
+	}
+	c.live = live
+	c.clear()
+	go func() {
+		defer cancel()
+		for uid := range ann {
+			if uid == "" {
+				log.Info("presence subscription re-established after a break; presence cache dropped")
+				c.clear()
+			} else {
+				c.evict(uid)
+			}
+		}
+		c.clear() // nothing evicts it now: start empty with the next subscription
+	}()
+	return nil
+}
+
+func (c *presenceCache) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	c.cleared = c.seq
+	c.entries = map[string]presenceEntry{}
+}
+
+func (c *presenceCache) evict(uid string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	c.entries[uid] = presenceEntry{evicted: c.seq, expires: time.Now().Add(c.ttl)}
+}
+
+// lookup returns the nodes of every user online, from the cache or, for
+// the rest, one store.OnlineNodes.
+func (c *presenceCache) lookup(ctx context.Context, r *store.Redis, uids []string) (map[string][]string, error) {
+	nodes := make(map[string][]string, len(uids))
+	var miss []string
+	now := time.Now()
+	c.mu.Lock()
+	start := c.seq
+	for _, uid := range uids {
+		if e, ok := c.entries[uid]; ok && e.evicted == 0 && now.Before(e.expires) {
+			if len(e.nodes) > 0 {
+				nodes[uid] = e.nodes
+			}
+			continue
+		}
+		miss = append(miss, uid)
+	}
+	c.mu.Unlock()
+	c.hits.Add(int64(len(uids) - len(miss)))
+	if len(miss) == 0 {
+		return nodes, nil
+	}
+	c.lookups.Add(int64(len(miss)))
+	got, err := r.OnlineNodes(ctx, miss)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now = time.Now()
+	for _, uid := range miss {
+		ns := got[uid]
+		if len(ns) > 0 {
+			nodes[uid] = ns
+		}
+		if c.ttl < 0 || c.entries == nil || c.cleared > start {
+			continue
+		}
+		if e, ok := c.entries[uid]; ok && e.evicted > start {
+			continue // came online while we looked
+		}
+		c.entries[uid] = presenceEntry{nodes: ns, expires: now.Add(c.ttl)}
+	}
+	if now.Sub(c.lastSweep) > 10*c.ttl {
+		for uid, e := range c.entries {
+			if !now.Before(e.expires) {
+				delete(c.entries, uid)
+			}
+		}
+		c.lastSweep = now
+	}
+	return nodes, nil
+}

@@ -1,0 +1,502 @@
+package consumers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/groupchat/chatd/internal/testserver"
+	"github.com/groupchat/chatd/protocol"
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/store"
+	"github.com/groupchat/chatd/topics"
+)
+
+// fakeNode is a gateway node: it subscribes to its pushes and keeps them
+// per recipient, in the order they came.
+type fakeNode struct {
+	name string
+	mu   sync.Mutex
+	got  map[string][]protocol.Message
+}
+
+func subscribeNode(t testing.TB, r *store.Redis, name string) *fakeNode {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, err := r.SubscribePushes(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &fakeNode{name: name, got: map[string][]protocol.Message{}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for b := range ch {
+			for _, it := range b.Items {
+				var m protocol.Message
+				if err := json.Unmarshal(it.Msg, &m); err != nil {
+					t.Errorf("node %s: push %q: %v", name, it.Msg, err)
+				}
+				n.mu.Lock()
+				for _, uid := range it.Uids {
+					n.got[uid] = append(n.got[uid], m)
+				}
+				n.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return n
+}
+
+// pushed returns what uid got of gid.
+func (n *fakeNode) pushed(uid, gid string) []protocol.Message {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []protocol.Message
+	for _, m := range n.got[uid] {
+		if m.Gid == gid {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (n *fakeNode) has(uid, gid string, msgid int64) bool {
+	return slices.ContainsFunc(n.pushed(uid, gid), func(m protocol.Message) bool { return m.MsgID == msgid })
+}
+
+// prevOf renders a push's prev: "unknown" or the msgid.
+func prevOf(m protocol.Message) string {
+	if m.Prev == nil {
+		return "unknown"
+	}
+	return fmt.Sprint(*m.Prev)
+}
+
+// wantPushes checks that uid got exactly the messages ids of gid, in order,
+// with the prevs given ("unknown" or a msgid).
+func wantPushes(t *testing.T, n *fakeNode, uid, gid string, ids []int64, prevs []string) {
+	t.Helper()
+	got := n.pushed(uid, gid)
+	var gotIDs []int64
+	var gotPrevs []string
+	for _, m := range got {
+		gotIDs = append(gotIDs, m.MsgID)
+		gotPrevs = append(gotPrevs, prevOf(m))
+	}
+	if !slices.Equal(gotIDs, ids) || prevs != nil && !slices.Equal(gotPrevs, prevs) {
+		t.Errorf("%s on %s got %s msgids %v prevs %v; want %v prevs %v", uid, n.name, gid, gotIDs, gotPrevs, ids, prevs)
+	}
+}
+
+func (p *pipeline) fanout(t *testing.T, f *Fanout) (*Runner[schema.Message], func()) {
+	t.Helper()
+	if f.Redis == nil {
+		f.Redis = p.redis
+	}
+	r, err := f.Runner(p.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, start(t, r.Run)
+}
+
+func (p *pipeline) say(t *testing.T, gid, sender, cmid string, sentAt time.Time) int64 {
+	t.Helper()
+	if cmid == "" {
+		cmid = fmt.Sprint("c", cmidSeq.Add(1))
+	}
+	m := schema.Message{Gid: gid, Sender: sender, ClientMsgID: cmid, SentAt: sentAt.UnixMilli(), Body: []byte(sender + " in " + gid)}
+	id, err := p.prod.SendMessage(context.Background(), &m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func (p *pipeline) member(t *testing.T, gid, uid string, op schema.MemberOp) schema.Member {
+	t.Helper()
+	m, err := p.prod.ChangeMember(context.Background(), gid, uid, op, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func (p *pipeline) online(t *testing.T, node string, uids ...string) {
+	t.Helper()
+	if err := p.redis.SetOnline(context.Background(), node, uids, time.Hour, true); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// gidIn returns a gid with prefix that lands in partition part.
+func gidIn(prefix string, part, parts int) string {
+	for i := 0; ; i++ {
+		if gid := fmt.Sprint(prefix, i); topics.Partition(gid, parts) == part {
+			return gid
+		}
+	}
+}
+
+// probe sends to a probe group in every partition until n has got a push of
+// each: a new fan-out group starts at the end of each partition as its
+// reader first finds it, so only then is every later message sure to be
+// handled.
+func (p *pipeline) probe(t *testing.T, n *fakeNode) {
+	t.Helper()
+	var gids []string
+	for part := range p.parts {
+		gid := gidIn("probe-", part, p.parts)
+		gids = append(gids, gid)
+		p.member(t, gid, "prober", schema.OpJoin)
+	}
+	p.online(t, n.name, "prober")
+	var last time.Time
+	waitFor(t, "the fan-out to push on every partition", 40*time.Second, func() bool {
+		send := time.Since(last) > 250*time.Millisecond
+		all := true
+		for _, gid := range gids {
+			if len(n.pushed("prober", gid)) == 0 {
+				all = false
+				if send {
+					p.say(t, gid, "prober", "", time.Now())
+				}
+			}
+		}
+		if send {
+			last = time.Now()
+		}
+		return all
+	})
+}
+
+func TestFanoutPushesToOnlineMembersInOrderWithPrev(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 2})
+	g1, g2 := gidIn("g", 0, 2), gidIn("g", 1, 2) // one group in each partition
+	for _, uid := range []string{"alice", "bob", "carol", "dave"} {
+		p.member(t, g1, uid, schema.OpJoin)
+	}
+	for _, uid := range []string{"alice", "bob"} {
+		p.member(t, g2, uid, schema.OpJoin)
+	}
+	n1, n2 := subscribeNode(t, p.redis, "n1"), subscribeNode(t, p.redis, "n2")
+	p.online(t, "n1", "alice", "bob", "dave", "erin")
+	p.online(t, "n2", "bob") // bob's second device; carol is offline
+	// The follower is slow to learn of dave's leave and erin's join: the
+	// fan-out must wait for it rather than push with what it knows.
+	f := &Fanout{beforeApply: func(m kafka.Message) {
+		if k := string(m.Key); k == g1+"/dave" || k == g1+"/erin" {
+			time.Sleep(300 * time.Millisecond)
+		}
+	}}
+	p.fanout(t, f)
+	p.probe(t, n1)
+
+	now := time.Now()
+	m1 := p.say(t, g1, "alice", "", now)
+	x1 := p.say(t, g2, "bob", "", now)
+	m2 := p.say(t, g1, "bob", "", now)
+	p.member(t, g1, "dave", schema.OpLeave)
+	m3 := p.say(t, g1, "alice", "", now)
+	x2 := p.say(t, g2, "alice", "", now)
+	p.member(t, g1, "erin", schema.OpJoin)
+	m4 := p.say(t, g1, "carol", "", now)
+	waitFor(t, "the last pushes", 20*time.Second, func() bool {
+		return n1.has("erin", g1, m4) && n2.has("bob", g1, m4) && n2.has("bob", g2, x2)
+	})
+
+	all := []int64{m1, m2, m3, m4}
+	prevs := []string{"unknown", fmt.Sprint(m1), fmt.Sprint(m2), fmt.Sprint(m3)}
+	wantPushes(t, n1, "alice", g1, all, prevs)
+	wantPushes(t, n1, "bob", g1, all, prevs)
+	wantPushes(t, n2, "bob", g1, all, prevs)
+	wantPushes(t, n1, "dave", g1, all[:2], prevs[:2]) // left before m3
+	wantPushes(t, n1, "erin", g1, all[3:], prevs[3:]) // joined after m3
+	wantPushes(t, n1, "carol", g1, nil, nil)          // offline
+	wantPushes(t, n2, "carol", g1, nil, nil)
+	wantPushes(t, n2, "alice", g1, nil, nil) // not on n2
+	xprevs := []string{"unknown", fmt.Sprint(x1)}
+	wantPushes(t, n1, "alice", g2, []int64{x1, x2}, xprevs)
+	wantPushes(t, n2, "bob", g2, []int64{x1, x2}, xprevs)
+	wantPushes(t, n1, "dave", g2, nil, nil) // not a member
+
+	got := n1.pushed("alice", g1)
+	if m := got[len(got)-1]; m.Sender != "carol" || m.Body != "carol in "+g1 || !strings.HasPrefix(m.Cmid, "c") || m.SentAt != now.UnixMilli() {
+		t.Errorf("push of m4 = %+v", m)
+	}
+	s := f.Stats()
+	if s.Duplicates != 0 || s.Stale != 0 || s.Batches == 0 || s.MemberRecs < 10 {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+func TestFanoutSkipsDuplicatesStaleMessagesAndWhatCameBeforeIt(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 1})
+	p.member(t, "g1", "alice", schema.OpJoin)
+	p.member(t, "g1", "bob", schema.OpJoin)
+	n1 := subscribeNode(t, p.redis, "n1")
+	p.online(t, "n1", "bob")
+	now := time.Now()
+	before := p.say(t, "g1", "alice", "", now) // a new fan-out group starts at the end
+
+	f := &Fanout{MaxPushAge: 20 * time.Second}
+	p.fanout(t, f)
+	p.probe(t, n1)
+	m1 := p.say(t, "g1", "alice", "c-1", now)
+	p.say(t, "g1", "alice", "c-1", now.Add(3*time.Second)) // the client resent it
+	m2 := p.say(t, "g1", "bob", "c-1", now)                // same cmid, other sender
+	old := p.say(t, "g1", "alice", "", now.Add(-time.Minute))
+	m3 := p.say(t, "g1", "alice", "", time.Now())
+	waitFor(t, "the last push", 20*time.Second, func() bool { return n1.has("bob", "g1", m3) })
+
+	wantPushes(t, n1, "bob", "g1", []int64{m1, m2, m3}, []string{"unknown", fmt.Sprint(m1), fmt.Sprint(old)})
+	if n1.has("bob", "g1", before) {
+		t.Errorf("message %d sent before the fan-out group existed was pushed", before)
+	}
+	if s := f.Stats(); s.Duplicates != 1 || s.Stale != 1 {
+		t.Errorf("stats %+v, want 1 duplicate and 1 stale", s)
+	}
+}
+
+// TestFanoutRestartStartsPrevAfreshAndLosesNothingAfter runs no persister:
+// after the restart, prev is unknown until the fan-out has seen a message
+// of the group (see TestFanoutTakesPrevFromThePersister for the rest).
+func TestFanoutRestartStartsPrevAfreshAndLosesNothingAfter(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 1})
+	p.member(t, "g1", "alice", schema.OpJoin)
+	p.member(t, "g1", "bob", schema.OpJoin)
+	n1 := subscribeNode(t, p.redis, "n1")
+	p.online(t, "n1", "bob")
+
+	first := &Fanout{}
+	r, stop := p.fanout(t, first)
+	p.probe(t, n1)
+	m1 := p.say(t, "g1", "alice", "", time.Now())
+	m2 := p.say(t, "g1", "alice", "", time.Now())
+	waitFor(t, "m2 pushed and committed", 20*time.Second, func() bool {
+		return n1.has("bob", "g1", m2) && r.Stats().Records == first.Stats().Messages
+	})
+	stop()
+
+	m3 := p.say(t, "g1", "alice", "", time.Now()) // while no fan-out runs
+	p.fanout(t, &Fanout{})
+	m4 := p.say(t, "g1", "alice", "", time.Now())
+	waitFor(t, "m4 pushed", 30*time.Second, func() bool { return n1.has("bob", "g1", m4) })
+	wantPushes(t, n1, "bob", "g1", []int64{m1, m2, m3, m4},
+		[]string{"unknown", fmt.Sprint(m1), "unknown", fmt.Sprint(m3)})
+}
+
+// TestFanoutPresenceAnnouncementEvictsTheCache: with a cache that trusts a
+// lookup for an hour, a member who comes online still gets the next
+// message, because their announcement evicts them.
+func TestFanoutPresenceAnnouncementEvictsTheCache(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 1})
+	for _, uid := range []string{"alice", "bob", "carol"} {
+		p.member(t, "g1", uid, schema.OpJoin)
+	}
+	n1 := subscribeNode(t, p.redis, "n1")
+	p.online(t, "n1", "bob")
+	f := &Fanout{PresenceTTL: time.Hour}
+	p.fanout(t, f)
+	p.probe(t, n1)
+	m1 := p.say(t, "g1", "alice", "", time.Now())
+	waitFor(t, "m1 pushed", 20*time.Second, func() bool { return n1.has("bob", "g1", m1) })
+
+	p.online(t, "n1", "carol") // announced
+	waitFor(t, "carol evicted from the cache", 10*time.Second, func() bool {
+		f.presence.mu.Lock()
+		defer f.presence.mu.Unlock()
+		return f.presence.entries["carol"].evicted != 0
+	})
+	m2 := p.say(t, "g1", "alice", "", time.Now())
+	waitFor(t, "m2 pushed", 20*time.Second, func() bool { return n1.has("bob", "g1", m2) })
+	wantPushes(t, n1, "carol", "g1", []int64{m2}, []string{fmt.Sprint(m1)})
+	if s := f.Stats(); s.CacheHits == 0 || s.Lookups == 0 {
+		t.Errorf("stats %+v: want lookups and cache hits", s)
+	}
+}
+
+// TestFanoutTakesPrevFromThePersister: with the persister caught up, the
+// first message of a group after the fan-out starts carries the exact prev,
+// and the first message of a new group prev -1, so no client has to pull.
+func TestFanoutTakesPrevFromThePersister(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 1, window: 100})
+	ctx := context.Background()
+	for _, gid := range []string{"g1", "g2"} {
+		p.member(t, gid, "alice", schema.OpJoin)
+		p.member(t, gid, "bob", schema.OpJoin)
+	}
+	n1 := subscribeNode(t, p.redis, "n1")
+	p.online(t, "n1", "bob")
+	p.persister(t, nil)
+	caughtUp := func() {
+		t.Helper()
+		end, err := p.prod.Head(ctx, "g1") // the one partition's last offset
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "the persister to catch up", 20*time.Second, func() bool {
+			off, err := p.redis.Offsets(ctx, GroupPersister, topics.Messages)
+			return err == nil && off[0] > end
+		})
+	}
+	m1 := p.say(t, "g1", "alice", "", time.Now())
+	p.fanout(t, &Fanout{})
+	p.probe(t, n1)
+	caughtUp()
+	m2 := p.say(t, "g1", "alice", "", time.Now())
+	waitFor(t, "m2 pushed", 20*time.Second, func() bool { return n1.has("bob", "g1", m2) })
+	caughtUp()
+	m3 := p.say(t, "g2", "alice", "", time.Now())
+	waitFor(t, "m3 pushed", 20*time.Second, func() bool { return n1.has("bob", "g2", m3) })
+	wantPushes(t, n1, "bob", "g1", []int64{m2}, []string{fmt.Sprint(m1)})
+	wantPushes(t, n1, "bob", "g2", []int64{m3}, []string{"-1"})
+}
+
+func TestFanoutRouteSplitsLargeBatches(t *testing.T) {
+	big := func(id int64) outgoing {
+		return outgoing{msgid: id, json: []byte(`{"body":"` + strings.Repeat("x", 600<<10) + `"}`),
+			group: []memberOf{{"u1", store.Membership{State: store.MemberJoined, JoinedAt: -1}},
+				{"u2", store.Membership{State: store.MemberLeft, JoinedAt: -1, LeftAt: 1}}}}
+	}
+	out := []outgoing{big(1), big(2), big(3)}
+	batches, pushes := route(out, map[string][]string{"u1": {"n1", "n2"}, "u2": {"n1"}})
+	per := map[string][]int{}
+	for _, b := range batches {
+		per[b.Node] = append(per[b.Node], len(b.Batch.Items))
+		if n := len(store.EncodePushBatch(b.Batch)); n > 2*maxPushPayload {
+			t.Errorf("batch of %d bytes", n)
+		}
+	}
+	// u2 left at 1: only message 1 is theirs.
+	if pushes != 4 || !slices.Equal(per["n1"], []int{1, 1, 1}) || !slices.Equal(per["n2"], []int{1, 1, 1}) {
+		t.Errorf("pushes %d, items per batch per node %v", pushes, per)
+	}
+	if u := batches[0].Batch.Items[0].Uids; batches[0].Node == "n1" && len(u) != 2 {
+		t.Errorf("first item on n1 for %v, want u1 and u2", u)
+	}
+}
+
+func TestClaimSetForgetsExpiredAndOldest(t *testing.T) {
+	var s claimSet
+	const win = 1000
+	s.put("a", claim{msgid: 1, sentAt: 0}, 0, win)
+	if c, ok := s.get("a", 500); !ok || c.msgid != 1 {
+		t.Fatalf("get a = %v, %v", c, ok)
+	}
+	if _, ok := s.get("a", 5*60*1000+1); ok {
+		t.Error("a claim outlived both its window and five minutes")
+	}
+	s.put("a", claim{msgid: 2, sentAt: 0}, 0, win) // a takes the key over
+	for i := range maxClaims + 10 {
+		s.put(fmt.Sprint("k", i), claim{msgid: int64(10 + i)}, 0, win)
+	}
+	if len(s.m) > maxClaims {
+		t.Errorf("%d claims kept, limit %d", len(s.m), maxClaims)
+	}
+	if _, ok := s.get("a", 0); ok {
+		t.Error("the oldest claim was kept past the limit")
+	}
+	if _, ok := s.get(fmt.Sprint("k", maxClaims+9), 0); !ok {
+		t.Error("the newest claim was dropped")
+	}
+}
+
+// BenchmarkFanoutRoute500 routes one message at a time to a 500-member
+// group, all online on 4 nodes, through Handle: membership sync with the
+// broker (kfake), presence (cached, and not), rendering, publishing to
+// real redis-server, 4 subscribers decoding.
+func BenchmarkFanoutRoute500(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		ttl  time.Duration
+	}{{"cached", 0}, {"uncached", -1}} {
+		b.Run(bc.name, func(b *testing.B) { benchFanoutRoute(b, bc.ttl) })
+	}
+}
+
+func benchFanoutRoute(b *testing.B, presenceTTL time.Duration) {
+	const members, nodes = 500, 4
+	k := newKafka(b, 1)
+	srv := testserver.NewRedis(b)
+	rc := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{srv.Addr}})
+	b.Cleanup(func() { rc.Close() })
+	rs, err := store.NewRedis(rc, store.RedisConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	joins := make([]schema.Member, members)
+	byNode := make([][]string, nodes)
+	for i := range joins {
+		uid := fmt.Sprint("user-", i)
+		joins[i] = schema.Member{Gid: "big", Uid: uid, Op: schema.OpJoin, Pos: -1}
+		byNode[i%nodes] = append(byNode[i%nodes], uid)
+	}
+	if err := k.prod.SendMembers(ctx, joins...); err != nil {
+		b.Fatal(err)
+	}
+	var got sync.WaitGroup
+	var received [nodes]int64
+	for i, uids := range byNode {
+		node := fmt.Sprint("node-", i)
+		if err := rs.SetOnline(ctx, node, uids, time.Hour, false); err != nil {
+			b.Fatal(err)
+		}
+		ch, err := rs.SubscribePushes(ctx, node)
+		if err != nil {
+			b.Fatal(err)
+		}
+		got.Add(1)
+		go func() {
+			defer got.Done()
+			for batch := range ch {
+				for _, it := range batch.Items {
+					received[i] += int64(len(it.Uids))
+				}
+			}
+		}()
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	f := &Fanout{Redis: rs, PresenceTTL: presenceTTL, Logger: quiet}
+	if _, err := f.Runner(Base{Brokers: k.brokers(), DeadLetter: k.prod}); err != nil {
+		b.Fatal(err)
+	}
+	rec := []Record[schema.Message]{{Event: schema.Message{Gid: "big", Sender: "user-0", Body: []byte("hello, everyone")}}}
+	handle := func(i int64) {
+		rec[0].Offset = i
+		rec[0].Event.ClientMsgID = fmt.Sprint("c", i)
+		rec[0].Event.SentAt = time.Now().UnixMilli()
+		if err := f.Handle(ctx, 0, rec); err != nil {
+			b.Fatal(err)
+		}
+	}
+	handle(0) // the follower reads the 500 joins
+	b.ReportAllocs()
+	b.ResetTimer()
+	var i int64 = 1
+	for b.Loop() {
+		handle(i)
+		i++
+	}
+	b.StopTimer()
+	if s := f.Stats(); s.Pushes != members*i {
+		b.Fatalf("%d pushes for %d messages", s.Pushes, i)
+	}
+	b.ReportMetric(float64(members*(i-1))/b.Elapsed().Seconds(), "pushes/s")
+	cancel()
+	got.Wait()
+}

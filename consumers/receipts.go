@@ -1,0 +1,38 @@
+package consumers
+
+import (
+	"context"
+	"errors"
+
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/store"
+	"github.com/groupchat/chatd/topics"
+)
+
+// GroupReceiptProjector is the receipt projector's consumer group.
+const GroupReceiptProjector = "chat.receipt-projector"
+
+// ReceiptProjector folds chat.receipts into read cursors in Redis (max
+// wins): one sorted set per group, from which read counts are range counts.
+type ReceiptProjector struct {
+	Redis *store.Redis // required
+}
+
+var _ Handler[schema.Receipt] = (*ReceiptProjector)(nil)
+
+// Runner returns the receipt projector's runner on chat.receipts.
+func (p *ReceiptProjector) Runner(b Base) (*Runner[schema.Receipt], error) {
+	if p.Redis == nil {
+		return nil, errors.New("consumers: the receipt projector needs Redis")
+	}
+	return NewRunner(runnerConfig(b, GroupReceiptProjector, topics.Receipts, schema.DecodeReceipt, Handler[schema.Receipt](p), p.Redis))
+}
+
+// Handle implements Handler.
+func (p *ReceiptProjector) Handle(ctx context.Context, part int, recs []Record[schema.Receipt]) error {
+	rs := make([]schema.Receipt, len(recs))
+	for i := range recs {
+		rs[i] = recs[i].Event
+	}
+	return p.Redis.AdvanceReads(ctx, rs)
+}

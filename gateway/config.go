@@ -1,0 +1,105 @@
+package gateway
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/groupchat/chatd/history"
+	"github.com/groupchat/chatd/producers"
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/store"
+)
+
+// Config of a Gateway.
+type Config struct {
+	Redis    *store.Redis        // required: membership, cursors, presence, pushes
+	Producer *producers.Producer // required
+	History  *history.History    // required
+
+	// Secret signs and verifies client tokens (HS256). Required, >= 32 bytes.
+	Secret []byte
+	// AdminToken guards /v1/admin/*. Empty disables administration.
+	AdminToken string
+	// DevTokens serves POST /v1/dev/token, which hands out a token for any
+	// user id. Only `chatd dev` sets it; never in production.
+	DevTokens bool
+
+	// Node names this gateway in presence and its push channel. Default:
+	// hostname and pid.
+	Node string
+	// AllowedOrigins are host patterns (path.Match) browsers may connect
+	// from besides the gateway's own host. Default none.
+	AllowedOrigins []string
+
+	MaxBody      int           // bytes of a message body; default 16 KiB
+	SendRate     float64       // sends per second per connection; default 50
+	SendBurst    int           // default 100
+	QueueSize    int           // outbound frames per connection before it is cut; default 512
+	WriteTimeout time.Duration // one frame to a client; default 10s
+	PingInterval time.Duration // default 20s
+	AuthTimeout  time.Duration // time to send auth after connecting; default 10s
+	PresenceTTL  time.Duration // presence entries expire unless refreshed; default 30s
+	TokenTTL     time.Duration // lifetime of dev tokens; default 24h
+
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Node == "" {
+		h, _ := os.Hostname()
+		c.Node = fmt.Sprintf("%s-%d", h, os.Getpid())
+	}
+	if c.MaxBody == 0 {
+		c.MaxBody = 16 << 10
+	}
+	if c.SendRate == 0 {
+		c.SendRate = 50
+	}
+	if c.SendBurst == 0 {
+		c.SendBurst = 100
+	}
+	if c.QueueSize == 0 {
+		c.QueueSize = 512
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 10 * time.Second
+	}
+	if c.PingInterval == 0 {
+		c.PingInterval = 20 * time.Second
+	}
+	if c.AuthTimeout == 0 {
+		c.AuthTimeout = 10 * time.Second
+	}
+	if c.PresenceTTL == 0 {
+		c.PresenceTTL = 30 * time.Second
+	}
+	if c.TokenTTL == 0 {
+		c.TokenTTL = 24 * time.Hour
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports the first setting that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.Redis == nil || c.Producer == nil || c.History == nil:
+		return errors.New("gateway: Redis, Producer and History are required")
+	case len(c.Secret) < 32:
+		return errors.New("gateway: the token secret must be at least 32 bytes; set CHAT_JWT_SECRET")
+	case c.MaxBody < 1 || c.MaxBody > schema.MaxBodyLen:
+		return fmt.Errorf("gateway: max body %d out of range 1..%d", c.MaxBody, schema.MaxBodyLen)
+	case c.SendRate < 0 || c.SendBurst < 1 || c.QueueSize < 1:
+		return errors.New("gateway: send rate, burst and queue size must be positive")
+	}
+	if c.Node != "" {
+		if err := schema.ValidID(c.Node); err != nil {
+			return fmt.Errorf("gateway: node name: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,17 @@
+// Package gateway is where clients reach the system: WebSocket connections
+// speaking package protocol, the same operations as JSON over HTTP, and the
+// administration of groups and members.
+//
+// A Gateway authenticates every connection with a JWT (HS256), checks
+// membership on every operation, writes sends, acks and reads to Kafka, serves
+// pulls and syncs from the stores, registers its users' presence in Redis and
+// delivers the pushes the fan-out consumer publishes on this node's channel.
+//
+// # Concurrency
+//
+// Each connection has one reader goroutine, which handles the client's frames
+// in order, and one writer goroutine, which drains a bounded queue. Pushes and
+// answers are enqueued without blocking: a connection whose queue is full is
+// closed with a reason (it resyncs by pull on reconnect), so a slow client
+// never stalls anyone else. All exported methods are safe for concurrent use.
+package gateway

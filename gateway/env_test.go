@@ -1,0 +1,341 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/groupchat/chatd/broker"
+	"github.com/groupchat/chatd/consumers"
+	"github.com/groupchat/chatd/history"
+	"github.com/groupchat/chatd/internal/testserver"
+	"github.com/groupchat/chatd/producers"
+	"github.com/groupchat/chatd/protocol"
+	"github.com/groupchat/chatd/store"
+	"github.com/groupchat/chatd/topics"
+)
+
+const (
+	testSecret = "test-secret-test-secret-test-secret!"
+	adminToken = "admin-token"
+)
+
+// env is a whole system in one test: kfake, a real redis-server, every
+// consumer, and gateways on httptest servers.
+type env struct {
+	t        *testing.T
+	broker   *broker.Broker
+	prod     *producers.Producer
+	redisSrv *testserver.Redis
+	rc       redis.UniversalClient
+	redis    *store.Redis
+	hist     *history.History
+	base     consumers.Base
+	gws      []*gw
+	fanout   func() // stops the fan-out
+}
+
+type gw struct {
+	g      *Gateway
+	srv    *httptest.Server
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+type envOpts struct {
+	gateways int
+	tune     func(*Config)
+}
+
+func newEnv(t *testing.T, o envOpts) *env {
+	t.Helper()
+	e := &env{t: t}
+	b, err := broker.Start(broker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	e.broker = b
+	ctx := context.Background()
+	if err := topics.Ensure(ctx, topics.Config{Brokers: []string{b.Addr()}, Partitions: 4}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if e.prod, err = producers.New(producers.Config{Brokers: []string{b.Addr()}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.prod.Close() })
+	e.redisSrv = testserver.NewRedis(t)
+	e.rc = redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{e.redisSrv.Addr}})
+	t.Cleanup(func() { e.rc.Close() })
+	if e.redis, err = store.NewRedis(e.rc, store.RedisConfig{WindowSize: -1}); err != nil {
+		t.Fatal(err)
+	}
+	if e.hist, err = history.New(history.Config{Redis: e.redis}); err != nil {
+		t.Fatal(err)
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	e.base = consumers.Base{Brokers: []string{b.Addr()}, DeadLetter: e.prod, Logger: quiet, Tune: func(r *consumers.RunnerTuning) {
+		r.MinBackoff, r.MaxBackoff = 20*time.Millisecond, 200*time.Millisecond
+		r.SessionTimeout, r.RebalanceTimeout = 6*time.Second, 2*time.Second
+	}}
+	e.runConsumer("persister", func() (func(context.Context) error, error) {
+		r, err := (&consumers.Persister{Redis: e.redis}).Runner(e.base)
+		return runOf(r, err)
+	})
+	e.runConsumer("acks", func() (func(context.Context) error, error) {
+		r, err := (&consumers.AckProjector{Redis: e.redis}).Runner(e.base)
+		return runOf(r, err)
+	})
+	e.runConsumer("members", func() (func(context.Context) error, error) {
+		r, err := (&consumers.MemberProjector{Redis: e.redis}).Runner(e.base)
+		return runOf(r, err)
+	})
+	e.runConsumer("receipts", func() (func(context.Context) error, error) {
+		r, err := (&consumers.ReceiptProjector{Redis: e.redis}).Runner(e.base)
+		return runOf(r, err)
+	})
+	e.startFanout()
+	for i := 0; i < max(o.gateways, 1); i++ {
+		e.addGateway(i, o.tune)
+	}
+	return e
+}
+
+func runOf[E any](r *consumers.Runner[E], err error) (func(context.Context) error, error) {
+	if err != nil {
+		return nil, err
+	}
+	return r.Run, nil
+}
+
+// runConsumer runs a part until the test ends; it returns its stop.
+func (e *env) runConsumer(name string, mk func() (func(context.Context) error, error)) func() {
+	run, err := mk()
+	if err != nil {
+		e.t.Fatalf("%s: %v", name, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); run(ctx) }()
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); <-done }) }
+	e.t.Cleanup(stop)
+	return stop
+}
+
+func (e *env) startFanout() {
+	e.fanout = e.runConsumer("fanout", func() (func(context.Context) error, error) {
+		r, err := (&consumers.Fanout{Redis: e.redis, Logger: e.base.Logger}).Runner(e.base)
+		return runOf(r, err)
+	})
+}
+
+func (e *env) addGateway(i int, tune func(*Config)) *gw {
+	cfg := Config{Redis: e.redis, Producer: e.prod, History: e.hist, Secret: []byte(testSecret),
+		AdminToken: adminToken, DevTokens: true, Node: fmt.Sprintf("gw%d", i), Logger: e.base.Logger}
+	if tune != nil {
+		tune(&cfg)
+	}
+	g, err := New(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	x := &gw{g: g, srv: httptest.NewServer(g.Handler()), done: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	x.cancel = cancel
+	go func() { defer close(x.done); g.Run(ctx) }()
+	e.t.Cleanup(func() {
+		sctx, c := context.WithTimeout(context.Background(), 10*time.Second)
+		defer c()
+		g.Shutdown(sctx)
+		x.srv.Close()
+		cancel()
+		<-x.done
+	})
+	e.gws = append(e.gws, x)
+	return x
+}
+
+func (e *env) token(uid string) string {
+	tok, err := IssueToken([]byte(testSecret), uid, time.Hour)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return tok
+}
+
+// http calls the HTTP API of gateway 0 and decodes the JSON answer.
+func (e *env) http(method, path, bearer string, body any) (int, map[string]any) {
+	e.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, e.gws[0].srv.URL+path, rd)
+	if bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+bearer)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	json.NewDecoder(resp.Body).Decode(&out)
+	return resp.StatusCode, out
+}
+
+// group creates gid with members through the admin API and waits until the
+// member projector has applied it.
+func (e *env) group(gid string, members ...string) {
+	e.t.Helper()
+	if st, out := e.http("POST", "/v1/admin/groups", adminToken, map[string]any{"gid": gid, "members": members}); st != 200 {
+		e.t.Fatalf("create group: %d %v", st, out)
+	}
+	e.waitMembers(gid, members...)
+}
+
+func (e *env) waitMembers(gid string, uids ...string) {
+	e.t.Helper()
+	waitFor(e.t, "membership of "+gid, 20*time.Second, func() bool {
+		ms, err := e.redis.Members(context.Background(), gid)
+		if err != nil {
+			return false
+		}
+		for _, u := range uids {
+			if ms[u].State != store.MemberJoined {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// topicEnds sums the end offsets of the topics clients write to.
+func (e *env) topicEnds() int64 {
+	e.t.Helper()
+	client := &kafka.Client{Addr: kafka.TCP(e.broker.Addr())}
+	req := map[string][]kafka.OffsetRequest{}
+	for _, tp := range []string{topics.Messages, topics.Acks, topics.Receipts, topics.Members} {
+		for p := 0; p < 4; p++ {
+			req[tp] = append(req[tp], kafka.LastOffsetOf(p))
+		}
+	}
+	resp, err := client.ListOffsets(context.Background(), &kafka.ListOffsetsRequest{Topics: req})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var sum int64
+	for _, ps := range resp.Topics {
+		for _, p := range ps {
+			sum += p.LastOffset
+		}
+	}
+	return sum
+}
+
+func waitFor(t *testing.T, what string, timeout time.Duration, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// raw is a protocol-level WebSocket client for tests of the server's edges.
+type raw struct {
+	t  *testing.T
+	ws *websocket.Conn
+}
+
+func (e *env) dial(gwi int, query string) *raw {
+	e.t.Helper()
+	url := "ws" + strings.TrimPrefix(e.gws[gwi].srv.URL, "http") + "/v1/ws" + query
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, url, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	ws.SetReadLimit(1 << 20)
+	e.t.Cleanup(func() { ws.CloseNow() })
+	return &raw{t: e.t, ws: ws}
+}
+
+// login dials with a token for uid and reads the authed frame.
+func (e *env) login(gwi int, uid string) *raw {
+	r := e.dial(gwi, "?token="+e.token(uid))
+	if f := r.read(); f["op"] != protocol.OpAuthed || f["uid"] != uid {
+		e.t.Fatalf("login as %s: got %v", uid, f)
+	}
+	return r
+}
+
+func (r *raw) send(v any) {
+	r.t.Helper()
+	b, ok := v.([]byte)
+	if !ok {
+		b, _ = json.Marshal(v)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.ws.Write(ctx, websocket.MessageText, b); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// read returns the next frame, failing the test after 10 s.
+func (r *raw) read() map[string]any {
+	r.t.Helper()
+	f, err := r.tryRead(10 * time.Second)
+	if err != nil {
+		r.t.Fatalf("read: %v", err)
+	}
+	return f
+}
+
+func (r *raw) tryRead(d time.Duration) (map[string]any, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	_, b, err := r.ws.Read(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var f map[string]any
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("frame %q is not JSON: %w", b, err)
+	}
+	return f, nil
+}
+
+// call sends a request with an id and returns the answer with that id,
+// skipping pushes.
+func (r *raw) call(req map[string]any) map[string]any {
+	r.t.Helper()
+	id := fmt.Sprint(time.Now().UnixNano())
+	req["id"] = id
+	r.send(req)
+	for {
+		f := r.read()
+		if f["id"] == id {
+			return f
+		}
+	}
+}

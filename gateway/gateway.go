@@ -1,0 +1,95 @@
+package gateway
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/coder/websocket"
+
+	"github.com/groupchat/chatd/protocol"
+)
+
+// Gateway serves clients. Create it with New, serve Handler, run Run, and
+// stop with Shutdown.
+type Gateway struct {
+	cfg Config
+	log *slog.Logger
+	hub *hub
+
+	wg      sync.WaitGroup // connections being served
+	closing atomic.Bool
+	metrics Metrics
+
+	// dropPush, when set, drops pushes to a user (tests of lost pushes).
+	dropPush func(uid string) bool
+}
+
+// Metrics are the gateway's counters since start.
+type Metrics struct {
+	conns, sends, acks, reads, pulls, pushes, slowCut atomic.Int64
+}
+
+// Snapshot is a copy of the counters.
+type Snapshot struct {
+	Conns, Sends, Acks, Reads, Pulls, Pushes, SlowCut int64
+}
+
+// Stats returns the counters.
+func (g *Gateway) Stats() Snapshot {
+	m := &g.metrics
+	return Snapshot{m.conns.Load(), m.sends.Load(), m.acks.Load(), m.reads.Load(), m.pulls.Load(), m.pushes.Load(), m.slowCut.Load()}
+}
+
+// New checks cfg and returns a Gateway.
+func New(cfg Config) (*Gateway, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Gateway{cfg: cfg, log: cfg.Logger.With("node", cfg.Node), hub: newHub()}, nil
+}
+
+// Node is the name under which this gateway registers presence.
+func (g *Gateway) Node() string { return g.cfg.Node }
+
+// Handler serves the WebSocket endpoint (/v1/ws), the HTTP API and, when
+// configured, administration and dev tokens.
+func (g *Gateway) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/ws", g.serveWS)
+	g.routes(mux)
+	return mux
+}
+
+// Run delivers pushes to this node's connections and keeps their presence
+// fresh until ctx ends.
+func (g *Gateway) Run(ctx context.Context) error {
+	go g.refreshPresence(ctx)
+	return g.deliver(ctx)
+}
+
+// Shutdown stops accepting connections, closes the open ones with "going
+// away" (clients reconnect elsewhere and resync) and waits for them, or
+// until ctx ends.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.closing.Store(true)
+	for _, c := range g.hub.all() {
+		c.close(websocket.StatusGoingAway, "server shutting down; reconnect")
+	}
+	done := make(chan struct{})
+	go func() { g.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func sortGroups(gs []protocol.GroupState) {
+	sort.Slice(gs, func(i, j int) bool { return gs[i].Gid < gs[j].Gid })
+}

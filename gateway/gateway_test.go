@@ -1,0 +1,223 @@
+package gateway
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"go.uber.org/goleak"
+
+	"github.com/groupchat/chatd/protocol"
+	"github.com/groupchat/chatd/schema"
+)
+
+func TestMain(m *testing.M) {
+	// Every test stops what it started; connections closing must leave no
+	// goroutine behind. Pools that outlive a test by design are ignored.
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("github.com/segmentio/kafka-go.(*conn).run"),
+		goleak.IgnoreAnyFunction("github.com/segmentio/kafka-go.(*connGroup).connect.func1"),
+		goleak.IgnoreAnyFunction("github.com/segmentio/kafka-go.(*connPool).discover"),
+		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+	)
+}
+
+func code(f map[string]any) string { s, _ := f["code"].(string); return s }
+
+func TestAuthorizationMatrix(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g1", "alice", "bob", "dave")
+	alice := e.login(0, "alice")
+	first := alice.call(map[string]any{"op": "send", "gid": "g1", "cmid": "a1", "body": "hello"})
+	if first["op"] != "accepted" {
+		t.Fatalf("alice's send: %v", first)
+	}
+	if st, out := e.http("DELETE", "/v1/admin/groups/g1/members/dave", adminToken, nil); st != 200 {
+		t.Fatalf("remove dave: %d %v", st, out)
+	}
+	waitFor(t, "dave left", 10*time.Second, func() bool {
+		m, _ := e.redis.Membership(context.Background(), "g1", "dave")
+		return m.State == 2
+	})
+	after := alice.call(map[string]any{"op": "send", "gid": "g1", "cmid": "a2", "body": "after dave left"})
+	headAfter := int64(after["msgid"].(float64))
+	waitFor(t, "persisted", 10*time.Second, func() bool { h, _ := e.redis.Head(context.Background(), "g1"); return h == headAfter })
+
+	ends := e.topicEnds()
+
+	// No token: the first frame must be auth.
+	r := e.dial(0, "")
+	r.send(map[string]any{"op": "sync", "id": "1"})
+	if f := r.read(); code(f) != string(protocol.CodeUnauthenticated) {
+		t.Errorf("no token: %v", f)
+	}
+	if _, err := r.tryRead(5 * time.Second); websocket.CloseStatus(err) != CloseUnauthenticated {
+		t.Errorf("no token: close %v, want %d", err, CloseUnauthenticated)
+	}
+	// Bad signature and expired tokens.
+	forged, _ := IssueToken([]byte("another-secret-another-secret-another"), "alice", time.Hour)
+	expired, _ := IssueToken([]byte(testSecret), "alice", -time.Hour)
+	for _, c := range []struct{ name, tok, want string }{
+		{"bad signature", forged, string(protocol.CodeBadToken)},
+		{"expired", expired, string(protocol.CodeTokenExpired)},
+		{"garbage", "not.a.jwt", string(protocol.CodeBadToken)},
+	} {
+		r := e.dial(0, "?token="+c.tok)
+		if f := r.read(); code(f) != c.want {
+			t.Errorf("%s: %v, want %s", c.name, f, c.want)
+		}
+		r.send(map[string]any{"op": "auth", "token": c.tok})
+		if st, _ := e.http("GET", "/v1/sync", c.tok, nil); st != 401 {
+			t.Errorf("%s over HTTP: status %d, want 401", c.name, st)
+		}
+	}
+
+	// A non-member can do nothing with the group.
+	carol := e.login(0, "carol")
+	for _, req := range []map[string]any{
+		{"op": "send", "gid": "g1", "cmid": "c1", "body": "let me in"},
+		{"op": "pull", "gid": "g1"},
+		{"op": "ack", "gid": "g1", "upto": 0},
+		{"op": "read", "gid": "g1", "upto": 0},
+	} {
+		if f := carol.call(req); code(f) != string(protocol.CodeNotMember) {
+			t.Errorf("non-member %s: %v", req["op"], f)
+		}
+	}
+	// A member who left cannot send and sees nothing after leaving.
+	dave := e.login(0, "dave")
+	if f := dave.call(map[string]any{"op": "send", "gid": "g1", "cmid": "d1", "body": "still here?"}); code(f) != string(protocol.CodeLeft) {
+		t.Errorf("left member send: %v", f)
+	}
+	page := dave.call(map[string]any{"op": "pull", "gid": "g1"})
+	msgs, _ := page["msgs"].([]any)
+	if page["op"] != "page" || len(msgs) != 1 || page["more"] != false {
+		t.Errorf("left member pull: %v, want only the message from before leaving", page)
+	}
+	if f := dave.call(map[string]any{"op": "ack", "gid": "g1", "upto": headAfter}); code(f) != string(protocol.CodeLeft) {
+		t.Errorf("left member ack past leaving: %v", f)
+	}
+	// Ack and read beyond the head.
+	for _, op := range []string{"ack", "read"} {
+		if f := alice.call(map[string]any{"op": op, "gid": "g1", "upto": headAfter + 1000}); code(f) != string(protocol.CodeBeyondHead) {
+			t.Errorf("%s beyond head: %v", op, f)
+		}
+	}
+	// Administration needs the admin token.
+	if st, out := e.http("POST", "/v1/admin/groups", e.token("alice"), map[string]any{"gid": "g2", "members": []string{"alice"}}); st != 403 {
+		t.Errorf("admin with a user token: %d %v", st, out)
+	}
+	if got := e.topicEnds(); got != ends {
+		t.Fatalf("refused operations wrote %d records to the topics", got-ends)
+	}
+}
+
+func TestPushesReachMembersOnEitherGateway(t *testing.T) {
+	e := newEnv(t, envOpts{gateways: 2})
+	e.group("g1", "alice", "bob", "carol")
+	alice, bob := e.login(0, "alice"), e.login(1, "bob")
+	time.Sleep(100 * time.Millisecond) // presence announcements reach the fan-out
+	acc := alice.call(map[string]any{"op": "send", "gid": "g1", "cmid": "m1", "body": "hi both"})
+	id := acc["msgid"].(float64)
+	for name, c := range map[string]*raw{"alice": alice, "bob": bob} {
+		for {
+			f := c.read()
+			if f["op"] != "push" {
+				continue
+			}
+			m := f["msgs"].([]any)[0].(map[string]any)
+			if m["msgid"] != id || m["body"] != "hi both" || m["sender"] != "alice" {
+				t.Fatalf("%s got push %v", name, f)
+			}
+			break
+		}
+	}
+}
+
+func TestSlowClientIsCutAndOthersAreNot(t *testing.T) {
+	e := newEnv(t, envOpts{tune: func(c *Config) { c.QueueSize = 8; c.WriteTimeout = 2 * time.Second }})
+	e.group("g1", "slow", "fast", "sender")
+	slow, fast := e.login(0, "slow"), e.login(0, "fast")
+	time.Sleep(100 * time.Millisecond)
+	body := strings.Repeat("x", 8000)
+	const n = 4000
+	done := make(chan int)
+	go func() { // fast reads everything
+		got := 0
+		for got < n {
+			f, err := fast.tryRead(20 * time.Second)
+			if err != nil {
+				t.Logf("fast client read: %v", err)
+				break
+			}
+			if f["op"] == "push" {
+				got += len(f["msgs"].([]any))
+			}
+		}
+		done <- got
+	}()
+	ctx := context.Background()
+	// Far more than loopback socket buffers hold, so the slow client's
+	// queue fills once the kernel stops taking bytes.
+	for i := 0; i < n; i += 100 {
+		batch := make([]schema.Message, 100)
+		for j := range batch {
+			batch[j] = schema.Message{Gid: "g1", Sender: "sender", SentAt: time.Now().UnixMilli(), Body: []byte(body)}
+		}
+		if _, err := e.prod.SendMessages(ctx, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := <-done; got != n {
+		t.Fatalf("the fast client got %d of %d pushes", got, n)
+	}
+	// The slow one, reading only now, finds its connection cut with a reason.
+	var err error
+	for err == nil {
+		_, err = slow.tryRead(10 * time.Second)
+	}
+	if websocket.CloseStatus(err) != CloseTooSlow {
+		t.Fatalf("slow client: %v, want close %d", err, CloseTooSlow)
+	}
+	if e.gws[0].g.Stats().SlowCut < 1 {
+		t.Fatal("no slow client counted")
+	}
+}
+
+func TestOversizedAndMalformedFrames(t *testing.T) {
+	e := newEnv(t, envOpts{tune: func(c *Config) { c.MaxBody = 1000 }})
+	e.group("g1", "alice")
+	alice := e.login(0, "alice")
+	cases := []struct {
+		frame []byte
+		want  protocol.Code
+	}{
+		{[]byte(`{"op":"send","gid":"g1","cmid":"c1","body":"` + strings.Repeat("y", 1500) + `"}`), protocol.CodeBodyTooLarge},
+		{[]byte(`not json`), protocol.CodeBadFrame},
+		{[]byte("{\"op\":\"send\",\"gid\":\"g1\",\"cmid\":\"c1\",\"body\":\"\xff\xfe\"}"), protocol.CodeBadFrame},
+		{[]byte(`{"op":"send","gid":"g1","cmid":"c1","body":42}`), protocol.CodeBadFrame},
+		{[]byte(`{"op":"teleport"}`), protocol.CodeUnknownOp},
+		{[]byte(`{"op":"pull","gid":"bad/gid"}`), protocol.CodeInvalid},
+	}
+	for _, c := range cases {
+		alice.send(c.frame)
+		if f := alice.read(); code(f) != string(c.want) || f["message"] == "" {
+			t.Errorf("frame %.60q: %v, want %s with a message", c.frame, f, c.want)
+		}
+	}
+	// A frame over the read limit closes the connection with 1009.
+	alice.send([]byte(`{"op":"sync","pad":"` + strings.Repeat("z", 8000) + `"}`))
+	var err error
+	for err == nil {
+		_, err = alice.tryRead(5 * time.Second)
+	}
+	if websocket.CloseStatus(err) != websocket.StatusMessageTooBig {
+		t.Fatalf("huge frame: %v, want close 1009", err)
+	}
+	// The gateway still serves others.
+	if f := e.login(0, "alice").call(map[string]any{"op": "sync"}); f["op"] != "synced" {
+		t.Fatalf("after a bad client: %v", f)
+	}
+}

@@ -1,0 +1,250 @@
+package gateway
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/groupchat/chatd/protocol"
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/store"
+)
+
+// routes adds the HTTP API: the client operations for bots and curl users,
+// administration behind the admin token, and dev tokens when enabled.
+func (g *Gateway) routes(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/groups/{gid}/messages", g.api(protocol.OpSend))
+	mux.HandleFunc("GET /v1/groups/{gid}/messages", g.api(protocol.OpPull))
+	mux.HandleFunc("POST /v1/groups/{gid}/ack", g.api(protocol.OpAck))
+	mux.HandleFunc("POST /v1/groups/{gid}/read", g.api(protocol.OpRead))
+	mux.HandleFunc("GET /v1/sync", g.api(protocol.OpSync))
+	mux.HandleFunc("POST /v1/admin/groups", g.admin(g.createGroup))
+	mux.HandleFunc("POST /v1/admin/groups/{gid}/members", g.admin(g.addMember))
+	mux.HandleFunc("DELETE /v1/admin/groups/{gid}/members/{uid}", g.admin(g.removeMember))
+	if g.cfg.DevTokens {
+		mux.HandleFunc("POST /v1/dev/token", g.devToken)
+	}
+}
+
+// api adapts an operation to HTTP: the bearer token names the user, the
+// body (POST) or query (GET) holds the fields, the answer is the frame.
+func (g *Gateway) api(op string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		tok := bearer(r)
+		if tok == "" {
+			writeErr(w, protocol.Errorf(protocol.CodeUnauthenticated, "send Authorization: Bearer <token>"))
+			return
+		}
+		uid, perr := verify(g.cfg.Secret, tok)
+		if perr != nil {
+			writeErr(w, perr)
+			return
+		}
+		body := []byte("{}")
+		if r.Method == http.MethodPost {
+			var err error
+			if body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, int64(g.cfg.MaxBody)+4096)); err != nil {
+				writeErr(w, protocol.Errorf(protocol.CodeBodyTooLarge, "the request body is over the limit of %d bytes", g.cfg.MaxBody+4096))
+				return
+			}
+		}
+		req, err := protocol.Decode(withOp(body, op), g.cfg.MaxBody)
+		if err == nil {
+			err = fromPath(r, &req)
+		}
+		if err != nil {
+			writeErr(w, asProtocol(err))
+			return
+		}
+		if op == protocol.OpPull {
+			if err := fromQuery(r, &req); err != nil {
+				writeErr(w, err)
+				return
+			}
+		}
+		ans, perr := g.do(r.Context(), uid, &req)
+		if perr != nil {
+			writeErr(w, perr)
+			return
+		}
+		writeJSON(w, http.StatusOK, ans)
+	}
+}
+
+// withOp sets "op" in a JSON object body, so HTTP bodies need not carry it.
+func withOp(body []byte, op string) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(body, &m) != nil || m == nil {
+		return body // Decode reports the error
+	}
+	m["op"], _ = json.Marshal(op)
+	b, _ := json.Marshal(m)
+	return b
+}
+
+func fromPath(r *http.Request, req *protocol.Request) error {
+	if gid := r.PathValue("gid"); gid != "" {
+		req.Gid = gid
+		if err := schema.ValidID(gid); err != nil {
+			return protocol.Errorf(protocol.CodeInvalid, "gid: %v", err)
+		}
+	}
+	return nil
+}
+
+func fromQuery(r *http.Request, req *protocol.Request) *protocol.Error {
+	q := r.URL.Query()
+	if s := q.Get("after"); s != "" {
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || v < -1 {
+			return protocol.Errorf(protocol.CodeInvalid, "after must be a msgid or -1")
+		}
+		req.After = &v
+	}
+	if s := q.Get("limit"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 0 || v > protocol.MaxLimit {
+			return protocol.Errorf(protocol.CodeInvalid, "limit must be 1 to %d", protocol.MaxLimit)
+		}
+		req.Limit = v
+	}
+	return nil
+}
+
+// admin guards an administration handler with the admin token.
+func (g *Gateway) admin(h func(ctx context.Context, r *http.Request) (any, *protocol.Error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if g.cfg.AdminToken == "" {
+			writeErr(w, protocol.Errorf(protocol.CodeForbidden, "administration is disabled; set CHAT_ADMIN_TOKEN"))
+			return
+		}
+		if tok := bearer(r); tok == "" || !constantEq(tok, g.cfg.AdminToken) {
+			writeErr(w, protocol.Errorf(protocol.CodeForbidden, "administration needs Authorization: Bearer <admin token>"))
+			return
+		}
+		ans, perr := h(r.Context(), r)
+		if perr != nil {
+			writeErr(w, perr)
+			return
+		}
+		writeJSON(w, http.StatusOK, ans)
+	}
+}
+
+type groupRequest struct {
+	Gid     string   `json:"gid"`
+	Members []string `json:"members"`
+	Uid     string   `json:"uid"`
+}
+
+func (g *Gateway) readGroupRequest(r *http.Request) (groupRequest, *protocol.Error) {
+	var req groupRequest
+	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
+		return req, protocol.Errorf(protocol.CodeBadFrame, "the body must be JSON: %v", err)
+	}
+	if gid := r.PathValue("gid"); gid != "" {
+		req.Gid = gid
+	}
+	return req, nil
+}
+
+func (g *Gateway) createGroup(ctx context.Context, r *http.Request) (any, *protocol.Error) {
+	req, perr := g.readGroupRequest(r)
+	if perr != nil {
+		return nil, perr
+	}
+	if len(req.Members) == 0 || len(req.Members) > 10000 {
+		return nil, protocol.Errorf(protocol.CodeInvalid, "a group needs 1 to 10000 members")
+	}
+	return g.join(ctx, req.Gid, req.Members)
+}
+
+func (g *Gateway) addMember(ctx context.Context, r *http.Request) (any, *protocol.Error) {
+	req, perr := g.readGroupRequest(r)
+	if perr != nil {
+		return nil, perr
+	}
+	return g.join(ctx, req.Gid, []string{req.Uid})
+}
+
+// join adds members who are not members yet; adding a member twice is a
+// no-op (a second join would move their start forward).
+func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *protocol.Error) {
+	if err := schema.ValidID(gid); err != nil {
+		return nil, protocol.Errorf(protocol.CodeInvalid, "gid: %v", err)
+	}
+	current, err := g.cfg.Redis.Members(ctx, gid)
+	if err != nil {
+		return nil, g.unavailable("members", err)
+	}
+	var added []string
+	for _, uid := range uids {
+		if err := schema.ValidID(uid); err != nil {
+			return nil, protocol.Errorf(protocol.CodeInvalid, "member %q: %v", uid, err)
+		}
+		if current[uid].State == store.MemberJoined {
+			continue
+		}
+		if _, err := g.cfg.Producer.ChangeMember(ctx, gid, uid, schema.OpJoin, "admin"); err != nil {
+			return nil, g.unavailable("membership change", err)
+		}
+		added = append(added, uid)
+	}
+	return map[string]any{"gid": gid, "added": added}, nil
+}
+
+func (g *Gateway) removeMember(ctx context.Context, r *http.Request) (any, *protocol.Error) {
+	gid, uid := r.PathValue("gid"), r.PathValue("uid")
+	for _, id := range []string{gid, uid} {
+		if err := schema.ValidID(id); err != nil {
+			return nil, protocol.Errorf(protocol.CodeInvalid, "%v", err)
+		}
+	}
+	m, err := g.cfg.Redis.Membership(ctx, gid, uid)
+	if err != nil {
+		return nil, g.unavailable("membership", err)
+	}
+	if m.State != store.MemberJoined {
+		return nil, protocol.Errorf(protocol.CodeNotFound, "%s is not a member of %s", uid, gid)
+	}
+	if _, err := g.cfg.Producer.ChangeMember(ctx, gid, uid, schema.OpLeave, "admin"); err != nil {
+		return nil, g.unavailable("membership change", err)
+	}
+	return map[string]any{"gid": gid, "removed": uid}, nil
+}
+
+// devToken hands out a token for any user id. Only `chatd dev` serves it.
+func (g *Gateway) devToken(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Uid string `json:"uid"`
+	}
+	if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+		writeErr(w, protocol.Errorf(protocol.CodeBadFrame, "the body must be {\"uid\":\"...\"}"))
+		return
+	}
+	if req.Uid == "" {
+		req.Uid = r.URL.Query().Get("uid")
+	}
+	tok, err := IssueToken(g.cfg.Secret, req.Uid, g.cfg.TokenTTL)
+	if err != nil {
+		writeErr(w, protocol.Errorf(protocol.CodeInvalid, "uid: %v", err))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"uid": req.Uid, "token": tok})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+func writeErr(w http.ResponseWriter, e *protocol.Error) {
+	writeJSON(w, e.Code.HTTPStatus(), map[string]string{"code": string(e.Code), "message": e.Message})
+}
+
+func constantEq(a, b string) bool { return subtle.ConstantTimeCompare([]byte(a), []byte(b)) == 1 }

@@ -1,0 +1,150 @@
+package gateway
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// hub knows this node's connections by user and keeps their presence in
+// Redis: a user's first connection here announces them online, the last one
+// gone takes them off, and a refresh keeps the entries from expiring.
+type hub struct {
+	mu    sync.RWMutex
+	users map[string]map[*conn]struct{}
+}
+
+func newHub() *hub { return &hub{users: map[string]map[*conn]struct{}{}} }
+
+func (h *hub) add(c *conn) (first bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	set := h.users[c.uid]
+	if set == nil {
+		set = map[*conn]struct{}{}
+		h.users[c.uid] = set
+	}
+	set[c] = struct{}{}
+	return len(set) == 1
+}
+
+func (h *hub) remove(c *conn) (last bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	set := h.users[c.uid]
+	delete(set, c)
+	if len(set) == 0 {
+		delete(h.users, c.uid)
+		return true
+	}
+	return false
+}
+
+// each calls fn for every connection of uid on this node.
+func (h *hub) each(uid string, fn func(*conn)) {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	for c := range h.users[uid] {
+		fn(c)
+	}
+}
+
+func (h *hub) uids() []string {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	out := make([]string, 0, len(h.users))
+	for u := range h.users {
+		out = append(out, u)
+	}
+	return out
+}
+
+func (h *hub) all() []*conn {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	var out []*conn
+	for _, set := range h.users {
+		for c := range set {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (h *hub) count() int {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	n := 0
+	for _, set := range h.users {
+		n += len(set)
+	}
+	return n
+}
+
+// connect registers an authenticated connection.
+func (g *Gateway) connect(c *conn) {
+	if g.hub.add(c) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := g.cfg.Redis.SetOnline(ctx, g.cfg.Node, []string{c.uid}, g.cfg.PresenceTTL, true); err != nil {
+			// Pushes may miss this user until the next refresh; the client
+			// still gets everything by sync and pull.
+			g.log.Warn("cannot register presence", "uid", c.uid, "err", err)
+		}
+	}
+	g.metrics.conns.Add(1)
+}
+
+func (g *Gateway) disconnect(c *conn) {
+	if g.hub.remove(c) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := g.cfg.Redis.SetOffline(ctx, g.cfg.Node, []string{c.uid}); err != nil {
+			g.log.Debug("cannot clear presence; it expires by itself", "uid", c.uid, "err", err)
+		}
+	}
+	g.metrics.conns.Add(-1)
+}
+
+// refreshPresence keeps every local user's presence entry alive.
+func (g *Gateway) refreshPresence(ctx context.Context) {
+	t := time.NewTicker(g.cfg.PresenceTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if uids := g.hub.uids(); len(uids) > 0 {
+			if err := g.cfg.Redis.SetOnline(ctx, g.cfg.Node, uids, g.cfg.PresenceTTL, false); err != nil && ctx.Err() == nil {
+				g.log.Warn("presence refresh failed", "users", len(uids), "err", err)
+			}
+		}
+	}
+}
+
+// deliver hands the pushes published for this node to the connections of
+// their recipients, until ctx ends.
+func (g *Gateway) deliver(ctx context.Context) error {
+	batches, err := g.cfg.Redis.SubscribePushes(ctx, g.cfg.Node)
+	if err != nil {
+		return err
+	}
+	for b := range batches {
+		// One queue slot per connection per batch: a burst is one delivery.
+		per := map[*conn][][]byte{}
+		for _, it := range b.Items {
+			for _, uid := range it.Uids {
+				if g.dropPush != nil && g.dropPush(uid) {
+					continue
+				}
+				g.hub.each(uid, func(c *conn) { per[c] = append(per[c], it.Msg) })
+			}
+		}
+		for c, msgs := range per {
+			c.push(msgs)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,233 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/groupchat/chatd/history"
+	"github.com/groupchat/chatd/protocol"
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/store"
+)
+
+// How long a send claim stays pending, and how long an accepted send's
+// msgid is remembered for resends.
+const (
+	sendInflight = 10 * time.Second
+	sendKeep     = 24 * time.Hour
+)
+
+// do runs one request of user uid and returns the answer frame.
+func (g *Gateway) do(ctx context.Context, uid string, r *protocol.Request) (any, *protocol.Error) {
+	switch r.Op {
+	case protocol.OpSend:
+		return g.send(ctx, uid, r)
+	case protocol.OpAck, protocol.OpRead:
+		return g.cursor(ctx, uid, r)
+	case protocol.OpPull:
+		return g.pull(ctx, uid, r)
+	case protocol.OpSync:
+		return g.sync(ctx, uid, r)
+	case protocol.OpReadCounts:
+		return g.readCounts(ctx, uid, r)
+	case protocol.OpWhoRead:
+		return g.whoRead(ctx, uid, r)
+	case protocol.OpAuth:
+		return nil, protocol.Errorf(protocol.CodeInvalid, "already authenticated; open a new connection to change user")
+	}
+	return nil, protocol.Errorf(protocol.CodeUnknownOp, "unknown op %q", r.Op)
+}
+
+// member loads uid's membership of gid and refuses non-members.
+func (g *Gateway) member(ctx context.Context, uid, gid string) (store.Membership, *protocol.Error) {
+	m, err := g.cfg.Redis.Membership(ctx, gid, uid)
+	if err != nil {
+		return m, g.unavailable("membership", err)
+	}
+	if m.State == store.MemberNone {
+		return m, protocol.Errorf(protocol.CodeNotMember, "you are not a member of %s; ask an admin or a member to add you", gid)
+	}
+	return m, nil
+}
+
+func (g *Gateway) send(ctx context.Context, uid string, r *protocol.Request) (any, *protocol.Error) {
+	m, perr := g.member(ctx, uid, r.Gid)
+	if perr != nil {
+		return nil, perr
+	}
+	if m.State != store.MemberJoined {
+		return nil, protocol.Errorf(protocol.CodeLeft, "you left %s; you cannot send to it", r.Gid)
+	}
+	accepted := func(id int64) *protocol.Accepted {
+		return &protocol.Accepted{Op: protocol.OpAccepted, ID: r.ID, Gid: r.Gid, Cmid: r.Cmid, MsgID: id}
+	}
+	for wait := 0; ; wait++ {
+		id, state, err := g.cfg.Redis.BeginSend(ctx, r.Gid, uid, r.Cmid, sendInflight)
+		if err != nil {
+			return nil, g.unavailable("send claim", err)
+		}
+		if state == store.SendDone {
+			return accepted(id), nil // a resend: the first send's msgid
+		}
+		if state == store.SendClaimed {
+			break
+		}
+		if wait >= 100 { // ~2 s
+			return nil, protocol.Errorf(protocol.CodeUnavailable, "a send with cmid %s is still in flight; retry with the same cmid", r.Cmid)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, g.unavailable("send", ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	msg := schema.Message{Gid: r.Gid, Sender: uid, ClientMsgID: r.Cmid, SentAt: time.Now().UnixMilli(), Body: []byte(r.Body)}
+	id, err := g.cfg.Producer.SendMessage(ctx, &msg)
+	if err != nil {
+		if aerr := g.cfg.Redis.AbortSend(context.WithoutCancel(ctx), r.Gid, uid, r.Cmid); aerr != nil {
+			g.log.Warn("cannot release a send claim; a resend waits for it to expire", "err", aerr)
+		}
+		return nil, g.unavailable("send", err)
+	}
+	g.metrics.sends.Add(1)
+	if err := g.cfg.Redis.FinishSend(context.WithoutCancel(ctx), r.Gid, uid, r.Cmid, id, sendKeep); err != nil {
+		// The message is accepted; only a resend's answer is affected, and
+		// the persister drops the duplicate a resend would produce.
+		g.log.Warn("cannot record an accepted send", "gid", r.Gid, "msgid", id, "err", err)
+	}
+	return accepted(id), nil
+}
+
+// cursor handles ack and read: the cursor may not pass the newest message
+// the member can see; a cursor at or below the current one is answered
+// without writing anything.
+func (g *Gateway) cursor(ctx context.Context, uid string, r *protocol.Request) (any, *protocol.Error) {
+	m, perr := g.member(ctx, uid, r.Gid)
+	if perr != nil {
+		return nil, perr
+	}
+	upto := *r.Upto
+	if m.State == store.MemberLeft && upto > m.LeftAt {
+		return nil, protocol.Errorf(protocol.CodeLeft, "you left %s at msgid %d; you cannot %s past it", r.Gid, m.LeftAt, r.Op)
+	}
+	if perr := g.checkHead(ctx, r.Gid, upto, r.Op); perr != nil {
+		return nil, perr
+	}
+	cur, err := g.cfg.Redis.MemberCursors(ctx, uid, []string{r.Gid})
+	if err != nil {
+		return nil, g.unavailable("cursors", err)
+	}
+	now := time.Now().UnixMilli()
+	if r.Op == protocol.OpAck {
+		if upto > cur[r.Gid].Ack {
+			err = g.cfg.Producer.SendAcks(ctx, schema.Ack{Gid: r.Gid, Uid: uid, Upto: upto, At: now})
+			g.metrics.acks.Add(1)
+		}
+	} else if upto > cur[r.Gid].Read {
+		err = g.cfg.Producer.SendReceipts(ctx, schema.Receipt{Gid: r.Gid, Uid: uid, Upto: upto, At: now})
+		g.metrics.reads.Add(1)
+	}
+	if err != nil {
+		return nil, g.unavailable(r.Op, err)
+	}
+	return &protocol.OK{Op: protocol.OpOK, ID: r.ID}, nil
+}
+
+// checkHead refuses a cursor past the group's newest message. The Redis head
+// lags the log by the persister's delay, so a cursor above it is checked
+// against the log itself before it is refused.
+func (g *Gateway) checkHead(ctx context.Context, gid string, upto int64, op string) *protocol.Error {
+	head, err := g.cfg.Redis.Head(ctx, gid)
+	if err != nil {
+		return g.unavailable("head", err)
+	}
+	if upto <= head {
+		return nil
+	}
+	logHead, err := g.cfg.Producer.Head(ctx, gid)
+	if err != nil {
+		return g.unavailable("head", err)
+	}
+	if upto > logHead {
+		return protocol.Errorf(protocol.CodeBeyondHead, "%s upto %d is beyond the newest message of %s (%d)", op, upto, gid, head)
+	}
+	return nil
+}
+
+func (g *Gateway) pull(ctx context.Context, uid string, r *protocol.Request) (any, *protocol.Error) {
+	m, perr := g.member(ctx, uid, r.Gid)
+	if perr != nil {
+		return nil, perr
+	}
+	after := m.JoinedAt // a member sees nothing from before joining
+	if r.After != nil && *r.After > after {
+		after = *r.After
+	}
+	page, err := g.cfg.History.Pull(ctx, r.Gid, after, r.Limit)
+	if err != nil {
+		if errors.Is(err, history.ErrNoHistory) || errors.Is(err, history.ErrIncomplete) {
+			return nil, protocol.Errorf(protocol.CodeUnavailable, "%v", err)
+		}
+		return nil, g.unavailable("pull", err)
+	}
+	out := &protocol.Page{Op: protocol.OpPage, ID: r.ID, Gid: r.Gid, After: after, Head: page.Head, More: page.More,
+		Msgs: make([]protocol.Message, 0, len(page.Messages))}
+	for _, msg := range page.Messages {
+		if !m.Sees(msg.MsgID) {
+			out.More = false // a member who left sees nothing after leaving
+			break
+		}
+		out.Msgs = append(out.Msgs, toProtocol(&msg, nil))
+	}
+	if m.State == store.MemberLeft {
+		out.Head = min(out.Head, m.LeftAt)
+		if n := len(out.Msgs); n > 0 && out.Msgs[n-1].MsgID >= out.Head {
+			out.More = false
+		}
+	}
+	g.metrics.pulls.Add(1)
+	return out, nil
+}
+
+func (g *Gateway) sync(ctx context.Context, uid string, r *protocol.Request) (any, *protocol.Error) {
+	groups, err := g.cfg.Redis.UserGroups(ctx, uid)
+	if err != nil {
+		return nil, g.unavailable("groups", err)
+	}
+	gids := make([]string, 0, len(groups))
+	for gid, m := range groups {
+		if m.State != store.MemberNone {
+			gids = append(gids, gid)
+		}
+	}
+	cur, err := g.cfg.Redis.MemberCursors(ctx, uid, gids)
+	if err != nil {
+		return nil, g.unavailable("cursors", err)
+	}
+	out := &protocol.Synced{Op: protocol.OpSynced, ID: r.ID, Groups: make([]protocol.GroupState, 0, len(gids))}
+	for _, gid := range gids {
+		m, c := groups[gid], cur[gid]
+		st := protocol.GroupState{Gid: gid, Head: c.Head, Ack: max(c.Ack, m.JoinedAt), Read: max(c.Read, m.JoinedAt),
+			Unread: c.Unread, UnreadExact: c.UnreadExact}
+		if m.State == store.MemberLeft {
+			st.Left = true
+			st.Head = min(st.Head, m.LeftAt)
+			// Not counted for a group one has left: 0 is a lower bound ("0+").
+			st.Unread, st.UnreadExact = 0, st.Head <= st.Read
+		}
+		out.Groups = append(out.Groups, st)
+	}
+	sortGroups(out.Groups)
+	return out, nil
+}
+
+func toProtocol(m *schema.Message, prev *int64) protocol.Message {
+	return protocol.Message{Gid: m.Gid, MsgID: m.MsgID, Prev: prev, Sender: m.Sender, SentAt: m.SentAt,
+		Cmid: m.ClientMsgID, Body: string(m.Body)}
+}
+
+func (g *Gateway) unavailable(what string, err error) *protocol.Error {
+	g.log.Warn("operation failed", "what", what, "err", err)
+	return protocol.Errorf(protocol.CodeUnavailable, "%s is unavailable right now; retry shortly", what)
+}

@@ -1,0 +1,75 @@
+package gateway
+
+import (
+	"context"
+	"slices"
+
+	"github.com/groupchat/chatd/protocol"
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/store"
+)
+
+// readCounts answers read_counts: any member may ask, for messages it can see.
+func (g *Gateway) readCounts(ctx context.Context, uid string, r *protocol.Request) (any, *protocol.Error) {
+	m, perr := g.member(ctx, uid, r.Gid)
+	if perr != nil {
+		return nil, perr
+	}
+	ids := slices.Clone(r.MsgIDs)
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	msgs, st, perr := g.readState(ctx, r.Gid, ids)
+	if perr != nil {
+		return nil, perr
+	}
+	out := &protocol.Counts{Op: protocol.OpCounts, ID: r.ID, Gid: r.Gid, Counts: make([]protocol.ReadCount, 0, len(ids))}
+	for _, id := range ids {
+		msg, ok := msgs[id]
+		if !ok || !m.Sees(id) {
+			out.Unknown = append(out.Unknown, id)
+			continue
+		}
+		read, aud := st.Count(id, msg.Sender)
+		out.Counts = append(out.Counts, protocol.ReadCount{MsgID: id, Read: read, Audience: aud})
+	}
+	return out, nil
+}
+
+// whoRead answers who_read for one message the member can see.
+func (g *Gateway) whoRead(ctx context.Context, uid string, r *protocol.Request) (any, *protocol.Error) {
+	m, perr := g.member(ctx, uid, r.Gid)
+	if perr != nil {
+		return nil, perr
+	}
+	id := *r.MsgID
+	msgs, st, perr := g.readState(ctx, r.Gid, []int64{id})
+	if perr != nil {
+		return nil, perr
+	}
+	msg, ok := msgs[id]
+	if !ok || !m.Sees(id) {
+		return nil, protocol.Errorf(protocol.CodeNotFound, "no message %d in %s that you can see (receipts are kept for the recent window)", id, r.Gid)
+	}
+	read, unread := st.Who(id, msg.Sender)
+	return &protocol.Readers{Op: protocol.OpReaders, ID: r.ID, Gid: r.Gid, MsgID: id,
+		Read: nonNil(read), Unread: nonNil(unread)}, nil
+}
+
+func (g *Gateway) readState(ctx context.Context, gid string, ids []int64) (map[int64]schema.Message, *store.ReadState, *protocol.Error) {
+	msgs, err := g.cfg.Redis.WindowMessages(ctx, gid, ids)
+	if err != nil {
+		return nil, nil, g.unavailable("messages", err)
+	}
+	st, err := g.cfg.Redis.ReadState(ctx, gid)
+	if err != nil {
+		return nil, nil, g.unavailable("read cursors", err)
+	}
+	return msgs, st, nil
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}

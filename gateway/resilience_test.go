@@ -1,0 +1,122 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// cut closes every connection of uid on gateway i, as a network drop or the
+// gateway's slow-client cut would.
+func (e *env) cut(i int, uid string, code websocket.StatusCode) {
+	e.gws[i].g.hub.each(uid, func(c *conn) { c.close(code, "cut by the test") })
+}
+
+// While a sender streams messages, members are reconnected, lose pushes, are
+// cut as slow, and the fan-out restarts. Every member must still deliver every
+// message exactly once, in order, and no ack cursor may ever pass a message
+// its member has not delivered.
+func TestEveryMessageOnceThroughFaults(t *testing.T) {
+	e := newEnv(t, envOpts{gateways: 2})
+	uids := []string{"s", "m0", "m1", "m2", "m3", "m4"}
+	e.group("g", uids...)
+	var dropping atomic.Value
+	dropping.Store("")
+	for _, x := range e.gws {
+		x.g.dropPush = func(uid string) bool { return dropping.Load().(string) == uid }
+	}
+	members := map[string]*member{}
+	for i, u := range uids {
+		members[u] = e.connect(i%2, u, nil)
+	}
+	time.Sleep(100 * time.Millisecond)
+	ctx := context.Background()
+
+	// Watch cursors: an ack cursor never passes what its member delivered.
+	stopWatch := make(chan struct{})
+	watchErr := make(chan error, 1)
+	go func() {
+		defer close(watchErr)
+		for {
+			select {
+			case <-stopWatch:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			cur, err := e.redis.AckCursors(ctx, "g")
+			if err != nil {
+				continue
+			}
+			for uid, c := range cur {
+				if c <= e.joinPos(uid) {
+					continue // the position the member started at
+				}
+				if d := members[uid].delivered("g"); !slices.Contains(d, c) {
+					watchErr <- fmt.Errorf("%s's ack cursor %d is not a message it delivered (last delivered %v)", uid, c, tail(d))
+					return
+				}
+			}
+		}
+	}()
+
+	const n = 150
+	var want []int64
+	sender := members["s"]
+	rng := rand.New(rand.NewPCG(7, 7))
+	for i := 0; i < n; i++ {
+		id, err := sender.c.Send(ctx, "g", fmt.Sprint("message ", i))
+		if err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+		want = append(want, id)
+		switch i {
+		case 20: // reconnects racing with in-flight messages
+			e.cut(0, "m0", websocket.StatusGoingAway)
+			e.cut(1, "m1", websocket.StatusGoingAway)
+		case 40: // pushes to m2 are lost for a while
+			dropping.Store("m2")
+		case 60:
+			dropping.Store("")
+		case 80: // the fan-out restarts: prev is unknown for a while
+			e.fanout()
+			e.startFanout()
+		case 110: // a slow client is cut
+			e.cut(0, "m4", CloseTooSlow)
+		}
+		time.Sleep(time.Duration(rng.IntN(3)) * time.Millisecond)
+	}
+	for _, u := range uids {
+		m := members[u]
+		waitFor(t, u+" delivers all", 30*time.Second, func() bool { return len(m.delivered("g")) >= n })
+		m.checkExactlyOnceInOrder(t, "g", want)
+	}
+	close(stopWatch)
+	if err := <-watchErr; err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range members {
+		m.c.Close()
+	}
+	e.waitAcks("g", want[n-1], uids...)
+	if st := members["m2"].c.Stats(); st.Gaps == 0 {
+		t.Errorf("m2 lost pushes but saw no gap: %+v", st)
+	}
+}
+
+func (e *env) joinPos(uid string) int64 {
+	m, _ := e.redis.Membership(context.Background(), "g", uid)
+	return m.JoinedAt
+}
+
+func tail(d []int64) []int64 {
+	if len(d) > 5 {
+		return d[len(d)-5:]
+	}
+	return d
+}

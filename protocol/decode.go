@@ -1,0 +1,107 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"unicode/utf8"
+
+	"github.com/groupchat/chatd/schema"
+)
+
+// Limits on client frames.
+const (
+	MaxIDLen    = 64   // bytes in a request id
+	MaxTokenLen = 4096 // bytes in a token
+	MaxLimit    = 1000 // messages in a pull page
+)
+
+// Decode parses and validates one client frame. maxBody is the largest send
+// body in bytes the server accepts.
+func Decode(b []byte, maxBody int) (Request, error) {
+	var r Request
+	if !utf8.Valid(b) {
+		return r, Errorf(CodeBadFrame, "the frame is not valid UTF-8; send JSON text frames")
+	}
+	d := json.NewDecoder(bytes.NewReader(b))
+	if err := d.Decode(&r); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return Request{}, Errorf(CodeBadFrame, "field %q must be a JSON %s, got %s", te.Field, te.Type.Kind(), te.Value)
+		}
+		return Request{}, Errorf(CodeBadFrame, "the frame is not a JSON object: %v", err)
+	}
+	if d.More() {
+		return Request{}, Errorf(CodeBadFrame, "one JSON object per frame")
+	}
+	if len(r.ID) > MaxIDLen {
+		return r, Errorf(CodeInvalid, "id is %d bytes; at most %d", len(r.ID), MaxIDLen)
+	}
+	return r, r.validate(maxBody)
+}
+
+func (r *Request) validate(maxBody int) error {
+	switch r.Op {
+	case OpAuth:
+		if r.Token == "" || len(r.Token) > MaxTokenLen {
+			return Errorf(CodeInvalid, "auth needs a token of 1 to %d bytes", MaxTokenLen)
+		}
+	case OpSend:
+		if err := checkGid(r.Gid); err != nil {
+			return err
+		}
+		if err := schema.ValidID(r.Cmid); err != nil {
+			return Errorf(CodeInvalid, "send needs a cmid (your id for the message, reused when you resend): %v", err)
+		}
+		if r.Body == "" {
+			return Errorf(CodeInvalid, "send needs a non-empty body")
+		}
+		if len(r.Body) > maxBody {
+			return Errorf(CodeBodyTooLarge, "the body is %d bytes; the limit is %d", len(r.Body), maxBody)
+		}
+	case OpAck, OpRead:
+		if err := checkGid(r.Gid); err != nil {
+			return err
+		}
+		if r.Upto == nil || *r.Upto < -1 {
+			return Errorf(CodeInvalid, "%s needs upto: the msgid up to which you have the group's messages", r.Op)
+		}
+	case OpPull:
+		if err := checkGid(r.Gid); err != nil {
+			return err
+		}
+		if r.After != nil && *r.After < -1 {
+			return Errorf(CodeInvalid, "after must be a msgid or -1")
+		}
+		if r.Limit < 0 || r.Limit > MaxLimit {
+			return Errorf(CodeInvalid, "limit must be 1 to %d (0 for the default)", MaxLimit)
+		}
+	case OpSync:
+	case OpReadCounts:
+		if err := checkGid(r.Gid); err != nil {
+			return err
+		}
+		if len(r.MsgIDs) == 0 || len(r.MsgIDs) > MaxMsgIDs {
+			return Errorf(CodeInvalid, "read_counts needs 1 to %d msgids", MaxMsgIDs)
+		}
+	case OpWhoRead:
+		if err := checkGid(r.Gid); err != nil {
+			return err
+		}
+		if r.MsgID == nil || *r.MsgID < 0 {
+			return Errorf(CodeInvalid, "who_read needs the msgid of one message")
+		}
+	case "":
+		return Errorf(CodeInvalid, `the frame has no "op"`)
+	default:
+		return Errorf(CodeUnknownOp, "unknown op %q; this server speaks auth, send, ack, read, pull, sync, read_counts and who_read", r.Op)
+	}
+	return nil
+}
+
+func checkGid(gid string) error {
+	if err := schema.ValidID(gid); err != nil {
+		return Errorf(CodeInvalid, "gid: %v", err)
+	}
+	return nil
+}

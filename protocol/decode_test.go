@@ -1,0 +1,78 @@
+package protocol
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestDecodeValidatesEachOp(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want Code
+	}{
+		{`{"op":"auth","token":"t"}`, ""},
+		{`{"op":"auth"}`, CodeInvalid},
+		{`{"op":"send","gid":"g","cmid":"c","body":"b"}`, ""},
+		{`{"op":"send","gid":"g","body":"b"}`, CodeInvalid},
+		{`{"op":"send","gid":"g","cmid":"c","body":""}`, CodeInvalid},
+		{`{"op":"send","gid":"g","cmid":"c","body":"` + strings.Repeat("x", 11) + `"}`, CodeBodyTooLarge},
+		{`{"op":"ack","gid":"g","upto":3}`, ""},
+		{`{"op":"ack","gid":"g"}`, CodeInvalid},
+		{`{"op":"read","gid":"g","upto":-2}`, CodeInvalid},
+		{`{"op":"pull","gid":"g","after":5,"limit":1000}`, ""},
+		{`{"op":"pull","gid":"g","limit":1001}`, CodeInvalid},
+		{`{"op":"pull","gid":"{g}"}`, CodeInvalid},
+		{`{"op":"sync"}`, ""},
+		{`{"op":"nope"}`, CodeUnknownOp},
+		{`{}`, CodeInvalid},
+		{`[1,2]`, CodeBadFrame},
+		{`{"op":"sync"}{"op":"sync"}`, CodeBadFrame},
+		{`{"op":"ack","gid":"g","upto":"3"}`, CodeBadFrame},
+		{"{\"op\":\"sync\",\"x\":\"\xff\"}", CodeBadFrame},
+		{`{"op":"sync","id":"` + strings.Repeat("i", 65) + `"}`, CodeInvalid},
+	} {
+		_, err := Decode([]byte(c.in), 10)
+		var perr *Error
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("%s: %v", c.in, err)
+		case c.want != "" && (!errors.As(err, &perr) || perr.Code != c.want || perr.Message == ""):
+			t.Errorf("%.50s: %v, want %s", c.in, err, c.want)
+		}
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{`{"op":"send","gid":"g","cmid":"c","body":"b"}`, `{"op":"pull","gid":"g","after":5,"limit":10}`,
+		`{"op":"ack","gid":"g","upto":1}`, `{"op":"auth","token":"x"}`, `{"op":"sync","id":"1"}`, `{`, `null`, "\xff"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := Decode(b, 100)
+		if err != nil {
+			var perr *Error
+			if !errors.As(err, &perr) || perr.Code == "" || perr.Message == "" {
+				t.Fatalf("error without code and message: %v", err)
+			}
+			return
+		}
+		switch r.Op {
+		case OpSend:
+			if len(r.Body) > 100 || r.Body == "" || r.Cmid == "" {
+				t.Fatalf("accepted send %+v", r)
+			}
+		case OpAck, OpRead:
+			if r.Upto == nil || *r.Upto < -1 {
+				t.Fatalf("accepted cursor %+v", r)
+			}
+		case OpPull:
+			if r.Limit < 0 || r.Limit > MaxLimit {
+				t.Fatalf("accepted pull %+v", r)
+			}
+		case OpAuth, OpSync:
+		default:
+			t.Fatalf("accepted op %q", r.Op)
+		}
+	})
+}

@@ -1,0 +1,169 @@
+package protocol
+
+import "encoding/json"
+
+// Client operations.
+const (
+	OpAuth = "auth" // {"op":"auth","id":"1","token":"<jwt>"}
+	OpSend = "send" // {"op":"send","id":"2","gid":"g1","cmid":"c-1","body":"hi"}
+	OpAck  = "ack"  // {"op":"ack","gid":"g1","upto":42}
+	OpRead = "read" // {"op":"read","gid":"g1","upto":42}
+	OpPull = "pull" // {"op":"pull","id":"3","gid":"g1","after":17,"limit":50}
+	OpSync = "sync" // {"op":"sync","id":"4"}
+
+	OpReadCounts = "read_counts" // {"op":"read_counts","id":"5","gid":"g1","msgids":[41,42]}
+	OpWhoRead    = "who_read"    // {"op":"who_read","id":"6","gid":"g1","msgid":42}
+)
+
+// Server operations.
+const (
+	OpAuthed   = "authed"   // answer to auth
+	OpAccepted = "accepted" // answer to send: the message's msgid
+	OpOK       = "ok"       // answer to ack and read when they carry an id
+	OpPage     = "page"     // answer to pull
+	OpSynced   = "synced"   // answer to sync
+	OpPush     = "push"     // live messages
+	OpCounts   = "counts"   // answer to read_counts
+	OpReaders  = "readers"  // answer to who_read
+	OpReceipts = "receipts" // pushed to a sender: new read counts of their messages
+	OpError    = "error"    // answer to any request that failed
+)
+
+// MaxMsgIDs is the most msgids one read_counts request may name.
+const MaxMsgIDs = 200
+
+// Request is any client frame. Which fields matter depends on Op.
+type Request struct {
+	Op    string `json:"op"`
+	ID    string `json:"id,omitempty"`    // echoed in the answer; at most 64 bytes
+	Token string `json:"token,omitempty"` // auth
+	Gid   string `json:"gid,omitempty"`   // send, ack, read, pull
+	Cmid  string `json:"cmid,omitempty"`  // send: the client's id of the message, reused on resend
+	Body  string `json:"body,omitempty"`  // send
+	Upto  *int64 `json:"upto,omitempty"`  // ack, read: a msgid
+	After *int64 `json:"after,omitempty"` // pull: exclusive; -1 or absent = from the member's start
+	Limit int    `json:"limit,omitempty"` // pull: 1..1000, 0 = server default
+
+	MsgIDs []int64 `json:"msgids,omitempty"` // read_counts
+	MsgID  *int64  `json:"msgid,omitempty"`  // who_read
+}
+
+// Message is a group message as clients see it.
+type Message struct {
+	Gid    string `json:"gid"`
+	MsgID  int64  `json:"msgid"`
+	Prev   *int64 `json:"prev,omitempty"` // push only: the group's previous msgid (-1: none); absent: unknown
+	Sender string `json:"sender"`
+	SentAt int64  `json:"sent_at"` // unix ms
+	Cmid   string `json:"cmid,omitempty"`
+	Body   string `json:"body"`
+}
+
+// Authed answers auth.
+type Authed struct {
+	Op  string `json:"op"` // "authed"
+	ID  string `json:"id,omitempty"`
+	Uid string `json:"uid"`
+}
+
+// Accepted answers send.
+type Accepted struct {
+	Op    string `json:"op"` // "accepted"
+	ID    string `json:"id,omitempty"`
+	Gid   string `json:"gid"`
+	Cmid  string `json:"cmid"`
+	MsgID int64  `json:"msgid"`
+}
+
+// OK answers ack and read.
+type OK struct {
+	Op string `json:"op"` // "ok"
+	ID string `json:"id,omitempty"`
+}
+
+// Page answers pull: a contiguous run of the group's messages after After.
+type Page struct {
+	Op    string    `json:"op"` // "page"
+	ID    string    `json:"id,omitempty"`
+	Gid   string    `json:"gid"`
+	After int64     `json:"after"`
+	Msgs  []Message `json:"msgs"`
+	More  bool      `json:"more"` // more messages follow the page
+	Head  int64     `json:"head"` // the newest msgid the member may see; -1: none
+}
+
+// GroupState is one group in a sync answer.
+type GroupState struct {
+	Gid         string `json:"gid"`
+	Head        int64  `json:"head"` // newest msgid the member may see; -1: none
+	Ack         int64  `json:"ack"`  // the member's delivery cursor
+	Read        int64  `json:"read"` // the member's read cursor
+	Unread      int64  `json:"unread"`
+	UnreadExact bool   `json:"unread_exact"` // false: unread is a lower bound, show "N+"
+	Left        bool   `json:"left,omitempty"`
+}
+
+// Synced answers sync: every group of the user, counts only.
+type Synced struct {
+	Op     string       `json:"op"` // "synced"
+	ID     string       `json:"id,omitempty"`
+	Groups []GroupState `json:"groups"`
+}
+
+// Push carries live messages, one or more, each with its prev.
+type Push struct {
+	Op   string    `json:"op"` // "push"
+	Msgs []Message `json:"msgs"`
+}
+
+// ReadCount is the read count of one message: how many of its audience
+// (the members when it was sent, other than its sender) have read it.
+type ReadCount struct {
+	MsgID    int64 `json:"msgid"`
+	Read     int   `json:"read"`
+	Audience int   `json:"audience"`
+}
+
+// Counts answers read_counts; msgids no longer kept are listed in Unknown.
+type Counts struct {
+	Op      string      `json:"op"` // "counts"
+	ID      string      `json:"id,omitempty"`
+	Gid     string      `json:"gid"`
+	Counts  []ReadCount `json:"counts"`
+	Unknown []int64     `json:"unknown,omitempty"`
+}
+
+// Readers answers who_read.
+type Readers struct {
+	Op     string   `json:"op"` // "readers"
+	ID     string   `json:"id,omitempty"`
+	Gid    string   `json:"gid"`
+	MsgID  int64    `json:"msgid"`
+	Read   []string `json:"read"`
+	Unread []string `json:"unread"`
+}
+
+// Receipts is pushed to an online sender when read counts of their
+// messages change, at most once per group per interval.
+type Receipts struct {
+	Op     string      `json:"op"` // "receipts"
+	Gid    string      `json:"gid"`
+	Counts []ReadCount `json:"counts"`
+}
+
+// ErrorFrame answers a request that failed.
+type ErrorFrame struct {
+	Op      string `json:"op"` // "error"
+	ID      string `json:"id,omitempty"`
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+}
+
+// Marshal encodes a server frame. The frames here cannot fail to encode.
+func Marshal(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic("protocol: " + err.Error()) // only plain structs are passed
+	}
+	return b
+}

@@ -1,0 +1,120 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+
+	"github.com/groupchat/chatd/schema"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ReadState is a snapshot of one group's membership and read cursors, from
+// which read counts and who-read lists of any messages are computed without
+// a row per (message, reader): the read count of m is the number of members
+// at the time m was sent, other than its sender, whose read cursor is >= m.
+//
+// A member who left and rejoined after m is judged by their current
+// membership (joined after m): the read before leaving is not counted.
+type ReadState struct {
+	Members map[string]Membership
+	Reads   map[string]int64 // read cursor by uid; absent: none
+}
+
+// ReadState loads the group's snapshot in one round trip.
+func (r *Redis) ReadState(ctx context.Context, gid string) (*ReadState, error) {
+	var members *redis.MapStringStringCmd
+	var reads *redis.ZSliceCmd
+	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		members = p.HGetAll(ctx, membersKey(gid))
+		reads = p.ZRangeWithScores(ctx, readKey(gid), 0, -1)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("store: read state of %q: %w", gid, err)
+	}
+	st := &ReadState{Members: make(map[string]Membership, len(members.Val())), Reads: make(map[string]int64, len(reads.Val()))}
+	for uid, v := range members.Val() {
+		m, err := parseMembership(v)
+		if err != nil {
+			return nil, fmt.Errorf("store: read state of %q: %q: %w", gid, uid, err)
+		}
+		st.Members[uid] = m
+	}
+	for _, z := range reads.Val() {
+		uid, _ := z.Member.(string)
+		st.Reads[uid] = int64(z.Score)
+	}
+	return st, nil
+}
+
+// Audience returns the members who were members when msgid was sent, other
+// than its sender, sorted.
+func (s *ReadState) Audience(msgid int64, sender string) []string {
+	var out []string
+	for uid, m := range s.Members {
+		if uid != sender && m.Sees(msgid) {
+			out = append(out, uid)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Count returns how many of the audience of msgid have read it, and the
+// audience's size.
+func (s *ReadState) Count(msgid int64, sender string) (read, audience int) {
+	for uid, m := range s.Members {
+		if uid == sender || !m.Sees(msgid) {
+			continue
+		}
+		audience++
+		if c, ok := s.Reads[uid]; ok && c >= msgid {
+			read++
+		}
+	}
+	return read, audience
+}
+
+// Who splits the audience of msgid into those who have read it and those
+// who have not, each sorted.
+func (s *ReadState) Who(msgid int64, sender string) (read, unread []string) {
+	for _, uid := range s.Audience(msgid, sender) {
+		if c, ok := s.Reads[uid]; ok && c >= msgid {
+			read = append(read, uid)
+		} else {
+			unread = append(unread, uid)
+		}
+	}
+	return read, unread
+}
+
+// WindowMessages returns the messages of gid with the given msgids that are
+// still in the window, by msgid, in one round trip.
+func (r *Redis) WindowMessages(ctx context.Context, gid string, msgids []int64) (map[int64]schema.Message, error) {
+	cmds := make([]*redis.StringSliceCmd, len(msgids))
+	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range msgids {
+			s := strconv.FormatInt(id, 10)
+			cmds[i] = p.ZRangeByScore(ctx, windowKey(gid), &redis.ZRangeBy{Min: s, Max: s, Count: 1})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: window messages of %q: %w", gid, err)
+	}
+	out := make(map[int64]schema.Message, len(msgids))
+	for _, c := range cmds {
+		for _, v := range c.Val() {
+			m, err := decodeWindowMember(v)
+			if err != nil {
+				return nil, fmt.Errorf("store: window messages of %q: %w", gid, err)
+			}
+			out[m.MsgID] = m
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,80 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// MemberCursors is one member's position in one group.
+type MemberCursors struct {
+	Head        int64 // the group's newest persisted msgid; -1: none
+	Ack         int64 // -1: none
+	Read        int64 // -1: none
+	Unread      int64 // messages after Read in the window
+	UnreadExact bool  // false: the window ends above Read; Unread is a lower bound
+}
+
+// MemberCursors returns uid's cursors in each of gids, in two round trips
+// whatever the number of groups (a login syncs every group at once).
+func (r *Redis) MemberCursors(ctx context.Context, uid string, gids []string) (map[string]MemberCursors, error) {
+	out := make(map[string]MemberCursors, len(gids))
+	if len(gids) == 0 {
+		return out, nil
+	}
+	heads := make([]*redis.StringCmd, len(gids))
+	acks := make([]*redis.FloatCmd, len(gids))
+	reads := make([]*redis.FloatCmd, len(gids))
+	floors := make([]*redis.StringCmd, len(gids))
+	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, g := range gids {
+			heads[i] = p.Get(ctx, headKey(g))
+			acks[i] = p.ZScore(ctx, ackKey(g), uid)
+			reads[i] = p.ZScore(ctx, readKey(g), uid)
+			floors[i] = p.Get(ctx, floorKey(g))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("store: cursors of %q: %w", uid, err)
+	}
+	counts := make([]*redis.IntCmd, len(gids))
+	_, err = r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, g := range gids {
+			read := scoreOr(reads[i], -1)
+			counts[i] = p.ZCount(ctx, windowKey(g), "("+strconv.FormatInt(read, 10), "+inf")
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: unread counts of %q: %w", uid, err)
+	}
+	for i, g := range gids {
+		head, ok, err := optionalMsgID(heads[i])
+		if err != nil {
+			return nil, fmt.Errorf("store: head of %q: %w", g, err)
+		}
+		if !ok {
+			head = -1
+		}
+		floor, trimmed, err := optionalMsgID(floors[i])
+		if err != nil {
+			return nil, fmt.Errorf("store: floor of %q: %w", g, err)
+		}
+		read := scoreOr(reads[i], -1)
+		out[g] = MemberCursors{Head: head, Ack: scoreOr(acks[i], -1), Read: read,
+			Unread: counts[i].Val(), UnreadExact: !trimmed || read >= floor}
+	}
+	return out, nil
+}
+
+func scoreOr(c *redis.FloatCmd, def int64) int64 {
+	v, err := c.Result()
+	if err != nil {
+		return def
+	}
+	return int64(v)
+}
