@@ -39,6 +39,7 @@ type Config struct {
 	PageSize       int                                       // default 200, at most protocol.MaxLimit: messages per pull
 	OnMessage      func(protocol.Message)                    // optional: once per message, msgid order per group, from one goroutine
 	OnError        func(error)                               // optional: asynchronous errors, serialised
+	OnReceipts     func(protocol.Receipts)                   // optional: new read counts of your messages; called from the reader goroutine, must not block
 	Logger         *slog.Logger                              // default: discard
 }
 

@@ -34,6 +34,10 @@ type frame struct {
 	Groups  []protocol.GroupState `json:"groups"`
 	Code    protocol.Code         `json:"code"`
 	Message string                `json:"message"`
+	Counts  []protocol.ReadCount  `json:"counts"`
+	Unknown []int64               `json:"unknown"`
+	Read    []string              `json:"read"`
+	Unread  []string              `json:"unread"`
 }
 
 // session is one authenticated connection. It ends when its read loop ends.
@@ -118,6 +122,10 @@ func (s *session) dispatch(f *frame) {
 	switch {
 	case f.Op == protocol.OpPush:
 		s.c.onPush(s, f.Msgs)
+	case f.Op == protocol.OpReceipts:
+		if s.c.cfg.OnReceipts != nil {
+			s.c.cfg.OnReceipts(protocol.Receipts{Op: f.Op, Gid: f.Gid, Counts: f.Counts})
+		}
 	case f.ID != "":
 		s.mu.Lock()
 		ch := s.waiters[f.ID]

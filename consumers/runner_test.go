@@ -187,7 +187,7 @@ func TestRunnerDeadLettersPoisonAndKeepsFlowing(t *testing.T) {
 	sendAcks(t, k, 10)
 	if err := w.WriteMessages(ctx,
 		kafka.Message{Key: []byte("g1/u1"), Value: []byte("garbage")},
-		kafka.Message{Key: []byte("g1/u1"), Value: []byte{9, 2, 0}}, // unknown version
+		kafka.Message{Key: []byte("g1/u1"), Value: []byte{9, 2, 0}},                                                     // unknown version
 		kafka.Message{Key: []byte("g1/u1"), Value: schema.AppendMessage(nil, &schema.Message{Gid: "g1", Sender: "u1"})}, // wrong kind
 	); err != nil {
 		t.Fatal(err)

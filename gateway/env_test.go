@@ -46,6 +46,12 @@ type env struct {
 	base     consumers.Base
 	gws      []*gw
 	fanout   func() // stops the fan-out
+	parts    map[string]consumerPart
+}
+
+type consumerPart struct {
+	mk   func() (func(context.Context) error, error)
+	stop func()
 }
 
 type gw struct {
@@ -62,7 +68,7 @@ type envOpts struct {
 
 func newEnv(t *testing.T, o envOpts) *env {
 	t.Helper()
-	e := &env{t: t}
+	e := &env{t: t, parts: map[string]consumerPart{}}
 	b, err := broker.Start(broker.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -107,6 +113,12 @@ func newEnv(t *testing.T, o envOpts) *env {
 		r, err := (&consumers.ReceiptProjector{Redis: e.redis}).Runner(e.base)
 		return runOf(r, err)
 	})
+	notifier := &consumers.ReceiptNotifier{Redis: e.redis, Logger: quiet}
+	e.runConsumer("notifier", func() (func(context.Context) error, error) {
+		r, err := notifier.Runner(e.base)
+		return runOf(r, err)
+	})
+	e.runConsumer("notifier-pushes", func() (func(context.Context) error, error) { return notifier.Run, nil })
 	e.startFanout()
 	for i := 0; i < max(o.gateways, 1); i++ {
 		e.addGateway(i, o.tune)
@@ -133,7 +145,20 @@ func (e *env) runConsumer(name string, mk func() (func(context.Context) error, e
 	var once sync.Once
 	stop := func() { once.Do(func() { cancel(); <-done }) }
 	e.t.Cleanup(stop)
+	e.parts[name] = consumerPart{mk: mk, stop: stop}
 	return stop
+}
+
+// restartAll stops every consumer, runs wipe, and starts them again: with
+// Redis wiped, the projections replay their topics from the start.
+func (e *env) restartAll(wipe func()) {
+	for _, p := range e.parts {
+		p.stop()
+	}
+	wipe()
+	for name, p := range e.parts {
+		e.runConsumer(name, p.mk)
+	}
 }
 
 func (e *env) startFanout() {

@@ -22,6 +22,8 @@ func (g *Gateway) routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/groups/{gid}/ack", g.api(protocol.OpAck))
 	mux.HandleFunc("POST /v1/groups/{gid}/read", g.api(protocol.OpRead))
 	mux.HandleFunc("GET /v1/sync", g.api(protocol.OpSync))
+	mux.HandleFunc("GET /v1/groups/{gid}/read_counts", g.api(protocol.OpReadCounts))
+	mux.HandleFunc("GET /v1/groups/{gid}/messages/{msgid}/readers", g.api(protocol.OpWhoRead))
 	mux.HandleFunc("POST /v1/admin/groups", g.admin(g.createGroup))
 	mux.HandleFunc("POST /v1/admin/groups/{gid}/members", g.admin(g.addMember))
 	mux.HandleFunc("DELETE /v1/admin/groups/{gid}/members/{uid}", g.admin(g.removeMember))
@@ -52,6 +54,9 @@ func (g *Gateway) api(op string) http.HandlerFunc {
 				return
 			}
 		}
+		if r.Method == http.MethodGet {
+			body = queryBody(r)
+		}
 		req, err := protocol.Decode(withOp(body, op), g.cfg.MaxBody)
 		if err == nil {
 			err = fromPath(r, &req)
@@ -59,12 +64,6 @@ func (g *Gateway) api(op string) http.HandlerFunc {
 		if err != nil {
 			writeErr(w, asProtocol(err))
 			return
-		}
-		if op == protocol.OpPull {
-			if err := fromQuery(r, &req); err != nil {
-				writeErr(w, err)
-				return
-			}
 		}
 		ans, perr := g.do(r.Context(), uid, &req)
 		if perr != nil {
@@ -96,23 +95,27 @@ func fromPath(r *http.Request, req *protocol.Request) error {
 	return nil
 }
 
-func fromQuery(r *http.Request, req *protocol.Request) *protocol.Error {
+// queryBody turns a GET's query (after, limit, msgids=1,2,3) and path
+// (msgid) into the JSON body of the operation, so one decoder checks both.
+func queryBody(r *http.Request) []byte {
 	q := r.URL.Query()
-	if s := q.Get("after"); s != "" {
-		v, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || v < -1 {
-			return protocol.Errorf(protocol.CodeInvalid, "after must be a msgid or -1")
+	m := map[string]json.RawMessage{}
+	num := func(key, s string) {
+		if s != "" {
+			m[key] = json.RawMessage(strconv.Quote(s)) // a string: Decode reports a non-number
+			if _, err := strconv.ParseInt(s, 10, 64); err == nil {
+				m[key] = json.RawMessage(s)
+			}
 		}
-		req.After = &v
 	}
-	if s := q.Get("limit"); s != "" {
-		v, err := strconv.Atoi(s)
-		if err != nil || v < 0 || v > protocol.MaxLimit {
-			return protocol.Errorf(protocol.CodeInvalid, "limit must be 1 to %d", protocol.MaxLimit)
-		}
-		req.Limit = v
+	num("after", q.Get("after"))
+	num("limit", q.Get("limit"))
+	num("msgid", r.PathValue("msgid"))
+	if s := q.Get("msgids"); s != "" {
+		m["msgids"] = json.RawMessage("[" + s + "]")
 	}
-	return nil
+	b, _ := json.Marshal(m)
+	return b
 }
 
 // admin guards an administration handler with the admin token.

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"sync"
 	"time"
@@ -139,6 +140,10 @@ func (g *Gateway) deliver(ctx context.Context) error {
 				if g.dropPush != nil && g.dropPush(uid) {
 					continue
 				}
+				if isFrame(it.Msg) { // a whole frame (receipts), delivered as is
+					g.hub.each(uid, func(c *conn) { c.reply(it.Msg) })
+					continue
+				}
 				g.hub.each(uid, func(c *conn) { per[c] = append(per[c], it.Msg) })
 			}
 		}
@@ -148,3 +153,7 @@ func (g *Gateway) deliver(ctx context.Context) error {
 	}
 	return nil
 }
+
+// isFrame tells a whole server frame ({"op":...}) from a protocol.Message
+// ({"gid":...}) on the push route.
+func isFrame(b []byte) bool { return bytes.HasPrefix(b, []byte(`{"op":`)) }

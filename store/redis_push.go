@@ -28,7 +28,10 @@ var ErrBadPush = errors.New("store: bad push batch")
 
 // PushItem is one message for some users of one node.
 type PushItem struct {
-	Msg  []byte   // the JSON of one protocol.Message, rendered once
+	// Msg is the JSON of one protocol.Message, rendered once, which gateways
+	// gather into push frames; or a whole server frame (it starts with
+	// {"op":), such as a receipts update, delivered as is.
+	Msg  []byte
 	Uids []string // recipients on this node
 }
 
@@ -323,8 +326,14 @@ type subEvent struct {
 	resubscribed bool
 }
 
+// subscribeTimeout bounds the wait for Redis to confirm a subscription
+// (go-redis reads it with the ctx's deadline, not its cancellation).
+const subscribeTimeout = 10 * time.Second
+
 // subscribe subscribes to channel and returns once Redis confirmed it.
 func (r *Redis) subscribe(ctx context.Context, channel string) (*subscription, error) {
+	ctx, cancel := context.WithTimeout(ctx, subscribeTimeout)
+	defer cancel()
 	ps := r.client.Subscribe(ctx, channel)
 	if _, err := ps.Receive(ctx); err != nil {
 		_ = ps.Close()

@@ -118,3 +118,22 @@ func (r *Redis) WindowMessages(ctx context.Context, gid string, msgids []int64) 
 	}
 	return out, nil
 }
+
+// WindowUpTo returns the newest messages of gid with lo < msgid <= hi that
+// are in the window, at most limit, ascending.
+func (r *Redis) WindowUpTo(ctx context.Context, gid string, lo, hi int64, limit int) ([]schema.Message, error) {
+	vals, err := r.client.ZRevRangeByScore(ctx, windowKey(gid), &redis.ZRangeBy{
+		Max: strconv.FormatInt(hi, 10), Min: "(" + strconv.FormatInt(lo, 10), Count: int64(limit)}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: window of %q up to %d: %w", gid, hi, err)
+	}
+	out := make([]schema.Message, len(vals))
+	for i, v := range vals {
+		m, err := decodeWindowMember(v)
+		if err != nil {
+			return nil, fmt.Errorf("store: window of %q: %w", gid, err)
+		}
+		out[len(vals)-1-i] = m
+	}
+	return out, nil
+}

@@ -36,10 +36,17 @@ func (st *stack) addProjectors() error {
 	if err != nil {
 		return err
 	}
+	notifier := &consumers.ReceiptNotifier{Redis: st.redis, Logger: st.log}
+	notes, err := notifier.Runner(st.base())
+	if err != nil {
+		return err
+	}
 	st.parts = append(st.parts,
 		part{name: "ack-projector", run: acks.Run, ready: acks.CaughtUp},
 		part{name: "member-projector", run: members.Run, ready: members.CaughtUp},
-		part{name: "receipt-projector", run: receipts.Run, ready: receipts.CaughtUp})
+		part{name: "receipt-projector", run: receipts.Run, ready: receipts.CaughtUp},
+		part{name: "receipt-notifier", run: notes.Run},
+		part{name: "receipt-pushes", run: notifier.Run})
 	return nil
 }
 

@@ -1,0 +1,234 @@
+package consumers
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/groupchat/chatd/protocol"
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/store"
+	"github.com/groupchat/chatd/topics"
+)
+
+// GroupReceiptNotifier is the receipt notifier's consumer group.
+const GroupReceiptNotifier = "chat.receipt-notifier"
+
+// ReceiptNotifier pushes new read counts to the online senders of the
+// messages that read receipts touched, coalesced: at most one "receipts"
+// frame per group per sender per Interval, whatever the number of readers.
+// Groups whose audience is larger than PollOnlyAbove get no pushes: their
+// senders poll with read_counts.
+//
+// It reads chat.receipts from its end (a new group starts there: old
+// receipts need no live update) and keeps nothing durable. Handle only
+// marks groups dirty; Run publishes every Interval.
+type ReceiptNotifier struct {
+	Redis         *store.Redis  // required
+	Interval      time.Duration // default 1s
+	PollOnlyAbove int           // default 1000 members
+	Recent        int           // most messages one update covers; default 200
+	Logger        *slog.Logger
+
+	mu    sync.Mutex
+	dirty map[string]span      // gid -> messages whose counts may have changed
+	last  map[string]int64     // "gid/uid" -> read cursor last seen
+	sent  map[string]time.Time // gid -> when its last update went out
+
+	frames atomic.Int64
+}
+
+// span is the msgids (lo, hi] of a group whose read counts changed, and the
+// read cursors the projection must reach before the counts are computed.
+type span struct {
+	lo, hi int64
+	need   map[string]int64 // uid -> upto
+}
+
+func (s span) merge(o span) span {
+	if s.need == nil {
+		return o
+	}
+	s.lo, s.hi = min(s.lo, o.lo), max(s.hi, o.hi)
+	for uid, upto := range o.need {
+		s.need[uid] = max(s.need[uid], upto)
+	}
+	return s
+}
+
+var _ Handler[schema.Receipt] = (*ReceiptNotifier)(nil)
+
+func (n *ReceiptNotifier) setDefaults() {
+	if n.Interval == 0 {
+		n.Interval = time.Second
+	}
+	if n.PollOnlyAbove == 0 {
+		n.PollOnlyAbove = 1000
+	}
+	if n.Recent == 0 {
+		n.Recent = 200
+	}
+	if n.Logger == nil {
+		n.Logger = slog.Default()
+	}
+}
+
+// Runner returns the notifier's runner on chat.receipts. Run the notifier
+// itself (Run) beside it.
+func (n *ReceiptNotifier) Runner(b Base) (*Runner[schema.Receipt], error) {
+	if n.Redis == nil {
+		return nil, errors.New("consumers: the receipt notifier needs Redis")
+	}
+	n.setDefaults()
+	n.mu.Lock()
+	n.dirty, n.last, n.sent = map[string]span{}, map[string]int64{}, map[string]time.Time{}
+	n.mu.Unlock()
+	cfg := runnerConfig(b, GroupReceiptNotifier, topics.Receipts, schema.DecodeReceipt, Handler[schema.Receipt](n), nil)
+	cfg.StartAtEnd = true
+	return NewRunner(cfg)
+}
+
+// Frames counts the receipts frames published.
+func (n *ReceiptNotifier) Frames() int64 { return n.frames.Load() }
+
+// Handle implements Handler: it marks the moved ranges dirty.
+func (n *ReceiptNotifier) Handle(ctx context.Context, part int, recs []Record[schema.Receipt]) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, r := range recs {
+		ev := &r.Event
+		key := ev.Gid + "/" + ev.Uid
+		old, seen := n.last[key]
+		if seen && ev.Upto <= old {
+			continue
+		}
+		n.last[key] = ev.Upto
+		lo := old
+		if !seen {
+			lo = -1 // unknown: the update covers the Recent newest messages up to Upto
+		}
+		n.dirty[ev.Gid] = n.dirty[ev.Gid].merge(span{lo: lo, hi: ev.Upto, need: map[string]int64{ev.Uid: ev.Upto}})
+	}
+	return nil
+}
+
+// Run publishes the updates until ctx ends: a group's first update goes out
+// at once (within a tick, Interval/10), later ones at most once per Interval.
+func (n *ReceiptNotifier) Run(ctx context.Context) error {
+	n.setDefaults()
+	t := time.NewTicker(n.Interval / 10)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if err := n.flush(ctx, time.Now()); err != nil && ctx.Err() == nil {
+			n.Logger.Warn("receipt updates not pushed; senders can ask for counts", "err", err)
+		}
+	}
+}
+
+func (n *ReceiptNotifier) flush(ctx context.Context, now time.Time) error {
+	due := map[string]span{}
+	n.mu.Lock()
+	for gid, s := range n.dirty {
+		if now.Sub(n.sent[gid]) >= n.Interval {
+			due[gid] = s
+			n.sent[gid] = now
+			delete(n.dirty, gid)
+		}
+	}
+	for gid, at := range n.sent { // forget quiet groups
+		if now.Sub(at) > 10*n.Interval {
+			delete(n.sent, gid)
+		}
+	}
+	n.mu.Unlock()
+	frames := map[string][]byte{} // uid -> frame, per group below
+	var items []store.PushItem
+	for gid, s := range due {
+		clear(frames)
+		ready, err := n.group(ctx, gid, s, frames)
+		if err != nil || !ready { // try again at the next tick
+			n.mu.Lock()
+			n.dirty[gid] = n.dirty[gid].merge(s)
+			delete(n.sent, gid)
+			n.mu.Unlock()
+		}
+		if err != nil {
+			return err
+		}
+		for uid, f := range frames {
+			items = append(items, store.PushItem{Msg: f, Uids: []string{uid}})
+		}
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	return n.publish(ctx, items)
+}
+
+// group renders one receipts frame per sender of the messages in s. It
+// reports false, rendering nothing, while the receipt projection has not
+// yet applied the receipts that made s dirty.
+func (n *ReceiptNotifier) group(ctx context.Context, gid string, s span, frames map[string][]byte) (bool, error) {
+	inRange, err := n.Redis.WindowUpTo(ctx, gid, s.lo, s.hi, n.Recent)
+	if err != nil || len(inRange) == 0 {
+		return true, err
+	}
+	st, err := n.Redis.ReadState(ctx, gid)
+	if err != nil {
+		return false, err
+	}
+	if len(st.Members) > n.PollOnlyAbove {
+		return true, nil // poll-only group
+	}
+	for uid, upto := range s.need {
+		if st.Reads[uid] < upto {
+			return false, nil
+		}
+	}
+	per := map[string][]protocol.ReadCount{}
+	for _, m := range inRange {
+		read, aud := st.Count(m.MsgID, m.Sender)
+		per[m.Sender] = append(per[m.Sender], protocol.ReadCount{MsgID: m.MsgID, Read: read, Audience: aud})
+	}
+	for sender, counts := range per {
+		frames[sender] = protocol.Marshal(protocol.Receipts{Op: protocol.OpReceipts, Gid: gid, Counts: counts})
+	}
+	return true, nil
+}
+
+func (n *ReceiptNotifier) publish(ctx context.Context, items []store.PushItem) error {
+	uids := make([]string, 0, len(items))
+	for _, it := range items {
+		uids = append(uids, it.Uids[0])
+	}
+	nodes, err := n.Redis.OnlineNodes(ctx, uids)
+	if err != nil {
+		return err
+	}
+	byNode := map[string]*store.PushBatch{}
+	for _, it := range items {
+		for _, node := range nodes[it.Uids[0]] {
+			b := byNode[node]
+			if b == nil {
+				b = &store.PushBatch{}
+				byNode[node] = b
+			}
+			b.Items = append(b.Items, it)
+		}
+	}
+	var all []store.NodePushes
+	for node, b := range byNode {
+		all = append(all, store.NodePushes{Node: node, Batch: *b})
+		n.frames.Add(int64(len(b.Items)))
+	}
+	_, err = n.Redis.PublishPushesAll(ctx, all)
+	return err
+}
