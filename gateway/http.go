@@ -57,10 +57,7 @@ func (g *Gateway) api(op string) http.HandlerFunc {
 		if r.Method == http.MethodGet {
 			body = queryBody(r)
 		}
-		req, err := protocol.Decode(withOp(body, op), g.cfg.MaxBody)
-		if err == nil {
-			err = fromPath(r, &req)
-		}
+		req, err := protocol.Decode(withFields(body, op, r.PathValue("gid")), g.cfg.MaxBody)
 		if err != nil {
 			writeErr(w, asProtocol(err))
 			return
@@ -74,25 +71,19 @@ func (g *Gateway) api(op string) http.HandlerFunc {
 	}
 }
 
-// withOp sets "op" in a JSON object body, so HTTP bodies need not carry it.
-func withOp(body []byte, op string) []byte {
+// withFields sets "op" and the path's gid in a JSON object body, so HTTP
+// bodies need not carry them and one decoder validates everything.
+func withFields(body []byte, op, gid string) []byte {
 	var m map[string]json.RawMessage
 	if json.Unmarshal(body, &m) != nil || m == nil {
 		return body // Decode reports the error
 	}
 	m["op"], _ = json.Marshal(op)
+	if gid != "" {
+		m["gid"], _ = json.Marshal(gid)
+	}
 	b, _ := json.Marshal(m)
 	return b
-}
-
-func fromPath(r *http.Request, req *protocol.Request) error {
-	if gid := r.PathValue("gid"); gid != "" {
-		req.Gid = gid
-		if err := schema.ValidID(gid); err != nil {
-			return protocol.Errorf(protocol.CodeInvalid, "gid: %v", err)
-		}
-	}
-	return nil
 }
 
 // queryBody turns a GET's query (after, limit, msgids=1,2,3) and path

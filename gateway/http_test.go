@@ -1,0 +1,62 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// The HTTP API does what the WebSocket operations do, for bots and curl.
+func TestHTTPAPIFlow(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("team", "alice", "bob")
+	alice, bob := e.token("alice"), e.token("bob")
+	st, acc := e.http("POST", "/v1/groups/team/messages", alice, map[string]any{"cmid": "c-1", "body": "hello bob"})
+	if st != 200 || acc["op"] != "accepted" {
+		t.Fatalf("send: %d %v", st, acc)
+	}
+	id := acc["msgid"].(float64)
+	if st, again := e.http("POST", "/v1/groups/team/messages", alice, map[string]any{"cmid": "c-1", "body": "hello bob"}); st != 200 || again["msgid"] != id {
+		t.Fatalf("resend with the same cmid: %d %v, want msgid %v", st, again, id)
+	}
+	waitFor(t, "persisted", 10*time.Second, func() bool { h, _ := e.redis.Head(context.Background(), "team"); return float64(h) == id })
+	st, sync := e.http("GET", "/v1/sync", bob, nil)
+	g := sync["groups"].([]any)[0].(map[string]any)
+	if st != 200 || g["unread"].(float64) != 1 {
+		t.Fatalf("sync: %d %v", st, sync)
+	}
+	st, page := e.http("GET", "/v1/groups/team/messages?after=-1&limit=10", bob, nil)
+	if st != 200 || len(page["msgs"].([]any)) != 1 || page["more"] != false {
+		t.Fatalf("pull: %d %v", st, page)
+	}
+	if st, out := e.http("POST", "/v1/groups/team/read", bob, map[string]any{"upto": id}); st != 200 || out["op"] != "ok" {
+		t.Fatalf("read: %d %v", st, out)
+	}
+	waitFor(t, "read applied", 10*time.Second, func() bool {
+		cur, _ := e.redis.ReadCursors(context.Background(), "team")
+		return float64(cur["bob"]) == id
+	})
+	st, counts := e.http("GET", fmt.Sprintf("/v1/groups/team/read_counts?msgids=%v", id), alice, nil)
+	if c := counts["counts"].([]any); st != 200 || len(c) != 1 || c[0].(map[string]any)["read"].(float64) != 1 {
+		t.Fatalf("read counts: %d %v", st, counts)
+	}
+	st, who := e.http("GET", fmt.Sprintf("/v1/groups/team/messages/%v/readers", id), alice, nil)
+	if st != 200 || fmt.Sprint(who["read"]) != "[bob]" {
+		t.Fatalf("readers: %d %v", st, who)
+	}
+	for _, c := range []struct {
+		method, path string
+		body         any
+		status       int
+	}{
+		{"POST", "/v1/groups/team/ack", map[string]any{"upto": id + 1000}, 400},
+		{"POST", "/v1/groups/team/messages", map[string]any{"body": "no cmid"}, 400},
+		{"GET", "/v1/groups/team/messages?limit=abc", nil, 400},
+		{"GET", "/v1/groups/other/messages", nil, 403},
+	} {
+		if st, out := e.http(c.method, c.path, bob, c.body); st != c.status || out["message"] == "" {
+			t.Errorf("%s %s: %d %v, want %d with a message", c.method, c.path, st, out, c.status)
+		}
+	}
+}
