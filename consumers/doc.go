@@ -1,7 +1,9 @@
 // Package consumers holds the one runner under every consumer of the chat.*
 // topics, and the consumers built on it: the persister (chat.messages into
-// ClickHouse and the Redis window), the ack projector (chat.acks into
-// delivery cursors) and the member projector (chat.members into membership).
+// ClickHouse and the Redis window), the ack, receipt and member projectors
+// (cursors and membership), the fan-out (chat.messages to the gateways of
+// online members, by one Redis pub/sub channel per gateway node) and the
+// receipt notifier (coalesced read-count updates to online senders).
 //
 // # The runner's contract
 //

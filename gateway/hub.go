@@ -133,6 +133,16 @@ func (g *Gateway) deliver(ctx context.Context) error {
 		return err
 	}
 	for b := range batches {
+		if len(b.Items) == 0 {
+			// The subscription reconnected: Redis may have restarted and
+			// lost presence. Announce every local user again at once.
+			if uids := g.hub.uids(); len(uids) > 0 {
+				if err := g.cfg.Redis.SetOnline(ctx, g.cfg.Node, uids, g.cfg.PresenceTTL, true); err != nil {
+					g.log.Warn("re-registering presence after a Redis reconnect failed", "err", err)
+				}
+			}
+			continue
+		}
 		// One queue slot per connection per batch: a burst is one delivery.
 		per := map[*conn][][]byte{}
 		for _, it := range b.Items {

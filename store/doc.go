@@ -1,7 +1,9 @@
 // Package store holds the projections of the chat topics and the read side
 // on top of them: Redis (the recent window of each group's messages, send
-// dedup, delivery and read cursors, membership, the projections' offsets)
-// and ClickHouse (the full history and the tables analysts query).
+// dedup, delivery and read cursors, membership, the projections' offsets,
+// and the live side: presence of users on gateway nodes and the push route,
+// one pub/sub channel per node) and ClickHouse (the full history and the
+// tables analysts query).
 //
 // Kafka is the source of truth. Every write here is an idempotent effect of
 // records that a consumer replays after a crash, so a write may be repeated
