@@ -54,6 +54,11 @@ if size >= 0 then
     newfloor = edge[2]
   end
 end
+` + luaRaiseFloorAndHead)
+
+// luaRaiseFloorAndHead ends both window scripts: it stores the new floor
+// (newfloor, when trimming happened) and raises the head to top (ARGV[3]).
+const luaRaiseFloorAndHead = `
 local set = {}
 if newfloor then
   set[#set+1] = KEYS[2]
@@ -67,7 +72,7 @@ if #set > 0 then
   redis.call('MSET', unpack(set))
 end
 return 1
-`)
+`
 
 // trimScript finishes one group's append after a plain ZADD of its
 // messages (all above the floor). KEYS: win, floor, head. ARGV: window size
@@ -92,20 +97,7 @@ if size >= 0 then
     newfloor = edge[2]
   end
 end
-local set = {}
-if newfloor then
-  set[#set+1] = KEYS[2]
-  set[#set+1] = newfloor
-end
-if top > head then
-  set[#set+1] = KEYS[3]
-  set[#set+1] = ARGV[3]
-end
-if #set > 0 then
-  redis.call('MSET', unpack(set))
-end
-return 1
-`)
+` + luaRaiseFloorAndHead)
 
 // AppendWindow adds messages to their groups' windows, trims each window to
 // WindowSize (raising its floor to the highest msgid trimmed) and raises
