@@ -14,8 +14,15 @@ const GroupReceiptProjector = "chat.receipt-projector"
 
 // ReceiptProjector folds chat.receipts into read cursors in Redis (max
 // wins): one sorted set per group, from which read counts are range counts.
+// When configured, it also writes ClickHouse's receipt_events log and
+// read_cursors table, the analysts' copy (docs/analytics.md).
+//
+// ClickHouse is written first: a batch counts as done only when both
+// stores hold it, and both writes are idempotent, so a failure of either
+// retries the batch whole.
 type ReceiptProjector struct {
-	Redis *store.Redis // required
+	Redis      *store.Redis      // required
+	ClickHouse *store.ClickHouse // optional
 }
 
 var _ Handler[schema.Receipt] = (*ReceiptProjector)(nil)
@@ -33,6 +40,15 @@ func (p *ReceiptProjector) Handle(ctx context.Context, part int, recs []Record[s
 	rs := make([]schema.Receipt, len(recs))
 	for i := range recs {
 		rs[i] = recs[i].Event
+	}
+	if p.ClickHouse != nil {
+		rows := make([]store.ReceiptRow, len(recs))
+		for i := range recs {
+			rows[i] = store.ReceiptRow{Receipt: recs[i].Event, Partition: int32(part), Offset: recs[i].Offset}
+		}
+		if err := p.ClickHouse.InsertReceipts(ctx, rows); err != nil {
+			return err
+		}
 	}
 	return p.Redis.AdvanceReads(ctx, rs)
 }

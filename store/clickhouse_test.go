@@ -152,7 +152,7 @@ func TestClickHouseMigrateTwice(t *testing.T) {
 	var tables string
 	err = c.conn.QueryRow(ctx, "SELECT arrayStringConcat(groupArray(name), ' ') FROM "+
 		"(SELECT name FROM system.tables WHERE database = ? ORDER BY name)", c.cfg.Database).Scan(&tables)
-	if want := "ack_cursors ack_events member_events messages schema_migrations"; err != nil || tables != want {
+	if want := "ack_cursors ack_events member_events messages read_cursors receipt_events schema_migrations"; err != nil || tables != want {
 		t.Errorf("tables: %q, %v; want %s", tables, err, want)
 	}
 }

@@ -32,7 +32,7 @@ func (st *stack) addProjectors() error {
 	if err != nil {
 		return err
 	}
-	receipts, err := (&consumers.ReceiptProjector{Redis: st.redis}).Runner(st.base())
+	receipts, err := (&consumers.ReceiptProjector{Redis: st.redis, ClickHouse: st.ch}).Runner(st.base())
 	if err != nil {
 		return err
 	}
