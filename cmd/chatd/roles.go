@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/groupchat/chatd/consumers"
 	"github.com/groupchat/chatd/gateway"
@@ -47,6 +48,9 @@ func (st *stack) addProjectors() error {
 		part{name: "receipt-projector", run: receipts.Run, ready: receipts.CaughtUp},
 		part{name: "receipt-notifier", run: notes.Run},
 		part{name: "receipt-pushes", run: notifier.Run})
+	if st.ch != nil && st.s.EventRetention > 0 {
+		st.parts = append(st.parts, part{name: "event-retention", run: st.dropOldEvents})
+	}
 	return nil
 }
 
@@ -127,4 +131,23 @@ func devSecret(dir, name string) (string, error) {
 		return "", fmt.Errorf("writing %s: %w", path, err)
 	}
 	return s, nil
+}
+
+// dropOldEvents drops ack and receipt event months older than the retention,
+// at start and then hourly. Receipts are not core data; messages keep theirs.
+func (st *stack) dropOldEvents(ctx context.Context) error {
+	for {
+		dropped, err := st.ch.DropEventsBefore(ctx, time.Now().Add(-st.s.EventRetention))
+		switch {
+		case err != nil && ctx.Err() == nil:
+			st.log.Warn("dropping old event months failed; retrying in an hour", "err", err)
+		case len(dropped) > 0:
+			st.log.Info("dropped old event months", "partitions", dropped)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Hour):
+		}
+	}
 }

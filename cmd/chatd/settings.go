@@ -27,6 +27,7 @@ type settings struct {
 	ClickHouseUser  string
 	ClickHousePass  string
 	Retention       time.Duration
+	EventRetention  time.Duration
 	ShutdownTimeout time.Duration
 	LogLevel        string
 	LogFormat       string
@@ -82,6 +83,7 @@ var allSettings = []setting{
 	{"clickhouse-user", "CHAT_CLICKHOUSE_USER", "default", "ClickHouse user", "all", str(func(s *settings) *string { return &s.ClickHouseUser })},
 	{"clickhouse-password", "CHAT_CLICKHOUSE_PASSWORD", "", "ClickHouse password", "all", str(func(s *settings) *string { return &s.ClickHousePass })},
 	{"message-retention", "CHAT_MESSAGE_RETENTION", "168h", "chat.messages retention when ClickHouse keeps the history (without it: forever)", "all", dur(func(s *settings) *time.Duration { return &s.Retention })},
+	{"event-retention", "CHAT_EVENT_RETENTION", "2160h", "ack and receipt event logs in ClickHouse older than this are dropped, by whole months (0: keep)", "all", dur(func(s *settings) *time.Duration { return &s.EventRetention })},
 	{"shutdown-timeout", "CHAT_SHUTDOWN_TIMEOUT", "10s", "how long shutdown may drain", "all", dur(func(s *settings) *time.Duration { return &s.ShutdownTimeout })},
 	{"jwt-secret", "CHAT_JWT_SECRET", "", "secret that signs client tokens (HS256), >= 32 bytes (dev: generated and kept in the data dir)", "all", str(func(s *settings) *string { return &s.JWTSecret })},
 	{"admin-token", "CHAT_ADMIN_TOKEN", "", "bearer token for /v1/admin/* (empty: administration off; dev: generated and logged)", "all", str(func(s *settings) *string { return &s.AdminToken })},
@@ -121,8 +123,8 @@ func (s *settings) validate() error {
 	if s.WindowSize < -1 || s.WindowSize == 0 {
 		return fmt.Errorf("window-size must be -1 (unbounded) or >= 1 (CHAT_WINDOW_SIZE / -window-size)")
 	}
-	if s.Retention < 0 || s.ShutdownTimeout < 0 {
-		return fmt.Errorf("message-retention and shutdown-timeout must be durations such as 168h or 10s")
+	if s.Retention < 0 || s.ShutdownTimeout < 0 || s.EventRetention < 0 {
+		return fmt.Errorf("message-retention, event-retention and shutdown-timeout must be durations such as 168h or 10s")
 	}
 	if s.MaxBody < 1 || s.MaxBody > 1<<20 {
 		return fmt.Errorf("max-body must be 1 to 1048576 bytes (CHAT_MAX_BODY)")
