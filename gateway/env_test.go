@@ -46,6 +46,7 @@ type env struct {
 	base     consumers.Base
 	gws      []*gw
 	fanout   func() // stops the fan-out
+	notifier *consumers.ReceiptNotifier
 	parts    map[string]consumerPart
 }
 
@@ -62,8 +63,9 @@ type gw struct {
 }
 
 type envOpts struct {
-	gateways int
-	tune     func(*Config)
+	gateways       int
+	tune           func(*Config)
+	notifyInterval time.Duration // the receipt notifier's; 0: its default
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -113,7 +115,8 @@ func newEnv(t *testing.T, o envOpts) *env {
 		r, err := (&consumers.ReceiptProjector{Redis: e.redis}).Runner(e.base)
 		return runOf(r, err)
 	})
-	notifier := &consumers.ReceiptNotifier{Redis: e.redis, Logger: quiet}
+	notifier := &consumers.ReceiptNotifier{Redis: e.redis, Logger: quiet, Interval: o.notifyInterval}
+	e.notifier = notifier
 	e.runConsumer("notifier", func() (func(context.Context) error, error) {
 		r, err := notifier.Runner(e.base)
 		return runOf(r, err)
@@ -252,10 +255,15 @@ func (e *env) waitMembers(gid string, uids ...string) {
 
 // topicEnds sums the end offsets of the topics clients write to.
 func (e *env) topicEnds() int64 {
+	return e.topicEndsOf(topics.Messages, topics.Acks, topics.Receipts, topics.Members)
+}
+
+// topicEndsOf sums the end offsets of the named topics.
+func (e *env) topicEndsOf(names ...string) int64 {
 	e.t.Helper()
 	client := &kafka.Client{Addr: kafka.TCP(e.broker.Addr())}
 	req := map[string][]kafka.OffsetRequest{}
-	for _, tp := range []string{topics.Messages, topics.Acks, topics.Receipts, topics.Members} {
+	for _, tp := range names {
 		for p := 0; p < 4; p++ {
 			req[tp] = append(req[tp], kafka.LastOffsetOf(p))
 		}
