@@ -44,3 +44,33 @@ fuzz:
 
 clean:
 	rm -rf bin data
+
+## bench-e2e, bench-idle: chatbench against a fresh `chatd dev` (temporary data
+## dir, ports chosen by the kernel): scenarios (1) and (4) of BENCHMARKS.md.
+## Override the load with BENCH_E2E_ARGS / BENCH_IDLE_ARGS; the JSON results
+## and chatd's log stay in the /tmp/chatbench.* directory the run names.
+BENCH_E2E_ARGS  ?= -groups 20 -group-size 50 -rate 1000 -duration 30s -warmup 5s
+BENCH_IDLE_ARGS ?= -idle 10000
+
+# bench_with_chatd builds chatd and chatbench, starts `chatd dev`, runs
+# chatbench with $(1) against it and stops chatd, whatever the outcome.
+define bench_with_chatd
+	@set -e; tmp=$$(mktemp -d /tmp/chatbench.XXXXXX); \
+	$(GO) build -o $$tmp/ ./cmd/chatd ./cmd/chatbench; \
+	CHAT_DATA_DIR=$$tmp/data CHAT_HTTP_ADDR=127.0.0.1:0 CHAT_KAFKA_LISTEN=127.0.0.1:0 \
+	  $$tmp/chatd dev >$$tmp/chatd.log 2>&1 & pid=$$!; \
+	trap 'kill $$pid 2>/dev/null; wait $$pid 2>/dev/null; rm -rf $$tmp/data $$tmp/chatd $$tmp/chatbench' EXIT; \
+	addr=; for i in $$(seq 150); do \
+	  addr=$$(sed -n 's/.*msg="serving HTTP".* addr=\([0-9.:]*\).*/\1/p' $$tmp/chatd.log); \
+	  [ -n "$$addr" ] && break; sleep 0.2; done; \
+	[ -n "$$addr" ] || { cat $$tmp/chatd.log; echo "chatd dev did not start" >&2; exit 1; }; \
+	echo "chatd dev: pid $$pid, http://$$addr; log and results in $$tmp"; \
+	$$tmp/chatbench -url http://$$addr -admin-token-file $$tmp/data/admin-token -pid $$pid -json $$tmp/result.json $(1)
+endef
+
+.PHONY: bench-e2e bench-idle
+bench-e2e:
+	$(call bench_with_chatd,$(BENCH_E2E_ARGS))
+
+bench-idle:
+	$(call bench_with_chatd,$(BENCH_IDLE_ARGS))

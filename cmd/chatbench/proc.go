@@ -1,0 +1,93 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// clockTicks is Linux's USER_HZ, the unit of /proc/<pid>/stat times; 100 on
+// every architecture Go supports there.
+const clockTicks = 100
+
+// rssKiB reads VmRSS of pid from /proc.
+func rssKiB(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, fmt.Errorf("reading the RSS of pid %d: %w", pid, err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			f := strings.Fields(v) // "123456 kB"
+			if len(f) >= 1 {
+				return strconv.ParseInt(f[0], 10, 64)
+			}
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+}
+
+// cpuTime reads the user plus system CPU time pid has used.
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces; fields after its ')' are plain.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
+	}
+	f := strings.Fields(s[i+1:]) // f[0] is field 3 (state); utime is field 14, stime 15
+	if len(f) < 13 {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
+	}
+	ut, err1 := strconv.ParseInt(f[11], 10, 64)
+	st, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
+	}
+	return time.Duration(ut+st) * time.Second / clockTicks, nil
+}
+
+// cpuUse is the CPU the server and chatbench used over a span, in cores
+// (1.0 = one core busy all along). Zero for a process not watched.
+type cpuUse struct {
+	Server float64 `json:"server_cores"`
+	Bench  float64 `json:"bench_cores"`
+}
+
+type cpuMark struct {
+	at            time.Time
+	server, bench time.Duration
+	pid           int
+}
+
+func startCPU(pid int) cpuMark {
+	m := cpuMark{at: time.Now(), pid: pid}
+	if pid > 0 {
+		m.server, _ = cpuTime(pid)
+	}
+	m.bench, _ = cpuTime(os.Getpid())
+	return m
+}
+
+func (m cpuMark) stop() cpuUse {
+	wall := time.Since(m.at).Seconds()
+	if wall <= 0 {
+		return cpuUse{}
+	}
+	var u cpuUse
+	if m.pid > 0 {
+		if s, err := cpuTime(m.pid); err == nil {
+			u.Server = (s - m.server).Seconds() / wall
+		}
+	}
+	if s, err := cpuTime(os.Getpid()); err == nil {
+		u.Bench = (s - m.bench).Seconds() / wall
+	}
+	return u
+}
