@@ -9,6 +9,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -381,4 +382,68 @@ func parseMsgID(s string) (int64, error) {
 		return 0, fmt.Errorf("%w: msgid %q", ErrCorruptValue, s)
 	}
 	return int64(f), nil
+}
+
+// DedupWindow is how far apart, by sent_at, two sends with the same (gid,
+// sender, client_msg_id) may be for the later one to be a duplicate: the
+// fan-out decides duplicates as ClaimSends does.
+func (r *Redis) DedupWindow() time.Duration { return r.cfg.DedupWindow }
+
+// PersistedPrevs returns, for each gid, the msgid of the group's last
+// message before before[gid] as consumer (the persister) stored it from
+// partition part of topic, where that is certain: the consumer's saved
+// position is past every record before before[gid] (it saves it only once
+// they are in the window), and the window holds an earlier message of the
+// group, or holds none and never dropped one (then -1: the group had none
+// before). A message at offset 0 has prev -1 whatever was saved. Other
+// groups are absent. One pipeline for all.
+//
+// The fan-out uses it for the prev of the first message of a group it
+// pushes, so that clients need not pull after each fan-out restart.
+func (r *Redis) PersistedPrevs(ctx context.Context, consumer, topic string, part int, before map[string]int64) (map[string]int64, error) {
+	out := make(map[string]int64, len(before))
+	if len(before) == 0 {
+		return out, nil
+	}
+	type q struct {
+		win   *redis.ZSliceCmd
+		floor *redis.IntCmd
+	}
+	pipe := r.client.Pipeline()
+	pos := pipe.HGet(ctx, offsetsKey(consumer), offsetField(topic, part))
+	qs := make(map[string]q, len(before))
+	for gid, id := range before {
+		qs[gid] = q{
+			win: pipe.ZRevRangeByScoreWithScores(ctx, windowKey(gid),
+				&redis.ZRangeBy{Max: "(" + strconv.FormatInt(id, 10), Min: "-inf", Count: 1}),
+			floor: pipe.Exists(ctx, floorKey(gid)),
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("store: persisted prevs: %w", err)
+	}
+	next, err := pos.Int64()
+	switch {
+	case errors.Is(err, redis.Nil):
+		next = 0 // nothing saved: only the partition's first record is certain
+	case err != nil:
+		return nil, fmt.Errorf("store: persisted prevs: %w: offset %q", ErrCorruptValue, pos.Val())
+	}
+	for gid, id := range before {
+		if id <= 0 {
+			out[gid] = -1 // nothing comes before a partition's first record
+			continue
+		}
+		if next < id {
+			continue
+		}
+		win, floor := qs[gid].win.Val(), qs[gid].floor.Val()
+		switch {
+		case len(win) > 0:
+			out[gid] = int64(win[0].Score)
+		case floor == 0:
+			out[gid] = -1
+		}
+	}
+	return out, nil
 }
