@@ -309,52 +309,6 @@ func (c *ClickHouse) InsertMessages(ctx context.Context, partition int32, msgs [
 	return nil
 }
 
-// InsertAcks appends rows to ack_events and moves the cursors in
-// ack_cursors (which keep the largest upto). Inserting rows again is
-// harmless; if only the first of the two inserts succeeds, retrying the
-// call repairs it.
-func (c *ClickHouse) InsertAcks(ctx context.Context, rows []AckRow) error {
-	if len(rows) == 0 {
-		return nil
-	}
-	n := len(rows)
-	gids, uids := make([]string, n), make([]string, n)
-	uptos, ats, offsets := make([]int64, n), make([]int64, n), make([]uint64, n)
-	parts := make([]uint16, n)
-	type key struct{ gid, uid string }
-	newest := make(map[key]int) // index of the largest upto per member
-	for i := range rows {
-		r := &rows[i]
-		if err := checkPosition(r.Partition, r.Offset); err != nil {
-			return fmt.Errorf("clickhouse: insert acks: row %d: %w", i, err)
-		}
-		gids[i], uids[i], uptos[i], ats[i] = r.Gid, r.Uid, r.Upto, r.At
-		parts[i], offsets[i] = uint16(r.Partition), uint64(r.Offset)
-		k := key{r.Gid, r.Uid}
-		if j, ok := newest[k]; !ok || r.Upto > rows[j].Upto {
-			newest[k] = i
-		}
-	}
-	var cg, cu []string
-	var cupto, cat []int64
-	for _, i := range newest {
-		cg, cu = append(cg, rows[i].Gid), append(cu, rows[i].Uid)
-		cupto, cat = append(cupto, rows[i].Upto), append(cat, rows[i].At)
-	}
-	ctx, cancel := c.timeout(ctx)
-	defer cancel()
-	err := c.sendBatch(ctx, "INSERT INTO ack_events (gid, uid, upto, at_ms, `partition`, `offset`)",
-		gids, uids, uptos, ats, parts, offsets)
-	if err != nil {
-		return fmt.Errorf("clickhouse: insert acks: ack_events: %w", err)
-	}
-	err = c.sendBatch(ctx, "INSERT INTO ack_cursors (gid, uid, upto, updated_at_ms)", cg, cu, cupto, cat)
-	if err != nil {
-		return fmt.Errorf("clickhouse: insert acks: ack_cursors: %w", err)
-	}
-	return nil
-}
-
 // InsertMembers appends rows to member_events. Inserting rows again is
 // harmless.
 func (c *ClickHouse) InsertMembers(ctx context.Context, rows []MemberRow) error {

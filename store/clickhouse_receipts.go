@@ -26,50 +26,11 @@ type ReceiptRow struct {
 // Inserting rows again is harmless; if only the first of the two inserts
 // succeeds, retrying the call repairs it.
 func (c *ClickHouse) InsertReceipts(ctx context.Context, rows []ReceiptRow) error {
-	if len(rows) == 0 {
-		return nil
+	cr := make([]cursorRow, len(rows))
+	for i, r := range rows {
+		cr[i] = cursorRow{r.Gid, r.Uid, r.Upto, r.At, r.Partition, r.Offset}
 	}
-	n := len(rows)
-	gids, uids := make([]string, n), make([]string, n)
-	uptos, ats, offsets := make([]int64, n), make([]int64, n), make([]uint64, n)
-	parts := make([]uint16, n)
-	type key struct{ gid, uid string }
-	newest := make(map[key]int) // index of the largest upto per member
-	var order []key             // first appearance, so the batch is deterministic
-	for i := range rows {
-		r := &rows[i]
-		if err := checkPosition(r.Partition, r.Offset); err != nil {
-			return fmt.Errorf("clickhouse: insert receipts: row %d: %w", i, err)
-		}
-		gids[i], uids[i], uptos[i], ats[i] = r.Gid, r.Uid, r.Upto, r.At
-		parts[i], offsets[i] = uint16(r.Partition), uint64(r.Offset)
-		k := key{r.Gid, r.Uid}
-		j, ok := newest[k]
-		if !ok {
-			order = append(order, k)
-		}
-		if !ok || r.Upto > rows[j].Upto {
-			newest[k] = i
-		}
-	}
-	cg, cu := make([]string, len(order)), make([]string, len(order))
-	cupto, cat := make([]int64, len(order)), make([]int64, len(order))
-	for j, k := range order {
-		i := newest[k]
-		cg[j], cu[j], cupto[j], cat[j] = rows[i].Gid, rows[i].Uid, rows[i].Upto, rows[i].At
-	}
-	ctx, cancel := c.timeout(ctx)
-	defer cancel()
-	err := c.sendBatch(ctx, "INSERT INTO receipt_events (gid, uid, upto, at_ms, `partition`, `offset`)",
-		gids, uids, uptos, ats, parts, offsets)
-	if err != nil {
-		return fmt.Errorf("clickhouse: insert receipts: receipt_events: %w", err)
-	}
-	err = c.sendBatch(ctx, "INSERT INTO read_cursors (gid, uid, upto, updated_at_ms)", cg, cu, cupto, cat)
-	if err != nil {
-		return fmt.Errorf("clickhouse: insert receipts: read_cursors: %w", err)
-	}
-	return nil
+	return c.insertCursors(ctx, "receipts", "receipt_events", "read_cursors", cr)
 }
 
 // ReadCursors returns the read cursor (the largest upto read) of every
