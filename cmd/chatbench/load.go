@@ -25,7 +25,14 @@ type bench struct {
 	foreign atomic.Int64
 
 	accMu    sync.Mutex
-	accepted [][]int64 // group -> msgids of its accepted sends
+	accepted [][]sendRef // group -> its accepted sends
+}
+
+// sendRef ties a message to the send that made it: k is the send's number,
+// carried in the body, so a message can be recognised under any msgid.
+type sendRef struct {
+	msgid int64
+	k     int32 // -1: not a body of this run
 }
 
 // member is one online user: a client and every message it was handed.
@@ -36,12 +43,15 @@ type member struct {
 	n    atomic.Int64 // OnMessage calls
 
 	mu  sync.Mutex
-	got map[string][]int64 // gid -> msgids in the order OnMessage saw them
+	got map[string][]sendRef // gid -> messages in the order OnMessage saw them
 }
 
 func runLoad(ctx context.Context, cfg *Config, stdout io.Writer) error {
 	p := newPlan(cfg)
-	b := &bench{cfg: cfg, plan: p, rec: newRecorder(), byUser: make([]*member, len(p.uids)), accepted: make([][]int64, len(p.gids))}
+	if len(p.senders) == 0 {
+		return fmt.Errorf("no user is online with -online %g of %d users: nobody would send", cfg.Online, cfg.Users)
+	}
+	b := &bench{cfg: cfg, plan: p, rec: newRecorder(), byUser: make([]*member, len(p.uids)), accepted: make([][]sendRef, len(p.gids))}
 	if perConn := cfg.Rate / float64(len(p.online)); perConn > 40 {
 		fmt.Fprintf(os.Stderr, "warning: %.0f sends/s per connection; the gateway's default limit is 50/s (burst 100): expect rate_limited\n", perConn)
 	}
@@ -95,7 +105,7 @@ func runLoad(ctx context.Context, cfg *Config, stdout io.Writer) error {
 func (b *bench) connect(ctx context.Context, tokens []string) error {
 	b.members = make([]*member, len(b.plan.online))
 	for i, u := range b.plan.online {
-		b.members[i] = &member{idx: i, user: u, got: map[string][]int64{}}
+		b.members[i] = &member{idx: i, user: u, got: map[string][]sendRef{}}
 		b.byUser[u] = b.members[i]
 	}
 	return parallel(ctx, len(b.members), b.cfg.Concurrency, func(ctx context.Context, i int) error {
@@ -120,11 +130,11 @@ func (b *bench) connect(ctx context.Context, tokens []string) error {
 // onMessage runs on m's delivery goroutine.
 func (b *bench) onMessage(m *member, msg protocol.Message) {
 	now := time.Now()
+	sent, k, ok := b.parseBody(msg.Body)
 	m.mu.Lock()
-	m.got[msg.Gid] = append(m.got[msg.Gid], msg.MsgID)
+	m.got[msg.Gid] = append(m.got[msg.Gid], sendRef{msg.MsgID, k})
 	m.mu.Unlock()
 	m.n.Add(1)
-	sent, ok := b.sentAt(msg.Body)
 	if !ok {
 		b.foreign.Add(1)
 		return
@@ -148,20 +158,21 @@ func (b *bench) body(sent time.Time, k int) string {
 	return sb.String()
 }
 
-func (b *bench) sentAt(body string) (time.Time, bool) {
+// parseBody returns the send time and send number a body carries; k is -1
+// and ok false for a body chatbench did not write in this run.
+func (b *bench) parseBody(body string) (sent time.Time, k int32, ok bool) {
 	rest, ok := strings.CutPrefix(body, b.cfg.Prefix+".")
 	if !ok {
-		return time.Time{}, false
+		return time.Time{}, -1, false
 	}
-	ns, _, ok := strings.Cut(rest, ".")
-	if !ok {
-		return time.Time{}, false
+	ns, rest, ok1 := strings.Cut(rest, ".")
+	ks, _, ok2 := strings.Cut(rest, ".")
+	v, err1 := strconv.ParseInt(ns, 10, 64)
+	kv, err2 := strconv.ParseInt(ks, 10, 32)
+	if !ok1 || !ok2 || err1 != nil || err2 != nil {
+		return time.Time{}, -1, false
 	}
-	v, err := strconv.ParseInt(ns, 10, 64)
-	if err != nil {
-		return time.Time{}, false
-	}
-	return time.Unix(0, v), true
+	return time.Unix(0, v), int32(kv), true
 }
 
 // load sends for warm-up plus duration, drains, pulls every group once
@@ -214,6 +225,9 @@ func (b *bench) load(ctx context.Context) *result {
 		todo := l.incomplete
 		if first {
 			todo = b.allPairs()
+		}
+		if !first && !sleepCtx(ctx, time.Second) {
+			break
 		}
 		logf("final pull, round %d: %d (member, group) pairs, %d messages missing...", rounds, len(todo), l.Missing)
 		b.open(ctx, todo)
@@ -280,7 +294,7 @@ func (b *bench) send(ctx context.Context, pr pair, k int) {
 	b.rec.sendDone(m.idx, sent, err)
 	if err == nil {
 		b.accMu.Lock()
-		b.accepted[pr.group] = append(b.accepted[pr.group], msgid)
+		b.accepted[pr.group] = append(b.accepted[pr.group], sendRef{msgid, int32(k)})
 		b.accMu.Unlock()
 	}
 }

@@ -126,8 +126,17 @@ func (r *result) print(w io.Writer) {
 	if !l.OK {
 		verdict = "FAILED"
 	}
-	fmt.Fprintf(w, "loss check:   %s: %d members, %d expected, %d delivered; missing %d (%d before the final pulls, %d rounds), duplicates %d, out of order %d, unexpected %d, foreign %d\n",
-		verdict, l.Members, l.Expected, l.Delivered, l.Missing, l.MissingAfterDrain, l.PullRounds, l.Duplicates, l.OutOfOrder, l.Unexpected, l.Foreign)
+	fmt.Fprintf(w, "loss check:   %s: %d members, %d expected, %d delivered; missing %d (%d before the final pulls, %d rounds), duplicates %d, out of order %d, same body under two msgids %d\n",
+		verdict, l.Members, l.Expected, l.Delivered, l.Missing, l.MissingAfterDrain, l.PullRounds, l.Duplicates, l.OutOfOrder, l.BodyDuplicates)
+	fmt.Fprintf(w, "              renumbered %d (the accepted msgid never came, the same body did under another), unexpected msgids %d, foreign %d\n",
+		l.Renumbered, l.Unexpected, l.Foreign)
+	for _, ex := range l.Examples {
+		got := "never came"
+		if ex.GotMsgID != nil {
+			got = fmt.Sprintf("came as msgid %d", *ex.GotMsgID)
+		}
+		fmt.Fprintf(w, "              e.g. %s msgid %d (send %d) to %s: %s\n", ex.Gid, ex.MsgID, ex.Send, ex.Uid, got)
+	}
 	fmt.Fprintf(w, "cpu:          server %.2f cores, chatbench %.2f cores (measured span); scheduler lag %s\n", r.CPU.Server, r.CPU.Bench, r.SchedulerLag)
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"slices"
 )
 
@@ -12,24 +13,38 @@ type lossCheck struct {
 	Members           int   `json:"members"`
 	Expected          int64 `json:"expected"`            // (online member, accepted message of its group) pairs
 	Delivered         int64 `json:"delivered"`           // OnMessage calls
-	Missing           int64 `json:"missing"`             // expected but never handed over, after the final pull
-	MissingAfterDrain int64 `json:"missing_after_drain"` // the same before the final pull: found only by that pull
+	Missing           int64 `json:"missing"`             // expected, and the send's body never handed over, after the final pulls
+	MissingAfterDrain int64 `json:"missing_after_drain"` // the same before the final pulls: found only by them
+	Renumbered        int64 `json:"renumbered"`          // the accepted msgid never handed over, but the same send's body was, under another msgid
 	Duplicates        int64 `json:"duplicates"`          // a msgid handed to a member twice
+	BodyDuplicates    int64 `json:"body_duplicates"`     // one send's body handed to a member under two msgids
 	OutOfOrder        int64 `json:"out_of_order"`        // a msgid handed after a larger one of its group
-	Unexpected        int64 `json:"unexpected"`          // handed over but not accepted (a send that failed yet got in)
+	Unexpected        int64 `json:"unexpected"`          // msgids handed over that no accepted send returned (a send that failed on the client yet got in, or a renumbered one)
 	Foreign           int64 `json:"foreign"`             // bodies not written by this run
-	PullRounds        int   `json:"pull_rounds"`         // final Open rounds it took (each pulls the groups still missing messages)
+	PullRounds        int   `json:"pull_rounds"`         // final Open rounds (each pulls the groups still missing messages)
 
-	incomplete []slot // still missing messages
+	Examples    []missingExample `json:"examples,omitempty"` // a few msgids not handed over as accepted
+	incomplete  []slot           // still missing messages
+	lastMissing bool             // checkOne found messages missing
+}
+
+// missingExample names one accepted message a member was not handed under
+// its msgid, and what it got instead.
+type missingExample struct {
+	Gid      string `json:"gid"`
+	Uid      string `json:"uid"`
+	MsgID    int64  `json:"msgid"`               // what the sender was told
+	Send     int32  `json:"send"`                // the send's number, in the body
+	GotMsgID *int64 `json:"got_msgid,omitempty"` // the msgid the same body came with, if it came
 }
 
 // check compares what each member was handed with the accepted sends of
 // its groups. It may run while messages still arrive.
 func (b *bench) check() lossCheck {
 	b.accMu.Lock()
-	accepted := make([][]int64, len(b.accepted))
-	for g, ids := range b.accepted {
-		accepted[g] = slices.Sorted(slices.Values(ids))
+	accepted := make([][]sendRef, len(b.accepted))
+	for g, refs := range b.accepted {
+		accepted[g] = slices.SortedFunc(slices.Values(refs), func(x, y sendRef) int { return cmp.Compare(x.msgid, y.msgid) })
 	}
 	b.accMu.Unlock()
 
@@ -40,43 +55,65 @@ func (b *bench) check() lossCheck {
 			got := m.got[b.plan.gids[g]]
 			l.Expected += int64(len(accepted[g]))
 			l.Delivered += int64(len(got))
-			for i := 1; i < len(got); i++ {
-				if got[i] < got[i-1] {
-					l.OutOfOrder++
-				}
-			}
-			sorted := slices.Sorted(slices.Values(got))
-			uniq := slices.Compact(sorted)
-			l.Duplicates += int64(len(got) - len(uniq))
-			miss, extra := diff(accepted[g], uniq)
-			l.Missing += miss
-			if miss > 0 {
+			l.checkOne(b.plan.gids[g], b.plan.uids[m.user], accepted[g], got)
+			if l.lastMissing {
 				l.incomplete = append(l.incomplete, slot{i, g})
 			}
-			l.Unexpected += extra
 		}
 		m.mu.Unlock()
 	}
-	l.OK = l.Missing == 0 && l.Duplicates == 0 && l.OutOfOrder == 0
+	l.OK = l.Missing == 0 && l.Duplicates == 0 && l.BodyDuplicates == 0 && l.OutOfOrder == 0
 	return l
 }
 
-// diff counts the elements of want missing from got and those of got not
-// in want; both are sorted without repeats.
-func diff(want, got []int64) (missing, extra int64) {
+// checkOne checks one member's messages of one group against the group's
+// accepted sends (sorted by msgid).
+func (l *lossCheck) checkOne(gid, uid string, accepted, got []sendRef) {
+	l.lastMissing = false
+	for i := 1; i < len(got); i++ {
+		if got[i].msgid < got[i-1].msgid {
+			l.OutOfOrder++
+		}
+	}
+	sorted := slices.SortedFunc(slices.Values(got), func(x, y sendRef) int { return cmp.Compare(x.msgid, y.msgid) })
+	uniq := slices.CompactFunc(sorted, func(x, y sendRef) bool { return x.msgid == y.msgid })
+	l.Duplicates += int64(len(got) - len(uniq))
+
+	byK := make(map[int32]int64, len(uniq)) // send number -> the msgid its body came with
+	for _, r := range uniq {
+		if r.k < 0 {
+			continue
+		}
+		if _, seen := byK[r.k]; seen {
+			l.BodyDuplicates++
+			continue
+		}
+		byK[r.k] = r.msgid
+	}
+
 	i, j := 0, 0
-	for i < len(want) && j < len(got) {
+	for i < len(accepted) || j < len(uniq) {
 		switch {
-		case want[i] == got[j]:
+		case j == len(uniq) || i < len(accepted) && accepted[i].msgid < uniq[j].msgid:
+			a := accepted[i]
+			ex := missingExample{Gid: gid, Uid: uid, MsgID: a.msgid, Send: a.k}
+			if other, ok := byK[a.k]; ok {
+				l.Renumbered++
+				ex.GotMsgID = &other
+			} else {
+				l.Missing++
+				l.lastMissing = true
+			}
+			if len(l.Examples) < 5 {
+				l.Examples = append(l.Examples, ex)
+			}
 			i++
+		case i == len(accepted) || uniq[j].msgid < accepted[i].msgid:
+			l.Unexpected++
 			j++
-		case want[i] < got[j]:
-			missing++
-			i++
 		default:
-			extra++
+			i++
 			j++
 		}
 	}
-	return missing + int64(len(want)-i), extra + int64(len(got)-j)
 }
