@@ -380,22 +380,7 @@ func (c *ClickHouse) Messages(ctx context.Context, gid string, after int64, limi
 // AckCursors returns the delivery cursor (the largest acked upto) of every
 // member of gid that has acked.
 func (c *ClickHouse) AckCursors(ctx context.Context, gid string) (map[string]int64, error) {
-	ctx, cancel := c.timeout(ctx)
-	defer cancel()
-	cursors := make(map[string]int64)
-	err := c.eachRow(ctx, func(rows driver.Rows) error {
-		var (
-			uid  string
-			upto int64
-		)
-		err := rows.Scan(&uid, &upto)
-		cursors[uid] = upto
-		return err
-	}, "SELECT uid, max(upto) FROM ack_cursors WHERE gid = ? GROUP BY uid", gid)
-	if err != nil {
-		return nil, fmt.Errorf("clickhouse: ack cursors of %s: %w", gid, err)
-	}
-	return cursors, nil
+	return c.cursors(ctx, "ack", "ack_cursors", gid)
 }
 
 // CountMessages returns the number of distinct messages stored for gid.

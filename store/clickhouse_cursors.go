@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"fmt"
+
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
 
 // InsertAcks appends rows to ack_events and moves the cursors in
@@ -73,4 +75,25 @@ func (c *ClickHouse) insertCursors(ctx context.Context, what, events, cursors st
 		return fmt.Errorf("clickhouse: insert %s: %s: %w", what, cursors, err)
 	}
 	return nil
+}
+
+// cursors returns every member's cursor of gid from a cursor table, exact
+// under duplicate rows (max ignores replayed copies and older cursors).
+func (c *ClickHouse) cursors(ctx context.Context, what, table, gid string) (map[string]int64, error) {
+	ctx, cancel := c.timeout(ctx)
+	defer cancel()
+	out := make(map[string]int64)
+	err := c.eachRow(ctx, func(rows driver.Rows) error {
+		var (
+			uid  string
+			upto int64
+		)
+		err := rows.Scan(&uid, &upto)
+		out[uid] = upto
+		return err
+	}, "SELECT uid, max(upto) FROM "+table+" WHERE gid = ? GROUP BY uid", gid)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: %s cursors of %s: %w", what, gid, err)
+	}
+	return out, nil
 }

@@ -41,22 +41,7 @@ func (c *ClickHouse) InsertReceipts(ctx context.Context, rows []ReceiptRow) erro
 // it to the join position. Read counts do not depend on that, since a
 // member counts only for messages sent after they joined.
 func (c *ClickHouse) ReadCursors(ctx context.Context, gid string) (map[string]int64, error) {
-	ctx, cancel := c.timeout(ctx)
-	defer cancel()
-	cursors := make(map[string]int64)
-	err := c.eachRow(ctx, func(rows driver.Rows) error {
-		var (
-			uid  string
-			upto int64
-		)
-		err := rows.Scan(&uid, &upto)
-		cursors[uid] = upto
-		return err
-	}, "SELECT uid, max(upto) FROM read_cursors WHERE gid = ? GROUP BY uid", gid)
-	if err != nil {
-		return nil, fmt.Errorf("clickhouse: read cursors of %s: %w", gid, err)
-	}
-	return cursors, nil
+	return c.cursors(ctx, "read", "read_cursors", gid)
 }
 
 // eventTables are the event logs that DropEventsBefore prunes: the ack and
