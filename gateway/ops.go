@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/groupchat/chatd/history"
@@ -83,7 +84,9 @@ func (g *Gateway) send(ctx context.Context, uid string, r *protocol.Request) (an
 		}
 	}
 	msg := schema.Message{Gid: r.Gid, Sender: uid, ClientMsgID: r.Cmid, SentAt: time.Now().UnixMilli(), Body: []byte(r.Body)}
+	stop := g.holdSend(ctx, r.Gid, uid, r.Cmid)
 	id, err := g.cfg.Producer.SendMessage(ctx, &msg)
+	stop()
 	if err != nil {
 		if aerr := g.cfg.Redis.AbortSend(context.WithoutCancel(ctx), r.Gid, uid, r.Cmid); aerr != nil {
 			g.log.Warn("cannot release a send claim; a resend waits for it to expire", "err", aerr)
@@ -91,12 +94,43 @@ func (g *Gateway) send(ctx context.Context, uid string, r *protocol.Request) (an
 		return nil, g.unavailable("send", err)
 	}
 	g.metrics.sends.Add(1)
-	if err := g.cfg.Redis.FinishSend(context.WithoutCancel(ctx), r.Gid, uid, r.Cmid, id, sendKeep); err != nil {
+	first, err := g.cfg.Redis.FinishSend(context.WithoutCancel(ctx), r.Gid, uid, r.Cmid, id, sendKeep)
+	if err != nil {
 		// The message is accepted; only a resend's answer is affected, and
 		// the persister drops the duplicate a resend would produce.
 		g.log.Warn("cannot record an accepted send", "gid", r.Gid, "msgid", id, "err", err)
 	}
-	return accepted(id), nil
+	if first != id {
+		g.log.Info("a resend was produced twice; answering with the first record", "gid", r.Gid, "cmid", r.Cmid, "first", first, "second", id)
+	}
+	return accepted(first), nil
+}
+
+// holdSend renews the send claim of (gid, uid, cmid) every third of
+// sendInflight until the returned stop is called, so that a produce slower
+// than the claim does not let a resend produce a second record.
+func (g *Gateway) holdSend(ctx context.Context, gid, uid, cmid string) (stop func()) {
+	var (
+		mu      sync.Mutex
+		stopped bool
+		t       *time.Timer
+	)
+	t = time.AfterFunc(sendInflight/3, func() {
+		if err := g.cfg.Redis.ExtendSend(context.WithoutCancel(ctx), gid, uid, cmid, sendInflight); err != nil {
+			g.log.Warn("cannot renew a send claim", "gid", gid, "cmid", cmid, "err", err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			t.Reset(sendInflight / 3)
+		}
+	})
+	return func() {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = true
+		t.Stop()
+	}
 }
 
 // cursor handles ack and read: the cursor may not pass the newest message

@@ -50,10 +50,59 @@ func (r *Redis) BeginSend(ctx context.Context, gid, uid, cmid string, inflight t
 	return id, SendDone, nil
 }
 
-// FinishSend records the msgid of an accepted send for keep.
-func (r *Redis) FinishSend(ctx context.Context, gid, uid, cmid string, msgid int64, keep time.Duration) error {
-	if err := r.client.Set(ctx, sendKey(gid, uid, cmid), msgid, keep).Err(); err != nil {
-		return fmt.Errorf("store: finish send: %w", err)
+// finishSendScript records the msgid a send is answered with. KEYS[1] is
+// the gateway's send claim, KEYS[2] the persister's claim of the same
+// (gid, sender, cmid); ARGV is msgid, keep (ms), the oldest sent_at (ms) a
+// persister claim may have to be this send's.
+//
+// Two records of one send exist when a claim expired while its produce was
+// still in flight (the gateway died, or Kafka took longer than the claim):
+// the resend produced again. The persister and the fan-out keep the record
+// with the lower msgid (it comes first in the partition), so the answer is
+// the lowest msgid any of them has seen: an earlier FinishSend's, or the
+// persister's claim when it is recent enough to be this send's.
+var finishSendScript = redis.NewScript(`
+local best = tonumber(ARGV[1])
+local v = redis.call('GET', KEYS[1])
+local n = v and tonumber(v)
+if n and n < best then best = n end
+local c = redis.call('GET', KEYS[2])
+if c then
+  local id, at = string.match(c, '^(%d+):(%d+)')
+  id, at = tonumber(id), tonumber(at)
+  if id and at and at >= tonumber(ARGV[3]) and id < best then best = id end
+end
+redis.call('SET', KEYS[1], best, 'PX', ARGV[2])
+return best
+`)
+
+// FinishSend records the msgid of an accepted send for keep and returns the
+// msgid to answer with: msgid, or the lower msgid of an earlier record of the
+// same send (see finishSendScript).
+func (r *Redis) FinishSend(ctx context.Context, gid, uid, cmid string, msgid int64, keep time.Duration) (int64, error) {
+	oldest := time.Now().Add(-r.cfg.DedupWindow).UnixMilli()
+	keys := []string{sendKey(gid, uid, cmid), claimKey(gid, uid, cmid)}
+	id, err := finishSendScript.Run(ctx, r.client, keys, msgid, keep.Milliseconds(), oldest).Int64()
+	if err != nil {
+		return msgid, fmt.Errorf("store: finish send: %w", err)
+	}
+	return id, nil
+}
+
+// extendSendScript keeps a pending claim alive; a claim already finished
+// or taken over is left alone.
+var extendSendScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == 'pending' then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[1])
+end
+return 0
+`)
+
+// ExtendSend renews a pending claim for another inflight while its produce
+// is still running, so that a slow produce is not mistaken for a lost one.
+func (r *Redis) ExtendSend(ctx context.Context, gid, uid, cmid string, inflight time.Duration) error {
+	if err := extendSendScript.Run(ctx, r.client, []string{sendKey(gid, uid, cmid)}, inflight.Milliseconds()).Err(); err != nil {
+		return fmt.Errorf("store: extend send: %w", err)
 	}
 	return nil
 }

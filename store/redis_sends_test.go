@@ -1,0 +1,85 @@
+package store
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// testSendClaims covers the gateway's send claims, above all a send that
+// was produced twice (its claim lapsed while the first produce was in
+// flight): every answer names the first record, the one the persister and
+// the fan-out keep.
+func testSendClaims(t *testing.T, c redis.UniversalClient) {
+	r := newTestRedis(t, c, RedisConfig{})
+	ctx := context.Background()
+	begin := func(cmid string, want SendState) int64 {
+		t.Helper()
+		id, state, err := r.BeginSend(ctx, "g", "u", cmid, time.Second)
+		if err != nil || state != want {
+			t.Fatalf("BeginSend(%s) = %d, %v, %v; want state %v", cmid, id, state, err, want)
+		}
+		return id
+	}
+	finish := func(cmid string, msgid, want int64) {
+		t.Helper()
+		got, err := r.FinishSend(ctx, "g", "u", cmid, msgid, time.Hour)
+		if err != nil || got != want {
+			t.Fatalf("FinishSend(%s, %d) = %d, %v; want %d", cmid, msgid, got, err, want)
+		}
+	}
+
+	// A slow produce keeps its claim: a resend waits instead of producing.
+	begin("slow", SendClaimed)
+	if err := r.ExtendSend(ctx, "g", "u", "slow", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := c.PTTL(ctx, sendKey("g", "u", "slow")).Val(); ttl < 59*time.Minute {
+		t.Fatalf("pending claim TTL after ExtendSend = %v, want about 1h", ttl)
+	}
+	begin("slow", SendPending)
+	finish("slow", 7, 7)
+	if err := r.ExtendSend(ctx, "g", "u", "slow", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if id := begin("slow", SendDone); id != 7 {
+		t.Fatalf("resend after finish answered %d, want 7", id)
+	}
+
+	// The claim lapsed (the gateway died mid-produce): the resend produced
+	// msgid 20 and finished before the first record, msgid 10, did.
+	begin("twice", SendClaimed)
+	if err := c.Del(ctx, sendKey("g", "u", "twice")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	begin("twice", SendClaimed)
+	finish("twice", 20, 20)
+	finish("twice", 10, 10)
+	if id := begin("twice", SendDone); id != 10 {
+		t.Fatalf("resend answered %d, want the first record 10", id)
+	}
+
+	// The same, with the first record finishing first.
+	begin("twice-again", SendClaimed)
+	if err := c.Del(ctx, sendKey("g", "u", "twice-again")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	begin("twice-again", SendClaimed)
+	finish("twice-again", 11, 11)
+	finish("twice-again", 21, 11)
+
+	// The first record's sender never finished, but the persister has
+	// claimed it: the second produce is answered with the first.
+	now := time.Now().UnixMilli()
+	claim(t, r, msg("g", "u", "lost", 30, now))
+	begin("lost", SendClaimed)
+	finish("lost", 40, 30)
+
+	// A persister claim outside the dedup window is an earlier use of the
+	// cmid, another message: it does not change the answer.
+	claim(t, r, msg("g", "u", "reused", 5, t0))
+	begin("reused", SendClaimed)
+	finish("reused", 50, 50)
+}
