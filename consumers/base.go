@@ -30,6 +30,7 @@ type RunnerTuning struct {
 	BatchSize                                 int
 	MinBackoff, MaxBackoff                    time.Duration
 	SessionTimeout, RebalanceTimeout, MaxWait time.Duration
+	CommitInterval                            time.Duration
 }
 
 func runnerConfig[E any](b Base, group, topic string, decode func([]byte) (E, error), h Handler[E], offsets OffsetStore) Config[E] {
@@ -44,6 +45,7 @@ func runnerConfig[E any](b Base, group, topic string, decode func([]byte) (E, er
 		cfg.BatchSize = t.BatchSize
 		cfg.MinBackoff, cfg.MaxBackoff = t.MinBackoff, t.MaxBackoff
 		cfg.SessionTimeout, cfg.RebalanceTimeout, cfg.MaxWait = t.SessionTimeout, t.RebalanceTimeout, t.MaxWait
+		cfg.CommitInterval = t.CommitInterval
 	}
 	return cfg
 }

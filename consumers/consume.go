@@ -2,8 +2,10 @@ package consumers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 )
@@ -34,9 +36,28 @@ func (r *Runner[E]) consume(ctx context.Context, gen *kafka.Generation, part int
 	}
 	batch := make([]kafka.Message, 0, r.cfg.BatchSize)
 	recs := make([]Record[E], 0, r.cfg.BatchSize)
+	var (
+		applied int64     = -1 // next offset after the last handled batch
+		saved   int64     = -1 // the last one saved and committed
+		due     time.Time      // when applied must be committed by
+	)
+	defer func() {
+		if applied > saved { // leaving: save what was done, best effort
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			r.commit(fctx, log, gen, part, applied)
+		}
+	}()
 	for {
 		var err error
-		batch, err = r.fetch(ctx, reader, batch[:0])
+		batch, err = r.fetch(ctx, reader, batch[:0], due)
+		if errors.Is(err, errCommitDue) {
+			if !r.commit(ctx, log, gen, part, applied) {
+				return
+			}
+			saved, due = applied, time.Time{}
+			continue
+		}
 		if err != nil {
 			if ctx.Err() == nil {
 				log.Warn("fetch failed", "err", err)
@@ -57,9 +78,16 @@ func (r *Runner[E]) consume(ctx context.Context, gen *kafka.Generation, part int
 		if !r.handle(ctx, log, part, recs) {
 			return
 		}
-		next := batch[len(batch)-1].Offset + 1
-		if !r.commit(ctx, log, gen, part, next) {
-			return
+		applied = batch[len(batch)-1].Offset + 1
+		now := time.Now()
+		if due.IsZero() {
+			due = now.Add(r.cfg.CommitInterval)
+		}
+		if !now.Before(due) {
+			if !r.commit(ctx, log, gen, part, applied) {
+				return
+			}
+			saved, due = applied, time.Time{}
 		}
 		lag := reader.Lag()
 		r.mu.Lock()
@@ -73,11 +101,25 @@ func (r *Runner[E]) consume(ctx context.Context, gen *kafka.Generation, part int
 	}
 }
 
+// errCommitDue ends a fetch that waited until handled batches were due
+// for their commit.
+var errCommitDue = errors.New("consumers: commit due")
+
 // fetch blocks for one record, then takes whatever else is already there,
 // up to BatchSize, waiting at most Linger for records known to exist.
-func (r *Runner[E]) fetch(ctx context.Context, reader *kafka.Reader, batch []kafka.Message) ([]kafka.Message, error) {
-	m, err := reader.FetchMessage(ctx)
+// With a due time set, it returns errCommitDue if nothing came by then.
+func (r *Runner[E]) fetch(ctx context.Context, reader *kafka.Reader, batch []kafka.Message, due time.Time) ([]kafka.Message, error) {
+	fctx := ctx
+	if !due.IsZero() {
+		var cancel context.CancelFunc
+		fctx, cancel = context.WithDeadline(ctx, due)
+		defer cancel()
+	}
+	m, err := reader.FetchMessage(fctx)
 	if err != nil {
+		if ctx.Err() == nil && fctx.Err() != nil {
+			return batch, errCommitDue
+		}
 		return batch, err
 	}
 	batch = append(batch, m)
@@ -177,8 +219,11 @@ func (r *Runner[E]) commit(ctx context.Context, log *slog.Logger, gen *kafka.Gen
 	}
 	if err := gen.CommitOffsets(map[string]map[int]int64{r.cfg.Topic: {part: next}}); err != nil && ctx.Err() == nil {
 		// Effects are idempotent: a lost commit only means a replay from the
-		// previous one. The next batch's commit covers this one.
+		// previous one. The next commit covers this one.
 		log.Debug("group commit failed", "offset", next, "err", err)
 	}
+	r.mu.Lock()
+	r.stats.Commits++
+	r.mu.Unlock()
 	return ctx.Err() == nil
 }

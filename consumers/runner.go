@@ -56,11 +56,17 @@ type Config[E any] struct {
 	// DeadLetter receives poison records. Required.
 	DeadLetter *producers.Producer
 
-	BatchSize  int           // most records per Handle; default 10000
-	MaxWait    time.Duration // fetch long-poll; default 500ms (kafka-go's is 10s)
-	Linger     time.Duration // longest wait to fill a batch once data is known to exist; default 20ms
-	MinBackoff time.Duration // first retry delay after a failed Handle; default 100ms
-	MaxBackoff time.Duration // default 10s
+	BatchSize int           // most records per Handle; default 10000
+	MaxWait   time.Duration // fetch long-poll; default 500ms (kafka-go's is 10s)
+	Linger    time.Duration // longest wait to fill a batch once data is known to exist; default 20ms
+	// CommitInterval is the longest a handled batch waits for its offset
+	// to be saved and committed; default 1s. Batches in between share one
+	// commit, so a busy partition commits once per interval instead of once
+	// per batch. A restart replays at most this much (effects are
+	// idempotent). Negative: commit after every batch.
+	CommitInterval time.Duration
+	MinBackoff     time.Duration // first retry delay after a failed Handle; default 100ms
+	MaxBackoff     time.Duration // default 10s
 
 	SessionTimeout   time.Duration // default 10s
 	RebalanceTimeout time.Duration // default 10s
@@ -77,6 +83,9 @@ func (c *Config[E]) setDefaults() {
 	}
 	if c.Linger == 0 {
 		c.Linger = 20 * time.Millisecond
+	}
+	if c.CommitInterval == 0 {
+		c.CommitInterval = time.Second
 	}
 	if c.MinBackoff == 0 {
 		c.MinBackoff = 100 * time.Millisecond
@@ -129,6 +138,7 @@ type Stats struct {
 	Batches      int64
 	DeadLettered int64
 	Retries      int64 // failed Handle calls
+	Commits      int64 // offsets saved and committed
 }
 
 // NewRunner checks cfg and returns a Runner; Run starts it.

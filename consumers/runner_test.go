@@ -160,6 +160,7 @@ func TestRunnerRetriesWithoutCommittingThenDelivers(t *testing.T) {
 	sendAcks(t, k, 300)
 	runAcks(t, k, "acks-test", h)
 	waitFor(t, "all 300 acks handled", 20*time.Second, func() bool { return h.handled() == 300 })
+	waitFor(t, "the offsets of all 300 acks saved", 5*time.Second, func() bool { return h.savedTotal() == 300 })
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.calls < 6 {
@@ -170,12 +171,49 @@ func TestRunnerRetriesWithoutCommittingThenDelivers(t *testing.T) {
 			t.Fatalf("cursor %s = %d", k, v)
 		}
 	}
+}
+
+func (m *memAcks) savedTotal() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	var total int64
-	for _, o := range h.offsets {
+	for _, o := range m.offsets {
 		total += o
 	}
-	if total != 300 {
-		t.Fatalf("saved offsets sum to %d, want 300 (every record committed once effective)", total)
+	return total
+}
+
+// TestRunnerCommitsOnInterval: batches handled within one CommitInterval
+// share one commit, an idle partition still commits what it handled, and
+// a stop saves the last batch at once.
+func TestRunnerCommitsOnInterval(t *testing.T) {
+	k := newKafka(t, 1)
+	h := newMemAcks()
+	r, err := NewRunner(Config[schema.Ack]{
+		Brokers: k.brokers(), Group: "acks-interval", Topic: topics.Acks,
+		Decode: schema.DecodeAck, Handler: h, Offsets: h, DeadLetter: k.prod,
+		CommitInterval: 300 * time.Millisecond, SessionTimeout: 6 * time.Second, RebalanceTimeout: 2 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := start(t, r.Run)
+	waitFor(t, "assignment", 10*time.Second, r.CaughtUp)
+	for i := 0; i < 20; i++ { // 20 small batches, 10 ms apart
+		sendAcks(t, k, 1)
+		time.Sleep(10 * time.Millisecond)
+	}
+	waitFor(t, "20 acks handled", 5*time.Second, func() bool { return h.handled() == 20 })
+	waitFor(t, "the idle partition's commit", 2*time.Second, func() bool { return h.savedTotal() == 20 })
+	st := r.Stats()
+	if st.Batches < 5 || st.Commits*2 > st.Batches {
+		t.Fatalf("%d batches, %d commits: want batches within an interval to share a commit", st.Batches, st.Commits)
+	}
+	sendAcks(t, k, 1)
+	waitFor(t, "the 21st ack handled", 5*time.Second, func() bool { return h.handled() == 21 })
+	stop()
+	if got := h.savedTotal(); got != 21 {
+		t.Fatalf("offset saved at stop = %d, want 21", got)
 	}
 }
 
