@@ -178,8 +178,14 @@ func (c *conn) enqueue(o out) {
 	}
 }
 
+// writeLoop writes the queue in order. What is queued by the time it
+// looks is written together: the messages of consecutive push items share
+// push frames, so a backlog costs few writes.
 func (c *conn) writeLoop() {
-	var buf bytes.Buffer
+	var (
+		buf  bytes.Buffer
+		msgs [][]byte
+	)
 	for {
 		var o out
 		select {
@@ -187,30 +193,50 @@ func (c *conn) writeLoop() {
 			return
 		case o = <-c.queue:
 		}
-		if o.msgs == nil {
-			if !c.writeFrame(o.frame, 0) {
-				return
-			}
-			continue
-		}
-		for len(o.msgs) > 0 {
-			buf.Reset()
-			buf.WriteString(`{"op":"push","msgs":[`)
-			n := 0
-			for n < len(o.msgs) && n < maxPushBatch && buf.Len() < maxPushBytes {
-				if n > 0 {
-					buf.WriteByte(',')
+		for more := true; more; {
+			if o.msgs != nil {
+				msgs = append(msgs, o.msgs...)
+			} else {
+				if !c.writePushes(&buf, msgs) || !c.writeFrame(o.frame, 0) {
+					return
 				}
-				buf.Write(o.msgs[n])
-				n++
+				msgs = msgs[:0]
 			}
-			buf.WriteString("]}")
-			if !c.writeFrame(buf.Bytes(), n) {
-				return
+			select {
+			case o = <-c.queue:
+			default:
+				more = false
 			}
-			o.msgs = o.msgs[n:]
 		}
+		if !c.writePushes(&buf, msgs) {
+			return
+		}
+		clear(msgs) // let the written messages go
+		msgs = msgs[:0]
 	}
+}
+
+// writePushes writes msgs as push frames of at most maxPushBatch messages
+// and about maxPushBytes each.
+func (c *conn) writePushes(buf *bytes.Buffer, msgs [][]byte) bool {
+	for len(msgs) > 0 {
+		buf.Reset()
+		buf.WriteString(`{"op":"push","msgs":[`)
+		n := 0
+		for n < len(msgs) && n < maxPushBatch && buf.Len() < maxPushBytes {
+			if n > 0 {
+				buf.WriteByte(',')
+			}
+			buf.Write(msgs[n])
+			n++
+		}
+		buf.WriteString("]}")
+		if !c.writeFrame(buf.Bytes(), n) {
+			return false
+		}
+		msgs = msgs[n:]
+	}
+	return true
 }
 
 func (c *conn) writeFrame(frame []byte, msgs int) bool {

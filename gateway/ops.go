@@ -46,32 +46,36 @@ func (g *Gateway) member(ctx context.Context, uid, gid string) (store.Membership
 	if err != nil {
 		return m, g.unavailable("membership", err)
 	}
+	return m, notMember(m, gid)
+}
+
+// notMember refuses one who never joined gid.
+func notMember(m store.Membership, gid string) *protocol.Error {
 	if m.State == store.MemberNone {
-		return m, protocol.Errorf(protocol.CodeNotMember, "you are not a member of %s; ask an admin or a member to add you", gid)
+		return protocol.Errorf(protocol.CodeNotMember, "you are not a member of %s; ask an admin or a member to add you", gid)
 	}
-	return m, nil
+	return nil
 }
 
 func (g *Gateway) send(ctx context.Context, uid string, r *protocol.Request) (any, *protocol.Error) {
-	m, perr := g.member(ctx, uid, r.Gid)
-	if perr != nil {
-		return nil, perr
-	}
-	if m.State != store.MemberJoined {
-		return nil, protocol.Errorf(protocol.CodeLeft, "you left %s; you cannot send to it", r.Gid)
-	}
 	accepted := func(id int64) *protocol.Accepted {
 		return &protocol.Accepted{Op: protocol.OpAccepted, ID: r.ID, Gid: r.Gid, Cmid: r.Cmid, MsgID: id}
 	}
 	for wait := 0; ; wait++ {
-		id, state, err := g.cfg.Redis.BeginSend(ctx, r.Gid, uid, r.Cmid, sendInflight)
+		c, err := g.cfg.Redis.BeginSend(ctx, r.Gid, uid, r.Cmid, sendInflight)
 		if err != nil {
 			return nil, g.unavailable("send claim", err)
 		}
-		if state == store.SendDone {
-			return accepted(id), nil // a resend: the first send's msgid
+		if perr := notMember(c.Member, r.Gid); perr != nil {
+			return nil, perr
 		}
-		if state == store.SendClaimed {
+		if c.Member.State != store.MemberJoined {
+			return nil, protocol.Errorf(protocol.CodeLeft, "you left %s; you cannot send to it", r.Gid)
+		}
+		if c.State == store.SendDone {
+			return accepted(c.MsgID), nil // a resend: the first send's msgid
+		}
+		if c.State == store.SendClaimed {
 			break
 		}
 		if wait >= 100 { // ~2 s
@@ -137,28 +141,28 @@ func (g *Gateway) holdSend(ctx context.Context, gid, uid, cmid string) (stop fun
 // the member can see; a cursor at or below the current one is answered
 // without writing anything.
 func (g *Gateway) cursor(ctx context.Context, uid string, r *protocol.Request) (any, *protocol.Error) {
-	m, perr := g.member(ctx, uid, r.Gid)
-	if perr != nil {
+	cur, err := g.cfg.Redis.CursorState(ctx, r.Gid, uid)
+	if err != nil {
+		return nil, g.unavailable("cursors", err)
+	}
+	m := cur.Member
+	if perr := notMember(m, r.Gid); perr != nil {
 		return nil, perr
 	}
 	upto := *r.Upto
 	if m.State == store.MemberLeft && upto > m.LeftAt {
 		return nil, protocol.Errorf(protocol.CodeLeft, "you left %s at msgid %d; you cannot %s past it", r.Gid, m.LeftAt, r.Op)
 	}
-	if perr := g.checkHead(ctx, r.Gid, upto, r.Op); perr != nil {
+	if perr := g.checkHead(ctx, r.Gid, cur.Head, upto, r.Op); perr != nil {
 		return nil, perr
-	}
-	cur, err := g.cfg.Redis.MemberCursors(ctx, uid, []string{r.Gid})
-	if err != nil {
-		return nil, g.unavailable("cursors", err)
 	}
 	now := time.Now().UnixMilli()
 	if r.Op == protocol.OpAck {
-		if upto > cur[r.Gid].Ack {
+		if upto > cur.Ack {
 			err = g.cfg.Producer.SendAcks(ctx, schema.Ack{Gid: r.Gid, Uid: uid, Upto: upto, At: now})
 			g.metrics.acks.Add(1)
 		}
-	} else if upto > cur[r.Gid].Read {
+	} else if upto > cur.Read {
 		err = g.cfg.Producer.SendReceipts(ctx, schema.Receipt{Gid: r.Gid, Uid: uid, Upto: upto, At: now})
 		g.metrics.reads.Add(1)
 	}
@@ -171,11 +175,7 @@ func (g *Gateway) cursor(ctx context.Context, uid string, r *protocol.Request) (
 // checkHead refuses a cursor past the group's newest message. The Redis head
 // lags the log by the persister's delay, so a cursor above it is checked
 // against the log itself before it is refused.
-func (g *Gateway) checkHead(ctx context.Context, gid string, upto int64, op string) *protocol.Error {
-	head, err := g.cfg.Redis.Head(ctx, gid)
-	if err != nil {
-		return g.unavailable("head", err)
-	}
+func (g *Gateway) checkHead(ctx context.Context, gid string, head, upto int64, op string) *protocol.Error {
 	if upto <= head {
 		return nil
 	}

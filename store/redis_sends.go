@@ -19,35 +19,57 @@ const (
 	SendDone                     // accepted before, with the returned msgid
 )
 
+// SendClaim is what BeginSend found.
+type SendClaim struct {
+	Member Membership // the sender's membership; no claim is taken unless joined
+	State  SendState
+	MsgID  int64 // SendDone: the msgid of the first send; else -1
+}
+
 // The gateway's send claims make a resend answer with the msgid of the
 // first send instead of producing again. They are a fast path: the
 // persister's claims (ClaimSends) remain the authority on duplicates.
+// KEYS: send claim, the group's members; ARGV: inflight (ms), uid.
 var beginSendScript = redis.NewScript(`
+local m = redis.call('HGET', KEYS[2], ARGV[2])
+if not m or string.sub(m, 1, 1) ~= 'j' then return {m or '', ''} end
 local v = redis.call('GET', KEYS[1])
-if v then return v end
+if v then return {m, v} end
 redis.call('SET', KEYS[1], 'pending', 'PX', ARGV[1])
-return false
+return {m, ''}
 `)
 
-// BeginSend claims (gid, uid, cmid) for a send about to be produced; the
-// claim expires after inflight unless FinishSend or AbortSend ends it.
-func (r *Redis) BeginSend(ctx context.Context, gid, uid, cmid string, inflight time.Duration) (int64, SendState, error) {
-	v, err := beginSendScript.Run(ctx, r.client, []string{sendKey(gid, uid, cmid)}, inflight.Milliseconds()).Result()
-	if err == redis.Nil {
-		return -1, SendClaimed, nil
-	}
+// BeginSend checks that uid is a joined member of gid and, if so, claims
+// (gid, uid, cmid) for a send about to be produced, in one round trip; the
+// claim expires after inflight unless ExtendSend renews it or FinishSend or
+// AbortSend ends it.
+func (r *Redis) BeginSend(ctx context.Context, gid, uid, cmid string, inflight time.Duration) (SendClaim, error) {
+	out := SendClaim{Member: Membership{State: MemberNone}, MsgID: -1}
+	v, err := beginSendScript.Run(ctx, r.client, []string{sendKey(gid, uid, cmid), membersKey(gid)}, inflight.Milliseconds(), uid).StringSlice()
 	if err != nil {
-		return -1, 0, fmt.Errorf("store: begin send: %w", err)
+		return out, fmt.Errorf("store: begin send: %w", err)
 	}
-	s, _ := v.(string)
-	if s == "pending" {
-		return -1, SendPending, nil
+	if len(v) != 2 {
+		return out, fmt.Errorf("%w: begin send answered %q", ErrCorruptValue, v)
 	}
-	id, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		return -1, 0, fmt.Errorf("%w: send claim %q", ErrCorruptValue, s)
+	if v[0] != "" {
+		if out.Member, err = parseMembership(v[0]); err != nil {
+			return out, fmt.Errorf("store: membership of %q in %q: %w", uid, gid, err)
+		}
 	}
-	return id, SendDone, nil
+	switch {
+	case out.Member.State != MemberJoined:
+	case v[1] == "":
+		out.State = SendClaimed
+	case v[1] == "pending":
+		out.State = SendPending
+	default:
+		if out.MsgID, err = strconv.ParseInt(v[1], 10, 64); err != nil {
+			return out, fmt.Errorf("%w: send claim %q", ErrCorruptValue, v[1])
+		}
+		out.State = SendDone
+	}
+	return out, nil
 }
 
 // finishSendScript records the msgid a send is answered with. KEYS[1] is

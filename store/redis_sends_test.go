@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/groupchat/chatd/schema"
 )
 
 // testSendClaims covers the gateway's send claims, above all a send that
@@ -15,19 +17,32 @@ import (
 func testSendClaims(t *testing.T, c redis.UniversalClient) {
 	r := newTestRedis(t, c, RedisConfig{})
 	ctx := context.Background()
+	applyMembers(t, r, join("g", "u", -1), join("g", "leaver", -1), leave("g", "leaver", 3))
 	begin := func(cmid string, want SendState) int64 {
 		t.Helper()
-		id, state, err := r.BeginSend(ctx, "g", "u", cmid, time.Second)
-		if err != nil || state != want {
-			t.Fatalf("BeginSend(%s) = %d, %v, %v; want state %v", cmid, id, state, err, want)
+		c, err := r.BeginSend(ctx, "g", "u", cmid, time.Second)
+		if err != nil || c.State != want || c.Member.State != MemberJoined {
+			t.Fatalf("BeginSend(%s) = %+v, %v; want a joined member, state %v", cmid, c, err, want)
 		}
-		return id
+		return c.MsgID
 	}
+
 	finish := func(cmid string, msgid, want int64) {
 		t.Helper()
 		got, err := r.FinishSend(ctx, "g", "u", cmid, msgid, time.Hour)
 		if err != nil || got != want {
 			t.Fatalf("FinishSend(%s, %d) = %d, %v; want %d", cmid, msgid, got, err, want)
+		}
+	}
+
+	// Only a joined member gets a claim.
+	for who, want := range map[string]MemberState{"stranger": MemberNone, "leaver": MemberLeft} {
+		cl, err := r.BeginSend(ctx, "g", who, "x", time.Second)
+		if err != nil || cl.Member.State != want || cl.MsgID != -1 {
+			t.Fatalf("BeginSend by %s = %+v, %v; want membership state %v", who, cl, err, want)
+		}
+		if n := c.Exists(ctx, sendKey("g", who, "x")).Val(); n != 0 {
+			t.Fatalf("BeginSend by %s left a claim", who)
 		}
 	}
 
@@ -82,4 +97,25 @@ func testSendClaims(t *testing.T, c redis.UniversalClient) {
 	claim(t, r, msg("g", "u", "reused", 5, t0))
 	begin("reused", SendClaimed)
 	finish("reused", 50, 50)
+}
+
+// testCursorState: the state an ack or read is decided on, in one call.
+func testCursorState(t *testing.T, c redis.UniversalClient) {
+	r := newTestRedis(t, c, RedisConfig{})
+	ctx := context.Background()
+	st, err := r.CursorState(ctx, "g", "u")
+	if want := (CursorState{Member: Membership{State: MemberNone}, Head: -1, Ack: -1, Read: -1}); err != nil || st != want {
+		t.Fatalf("before anything: %+v, %v; want %+v", st, err, want)
+	}
+	applyMembers(t, r, join("g", "u", 2))
+	appendAll(t, r, msg("g", "s", "a", 5, t0), msg("g", "s", "b", 9, t0))
+	advanceAcks(t, r, schema.Ack{Gid: "g", Uid: "u", Upto: 5})
+	if err := r.AdvanceReads(ctx, []schema.Receipt{{Gid: "g", Uid: "u", Upto: 4}}); err != nil {
+		t.Fatal(err)
+	}
+	st, err = r.CursorState(ctx, "g", "u")
+	want := CursorState{Member: Membership{State: MemberJoined, JoinedAt: 2}, Head: 9, Ack: 5, Read: 4}
+	if err != nil || st != want {
+		t.Fatalf("CursorState = %+v, %v; want %+v", st, err, want)
+	}
 }

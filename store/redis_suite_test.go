@@ -28,6 +28,7 @@ func runRedisSuite(t *testing.T, newClient func(t *testing.T) redis.UniversalCli
 		{"ClaimSendsIndependent", testClaimSendsIndependent},
 		{"ClaimSendsExpiry", testClaimSendsExpiry},
 		{"SendClaims", testSendClaims},
+		{"CursorState", testCursorState},
 		{"WindowTrimFloor", testWindowTrimFloor},
 		{"WindowPaging", testWindowPaging},
 		{"WindowReplay", testWindowReplay},

@@ -71,6 +71,48 @@ func (r *Redis) MemberCursors(ctx context.Context, uid string, gids []string) (m
 	return out, nil
 }
 
+// CursorState is what deciding on one ack or read needs: the member's
+// membership, the group's head and the member's cursors in it.
+type CursorState struct {
+	Member Membership
+	Head   int64 // the group's newest persisted msgid; -1: none
+	Ack    int64 // -1: none
+	Read   int64 // -1: none
+}
+
+// CursorState returns uid's CursorState in gid in one round trip.
+func (r *Redis) CursorState(ctx context.Context, gid, uid string) (CursorState, error) {
+	var (
+		member    *redis.StringCmd
+		head      *redis.StringCmd
+		ack, read *redis.FloatCmd
+	)
+	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		member = p.HGet(ctx, membersKey(gid), uid)
+		head = p.Get(ctx, headKey(gid))
+		ack = p.ZScore(ctx, ackKey(gid), uid)
+		read = p.ZScore(ctx, readKey(gid), uid)
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return CursorState{}, fmt.Errorf("store: cursors of %q in %q: %w", uid, gid, err)
+	}
+	st := CursorState{Member: Membership{State: MemberNone}, Head: -1, Ack: scoreOr(ack, -1), Read: scoreOr(read, -1)}
+	if v, err := member.Result(); err == nil {
+		if st.Member, err = parseMembership(v); err != nil {
+			return CursorState{}, fmt.Errorf("store: membership of %q in %q: %w", uid, gid, err)
+		}
+	}
+	h, ok, err := optionalMsgID(head)
+	if err != nil {
+		return CursorState{}, fmt.Errorf("store: head of %q: %w", gid, err)
+	}
+	if ok {
+		st.Head = h
+	}
+	return st, nil
+}
+
 func scoreOr(c *redis.FloatCmd, def int64) int64 {
 	v, err := c.Result()
 	if err != nil {

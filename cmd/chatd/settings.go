@@ -36,6 +36,7 @@ type settings struct {
 	NodeID          string
 	AllowedOrigins  string
 	MaxBody         int
+	DebugAddr       string
 }
 
 // setting describes one knob, for flags, env and `chatd help`.
@@ -89,6 +90,7 @@ var allSettings = []setting{
 	{"admin-token", "CHAT_ADMIN_TOKEN", "", "bearer token for /v1/admin/* (empty: administration off; dev: generated and logged)", "all", str(func(s *settings) *string { return &s.AdminToken })},
 	{"node-id", "CHAT_NODE_ID", "", "this gateway's name in presence and its push channel (default: hostname-pid)", "all", str(func(s *settings) *string { return &s.NodeID })},
 	{"allowed-origins", "CHAT_ALLOWED_ORIGINS", "", "browser origins (host patterns) allowed besides the gateway's own host, comma-separated", "all", str(func(s *settings) *string { return &s.AllowedOrigins })},
+	{"debug-addr", "CHAT_DEBUG_ADDR", "", "listen address of the Go profiler (/debug/pprof/); empty: off. Keep it private", "all", str(func(s *settings) *string { return &s.DebugAddr })},
 	{"max-body", "CHAT_MAX_BODY", "16384", "largest message body in bytes", "all", num(func(s *settings) *int { return &s.MaxBody })},
 	{"log-level", "CHAT_LOG_LEVEL", "info", "debug, info, warn or error", "all", str(func(s *settings) *string { return &s.LogLevel })},
 	{"log-format", "CHAT_LOG_FORMAT", "text", "text or json", "all", str(func(s *settings) *string { return &s.LogFormat })},

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"path/filepath"
 	"time"
 
@@ -163,6 +164,13 @@ func (st *stack) run(ctx context.Context) error {
 	st.log.Info("serving HTTP", "addr", ln.Addr().String())
 
 	g, gctx := errgroup.WithContext(ctx)
+	if st.s.DebugAddr != "" {
+		dbg, err := serveDebug(gctx, st.s.DebugAddr)
+		if err != nil {
+			return err
+		}
+		st.log.Info("serving the profiler", "addr", dbg)
+	}
 	for _, p := range st.parts {
 		g.Go(func() error {
 			if err := p.run(gctx); err != nil {
@@ -233,4 +241,24 @@ func (st *stack) close() {
 	for i := len(st.closers) - 1; i >= 0; i-- {
 		st.closers[i]()
 	}
+}
+
+// serveDebug serves net/http/pprof on its own listener, apart from the
+// public HTTP address, until ctx ends.
+func serveDebug(ctx context.Context, addr string) (string, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("debug listen on %s: %w; set CHAT_DEBUG_ADDR to a free address or leave it empty", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	go srv.Serve(ln)
+	return ln.Addr().String(), nil
 }
