@@ -21,7 +21,7 @@ func (r *Runner[E]) consume(ctx context.Context, gen *kafka.Generation, part int
 		MinBytes:        1,
 		MaxBytes:        16 << 20,
 		MaxWait:         r.cfg.MaxWait,
-		QueueCapacity:   min(r.cfg.BatchSize, 4096),
+		QueueCapacity:   min(r.cfg.BatchSize, 1024),
 		ReadLagInterval: -1,
 		ErrorLogger:     kafka.LoggerFunc(func(f string, a ...any) { log.Debug(fmt.Sprintf(f, a...)) }),
 	})
@@ -34,8 +34,12 @@ func (r *Runner[E]) consume(ctx context.Context, gen *kafka.Generation, part int
 	if lag, err := reader.ReadLag(ctx); err == nil && lag <= 0 {
 		r.markCaughtUp(part) // nothing to replay: the state is current
 	}
-	batch := make([]kafka.Message, 0, r.cfg.BatchSize)
-	recs := make([]Record[E], 0, r.cfg.BatchSize)
+	// The buffers grow to the batches that come: a partition that sees one
+	// record at a time keeps small ones. (Full-size buffers on every
+	// partition of every consumer made a heap of hundreds of MB the
+	// garbage collector paced itself by, so garbage piled up in RSS.)
+	batch := make([]kafka.Message, 0, min(r.cfg.BatchSize, 64))
+	recs := make([]Record[E], 0, cap(batch))
 	var (
 		applied int64     = -1 // next offset after the last handled batch
 		saved   int64     = -1 // the last one saved and committed

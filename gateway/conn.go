@@ -1,11 +1,15 @@
 package gateway
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -40,7 +44,8 @@ type conn struct {
 	g      *Gateway
 	ws     *websocket.Conn
 	uid    string
-	queue  chan out
+	queue  outQueue
+	pinger *time.Timer
 	sends  *rate.Limiter
 	frames *rate.Limiter
 
@@ -50,27 +55,35 @@ type conn struct {
 	closed chan struct{} // closed when the close handshake is over
 }
 
-// serveWS accepts a WebSocket and runs it until it closes.
+// serveWS accepts a WebSocket and hands it to a goroutine of its own, so
+// that the HTTP request, its headers and the handler's grown stack are let go
+// while the connection lives.
 func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	if g.closing.Load() {
 		http.Error(w, `{"code":"unavailable","message":"the gateway is shutting down; reconnect to another"}`, http.StatusServiceUnavailable)
 		return
 	}
-	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{OriginPatterns: g.cfg.AllowedOrigins})
+	ws, err := websocket.Accept(smallBuffers{w}, r, &websocket.AcceptOptions{OriginPatterns: g.cfg.AllowedOrigins})
 	if err != nil {
 		g.log.Debug("websocket accept failed", "err", err)
 		return // Accept has answered the client
 	}
 	ws.SetReadLimit(int64(g.cfg.MaxBody) + 4096)
+	token := strings.Clone(bearer(r))
+	g.wg.Add(1)
+	go g.runConn(ws, token)
+}
+
+// runConn runs one connection until it closes.
+func (g *Gateway) runConn(ws *websocket.Conn, token string) {
+	defer g.wg.Done()
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &conn{g: g, ws: ws, queue: make(chan out, g.cfg.QueueSize), ctx: ctx, cancel: cancel, closed: make(chan struct{}),
+	defer cancel()
+	c := &conn{g: g, ws: ws, queue: outQueue{limit: g.cfg.QueueSize}, ctx: ctx, cancel: cancel, closed: make(chan struct{}),
 		sends:  rate.NewLimiter(rate.Limit(g.cfg.SendRate), g.cfg.SendBurst),
 		frames: rate.NewLimiter(rate.Limit(max(g.cfg.SendRate*4, 100)), g.cfg.SendBurst*4)}
-	g.wg.Add(1)
-	defer g.wg.Done()
-	defer cancel()
 
-	uid, perr := c.authenticate(r)
+	uid, perr := c.authenticate(token)
 	if perr != nil {
 		c.writeNow(perr.Frame(""))
 		c.close(CloseUnauthenticated, string(perr.Code)+": "+perr.Message)
@@ -81,20 +94,47 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	g.connect(c)
 	defer g.disconnect(c)
 
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); c.writeLoop() }()
-	go func() { defer wg.Done(); c.pingLoop() }()
+	c.pinger = time.AfterFunc(g.cfg.PingInterval, c.ping)
 	c.readLoop()
 	c.close(websocket.StatusNormalClosure, "")
 	<-c.closed
-	wg.Wait()
+	c.pinger.Stop()
+	c.queue.stop()
 }
 
-// authenticate takes the token from the URL (?token=), the Authorization
-// header, or a first auth frame sent within AuthTimeout.
-func (c *conn) authenticate(r *http.Request) (string, *protocol.Error) {
-	if tok := bearer(r); tok != "" {
+// smallBuffers hands the WebSocket smaller buffers than net/http's 4 KiB
+// each way: they live as long as the connection, idle or not. Client frames
+// are small; a frame larger than a buffer is read or written past it.
+type smallBuffers struct{ http.ResponseWriter }
+
+const (
+	readBuffer  = 1 << 10
+	writeBuffer = 2 << 10
+)
+
+func (s smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	hj, ok := s.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("gateway: the HTTP server cannot hand over connections")
+	}
+	nc, brw, err := hj.Hijack()
+	if err != nil {
+		return nil, nil, err
+	}
+	// Bytes the client sent early sit in net/http's reader: they must sit
+	// in ours, buffered, since the WebSocket resets it on its connection.
+	early, _ := brw.Reader.Peek(brw.Reader.Buffered())
+	br := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(early)), nc), max(readBuffer, len(early)))
+	if _, err := br.Peek(len(early)); err != nil {
+		return nil, nil, fmt.Errorf("gateway: taking over a connection: %w", err)
+	}
+	return nc, bufio.NewReadWriter(br, bufio.NewWriterSize(nc, writeBuffer)), nil
+}
+
+// authenticate takes the token of the URL (?token=) or the Authorization
+// header (tok), or else a first auth frame sent within AuthTimeout.
+func (c *conn) authenticate(tok string) (string, *protocol.Error) {
+	if tok != "" {
 		uid, perr := verify(c.g.cfg.Secret, tok)
 		if perr == nil {
 			c.writeNow(protocol.Marshal(protocol.Authed{Op: protocol.OpAuthed, Uid: uid}))
@@ -170,50 +210,30 @@ func (c *conn) reply(frame []byte) { c.enqueue(out{frame: frame}) }
 func (c *conn) push(msgs [][]byte) { c.enqueue(out{msgs: msgs}) }
 
 func (c *conn) enqueue(o out) {
-	select {
-	case c.queue <- o:
-	default:
+	if !c.queue.put(o, c.write) {
 		c.g.metrics.slowCut.Add(1)
-		c.close(CloseTooSlow, fmt.Sprintf("too slow: %d frames queued; reconnect and pull what you missed", cap(c.queue)))
+		c.close(CloseTooSlow, fmt.Sprintf("too slow: %d frames queued; reconnect and pull what you missed", c.queue.limit))
 	}
 }
 
-// writeLoop writes the queue in order. What is queued by the time it
-// looks is written together: the messages of consecutive push items share
-// push frames, so a backlog costs few writes.
-func (c *conn) writeLoop() {
+// write writes queued items in order; the messages of consecutive push
+// items share push frames, so a backlog costs few writes.
+func (c *conn) write(items []out) bool {
 	var (
 		buf  bytes.Buffer
 		msgs [][]byte
 	)
-	for {
-		var o out
-		select {
-		case <-c.ctx.Done():
-			return
-		case o = <-c.queue:
+	for _, o := range items {
+		if o.msgs != nil {
+			msgs = append(msgs, o.msgs...)
+			continue
 		}
-		for more := true; more; {
-			if o.msgs != nil {
-				msgs = append(msgs, o.msgs...)
-			} else {
-				if !c.writePushes(&buf, msgs) || !c.writeFrame(o.frame, 0) {
-					return
-				}
-				msgs = msgs[:0]
-			}
-			select {
-			case o = <-c.queue:
-			default:
-				more = false
-			}
+		if !c.writePushes(&buf, msgs) || !c.writeFrame(o.frame, 0) {
+			return false
 		}
-		if !c.writePushes(&buf, msgs) {
-			return
-		}
-		clear(msgs) // let the written messages go
 		msgs = msgs[:0]
 	}
+	return c.writePushes(&buf, msgs)
 }
 
 // writePushes writes msgs as push frames of at most maxPushBatch messages
@@ -259,25 +279,23 @@ func (c *conn) writeNow(frame []byte) {
 	c.ws.Write(ctx, websocket.MessageText, frame)
 }
 
-func (c *conn) pingLoop() {
-	t := time.NewTicker(c.g.cfg.PingInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.ctx.Done():
-			return
-		case <-t.C:
-		}
-		ctx, cancel := context.WithTimeout(c.ctx, c.g.cfg.PingInterval)
-		err := c.ws.Ping(ctx)
-		cancel()
-		if err != nil {
-			if c.ctx.Err() == nil {
-				c.close(websocket.StatusPolicyViolation, "no pong within the ping interval")
-			}
-			return
-		}
+// ping runs every PingInterval on a timer rather than a goroutine of its
+// own; a missing pong closes the connection.
+func (c *conn) ping() {
+	if !c.queue.hold() {
+		return // the connection ended
 	}
+	defer c.queue.wg.Done()
+	ctx, cancel := context.WithTimeout(c.ctx, c.g.cfg.PingInterval)
+	err := c.ws.Ping(ctx)
+	cancel()
+	if err != nil {
+		if c.ctx.Err() == nil {
+			c.close(websocket.StatusPolicyViolation, "no pong within the ping interval")
+		}
+		return
+	}
+	c.pinger.Reset(c.g.cfg.PingInterval)
 }
 
 // close ends the connection once, with a reason the client can act on. The

@@ -10,8 +10,10 @@
 // # Concurrency
 //
 // Each connection has one reader goroutine, which handles the client's frames
-// in order, and one writer goroutine, which drains a bounded queue. Pushes and
-// answers are enqueued without blocking: a connection whose queue is full is
-// closed with a reason (it resyncs by pull on reconnect), so a slow client
-// never stalls anyone else. All exported methods are safe for concurrent use.
+// in order, and a bounded outbound queue, drained by a writer goroutine that
+// runs only while the queue holds something; pings run on a timer. An idle
+// connection so costs one goroutine. Pushes and answers are enqueued without
+// blocking: a connection whose queue is full is closed with a reason (it
+// resyncs by pull on reconnect), so a slow client never stalls anyone else.
+// All exported methods are safe for concurrent use.
 package gateway

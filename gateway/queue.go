@@ -1,0 +1,82 @@
+package gateway
+
+import "sync"
+
+// outQueue is a connection's bounded outbound queue. It holds no memory and
+// no goroutine while empty: the first item starts a writer goroutine, which
+// writes until the queue is empty again and then ends. An idle connection
+// so costs its reader alone.
+type outQueue struct {
+	mu      sync.Mutex
+	items   []out
+	limit   int
+	writing bool // a writer goroutine runs
+	stopped bool // the connection ended: nothing more is queued or written
+	wg      sync.WaitGroup
+}
+
+// put queues o and starts a writer with write if none runs. It reports
+// false when the queue is full (the caller cuts the connection); after stop
+// it drops o and reports true.
+func (q *outQueue) put(o out, write func(items []out) bool) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.stopped {
+		return true
+	}
+	if len(q.items) >= q.limit {
+		return false
+	}
+	q.items = append(q.items, o)
+	if !q.writing {
+		q.writing = true
+		q.wg.Add(1)
+		go q.drain(write)
+	}
+	return true
+}
+
+// drain hands write everything queued, in order, until the queue is empty
+// or write fails.
+func (q *outQueue) drain(write func(items []out) bool) {
+	defer q.wg.Done()
+	for {
+		q.mu.Lock()
+		items := q.items
+		q.items = nil
+		if len(items) == 0 || q.stopped {
+			q.writing = false
+			q.mu.Unlock()
+			return
+		}
+		q.mu.Unlock()
+		if !write(items) {
+			q.mu.Lock()
+			q.writing = false
+			q.items = nil
+			q.mu.Unlock()
+			return
+		}
+	}
+}
+
+// hold counts a goroutine of the connection's (a ping) that stop waits
+// for; it reports false once stopped.
+func (q *outQueue) hold() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.stopped {
+		return false
+	}
+	q.wg.Add(1)
+	return true
+}
+
+// stop drops what is queued, refuses what comes, and waits for the writer.
+func (q *outQueue) stop() {
+	q.mu.Lock()
+	q.stopped = true
+	q.items = nil
+	q.mu.Unlock()
+	q.wg.Wait()
+}
