@@ -29,6 +29,7 @@ func runRedisSuite(t *testing.T, newClient func(t *testing.T) redis.UniversalCli
 		{"ClaimSendsExpiry", testClaimSendsExpiry},
 		{"WindowTrimFloor", testWindowTrimFloor},
 		{"WindowPaging", testWindowPaging},
+		{"WindowBefore", testWindowBefore},
 		{"WindowReplay", testWindowReplay},
 		{"WindowBigBatch", testWindowBigBatch},
 		{"Head", testHead},
