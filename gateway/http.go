@@ -29,6 +29,7 @@ func (g *Gateway) routes(mux *http.ServeMux) {
 	mux.HandleFunc("DELETE /v1/admin/groups/{gid}/members/{uid}", g.admin(g.removeMember))
 	if g.cfg.DevTokens {
 		mux.HandleFunc("POST /v1/dev/token", g.devToken)
+		g.devRoutes(mux)
 	}
 }
 
