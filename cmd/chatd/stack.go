@@ -22,6 +22,7 @@ import (
 	"github.com/groupchat/chatd/producers"
 	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
+	"github.com/groupchat/chatd/web"
 )
 
 // stack is what one chatd process holds: its connections to Kafka, Redis
@@ -207,6 +208,7 @@ func (st *stack) routes() *http.ServeMux {
 	mux.HandleFunc("GET /readyz", st.health)
 	if st.gateway != nil {
 		mux.Handle("/v1/", st.gateway.Handler())
+		mux.Handle("/", web.Handler()) // the web client
 	}
 	return mux
 }
