@@ -162,6 +162,9 @@ func (st *stack) run(ctx context.Context) error {
 	}
 	srv := &http.Server{Handler: st.routes(), ReadHeaderTimeout: 5 * time.Second}
 	st.log.Info("serving HTTP", "addr", ln.Addr().String())
+	if st.gateway != nil {
+		st.log.Info("web client: open it in a browser", "url", "http://"+ln.Addr().String()+"/")
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	for _, p := range st.parts {
