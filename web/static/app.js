@@ -374,7 +374,8 @@ async function showReaders(gid, msgid, anchor) {
     const left = m.left - 232 >= 8;
     box.hidden = false;
     box.style.left = `${left ? m.left - 232 : Math.max(8, r.right - 220)}px`;
-    box.style.top = `${Math.max(8, Math.min(left ? m.top : r.bottom + 4, innerHeight - box.offsetHeight - 8))}px`;
+    const bottom = scroller.getBoundingClientRect().bottom;
+    box.style.top = `${Math.max(8, Math.min(left ? m.top : r.bottom + 4, bottom - box.offsetHeight - 8))}px`;
   } catch (e) {
     chat.failed('who read', e);
   }

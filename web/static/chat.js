@@ -450,7 +450,9 @@ export class Chat extends EventTarget {
 
   send(gid, body) {
     const g = this.group(gid);
-    const cmid = `w-${crypto.randomUUID()}`;
+    // crypto.getRandomValues, not randomUUID: the page may be served over
+    // plain http from a host other than localhost.
+    const cmid = `w-${Array.from(crypto.getRandomValues(new Uint8Array(12)), (x) => x.toString(16).padStart(2, '0')).join('')}`;
     const p = { gid, cmid, body, state: 'sending', attempts: 0 };
     g.pending.set(cmid, p);
     this.outboxChanged(g);
