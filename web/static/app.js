@@ -3,6 +3,7 @@
 // chat.js; this file only draws its state and reports what is on screen.
 
 import { Chat } from './chat.js';
+import { addMember, createGroup, devToken } from './admin.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -18,16 +19,6 @@ let view = null; // the open group: {gid, readAtOpen, loading}
 let countdown = 0;
 
 // --- signing in ---
-
-// devToken asks `chatd dev` for a token; null when the server hands out
-// none (a production gateway).
-async function devToken(uid) {
-  const r = await fetch('/v1/dev/token', { method: 'POST', body: JSON.stringify({ uid }) });
-  if (r.status === 404) return null;
-  const j = await r.json().catch(() => ({}));
-  if (!r.ok) throw new Error(j.message || r.statusText);
-  return j.token;
-}
 
 function showSignin(message = '') {
   $('app').hidden = true;
@@ -153,7 +144,7 @@ $('new-group').addEventListener('submit', async (ev) => {
   const gid = f.gid.value.trim();
   const members = f.members.value.split(/[\s,]+/).filter(Boolean);
   try {
-    await chat.createGroup(gid, members);
+    await createGroup(chat, gid, members);
     f.reset();
     openGroup(gid);
   } catch (e) {
@@ -166,7 +157,7 @@ $('add-member').addEventListener('submit', async (ev) => {
   const f = ev.target;
   const uid = f.uid.value.trim();
   try {
-    const r = await chat.addMember(view.gid, uid);
+    const r = await addMember(chat, view.gid, uid);
     toast(r.added?.length ? `${uid} was added to ${view.gid}` : `${uid} is already a member`);
     f.reset();
   } catch (e) {
@@ -335,7 +326,7 @@ function renderOutbox() {
       el('div', { className: 'body', textContent: p.body }), el('div', { className: 'state', textContent: state }));
     li.dataset.cmid = p.cmid;
     if (p.state === 'failed') {
-      li.append(el('button', { type: 'button', textContent: 'Retry', onclick: () => chat.retrySend(g.gid, p.cmid) }));
+      li.append(el('button', { type: 'button', textContent: 'Retry', onclick: () => chat.outbox.retry(g.gid, p.cmid) }));
     }
     return li;
   }));
@@ -347,7 +338,7 @@ $('composer').addEventListener('submit', (ev) => {
   const text = body.value.trim();
   body.value = '';
   if (!view || text === '') return;
-  chat.send(view.gid, text);
+  chat.outbox.send(view.gid, text);
   scroller.scrollTop = scroller.scrollHeight;
 });
 

@@ -8,16 +8,16 @@
 // syncs, pulls the open group again, flushes cursors and resends.
 //
 // Everything runs on the page's one thread; state changes are announced as
-// events: status, groups, messages, pending, counts, error.
+// events: status, groups, messages, pending, counts, error. Acks and reads
+// are in cursors.js, sending in outbox.js, the connection in conn.js.
 
-import { Conn, ProtocolError, Disconnected, Timeout, Backoff, retryable } from './conn.js';
+import { Conn, Disconnected, Timeout, Backoff, retryable } from './conn.js';
+import { Cursors } from './cursors.js';
+import { Outbox } from './outbox.js';
 
 const PAGE = 100; // a forward pull page
 const OLDER_PAGE = 50; // a page when scrolling up
 const FILL = 30; // an opened group shows at least this many messages when it has them
-const ACK_EVERY = 10;
-const ACK_INTERVAL = 1000;
-const SEND_TIMEOUT = 10000;
 const HEARTBEAT = 25000;
 const MAX_COUNTS = 200; // msgids per read_counts (protocol.MaxMsgIDs)
 
@@ -67,9 +67,9 @@ export class Chat extends EventTarget {
     this.online = false;
     this.stats = { sessions: 0, reconnects: 0, syncs: 0, pulls: 0, olderPulls: 0, pushes: 0, duplicates: 0,
       gaps: 0, acks: 0, reads: 0, sends: 0, resends: 0 };
-    this.timers = { flush: 0, heartbeat: 0, sync: 0 };
-    this.flushing = false;
-    this.outboxKey = `chatd.outbox.${uid}`;
+    this.timers = { heartbeat: 0, sync: 0 };
+    this.outbox = new Outbox(this);
+    this.cursors = new Cursors(this);
     this.onOffline = () => this.conn.drop('the browser went offline');
     this.onOnline = () => this.conn.retryNow();
   }
@@ -86,9 +86,7 @@ export class Chat extends EventTarget {
   }
 
   start() {
-    for (const p of JSON.parse(sessionStorage.getItem(this.outboxKey) || '[]')) {
-      this.group(p.gid).pending.set(p.cmid, { ...p, state: 'sending', attempts: 0 });
-    }
+    this.outbox.restore();
     addEventListener('offline', this.onOffline);
     addEventListener('online', this.onOnline);
     this.emit('status', { state: 'connecting' });
@@ -99,6 +97,7 @@ export class Chat extends EventTarget {
     removeEventListener('offline', this.onOffline);
     removeEventListener('online', this.onOnline);
     Object.values(this.timers).forEach(clearTimeout);
+    this.cursors.stop();
     this.conn.stop();
   }
 
@@ -116,10 +115,8 @@ export class Chat extends EventTarget {
     this.online = true;
     this.emit('status', { state: 'online' });
     this.beat();
-    this.flush(false);
-    for (const g of this.groups.values()) {
-      for (const p of g.pending.values()) this.trySend(p);
-    }
+    this.cursors.flush(false);
+    this.outbox.resendAll();
     const g = this.current && this.groups.get(this.current);
     if (g) await this.load(g).catch((e) => this.failed('resync', e)); // what was sent while away
   }
@@ -290,12 +287,9 @@ export class Chat extends EventTarget {
       g.head = Math.max(g.head, m.msgid);
       if (m.sender === this.uid && g.pending.delete(m.cmid)) outbox = true;
     }
-    g.unacked += msgs.length;
-    if (g.unacked >= ACK_EVERY) g.ackDue = Date.now();
-    else if (!g.ackDue) g.ackDue = Date.now() + ACK_INTERVAL;
-    this.scheduleFlush();
+    this.cursors.received(g, msgs.length);
     this.emit('messages', { gid: g.gid, msgs, older: false });
-    if (outbox) this.outboxChanged(g);
+    if (outbox) this.outbox.changed(g);
   }
 
   // pullForward pulls everything after the contiguous cursor, page by page.
@@ -370,148 +364,11 @@ export class Chat extends EventTarget {
     const g = this.group(gid);
     g.opened = false;
     if (this.current === gid) this.current = null;
-    this.flush(true).then(() => this.syncSoon());
+    this.cursors.flush(true).then(() => this.syncSoon());
   }
-
-  // --- cursors ---
 
   // seen is called for a message the user has on screen.
-  seen(gid, msgid) {
-    const g = this.group(gid);
-    if (msgid > g.contig || msgid <= g.readWant) return;
-    g.readWant = msgid;
-    if (!g.readDue) g.readDue = Date.now() + ACK_INTERVAL;
-    this.scheduleFlush();
-  }
-
-  scheduleFlush() {
-    let due = Infinity;
-    for (const g of this.groups.values()) {
-      if (g.ackDue) due = Math.min(due, g.ackDue);
-      if (g.readDue) due = Math.min(due, g.readDue);
-    }
-    clearTimeout(this.timers.flush);
-    if (due < Infinity) this.timers.flush = setTimeout(() => this.flush(false), Math.max(0, due - Date.now()));
-  }
-
-  // flush sends the acks, then the reads, that are due (all pending ones
-  // when all is set) and waits for their answers.
-  async flush(all) {
-    if (this.flushing || !this.online) return;
-    this.flushing = true;
-    try {
-      const now = Date.now();
-      const acks = [];
-      const reads = [];
-      for (const g of this.groups.values()) {
-        if (g.contig > g.ack && (all || g.ackDue && now >= g.ackDue)) {
-          acks.push([g, g.contig]);
-          g.unacked = 0;
-          g.ackDue = 0;
-        } else if (g.contig <= g.ack) {
-          g.unacked = 0;
-          g.ackDue = 0;
-        }
-        const upto = Math.min(g.readWant, g.contig); // never read past what was received
-        if (upto > g.read && (all || g.readDue && now >= g.readDue)) {
-          reads.push([g, upto]);
-          g.readDue = 0;
-        }
-      }
-      await Promise.all(acks.map(([g, upto]) => this.cursor('ack', g, upto)));
-      await Promise.all(reads.map(([g, upto]) => this.cursor('read', g, upto)));
-    } finally {
-      this.flushing = false;
-      this.scheduleFlush();
-    }
-  }
-
-  async cursor(op, g, upto) {
-    try {
-      await this.conn.request({ op, gid: g.gid, upto });
-      if (op === 'ack') {
-        this.stats.acks++;
-        g.ack = Math.max(g.ack, upto);
-      } else {
-        this.stats.reads++;
-        g.read = Math.max(g.read, upto);
-      }
-    } catch (e) {
-      // A lost or refused cursor (beyond_head: the server lags its pushes)
-      // is sent again later; the server keeps only the newest.
-      if (!retryable(e) && e.code !== 'beyond_head') return this.failed(op, e);
-      const due = Date.now() + ACK_INTERVAL;
-      if (op === 'ack') g.ackDue ||= due;
-      else g.readDue ||= due;
-    }
-  }
-
-  // --- sending ---
-
-  send(gid, body) {
-    const g = this.group(gid);
-    // crypto.getRandomValues, not randomUUID: the page may be served over
-    // plain http from a host other than localhost.
-    const cmid = `w-${Array.from(crypto.getRandomValues(new Uint8Array(12)), (x) => x.toString(16).padStart(2, '0')).join('')}`;
-    const p = { gid, cmid, body, state: 'sending', attempts: 0 };
-    g.pending.set(cmid, p);
-    this.outboxChanged(g);
-    this.trySend(p);
-  }
-
-  retrySend(gid, cmid) {
-    const p = this.group(gid).pending.get(cmid);
-    if (p && p.state === 'failed') {
-      p.state = 'sending';
-      this.outboxChanged(this.group(gid));
-      this.trySend(p);
-    }
-  }
-
-  // trySend sends p and, on a timeout or a lost connection, sends it again
-  // with the same cmid: the server answers a resend with the first msgid.
-  async trySend(p) {
-    if (p.inflight || !this.online || p.state !== 'sending') return;
-    const g = this.group(p.gid);
-    p.inflight = true;
-    if (p.attempts++ > 0) this.stats.resends++;
-    let again = -1;
-    try {
-      const f = await this.conn.request({ op: 'send', gid: p.gid, cmid: p.cmid, body: p.body }, SEND_TIMEOUT);
-      this.stats.sends++;
-      p.msgid = f.msgid;
-      p.state = 'sent';
-      if (g.msgs.has(f.msgid)) g.pending.delete(p.cmid);
-      this.outboxChanged(g);
-      // It arrives by push; if that push is lost and nothing follows it,
-      // pull it.
-      setTimeout(() => {
-        if (g.contig < f.msgid && g.opened && this.online) this.pullForward(g).catch((e) => this.failed('pull', e));
-      }, 2000);
-    } catch (e) {
-      if (e instanceof Timeout) again = 0;
-      else if (e instanceof ProtocolError && retryable(e)) again = 1000 * Math.min(p.attempts, 10);
-      else if (!(e instanceof Disconnected)) { // a new session resends
-        p.state = 'failed';
-        p.error = e.detail || e.message;
-        this.outboxChanged(g);
-      }
-    } finally {
-      p.inflight = false;
-    }
-    if (again >= 0) setTimeout(() => this.trySend(p), again);
-  }
-
-  outboxChanged(g) {
-    const all = [];
-    for (const gr of this.groups.values()) {
-      for (const p of gr.pending.values()) {
-        if (p.state !== 'failed') all.push({ gid: p.gid, cmid: p.cmid, body: p.body });
-      }
-    }
-    sessionStorage.setItem(this.outboxKey, JSON.stringify(all));
-    this.emit('pending', { gid: g.gid });
-  }
+  seen(gid, msgid) { this.cursors.seen(this.group(gid), msgid); }
 
   // --- receipts ---
 
@@ -541,33 +398,6 @@ export class Chat extends EventTarget {
   async whoRead(gid, msgid) {
     const f = await this.conn.request({ op: 'who_read', gid, msgid });
     return { read: f.read || [], unread: f.unread || [] };
-  }
-
-  // --- administration (chatd dev) ---
-
-  async api(path, body) {
-    const r = await fetch(path, {
-      method: 'POST',
-      headers: { Authorization: `Bearer ${this.token}`, 'Content-Type': 'application/json' },
-      body: JSON.stringify(body),
-    });
-    const j = await r.json().catch(() => ({}));
-    if (r.status === 404) {
-      throw new Error('this server does not let users manage groups (it is not `chatd dev`); an admin uses /v1/admin/groups');
-    }
-    if (!r.ok) throw new ProtocolError(j.code || String(r.status), j.message || r.statusText);
-    return j;
-  }
-
-  // createGroup makes gid with me and members in it, then waits for the
-  // membership to take effect (it goes through chat.members).
-  async createGroup(gid, members) {
-    await this.api('/v1/dev/groups', { gid, members });
-    for (let i = 0; i < 40 && !(await this.sync()).some((gs) => gs.gid === gid); i++) await sleep(250);
-  }
-
-  addMember(gid, uid) {
-    return this.api(`/v1/dev/groups/${encodeURIComponent(gid)}/members`, { uid });
   }
 
   failed(what, e) {
