@@ -368,7 +368,7 @@ async function showReaders(gid, msgid, anchor) {
     const bottom = scroller.getBoundingClientRect().bottom;
     box.style.top = `${Math.max(8, Math.min(left ? m.top : r.bottom + 4, bottom - box.offsetHeight - 8))}px`;
   } catch (e) {
-    chat.failed('who read', e);
+    toast(`Cannot show who read it: ${e.message}`);
   }
 }
 

@@ -357,7 +357,7 @@ export class Chat extends EventTarget {
     while (g.order.length < FILL && g.olderMore && g.opened) {
       if ((await this.loadOlder(g.gid)) === 0) break;
     }
-    await this.refreshCounts(g, g.order);
+    await this.refreshCounts(g, g.order, MAX_COUNTS);
   }
 
   closeGroup(gid) {
@@ -381,10 +381,11 @@ export class Chat extends EventTarget {
     this.emit('counts', { gid, counts });
   }
 
-  // refreshCounts asks the read counts of my messages among msgids: after
-  // opening, paging up and reconnecting (receipts pushes are best effort).
-  async refreshCounts(g, msgids) {
-    const mine = msgids.filter((id) => g.msgs.get(id)?.sender === this.uid);
+  // refreshCounts asks the read counts of my messages among msgids (the
+  // newest `newest` of them): after opening, paging up and reconnecting
+  // (receipts pushes are best effort).
+  async refreshCounts(g, msgids, newest = Infinity) {
+    const mine = msgids.filter((id) => g.msgs.get(id)?.sender === this.uid).slice(-newest);
     for (let i = 0; i < mine.length; i += MAX_COUNTS) {
       try {
         const f = await this.conn.request({ op: 'read_counts', gid: g.gid, msgids: mine.slice(i, i + MAX_COUNTS) });
