@@ -2,7 +2,7 @@
 GO       ?= go
 GOFLAGS  ?=
 # Debian packages the tests need, as binary:package.
-TEST_DEPS = redis-server:redis-server clickhouse-server:clickhouse-server kcat:kcat
+TEST_DEPS = redis-server:redis-server clickhouse-server:clickhouse-server kcat:kcat chromium:chromium chromedriver:chromium-driver
 
 .PHONY: run test deps vet build bench fuzz clean
 
@@ -15,7 +15,7 @@ run:
 test: deps vet
 	$(GO) test $(GOFLAGS) -count=1 -timeout 30m ./...
 
-## deps: install redis-server, clickhouse-server and kcat from Debian's packages when missing
+## deps: install redis-server, clickhouse-server, kcat and chromium from Debian's packages when missing
 deps:
 	@missing=""; for d in $(TEST_DEPS); do bin=$${d%%:*}; pkg=$${d##*:}; \
 	  command -v $$bin >/dev/null 2>&1 || [ -x /usr/sbin/$$bin ] || missing="$$missing $$pkg"; done; \

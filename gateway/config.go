@@ -24,7 +24,8 @@ type Config struct {
 	// AdminToken guards /v1/admin/*. Empty disables administration.
 	AdminToken string
 	// DevTokens serves POST /v1/dev/token, which hands out a token for any
-	// user id. Only `chatd dev` sets it; never in production.
+	// user id, and /v1/dev/groups, where any signed-in user creates groups
+	// and adds members. Only `chatd dev` sets it; never in production.
 	DevTokens bool
 
 	// Node names this gateway in presence and its push channel. Default:

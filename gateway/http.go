@@ -29,6 +29,7 @@ func (g *Gateway) routes(mux *http.ServeMux) {
 	mux.HandleFunc("DELETE /v1/admin/groups/{gid}/members/{uid}", g.admin(g.removeMember))
 	if g.cfg.DevTokens {
 		mux.HandleFunc("POST /v1/dev/token", g.devToken)
+		g.devRoutes(mux)
 	}
 }
 
@@ -86,7 +87,7 @@ func withFields(body []byte, op, gid string) []byte {
 	return b
 }
 
-// queryBody turns a GET's query (after, limit, msgids=1,2,3) and path
+// queryBody turns a GET's query (after, before, limit, msgids=1,2,3) and path
 // (msgid) into the JSON body of the operation, so one decoder checks both.
 func queryBody(r *http.Request) []byte {
 	q := r.URL.Query()
@@ -100,6 +101,7 @@ func queryBody(r *http.Request) []byte {
 		}
 	}
 	num("after", q.Get("after"))
+	num("before", q.Get("before"))
 	num("limit", q.Get("limit"))
 	num("msgid", r.PathValue("msgid"))
 	if s := q.Get("msgids"); s != "" {

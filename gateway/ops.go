@@ -198,14 +198,24 @@ func (g *Gateway) pull(ctx context.Context, uid string, r *protocol.Request) (an
 	if r.After != nil && *r.After > after {
 		after = *r.After
 	}
-	page, err := g.cfg.History.Pull(ctx, r.Gid, after, r.Limit)
+	var page history.Page
+	var err error
+	if r.Before != nil {
+		before := *r.Before
+		if m.State == store.MemberLeft {
+			before = min(before, m.LeftAt+1) // nothing after leaving
+		}
+		page, err = g.cfg.History.PullBefore(ctx, r.Gid, after, before, r.Limit)
+	} else {
+		page, err = g.cfg.History.Pull(ctx, r.Gid, after, r.Limit)
+	}
 	if err != nil {
 		if errors.Is(err, history.ErrNoHistory) || errors.Is(err, history.ErrIncomplete) {
 			return nil, protocol.Errorf(protocol.CodeUnavailable, "%v", err)
 		}
 		return nil, g.unavailable("pull", err)
 	}
-	out := &protocol.Page{Op: protocol.OpPage, ID: r.ID, Gid: r.Gid, After: after, Head: page.Head, More: page.More,
+	out := &protocol.Page{Op: protocol.OpPage, ID: r.ID, Gid: r.Gid, After: after, Before: r.Before, Head: page.Head, More: page.More,
 		Msgs: make([]protocol.Message, 0, len(page.Messages))}
 	for _, msg := range page.Messages {
 		if !m.Sees(msg.MsgID) {
@@ -216,7 +226,7 @@ func (g *Gateway) pull(ctx context.Context, uid string, r *protocol.Request) (an
 	}
 	if m.State == store.MemberLeft {
 		out.Head = min(out.Head, m.LeftAt)
-		if n := len(out.Msgs); n > 0 && out.Msgs[n-1].MsgID >= out.Head {
+		if n := len(out.Msgs); r.Before == nil && n > 0 && out.Msgs[n-1].MsgID >= out.Head {
 			out.More = false
 		}
 	}

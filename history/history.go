@@ -1,5 +1,6 @@
 // Package history answers the read side of a group: a page of messages
-// after a cursor (Pull) and the unread count after a cursor (Unread).
+// after a cursor (Pull), the page before a msgid for a client scrolling up
+// (PullBefore) and the unread count after a cursor (Unread).
 //
 // Pull reads the group's recent window in Redis and falls back to ClickHouse
 // for older history. Every page is a contiguous run of the group's stored
@@ -79,7 +80,7 @@ const (
 type Page struct {
 	Gid      string
 	Messages []schema.Message // ascending msgid, MsgID set
-	More     bool             // messages follow the last one of the page
+	More     bool             // Pull: messages follow the page; PullBefore: messages precede it
 	Head     int64            // the group's newest msgid; -1 when it has none
 	Source   Source
 }
@@ -125,6 +126,53 @@ func (h *History) Pull(ctx context.Context, gid string, after int64, limit int) 
 	if n := len(msgs); n > 0 {
 		page.More = msgs[n-1].MsgID < head
 	}
+	return page, nil
+}
+
+// PullBefore returns the newest messages of gid with after < msgid < before,
+// at most limit, in ascending order: the page a client scrolling up past
+// `before` loads next (after is the member's start, or -1). More says that
+// older messages of that range precede the page.
+func (h *History) PullBefore(ctx context.Context, gid string, after, before int64, limit int) (Page, error) {
+	if err := schema.ValidID(gid); err != nil {
+		return Page{}, fmt.Errorf("history: %w", err)
+	}
+	after = max(after, -1)
+	if limit <= 0 {
+		limit = h.cfg.DefaultLimit
+	}
+	limit = min(limit, h.cfg.MaxLimit)
+	head, err := h.cfg.Redis.Head(ctx, gid)
+	if err != nil {
+		return Page{}, fmt.Errorf("history: head of %s: %w", gid, err)
+	}
+	page := Page{Gid: gid, Head: head, Source: FromWindow}
+	before = min(before, head+1)
+	if before <= after+1 {
+		return page, nil
+	}
+	// One more than the page, to know whether older messages precede it.
+	msgs, complete, err := h.cfg.Redis.WindowBefore(ctx, gid, after, before, limit+1)
+	if err != nil {
+		return Page{}, fmt.Errorf("history: window of %s: %w", gid, err)
+	}
+	if !complete {
+		if h.cfg.ClickHouse == nil {
+			return Page{}, ErrNoHistory
+		}
+		inWindow := len(msgs)
+		if msgs, err = h.cfg.ClickHouse.MessagesBefore(ctx, gid, after, before, limit+1); err != nil {
+			return Page{}, fmt.Errorf("history: %s from ClickHouse: %w", gid, err)
+		}
+		if len(msgs) < inWindow { // what the window holds must be there
+			return Page{}, fmt.Errorf("%w (group %s before %d, head %d)", ErrIncomplete, gid, before, head)
+		}
+		page.Source = FromClickHouse
+	}
+	if len(msgs) > limit {
+		msgs, page.More = msgs[len(msgs)-limit:], true
+	}
+	page.Messages = msgs
 	return page, nil
 }
 

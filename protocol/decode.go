@@ -73,6 +73,9 @@ func (r *Request) validate(maxBody int) error {
 		if r.After != nil && *r.After < -1 {
 			return Errorf(CodeInvalid, "after must be a msgid or -1")
 		}
+		if r.Before != nil && *r.Before < 0 {
+			return Errorf(CodeInvalid, "before must be a msgid (the oldest you hold; the page ends right below it)")
+		}
 		if r.Limit < 0 || r.Limit > MaxLimit {
 			return Errorf(CodeInvalid, "limit must be 1 to %d (0 for the default)", MaxLimit)
 		}

@@ -23,6 +23,8 @@ func TestDecodeValidatesEachOp(t *testing.T) {
 		{`{"op":"pull","gid":"g","after":5,"limit":1000}`, ""},
 		{`{"op":"pull","gid":"g","limit":1001}`, CodeInvalid},
 		{`{"op":"pull","gid":"{g}"}`, CodeInvalid},
+		{`{"op":"pull","gid":"g","before":42,"limit":50}`, ""},
+		{`{"op":"pull","gid":"g","before":-1}`, CodeInvalid},
 		{`{"op":"sync"}`, ""},
 		{`{"op":"nope"}`, CodeUnknownOp},
 		{`{}`, CodeInvalid},
@@ -44,7 +46,7 @@ func TestDecodeValidatesEachOp(t *testing.T) {
 }
 
 func FuzzDecode(f *testing.F) {
-	for _, s := range []string{`{"op":"send","gid":"g","cmid":"c","body":"b"}`, `{"op":"pull","gid":"g","after":5,"limit":10}`,
+	for _, s := range []string{`{"op":"send","gid":"g","cmid":"c","body":"b"}`, `{"op":"pull","gid":"g","after":5,"limit":10}`, `{"op":"pull","gid":"g","before":9}`,
 		`{"op":"ack","gid":"g","upto":1}`, `{"op":"auth","token":"x"}`, `{"op":"sync","id":"1"}`, `{`, `null`, "\xff"} {
 		f.Add([]byte(s))
 	}
@@ -67,7 +69,7 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("accepted cursor %+v", r)
 			}
 		case OpPull:
-			if r.Limit < 0 || r.Limit > MaxLimit {
+			if r.Limit < 0 || r.Limit > MaxLimit || r.Before != nil && *r.Before < 0 {
 				t.Fatalf("accepted pull %+v", r)
 			}
 		case OpAuth, OpSync:

@@ -8,7 +8,7 @@ const (
 	OpSend = "send" // {"op":"send","id":"2","gid":"g1","cmid":"c-1","body":"hi"}
 	OpAck  = "ack"  // {"op":"ack","gid":"g1","upto":42}
 	OpRead = "read" // {"op":"read","gid":"g1","upto":42}
-	OpPull = "pull" // {"op":"pull","id":"3","gid":"g1","after":17,"limit":50}
+	OpPull = "pull" // {"op":"pull","id":"3","gid":"g1","after":17,"limit":50}; or "before":42 to page up
 	OpSync = "sync" // {"op":"sync","id":"4"}
 
 	OpReadCounts = "read_counts" // {"op":"read_counts","id":"5","gid":"g1","msgids":[41,42]}
@@ -34,15 +34,16 @@ const MaxMsgIDs = 200
 
 // Request is any client frame. Which fields matter depends on Op.
 type Request struct {
-	Op    string `json:"op"`
-	ID    string `json:"id,omitempty"`    // echoed in the answer; at most 64 bytes
-	Token string `json:"token,omitempty"` // auth
-	Gid   string `json:"gid,omitempty"`   // send, ack, read, pull
-	Cmid  string `json:"cmid,omitempty"`  // send: the client's id of the message, reused on resend
-	Body  string `json:"body,omitempty"`  // send
-	Upto  *int64 `json:"upto,omitempty"`  // ack, read: a msgid
-	After *int64 `json:"after,omitempty"` // pull: exclusive; -1 or absent = from the member's start
-	Limit int    `json:"limit,omitempty"` // pull: 1..1000, 0 = server default
+	Op     string `json:"op"`
+	ID     string `json:"id,omitempty"`     // echoed in the answer; at most 64 bytes
+	Token  string `json:"token,omitempty"`  // auth
+	Gid    string `json:"gid,omitempty"`    // send, ack, read, pull
+	Cmid   string `json:"cmid,omitempty"`   // send: the client's id of the message, reused on resend
+	Body   string `json:"body,omitempty"`   // send
+	Upto   *int64 `json:"upto,omitempty"`   // ack, read: a msgid
+	After  *int64 `json:"after,omitempty"`  // pull: exclusive; -1 or absent = from the member's start
+	Before *int64 `json:"before,omitempty"` // pull: exclusive; set: the newest messages below it (scrolling up)
+	Limit  int    `json:"limit,omitempty"`  // pull: 1..1000, 0 = server default
 
 	MsgIDs []int64 `json:"msgids,omitempty"` // read_counts
 	MsgID  *int64  `json:"msgid,omitempty"`  // who_read
@@ -81,15 +82,17 @@ type OK struct {
 	ID string `json:"id,omitempty"`
 }
 
-// Page answers pull: a contiguous run of the group's messages after After.
+// Page answers pull: a contiguous run of the group's messages after After
+// or, when Before is set, the newest ones between After and Before.
 type Page struct {
-	Op    string    `json:"op"` // "page"
-	ID    string    `json:"id,omitempty"`
-	Gid   string    `json:"gid"`
-	After int64     `json:"after"`
-	Msgs  []Message `json:"msgs"`
-	More  bool      `json:"more"` // more messages follow the page
-	Head  int64     `json:"head"` // the newest msgid the member may see; -1: none
+	Op     string    `json:"op"` // "page"
+	ID     string    `json:"id,omitempty"`
+	Gid    string    `json:"gid"`
+	After  int64     `json:"after"`
+	Before *int64    `json:"before,omitempty"`
+	Msgs   []Message `json:"msgs"`
+	More   bool      `json:"more"` // more messages follow the page; with Before: precede it
+	Head   int64     `json:"head"` // the newest msgid the member may see; -1: none
 }
 
 // GroupState is one group in a sync answer.

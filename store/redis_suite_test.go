@@ -31,6 +31,7 @@ func runRedisSuite(t *testing.T, newClient func(t *testing.T) redis.UniversalCli
 		{"CursorState", testCursorState},
 		{"WindowTrimFloor", testWindowTrimFloor},
 		{"WindowPaging", testWindowPaging},
+		{"WindowBefore", testWindowBefore},
 		{"WindowReplay", testWindowReplay},
 		{"WindowBigBatch", testWindowBigBatch},
 		{"Head", testHead},

@@ -23,6 +23,7 @@ import (
 	"github.com/groupchat/chatd/producers"
 	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
+	"github.com/groupchat/chatd/web"
 )
 
 // stack is what one chatd process holds: its connections to Kafka, Redis
@@ -162,6 +163,9 @@ func (st *stack) run(ctx context.Context) error {
 	}
 	srv := &http.Server{Handler: st.routes(), ReadHeaderTimeout: 5 * time.Second}
 	st.log.Info("serving HTTP", "addr", ln.Addr().String())
+	if st.gateway != nil {
+		st.log.Info("web client: open it in a browser", "url", "http://"+ln.Addr().String()+"/")
+	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	if st.s.DebugAddr != "" {
@@ -215,6 +219,7 @@ func (st *stack) routes() *http.ServeMux {
 	mux.HandleFunc("GET /readyz", st.health)
 	if st.gateway != nil {
 		mux.Handle("/v1/", st.gateway.Handler())
+		mux.Handle("/", web.Handler()) // the web client
 	}
 	return mux
 }

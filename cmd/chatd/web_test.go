@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/groupchat/chatd/broker"
+	"github.com/groupchat/chatd/internal/testserver"
+)
+
+// A production gateway serves the web page and the API, and none of the
+// dev routes: no tokens for anyone, no group management without the admin
+// token.
+func TestGatewayRoleServesThePageButNoDevRoutes(t *testing.T) {
+	b, err := broker.Start(broker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	redis := testserver.NewRedis(t)
+	addr := freeAddr(t)
+	env := map[string]string{
+		"CHAT_HTTP_ADDR": addr, "CHAT_KAFKA_BROKERS": b.Addr(), "CHAT_REDIS_ADDRS": redis.Addr, "CHAT_PARTITIONS": "2",
+		"CHAT_JWT_SECRET": strings.Repeat("s", 32), "CHAT_ADMIN_TOKEN": "admin", "CHAT_LOG_LEVEL": "warn",
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"gateway"}, func(k string) string { return env[k] }) }()
+	defer func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("chatd gateway: %v", err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("chatd gateway did not stop within 20 s")
+		}
+	}()
+	waitHealthy(t, "http://"+addr+"/healthz")
+
+	do := func(method, path string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(`{"uid":"mallory","gid":"g"}`))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if st, body := do("GET", "/"); st != 200 || !strings.Contains(body, `src="app.js"`) {
+		t.Errorf("GET /: %d, want the page", st)
+	}
+	if st, _ := do("GET", "/v1/sync"); st != 401 {
+		t.Errorf("GET /v1/sync without a token: %d, want 401 (the API is there)", st)
+	}
+	for _, path := range []string{"/v1/dev/token", "/v1/dev/groups", "/v1/dev/groups/g/members"} {
+		if st, body := do("POST", path); st != 404 {
+			t.Errorf("POST %s on a production gateway: %d %s, want 404", path, st, body)
+		}
+	}
+	if st, _ := do("POST", "/v1/admin/groups"); st != 403 {
+		t.Errorf("POST /v1/admin/groups without the admin token: %d, want 403", st)
+	}
+}

@@ -1,0 +1,86 @@
+package gateway
+
+import (
+	"context"
+	"maps"
+	"net/http"
+	"slices"
+
+	"github.com/groupchat/chatd/protocol"
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/store"
+)
+
+// maxDevMembers bounds the members one dev request names.
+const maxDevMembers = 100
+
+// devRoutes adds group administration for signed-in users, for `chatd dev`
+// only (Config.DevTokens): the web page creates groups and adds members
+// without the admin token. A user creates a group that has no members yet,
+// with themselves in it, and adds members to a group they are in.
+func (g *Gateway) devRoutes(mux *http.ServeMux) {
+	mux.HandleFunc("POST /v1/dev/groups", g.asUser(g.devCreateGroup))
+	mux.HandleFunc("POST /v1/dev/groups/{gid}/members", g.asUser(g.devAddMember))
+}
+
+// asUser guards a handler with a user's bearer token.
+func (g *Gateway) asUser(h func(ctx context.Context, uid string, r *http.Request) (any, *protocol.Error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		tok := bearer(r)
+		if tok == "" {
+			writeErr(w, protocol.Errorf(protocol.CodeUnauthenticated, "send Authorization: Bearer <token>"))
+			return
+		}
+		uid, perr := verify(g.cfg.Secret, tok)
+		if perr != nil {
+			writeErr(w, perr)
+			return
+		}
+		ans, perr := h(r.Context(), uid, r)
+		if perr != nil {
+			writeErr(w, perr)
+			return
+		}
+		writeJSON(w, http.StatusOK, ans)
+	}
+}
+
+func (g *Gateway) devCreateGroup(ctx context.Context, uid string, r *http.Request) (any, *protocol.Error) {
+	req, perr := g.readGroupRequest(r)
+	if perr != nil {
+		return nil, perr
+	}
+	if len(req.Members) > maxDevMembers {
+		return nil, protocol.Errorf(protocol.CodeInvalid, "at most %d members at once", maxDevMembers)
+	}
+	if err := schema.ValidID(req.Gid); err != nil {
+		return nil, protocol.Errorf(protocol.CodeInvalid, "gid: %v", err)
+	}
+	current, err := g.cfg.Redis.Members(ctx, req.Gid)
+	if err != nil {
+		return nil, g.unavailable("members", err)
+	}
+	if current[uid].State != store.MemberJoined && slices.ContainsFunc(slices.Collect(maps.Values(current)),
+		func(m store.Membership) bool { return m.State == store.MemberJoined }) {
+		return nil, protocol.Errorf(protocol.CodeForbidden, "group %s exists; ask one of its members to add you", req.Gid)
+	}
+	return g.join(ctx, req.Gid, append([]string{uid}, slices.DeleteFunc(req.Members, func(m string) bool { return m == uid })...))
+}
+
+func (g *Gateway) devAddMember(ctx context.Context, uid string, r *http.Request) (any, *protocol.Error) {
+	req, perr := g.readGroupRequest(r)
+	if perr != nil {
+		return nil, perr
+	}
+	if err := schema.ValidID(req.Gid); err != nil {
+		return nil, protocol.Errorf(protocol.CodeInvalid, "gid: %v", err)
+	}
+	m, perr := g.member(ctx, uid, req.Gid)
+	if perr != nil {
+		return nil, perr
+	}
+	if m.State != store.MemberJoined {
+		return nil, protocol.Errorf(protocol.CodeLeft, "you left %s; only its members add members", req.Gid)
+	}
+	return g.join(ctx, req.Gid, []string{req.Uid})
+}

@@ -1,0 +1,79 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func windowBefore(t *testing.T, r *Redis, gid string, after, before int64, limit int) ([]int64, bool) {
+	t.Helper()
+	msgs, complete, err := r.WindowBefore(context.Background(), gid, after, before, limit)
+	if err != nil {
+		t.Fatalf("WindowBefore(%q, %d, %d, %d): %v", gid, after, before, limit, err)
+	}
+	return msgIDs(msgs), complete
+}
+
+func testWindowBefore(t *testing.T, c redis.UniversalClient) {
+	r := newTestRedis(t, c, RedisConfig{WindowSize: 5})
+	appendAll(t, r, batchOf("g1", span(0, 9)...)...) // 0..4 trimmed: floor 4
+	for _, tc := range []struct {
+		after, before int64
+		limit         int
+		want          []int64
+		complete      bool
+	}{
+		{-1, 10, 3, span(7, 9), true},   // the newest page
+		{-1, 1000, 3, span(7, 9), true}, // before past the head
+		{-1, 8, 3, span(5, 7), true},
+		{-1, 7, 3, span(5, 6), false}, // the rest is below the floor
+		{4, 7, 3, span(5, 6), true},   // ... unless the range ends at the floor
+		{5, 9, 10, span(6, 8), true},
+		{-1, 3, 3, nil, false},
+		{6, 7, 3, nil, true}, // an empty range
+		{7, 7, 3, nil, true},
+	} {
+		ids, complete := windowBefore(t, r, "g1", tc.after, tc.before, tc.limit)
+		if !slicesEqual(ids, tc.want) || complete != tc.complete {
+			t.Errorf("after %d before %d limit %d: %v complete=%v, want %v complete=%v",
+				tc.after, tc.before, tc.limit, ids, complete, tc.want, tc.complete)
+		}
+	}
+	if ids, complete := windowBefore(t, r, "nobody", -1, 10, 5); len(ids) != 0 || !complete {
+		t.Errorf("unknown group: %v complete=%v, want nothing, complete", ids, complete)
+	}
+	if _, _, err := r.WindowBefore(context.Background(), "g1", -1, 10, 0); !errors.Is(err, ErrInvalidLimit) {
+		t.Errorf("limit 0: err = %v, want ErrInvalidLimit", err)
+	}
+
+	// Paging up through two interleaved groups visits every message once.
+	r = newTestRedis(t, c, RedisConfig{WindowSize: -1})
+	var g2 []int64
+	for id := int64(100); id < 200; id++ {
+		gid := "g3"
+		if id%3 != 0 {
+			gid = "g2"
+			g2 = append(g2, id)
+		}
+		appendAll(t, r, msg(gid, "alice", "", id, t0+id))
+	}
+	var got []int64
+	before := int64(1 << 40)
+	for page := 0; ; page++ {
+		ids, complete := windowBefore(t, r, "g2", -1, before, 7)
+		if !complete {
+			t.Fatalf("page %d: unbounded window not complete", page)
+		}
+		if len(ids) == 0 {
+			break
+		}
+		got = append(ids, got...)
+		before = ids[0]
+	}
+	if !slicesEqual(got, g2) {
+		t.Errorf("pages joined = %v,\nwant every message of g2 in order %v", got, g2)
+	}
+}

@@ -1,0 +1,171 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// peer is a scripted gateway for the page: it serves the page with Handler
+// and dev tokens, and hands each WebSocket frame the page sends to the test,
+// which answers it, pushes, or cuts the connection. Acks and reads are
+// answered and recorded; read_counts is answered with no counts.
+type peer struct {
+	t     *testing.T
+	srv   *httptest.Server
+	conns chan *peerConn
+
+	mu      sync.Mutex
+	cursors []cursorFrame // every ack and read, in arrival order
+}
+
+type cursorFrame struct {
+	op   string
+	upto int64
+}
+
+type peerConn struct {
+	t       *testing.T
+	ws      *websocket.Conn
+	in      chan map[string]any
+	stashed []map[string]any
+	done    chan struct{}
+}
+
+func newPeer(t *testing.T) *peer {
+	p := &peer{t: t, conns: make(chan *peerConn, 4)}
+	mux := http.NewServeMux()
+	mux.Handle("/", Handler())
+	mux.HandleFunc("POST /v1/dev/token", func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"uid":"u","token":"t"}`))
+	})
+	mux.HandleFunc("GET /v1/dev/groups", http.NotFound)
+	mux.HandleFunc("GET /v1/ws", p.serveWS)
+	p.srv = httptest.NewServer(mux)
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+func (p *peer) serveWS(w http.ResponseWriter, r *http.Request) {
+	ws, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	if r.URL.Query().Get("token") != "t" {
+		ws.Close(4001, "bad_token: not the token the peer handed out")
+		return
+	}
+	c := &peerConn{t: p.t, ws: ws, in: make(chan map[string]any, 100), done: make(chan struct{})}
+	c.write(map[string]any{"op": "authed", "uid": "u"})
+	p.conns <- c
+	defer close(c.done)
+	for {
+		_, b, err := ws.Read(context.Background())
+		if err != nil {
+			return
+		}
+		var f map[string]any
+		if err := json.Unmarshal(b, &f); err != nil {
+			p.t.Errorf("the page sent a frame that is not JSON: %q", b)
+			continue
+		}
+		switch f["op"] {
+		case "ack", "read":
+			p.mu.Lock()
+			p.cursors = append(p.cursors, cursorFrame{f["op"].(string), int64(f["upto"].(float64))})
+			p.mu.Unlock()
+			c.write(map[string]any{"op": "ok", "id": f["id"]})
+		case "read_counts":
+			c.write(map[string]any{"op": "counts", "id": f["id"], "gid": f["gid"], "counts": []any{}})
+		default:
+			c.in <- f
+		}
+	}
+}
+
+func (p *peer) nextConn() *peerConn {
+	p.t.Helper()
+	select {
+	case c := <-p.conns:
+		return c
+	case <-time.After(20 * time.Second):
+		p.t.Fatal("the page did not connect within 20 s")
+		return nil
+	}
+}
+
+// maxCursor is the highest upto of op the page sent.
+func (p *peer) maxCursor(op string) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	top := int64(-2)
+	for _, c := range p.cursors {
+		if c.op == op {
+			top = max(top, c.upto)
+		}
+	}
+	return top
+}
+
+func (c *peerConn) write(v any) {
+	b, _ := json.Marshal(v)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c.ws.Write(ctx, websocket.MessageText, b) // a closed connection is the test's doing
+}
+
+// expect returns the next frame of op for which match (nil: any) holds,
+// keeping the others for later expects.
+func (c *peerConn) expect(op string, match func(f map[string]any) bool) map[string]any {
+	c.t.Helper()
+	ok := func(f map[string]any) bool { return f["op"] == op && (match == nil || match(f)) }
+	for i, f := range c.stashed {
+		if ok(f) {
+			c.stashed = append(c.stashed[:i], c.stashed[i+1:]...)
+			return f
+		}
+	}
+	deadline := time.After(20 * time.Second)
+	for {
+		select {
+		case f := <-c.in:
+			if ok(f) {
+				return f
+			}
+			c.stashed = append(c.stashed, f)
+		case <-deadline:
+			c.t.Fatalf("the page sent no %s within 20 s; it sent %v", op, c.stashed)
+		}
+	}
+}
+
+// answer replies to request f with frame v (its op and fields).
+func (c *peerConn) answer(f map[string]any, v map[string]any) {
+	v["id"] = f["id"]
+	c.write(v)
+}
+
+func msg(id, prev int64, sender, body string) map[string]any {
+	m := map[string]any{"gid": "g", "msgid": id, "sender": sender, "sent_at": 1763700000000 + id*1000, "cmid": fmt.Sprint("c", id), "body": body}
+	if prev >= -1 {
+		m["prev"] = prev
+	}
+	return m
+}
+
+func page(f map[string]any, more bool, head int64, msgs ...map[string]any) map[string]any {
+	p := map[string]any{"op": "page", "gid": "g", "msgs": append([]map[string]any{}, msgs...), "more": more, "head": head}
+	for _, k := range []string{"after", "before"} {
+		if v, ok := f[k]; ok {
+			p[k] = v
+		}
+	}
+	return p
+}

@@ -1,0 +1,390 @@
+// app.js: the page. Sign-in, the group list, one open group, the composer,
+// the connection banner and the who-read list. The protocol lives in
+// chat.js; this file only draws its state and reports what is on screen.
+
+import { Chat } from './chat.js';
+import { addMember, createGroup, devToken } from './admin.js';
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, props = {}, ...children) {
+  const e = document.createElement(tag);
+  Object.assign(e, props);
+  e.append(...children);
+  return e;
+}
+
+let chat = null;
+let view = null; // the open group: {gid, readAtOpen, loading}
+let countdown = 0;
+
+// --- signing in ---
+
+function showSignin(message = '') {
+  $('app').hidden = true;
+  $('signin').hidden = false;
+  $('banner').hidden = true;
+  $('signin-error').textContent = message;
+}
+
+$('signin-form').addEventListener('submit', async (ev) => {
+  ev.preventDefault();
+  const f = ev.target;
+  const uid = f.uid.value.trim();
+  try {
+    let token = f.token.value.trim();
+    const dev = !token;
+    if (dev) token = await devToken(uid);
+    if (!token) {
+      $('token-field').hidden = false;
+      showSignin('This server does not hand out dev tokens: paste a token signed by your deployment.');
+      return;
+    }
+    const s = { uid, token, dev };
+    sessionStorage.setItem('chatd.session', JSON.stringify(s));
+    start(s);
+  } catch (e) {
+    showSignin(`Cannot sign in: ${e.message}`);
+  }
+});
+
+$('signout').addEventListener('click', () => signOut(''));
+
+function signOut(message) {
+  chat?.stop();
+  chat = null;
+  view = null;
+  sessionStorage.removeItem('chatd.session');
+  clearInterval(countdown);
+  showSignin(message);
+}
+
+function start(s) {
+  chat = new Chat({
+    uid: s.uid, token: s.token, dev: s.dev,
+    renew: s.dev ? async () => {
+      const token = await devToken(s.uid);
+      sessionStorage.setItem('chatd.session', JSON.stringify({ ...s, token }));
+      return token;
+    } : null,
+  });
+  window.chat = chat; // to look at from the console: chat.stats, chat.groups
+  $('signin').hidden = true;
+  $('app').hidden = false;
+  $('me').textContent = s.uid;
+  chat.addEventListener('status', (e) => onStatus(e.detail));
+  chat.addEventListener('groups', renderGroups);
+  chat.addEventListener('messages', (e) => onMessages(e.detail));
+  chat.addEventListener('pending', (e) => e.detail.gid === view?.gid && renderOutbox());
+  chat.addEventListener('counts', (e) => onCounts(e.detail));
+  chat.addEventListener('error', (e) => toast(e.detail.message));
+  chat.start();
+}
+
+// --- the connection ---
+
+function onStatus(d) {
+  clearInterval(countdown);
+  const st = $('status');
+  st.className = `status ${d.state}`;
+  switch (d.state) {
+    case 'online':
+      st.textContent = 'online';
+      $('me').textContent = chat.uid;
+      $('banner').hidden = true;
+      break;
+    case 'connecting':
+      st.textContent = 'connecting…';
+      break;
+    case 'offline': {
+      st.textContent = 'offline';
+      const until = Date.now() + d.retryIn;
+      const tick = () => {
+        const s = Math.ceil((until - Date.now()) / 1000);
+        $('banner-text').textContent = `Connection lost${d.reason ? ` (${d.reason})` : ''}. ` +
+          (s > 0 ? `Reconnecting in ${s} s…` : 'Reconnecting…') + ' What you send meanwhile goes out when it is back.';
+      };
+      tick();
+      countdown = setInterval(tick, 500);
+      $('banner').hidden = false;
+      break;
+    }
+    case 'signed-out':
+      signOut(`Signed out: ${d.reason}`);
+      break;
+  }
+}
+
+$('banner-retry').addEventListener('click', () => chat?.retryNow());
+
+// --- groups ---
+
+function renderGroups() {
+  if (!chat) return;
+  const gs = [...chat.groups.values()].filter((g) => g.known).sort((a, b) => a.gid.localeCompare(b.gid));
+  let total = 0;
+  $('groups').replaceChildren(...gs.map((g) => {
+    const b = el('button', { type: 'button', className: 'group' }, el('span', { className: 'name', textContent: g.gid }));
+    if (!g.opened && g.unread > 0) {
+      total += g.unread;
+      b.append(el('span', { className: 'badge', textContent: `${g.unread}${g.unreadExact ? '' : '+'}`, title: 'unread' }));
+    }
+    b.addEventListener('click', () => openGroup(g.gid));
+    const li = el('li', { className: [g.gid === view?.gid && 'current', g.left && 'left'].filter(Boolean).join(' ') }, b);
+    li.dataset.gid = g.gid;
+    return li;
+  }));
+  $('no-groups').hidden = gs.length > 0;
+  document.title = total > 0 ? `(${total}) chatd` : 'chatd';
+}
+
+$('new-group').addEventListener('submit', async (ev) => {
+  ev.preventDefault();
+  const f = ev.target;
+  const gid = f.gid.value.trim();
+  const members = f.members.value.split(/[\s,]+/).filter(Boolean);
+  try {
+    await createGroup(chat, gid, members);
+    f.reset();
+    openGroup(gid);
+  } catch (e) {
+    toast(`Cannot create ${gid}: ${e.message}`);
+  }
+});
+
+$('add-member').addEventListener('submit', async (ev) => {
+  ev.preventDefault();
+  const f = ev.target;
+  const uid = f.uid.value.trim();
+  try {
+    const r = await addMember(chat, view.gid, uid);
+    toast(r.added?.length ? `${uid} was added to ${view.gid}` : `${uid} is already a member`);
+    f.reset();
+  } catch (e) {
+    toast(`Cannot add ${uid}: ${e.message}`);
+  }
+});
+
+// --- the open group ---
+
+const scroller = $('scroller');
+const visible = new Set(); // msgids on screen
+
+const observer = new IntersectionObserver((entries) => {
+  for (const e of entries) {
+    const id = Number(e.target.dataset.msgid);
+    const shown = e.isIntersecting &&
+      (e.intersectionRatio >= 0.5 || e.intersectionRect.height >= e.rootBounds.height / 2);
+    if (shown) visible.add(id); else visible.delete(id);
+  }
+  reportSeen();
+}, { root: scroller, threshold: [0, 0.25, 0.5, 0.75, 1] });
+
+// reportSeen marks read up to the newest message on screen, when the page
+// is in front of the user and the group has finished loading.
+function reportSeen() {
+  if (!chat || !view || view.loading || document.visibilityState !== 'visible' || visible.size === 0) return;
+  chat.seen(view.gid, Math.max(...visible));
+}
+document.addEventListener('visibilitychange', reportSeen);
+
+async function openGroup(gid) {
+  const g = chat.group(gid);
+  view = { gid, readAtOpen: Math.max(g.read, g.readWant), loading: true };
+  observer.disconnect();
+  visible.clear();
+  $('pick').hidden = true;
+  $('chat-head').hidden = false;
+  scroller.hidden = false;
+  $('composer').hidden = false;
+  $('chat-title').textContent = gid;
+  $('messages').replaceChildren();
+  $('jump').hidden = true;
+  $('composer').body.disabled = g.left;
+  $('composer').body.placeholder = g.left ? 'You left this group.' : 'Write a message; Enter sends, Shift+Enter for a new line';
+  onMessages({ gid, msgs: g.order.map((id) => g.msgs.get(id)), older: false });
+  renderOutbox();
+  try {
+    await chat.open(gid);
+  } catch (e) {
+    chat.failed(`open ${gid}`, e);
+  }
+  if (view?.gid !== gid) return;
+  view.loading = false;
+  const first = $('messages').querySelector('.first-unread');
+  if (first) first.scrollIntoView({ block: 'start' });
+  else scroller.scrollTop = scroller.scrollHeight;
+  olderStatus();
+  reportSeen();
+  $('composer').body.focus();
+}
+
+// messageEl draws one message. Messages that were unread when the group was
+// opened (not those arriving live) are marked so.
+function messageEl(m, older) {
+  const mine = m.sender === chat.uid;
+  const li = el('li', { className: mine ? 'msg mine' : 'msg' },
+    el('div', { className: 'meta' }, el('b', { textContent: m.sender }), ' ',
+      el('time', { textContent: new Date(m.sent_at).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' }),
+        dateTime: new Date(m.sent_at).toISOString() })),
+    el('div', { className: 'body', textContent: m.body }));
+  li.dataset.msgid = m.msgid;
+  li.dataset.sender = m.sender;
+  if (mine) {
+    const b = el('button', { type: 'button', className: 'receipt' });
+    b.addEventListener('click', () => showReaders(view.gid, m.msgid, b));
+    li.append(b);
+    setReceipt(li, chat.group(m.gid || view.gid).counts.get(m.msgid));
+  }
+  if (!mine && m.msgid > view.readAtOpen && (view.loading || older)) li.classList.add('unread');
+  return li;
+}
+
+function setReceipt(li, c) {
+  const b = li.querySelector('.receipt');
+  if (!b) return;
+  b.textContent = `read by ${c ? c.read : 0}`;
+  b.title = c ? `${c.read} of ${c.audience} members have read it; click to see who` : 'click to see who has read it';
+  b.classList.toggle('all', !!c && c.audience > 0 && c.read >= c.audience);
+}
+
+// onMessages draws messages of the open group in msgid order: new ones at
+// the bottom (following them when the view is at the bottom), older pages
+// at the top (keeping what is on screen in place).
+function onMessages({ gid, msgs, older }) {
+  renderGroups();
+  if (!view || gid !== view.gid || msgs.length === 0) return;
+  const list = $('messages');
+  const fromBottom = scroller.scrollHeight - scroller.scrollTop;
+  const atBottom = fromBottom - scroller.clientHeight < 60;
+  for (const m of msgs) {
+    const li = messageEl(m, older);
+    let next = null;
+    for (let c = list.lastElementChild; c && Number(c.dataset.msgid) > m.msgid; c = c.previousElementSibling) next = c;
+    list.insertBefore(li, next);
+    observer.observe(li);
+  }
+  list.querySelector('.first-unread')?.classList.remove('first-unread');
+  list.querySelector('.unread')?.classList.add('first-unread');
+  if (older) {
+    scroller.scrollTop = scroller.scrollHeight - fromBottom;
+  } else if (atBottom || msgs.some((m) => m.sender === chat.uid)) {
+    scroller.scrollTop = scroller.scrollHeight;
+  } else if (!view.loading) {
+    $('jump').hidden = false;
+  }
+  olderStatus();
+}
+
+$('jump').addEventListener('click', () => { scroller.scrollTop = scroller.scrollHeight; });
+
+function olderStatus() {
+  const g = view && chat.group(view.gid);
+  if (!g) return;
+  $('older').textContent = g.olderMore ? (g.loadingOlder ? 'Loading older messages…' : 'Scroll up for older messages.')
+    : `The beginning of ${g.gid}.`;
+}
+
+// Scrolling near the top pulls the page before the oldest message shown.
+scroller.addEventListener('scroll', () => {
+  if (view && !view.loading && scroller.scrollTop < 80) loadOlder(view.gid);
+  if (scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 60) $('jump').hidden = true;
+});
+
+async function loadOlder(gid) {
+  if (!chat.group(gid).olderMore) return;
+  const loading = chat.loadOlder(gid);
+  olderStatus();
+  try {
+    const n = await loading;
+    // Still at the top (a short page): the next one.
+    if (n > 0 && view?.gid === gid && scroller.scrollTop < 80) loadOlder(gid);
+  } catch (e) {
+    chat.failed('older messages', e);
+  } finally {
+    olderStatus();
+  }
+}
+
+function onCounts({ gid, counts }) {
+  if (gid !== view?.gid) return;
+  const g = chat.group(gid);
+  for (const c of counts) {
+    const li = $('messages').querySelector(`.msg[data-msgid="${c.msgid}"]`);
+    if (li) setReceipt(li, g.counts.get(c.msgid));
+  }
+}
+
+// --- sending ---
+
+function renderOutbox() {
+  const g = view && chat.group(view.gid);
+  if (!g) return;
+  $('outbox').replaceChildren(...[...g.pending.values()].map((p) => {
+    const state = { sending: 'sending…', sent: 'sent', failed: `not sent: ${p.error}` }[p.state];
+    const li = el('li', { className: `msg mine pending ${p.state}` },
+      el('div', { className: 'body', textContent: p.body }), el('div', { className: 'state', textContent: state }));
+    li.dataset.cmid = p.cmid;
+    if (p.state === 'failed') {
+      li.append(el('button', { type: 'button', textContent: 'Retry', onclick: () => chat.outbox.retry(g.gid, p.cmid) }));
+    }
+    return li;
+  }));
+}
+
+$('composer').addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  const body = ev.target.body;
+  const text = body.value.trim();
+  body.value = '';
+  if (!view || text === '') return;
+  chat.outbox.send(view.gid, text);
+  scroller.scrollTop = scroller.scrollHeight;
+});
+
+$('composer').body.addEventListener('keydown', (ev) => {
+  if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing) {
+    ev.preventDefault();
+    $('composer').requestSubmit();
+  }
+});
+
+// --- who read ---
+
+async function showReaders(gid, msgid, anchor) {
+  const box = $('readers');
+  try {
+    const { read, unread } = await chat.whoRead(gid, msgid);
+    const items = (names) => names.length ? names.map((n) => el('li', { textContent: n })) : [el('li', { className: 'hint', textContent: 'nobody' })];
+    $('readers-read').replaceChildren(...items(read));
+    $('readers-unread').replaceChildren(...items(unread));
+    box.dataset.msgid = msgid;
+    // Beside the message, on its left; below it when there is no room.
+    const m = anchor.closest('.msg').getBoundingClientRect();
+    const r = anchor.getBoundingClientRect();
+    const left = m.left - 232 >= 8;
+    box.hidden = false;
+    box.style.left = `${left ? m.left - 232 : Math.max(8, r.right - 220)}px`;
+    const bottom = scroller.getBoundingClientRect().bottom;
+    box.style.top = `${Math.max(8, Math.min(left ? m.top : r.bottom + 4, bottom - box.offsetHeight - 8))}px`;
+  } catch (e) {
+    toast(`Cannot show who read it: ${e.message}`);
+  }
+}
+
+$('readers-close').addEventListener('click', () => { $('readers').hidden = true; });
+document.addEventListener('keydown', (ev) => { if (ev.key === 'Escape') $('readers').hidden = true; });
+
+let toastTimer = 0;
+function toast(message) {
+  const t = $('toast');
+  t.textContent = message;
+  t.hidden = false;
+  clearTimeout(toastTimer);
+  toastTimer = setTimeout(() => { t.hidden = true; }, 6000);
+}
+
+// --- start ---
+
+const saved = JSON.parse(sessionStorage.getItem('chatd.session') || 'null');
+if (saved) start(saved); else showSignin();

@@ -1,0 +1,409 @@
+// chat.js: the client's half of the protocol, as the Go SDK (client/) does
+// it, without the DOM. At connect: sync (counts only). On open: pull what
+// follows the cursor; older history page by page when asked (scrolling up).
+// Pushes: dropped when already held (by msgid), held back when their prev is
+// not the contiguous cursor until a pull fills the gap. Acks every 10
+// messages or 1 s; reads only for messages that were shown and only up to
+// the contiguous cursor. Sends keep their cmid across resends. A new session
+// syncs, pulls the open group again, flushes cursors and resends.
+//
+// Everything runs on the page's one thread; state changes are announced as
+// events: status, groups, messages, pending, counts, error. Acks and reads
+// are in cursors.js, sending in outbox.js, the connection in conn.js.
+
+import { Conn, Disconnected, Timeout, Backoff, retryable } from './conn.js';
+import { Cursors } from './cursors.js';
+import { Outbox } from './outbox.js';
+
+const PAGE = 100; // a forward pull page
+const OLDER_PAGE = 50; // a page when scrolling up
+const FILL = 30; // an opened group shows at least this many messages when it has them
+const HEARTBEAT = 25000;
+const MAX_COUNTS = 200; // msgids per read_counts (protocol.MaxMsgIDs)
+
+function newGroup(gid) {
+  return {
+    gid, known: false, left: false,
+    head: -1, ack: -1, read: -1, // the server's, as last heard
+    unread: 0, unreadExact: true, // the badge of a group that is not open
+    contig: -1, // every message up to it received (or loadable by scrolling up)
+    msgs: new Map(), order: [], // held messages, msgids ascending
+    buf: new Map(), // pushes waiting for their predecessors
+    olderMore: true, loadingOlder: false,
+    opened: false, pulling: null, gapping: false,
+    unacked: 0, ackDue: 0, readWant: -1, readDue: 0,
+    counts: new Map(), // msgid -> {read, audience}, for my messages
+    pending: new Map(), // cmid -> outgoing message not yet shown
+  };
+}
+
+function insertSorted(arr, v) {
+  let lo = 0, hi = arr.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (arr[mid] < v) lo = mid + 1; else hi = mid;
+  }
+  if (arr[lo] !== v) arr.splice(lo, 0, v);
+}
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+export class Chat extends EventTarget {
+  constructor({ uid, token, dev, renew }) {
+    super();
+    this.uid = uid;
+    this.token = token;
+    this.dev = dev;
+    this.renew = renew; // async () => a new token, or null
+    const proto = location.protocol === 'https:' ? 'wss:' : 'ws:';
+    this.conn = new Conn(`${proto}//${location.host}/v1/ws`, () => this.token, {
+      up: (uid) => this.sessionUp(uid),
+      down: (d) => this.sessionDown(d),
+      authFailed: (reason) => this.authFailed(reason),
+      frame: (f) => this.frame(f),
+    });
+    this.groups = new Map();
+    this.current = null;
+    this.online = false;
+    this.stats = { sessions: 0, reconnects: 0, syncs: 0, pulls: 0, olderPulls: 0, pushes: 0, duplicates: 0,
+      gaps: 0, acks: 0, reads: 0, sends: 0, resends: 0 };
+    this.timers = { heartbeat: 0, sync: 0 };
+    this.outbox = new Outbox(this);
+    this.cursors = new Cursors(this);
+    this.onOffline = () => this.conn.drop('the browser went offline');
+    this.onOnline = () => this.conn.retryNow();
+  }
+
+  emit(type, detail = {}) { this.dispatchEvent(new CustomEvent(type, { detail })); }
+
+  group(gid) {
+    let g = this.groups.get(gid);
+    if (!g) {
+      g = newGroup(gid);
+      this.groups.set(gid, g);
+    }
+    return g;
+  }
+
+  start() {
+    this.outbox.restore();
+    addEventListener('offline', this.onOffline);
+    addEventListener('online', this.onOnline);
+    this.emit('status', { state: 'connecting' });
+    this.conn.start();
+  }
+
+  stop() {
+    removeEventListener('offline', this.onOffline);
+    removeEventListener('online', this.onOnline);
+    Object.values(this.timers).forEach(clearTimeout);
+    this.cursors.stop();
+    this.conn.stop();
+  }
+
+  // --- sessions ---
+
+  async sessionUp(uid) {
+    if (this.stats.sessions++ > 0) this.stats.reconnects++;
+    this.uid = uid || this.uid; // the token's user
+    try {
+      await this.sync();
+    } catch (e) {
+      if (!(e instanceof Disconnected)) this.conn.drop(`sync failed: ${e.message}`);
+      return;
+    }
+    this.online = true;
+    this.emit('status', { state: 'online' });
+    this.beat();
+    this.cursors.flush(false);
+    this.outbox.resendAll();
+    const g = this.current && this.groups.get(this.current);
+    if (g) await this.load(g).catch((e) => this.failed('resync', e)); // what was sent while away
+  }
+
+  sessionDown({ retryIn, reason, wasUp }) {
+    this.online = false;
+    clearTimeout(this.timers.heartbeat);
+    this.emit('status', { state: 'offline', retryIn, reason, wasUp });
+  }
+
+  async authFailed(reason) {
+    this.online = false;
+    const token = this.renew && /token_expired|bad_token/.test(reason) ? await this.renew().catch(() => null) : null;
+    if (token) {
+      this.token = token;
+      this.conn.retryNow();
+      return;
+    }
+    this.emit('status', { state: 'signed-out', reason });
+  }
+
+  retryNow() { this.conn.retryNow(); }
+
+  // beat syncs every HEARTBEAT: it refreshes the badges, finds pushes that
+  // were lost at the tail of the open group, and finds a dead connection.
+  beat() {
+    clearTimeout(this.timers.heartbeat);
+    this.timers.heartbeat = setTimeout(async () => {
+      try {
+        await this.sync();
+      } catch (e) {
+        if (e instanceof Timeout) this.conn.drop('no answer to sync');
+        return;
+      }
+      const g = this.current && this.groups.get(this.current);
+      if (g && g.head > g.contig) this.pullForward(g).catch((e) => this.failed('pull', e));
+      this.beat();
+    }, HEARTBEAT);
+  }
+
+  syncSoon(delay = 200) {
+    clearTimeout(this.timers.sync);
+    this.timers.sync = setTimeout(() => this.online && this.sync().catch((e) => this.failed('sync', e)), delay);
+  }
+
+  async sync() {
+    this.stats.syncs++;
+    const f = await this.conn.request({ op: 'sync' });
+    for (const gs of f.groups) {
+      const g = this.group(gs.gid);
+      if (!g.known) {
+        // First sight: what the user received before (elsewhere, earlier)
+        // is below the ack cursor, loaded by scrolling up.
+        g.known = true;
+        g.contig = Math.max(g.contig, gs.ack);
+        g.readWant = Math.max(g.readWant, gs.read);
+      }
+      g.head = Math.max(g.head, gs.head);
+      g.ack = Math.max(g.ack, gs.ack);
+      g.read = Math.max(g.read, gs.read);
+      g.left = !!gs.left;
+      if (!g.opened) {
+        // The server's count lags its pushes by the persister's delay.
+        let seen = 0;
+        for (const m of [...g.msgs.values(), ...g.buf.values()]) {
+          if (m.msgid > gs.read && m.sender !== this.uid) seen++;
+        }
+        g.unread = Math.max(gs.unread, seen);
+        g.unreadExact = gs.unread_exact;
+      }
+      this.drain(g);
+    }
+    this.emit('groups');
+    return f.groups;
+  }
+
+  frame(f) {
+    switch (f.op) {
+      case 'push':
+        for (const m of f.msgs || []) this.push(m);
+        break;
+      case 'receipts':
+        this.receipts(f.gid, f.counts || []);
+        break;
+      case 'error':
+        this.emit('error', { message: `${f.code}: ${f.message}` });
+        break;
+      default:
+        console.debug('chatd: frame ignored', f.op);
+    }
+  }
+
+  // --- receiving ---
+
+  push(m) {
+    this.stats.pushes++;
+    const known = this.groups.has(m.gid);
+    const g = this.group(m.gid);
+    if (!known) this.syncSoon(); // a group joined since the last sync
+    if (m.msgid <= g.contig || g.buf.has(m.msgid)) {
+      this.stats.duplicates++;
+      return;
+    }
+    if (!g.opened && m.sender !== this.uid && m.msgid > g.readWant) {
+      g.unread++;
+      this.emit('groups');
+    }
+    if (g.known && !g.pulling && m.prev !== undefined && m.prev === g.contig) {
+      this.accept(g, [m]);
+      this.drain(g);
+      return;
+    }
+    if (g.known && !g.pulling) this.stats.gaps++;
+    g.buf.set(m.msgid, m);
+    this.drain(g);
+  }
+
+  // drain accepts the held-back pushes that now follow the contiguous
+  // cursor. A gap that remains in the open group is pulled.
+  drain(g) {
+    if (!g.known) return;
+    const ready = [];
+    for (let progressed = true; progressed;) {
+      progressed = false;
+      for (const [id, m] of g.buf) {
+        if (id <= g.contig) {
+          g.buf.delete(id);
+          this.stats.duplicates++;
+        } else if (m.prev !== undefined && m.prev === g.contig) {
+          g.buf.delete(id);
+          ready.push(m);
+          g.contig = id;
+          progressed = true;
+        }
+      }
+    }
+    this.accept(g, ready);
+    if (g.buf.size > 0 && g.opened && !g.pulling && !g.gapping && this.online) this.fillGap(g);
+  }
+
+  // fillGap pulls until the held-back pushes connect. A pull that does not
+  // close the gap (the store lags its pushes) is repeated with backoff.
+  async fillGap(g) {
+    g.gapping = true;
+    const bo = new Backoff(200, 5000);
+    try {
+      while (g.buf.size > 0 && g.opened && this.online) {
+        try {
+          await this.pullForward(g);
+        } catch (e) {
+          if (!retryable(e)) return this.failed('pull', e);
+        }
+        if (g.buf.size > 0) await sleep(bo.next());
+      }
+    } finally {
+      g.gapping = false;
+    }
+  }
+
+  // accept records messages that extend the contiguous cursor, in order.
+  accept(g, msgs) {
+    if (msgs.length === 0) return;
+    let outbox = false;
+    for (const m of msgs) {
+      g.msgs.set(m.msgid, m);
+      insertSorted(g.order, m.msgid);
+      g.contig = Math.max(g.contig, m.msgid);
+      g.head = Math.max(g.head, m.msgid);
+      if (m.sender === this.uid && g.pending.delete(m.cmid)) outbox = true;
+    }
+    this.cursors.received(g, msgs.length);
+    this.emit('messages', { gid: g.gid, msgs, older: false });
+    if (outbox) this.outbox.changed(g);
+  }
+
+  // pullForward pulls everything after the contiguous cursor, page by page.
+  // Pushes of the group wait meanwhile. One pull of a group at a time.
+  pullForward(g) {
+    if (g.pulling) return g.pulling;
+    g.pulling = (async () => {
+      try {
+        for (;;) {
+          const after = g.contig;
+          this.stats.pulls++;
+          const p = await this.conn.request({ op: 'pull', gid: g.gid, after, limit: PAGE });
+          g.head = Math.max(g.head, p.head);
+          const fresh = p.msgs.filter((m) => m.msgid > g.contig);
+          this.stats.duplicates += p.msgs.length - fresh.length;
+          this.accept(g, fresh);
+          if (!p.more) return;
+          if (fresh.length === 0) throw new Error(`pull of ${g.gid} after ${after}: the page says more but brings nothing new`);
+        }
+      } finally {
+        g.pulling = null;
+        this.drain(g);
+      }
+    })();
+    return g.pulling;
+  }
+
+  // loadOlder pulls the page right before the oldest message held.
+  async loadOlder(gid) {
+    const g = this.group(gid);
+    if (g.loadingOlder || !g.olderMore || !this.online) return 0;
+    g.loadingOlder = true;
+    try {
+      const before = g.order.length ? g.order[0] : g.contig + 1;
+      this.stats.olderPulls++;
+      const p = await this.conn.request({ op: 'pull', gid, before, limit: OLDER_PAGE });
+      const fresh = p.msgs.filter((m) => m.msgid < before && !g.msgs.has(m.msgid));
+      for (const m of fresh) {
+        g.msgs.set(m.msgid, m);
+        insertSorted(g.order, m.msgid);
+      }
+      g.olderMore = p.more;
+      this.emit('messages', { gid, msgs: fresh, older: true });
+      this.refreshCounts(g, fresh.map((m) => m.msgid));
+      return fresh.length;
+    } finally {
+      g.loadingOlder = false;
+    }
+  }
+
+  async open(gid) {
+    if (this.current && this.current !== gid) this.closeGroup(this.current);
+    const g = this.group(gid);
+    this.current = gid;
+    g.opened = true;
+    g.unread = 0;
+    this.emit('groups');
+    if (this.online) await this.load(g); // else the next session does
+  }
+
+  // load pulls what follows the cursor of the open group g, pages up until
+  // the view has FILL messages, and asks the read counts of mine.
+  async load(g) {
+    await this.pullForward(g);
+    while (g.order.length < FILL && g.olderMore && g.opened) {
+      if ((await this.loadOlder(g.gid)) === 0) break;
+    }
+    await this.refreshCounts(g, g.order, MAX_COUNTS);
+  }
+
+  closeGroup(gid) {
+    const g = this.group(gid);
+    g.opened = false;
+    if (this.current === gid) this.current = null;
+    this.cursors.flush(true).then(() => this.syncSoon());
+  }
+
+  // seen is called for a message the user has on screen.
+  seen(gid, msgid) { this.cursors.seen(this.group(gid), msgid); }
+
+  // --- receipts ---
+
+  receipts(gid, counts) {
+    const g = this.group(gid);
+    for (const c of counts) {
+      const old = g.counts.get(c.msgid);
+      if (!old || c.read >= old.read) g.counts.set(c.msgid, c);
+    }
+    this.emit('counts', { gid, counts });
+  }
+
+  // refreshCounts asks the read counts of my messages among msgids (the
+  // newest `newest` of them): after opening, paging up and reconnecting
+  // (receipts pushes are best effort).
+  async refreshCounts(g, msgids, newest = Infinity) {
+    const mine = msgids.filter((id) => g.msgs.get(id)?.sender === this.uid).slice(-newest);
+    for (let i = 0; i < mine.length; i += MAX_COUNTS) {
+      try {
+        const f = await this.conn.request({ op: 'read_counts', gid: g.gid, msgids: mine.slice(i, i + MAX_COUNTS) });
+        this.receipts(g.gid, f.counts || []);
+      } catch (e) {
+        return this.failed('read counts', e);
+      }
+    }
+  }
+
+  async whoRead(gid, msgid) {
+    const f = await this.conn.request({ op: 'who_read', gid, msgid });
+    return { read: f.read || [], unread: f.unread || [] };
+  }
+
+  failed(what, e) {
+    if (e instanceof Disconnected) return; // the next session redoes it
+    console.warn(`chatd: ${what}:`, e.message);
+    this.emit('error', { message: `${what}: ${e.message}` });
+  }
+}

@@ -1,0 +1,161 @@
+// conn.js: one WebSocket session at a time with chatd's /v1/ws (PROTOCOL.md).
+// Requests carry an id and are matched to their answer; a session that
+// ends rejects what waits on it and is dialled again with backoff. No
+// protocol state lives here: chat.js decides what a new session must redo.
+
+// ProtocolError is an error frame's code and message.
+export class ProtocolError extends Error {
+  constructor(code, message) {
+    super(`${code}: ${message}`);
+    this.code = code;
+    this.detail = message;
+  }
+}
+
+// Disconnected: the session ended before the answer came.
+export class Disconnected extends Error {}
+
+// Timeout: no answer within the request's time limit.
+export class Timeout extends Error {}
+
+// Codes worth retrying unchanged (as the Go SDK's retryable).
+export function retryable(err) {
+  if (err instanceof Disconnected || err instanceof Timeout) return true;
+  return err instanceof ProtocolError &&
+    ['unavailable', 'rate_limited', 'internal'].includes(err.code);
+}
+
+// Backoff doubles from min to max; each delay is jittered into [d/2, d].
+export class Backoff {
+  constructor(min = 500, max = 10000) { this.min = min; this.max = max; this.cur = 0; }
+  next() {
+    this.cur = this.cur === 0 ? this.min : Math.min(2 * this.cur, this.max);
+    return Math.round(this.cur / 2 + Math.random() * this.cur / 2);
+  }
+  reset() { this.cur = 0; }
+}
+
+// Conn keeps one session open. Hooks:
+//   up(uid)             the server accepted the token: the session is usable
+//   down({code, reason, retryIn, wasUp})  the session ended; a redial is due in retryIn ms
+//   authFailed(reason)  the server refused the token (close 4001); no redial
+//   frame(f)            a frame that answers no request: pushes, receipts, errors
+export class Conn {
+  constructor(url, token, hooks) {
+    this.url = url;
+    this.token = token; // a function: the newest token
+    this.hooks = hooks;
+    this.ws = null;
+    this.isUp = false;
+    this.stopped = true;
+    this.seq = 0;
+    this.waiters = new Map();
+    this.backoff = new Backoff();
+    this.timer = 0;
+  }
+
+  start() {
+    this.stopped = false;
+    this.dial();
+  }
+
+  stop() {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    const ws = this.ws;
+    if (ws) {
+      this.ended(ws, { code: 1000, reason: 'signed out' });
+      ws.close(1000, 'signed out');
+    }
+  }
+
+  dial() {
+    clearTimeout(this.timer);
+    if (this.stopped || this.ws) return;
+    const ws = new WebSocket(`${this.url}?token=${encodeURIComponent(this.token())}`);
+    this.ws = ws;
+    ws.onmessage = (ev) => this.received(ws, ev.data);
+    ws.onclose = (ev) => this.ended(ws, ev);
+    ws.onerror = () => {}; // onclose follows and says it
+  }
+
+  // retryNow redials at once when no session is open (a click on the
+  // banner, the browser coming back online).
+  retryNow() {
+    if (!this.ws && !this.stopped) {
+      this.backoff.reset();
+      this.dial();
+    }
+  }
+
+  // drop ends the session now, without waiting for a closing handshake
+  // that a dead network would never finish.
+  drop(reason) {
+    const ws = this.ws;
+    if (!ws) return;
+    this.ended(ws, { code: 1006, reason });
+    ws.close(1000, reason);
+  }
+
+  received(ws, data) {
+    if (ws !== this.ws) return;
+    let f;
+    try {
+      f = JSON.parse(data);
+    } catch {
+      console.warn('chatd: a frame that is not JSON was dropped', data.slice(0, 100));
+      return;
+    }
+    if (f.op === 'authed' && !this.isUp) {
+      this.isUp = true;
+      this.backoff.reset();
+      this.hooks.up(f.uid);
+      return;
+    }
+    const w = f.id && this.waiters.get(f.id);
+    if (w) {
+      this.waiters.delete(f.id);
+      clearTimeout(w.timer);
+      if (f.op === 'error') w.reject(new ProtocolError(f.code, f.message));
+      else w.resolve(f);
+      return;
+    }
+    this.hooks.frame(f);
+  }
+
+  ended(ws, ev) {
+    if (ws !== this.ws) return;
+    this.ws = null;
+    const wasUp = this.isUp;
+    this.isUp = false;
+    const err = new Disconnected(`disconnected (${ev.code}${ev.reason ? ' ' + ev.reason : ''})`);
+    for (const w of this.waiters.values()) {
+      clearTimeout(w.timer);
+      w.reject(err);
+    }
+    this.waiters.clear();
+    if (ev.code === 4001) {
+      this.hooks.authFailed(ev.reason || 'the server refused the token');
+      return;
+    }
+    if (this.stopped) return;
+    const retryIn = this.backoff.next();
+    this.timer = setTimeout(() => this.dial(), retryIn);
+    this.hooks.down({ code: ev.code, reason: ev.reason, retryIn, wasUp });
+  }
+
+  // request sends frame with a fresh id and resolves with its answer; an
+  // error frame rejects with a ProtocolError.
+  request(frame, timeoutMs = 10000) {
+    if (!this.isUp) return Promise.reject(new Disconnected('not connected'));
+    const id = String(++this.seq);
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.waiters.delete(id);
+        reject(new Timeout(`no answer to ${frame.op} within ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.waiters.set(id, { resolve, reject, timer });
+      this.ws.send(JSON.stringify({ ...frame, id }));
+    });
+  }
+}

@@ -1,0 +1,99 @@
+// cursors.js: acks and reads, batched. A group's ack goes out once 10
+// messages arrived or 1 s after the first of them, whichever comes first;
+// its read 1 s after the user first saw a message. Both only ever name the
+// contiguous cursor or below (never past a message not received), acks
+// before reads, and the server keeps only the newest: a lost or refused
+// one is simply sent again later.
+
+import { retryable } from './conn.js';
+
+const ACK_EVERY = 10;
+const INTERVAL = 1000;
+
+export class Cursors {
+  constructor(chat) {
+    this.chat = chat;
+    this.timer = 0;
+    this.flushing = false;
+  }
+
+  stop() { clearTimeout(this.timer); }
+
+  // received counts n messages that extended g's contiguous cursor.
+  received(g, n) {
+    g.unacked += n;
+    if (g.unacked >= ACK_EVERY) g.ackDue = Date.now();
+    else if (!g.ackDue) g.ackDue = Date.now() + INTERVAL;
+    this.schedule();
+  }
+
+  // seen records that the user has seen g up to msgid.
+  seen(g, msgid) {
+    if (msgid > g.contig || msgid <= g.readWant) return;
+    g.readWant = msgid;
+    if (!g.readDue) g.readDue = Date.now() + INTERVAL;
+    this.schedule();
+  }
+
+  schedule() {
+    let due = Infinity;
+    for (const g of this.chat.groups.values()) {
+      if (g.ackDue) due = Math.min(due, g.ackDue);
+      if (g.readDue) due = Math.min(due, g.readDue);
+    }
+    clearTimeout(this.timer);
+    if (due < Infinity) this.timer = setTimeout(() => this.flush(false), Math.max(0, due - Date.now()));
+  }
+
+  // flush sends the acks, then the reads, that are due (every pending one
+  // when all is set) and waits for their answers.
+  async flush(all) {
+    if (this.flushing || !this.chat.online) return;
+    this.flushing = true;
+    try {
+      const now = Date.now();
+      const acks = [];
+      const reads = [];
+      for (const g of this.chat.groups.values()) {
+        if (g.contig > g.ack && (all || g.ackDue && now >= g.ackDue)) {
+          acks.push([g, g.contig]);
+          g.unacked = 0;
+          g.ackDue = 0;
+        } else if (g.contig <= g.ack) {
+          g.unacked = 0;
+          g.ackDue = 0;
+        }
+        const upto = Math.min(g.readWant, g.contig);
+        if (upto > g.read && (all || g.readDue && now >= g.readDue)) {
+          reads.push([g, upto]);
+          g.readDue = 0;
+        }
+      }
+      await Promise.all(acks.map(([g, upto]) => this.send('ack', g, upto)));
+      await Promise.all(reads.map(([g, upto]) => this.send('read', g, upto)));
+    } finally {
+      this.flushing = false;
+      this.schedule();
+    }
+  }
+
+  async send(op, g, upto) {
+    const chat = this.chat;
+    try {
+      await chat.conn.request({ op, gid: g.gid, upto });
+      if (op === 'ack') {
+        chat.stats.acks++;
+        g.ack = Math.max(g.ack, upto);
+      } else {
+        chat.stats.reads++;
+        g.read = Math.max(g.read, upto);
+      }
+    } catch (e) {
+      // beyond_head: the server's view lags its pushes; later it will not.
+      if (!retryable(e) && e.code !== 'beyond_head') return chat.failed(op, e);
+      const due = Date.now() + INTERVAL;
+      if (op === 'ack') g.ackDue ||= due;
+      else g.readDue ||= due;
+    }
+  }
+}
