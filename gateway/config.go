@@ -39,7 +39,7 @@ type Config struct {
 	SendRate     float64       // sends per second per connection; default 50
 	SendBurst    int           // default 100
 	QueueSize    int           // outbound frames per connection before it is cut; default 512
-	WriteTimeout time.Duration // one frame to a client; default 10s
+	WriteTimeout time.Duration // what is queued for a client, written at once; default 10s
 	PingInterval time.Duration // default 20s
 	AuthTimeout  time.Duration // time to send auth after connecting; default 10s
 	PresenceTTL  time.Duration // presence entries expire unless refreshed; default 30s

@@ -219,26 +219,32 @@ func (c *conn) enqueue(o out) {
 // write writes queued items in order; the messages of consecutive push
 // items share push frames, so a backlog costs few writes.
 func (c *conn) write(items []out) bool {
-	var (
-		buf  bytes.Buffer
-		msgs [][]byte
-	)
+	// One deadline for what is written together: a client that takes
+	// longer than WriteTimeout to take it in is too slow.
+	ctx, cancel := context.WithTimeout(c.ctx, c.g.cfg.WriteTimeout)
+	defer cancel()
+	buf := framePool.Get().(*bytes.Buffer)
+	defer framePool.Put(buf)
+	var msgs [][]byte
 	for _, o := range items {
 		if o.msgs != nil {
 			msgs = append(msgs, o.msgs...)
 			continue
 		}
-		if !c.writePushes(&buf, msgs) || !c.writeFrame(o.frame, 0) {
+		if !c.writePushes(ctx, buf, msgs) || !c.writeFrame(ctx, o.frame, 0) {
 			return false
 		}
 		msgs = msgs[:0]
 	}
-	return c.writePushes(&buf, msgs)
+	return c.writePushes(ctx, buf, msgs)
 }
+
+// framePool holds the buffers push frames are rendered in.
+var framePool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // writePushes writes msgs as push frames of at most maxPushBatch messages
 // and about maxPushBytes each.
-func (c *conn) writePushes(buf *bytes.Buffer, msgs [][]byte) bool {
+func (c *conn) writePushes(ctx context.Context, buf *bytes.Buffer, msgs [][]byte) bool {
 	for len(msgs) > 0 {
 		buf.Reset()
 		buf.WriteString(`{"op":"push","msgs":[`)
@@ -251,7 +257,7 @@ func (c *conn) writePushes(buf *bytes.Buffer, msgs [][]byte) bool {
 			n++
 		}
 		buf.WriteString("]}")
-		if !c.writeFrame(buf.Bytes(), n) {
+		if !c.writeFrame(ctx, buf.Bytes(), n) {
 			return false
 		}
 		msgs = msgs[n:]
@@ -259,9 +265,7 @@ func (c *conn) writePushes(buf *bytes.Buffer, msgs [][]byte) bool {
 	return true
 }
 
-func (c *conn) writeFrame(frame []byte, msgs int) bool {
-	ctx, cancel := context.WithTimeout(c.ctx, c.g.cfg.WriteTimeout)
-	defer cancel()
+func (c *conn) writeFrame(ctx context.Context, frame []byte, msgs int) bool {
 	if err := c.ws.Write(ctx, websocket.MessageText, frame); err != nil {
 		if c.ctx.Err() == nil {
 			c.close(CloseTooSlow, "write timed out; reconnect and pull what you missed")
