@@ -208,6 +208,7 @@ func (c *conn) writeLoop() {
 			if !c.writeFrame(buf.Bytes(), n) {
 				return
 			}
+			c.g.cfg.Metrics.Delivered(o.msgs[:n], time.Now())
 			o.msgs = o.msgs[n:]
 		}
 	}
