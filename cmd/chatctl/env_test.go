@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -152,3 +153,15 @@ func (e *env) waitGroupEmpty(group string) {
 }
 
 func redisZ(score float64, member string) redis.Z { return redis.Z{Score: score, Member: member} }
+
+// newOf returns a pointer to a new value of type t, for scanning.
+func newOf(t reflect.Type) any { return reflect.New(t).Interface() }
+
+// deref turns scanned pointers back into values.
+func deref(ptrs []any) []any {
+	out := make([]any, len(ptrs))
+	for i, p := range ptrs {
+		out[i] = reflect.ValueOf(p).Elem().Interface()
+	}
+	return out
+}

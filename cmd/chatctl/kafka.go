@@ -151,10 +151,13 @@ func (a *admin) committed(ctx context.Context, group, topic string, parts []int)
 	if err != nil {
 		return nil, fmt.Errorf("committed offsets of %s on %s: %w", group, topic, err)
 	}
+	out := map[int]int64{}
+	if errors.Is(resp.Error, kafka.GroupIdNotFound) {
+		return out, nil // never committed
+	}
 	if resp.Error != nil {
 		return nil, fmt.Errorf("committed offsets of %s on %s: %w", group, topic, resp.Error)
 	}
-	out := map[int]int64{}
 	for _, p := range resp.Topics[topic] {
 		if p.Error != nil {
 			return nil, fmt.Errorf("committed offset of %s on %s/%d: %w", group, topic, p.Partition, p.Error)

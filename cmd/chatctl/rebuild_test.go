@@ -254,4 +254,3 @@ func TestRebuildRefusesUnknownProjection(t *testing.T) {
 		t.Fatalf("rebuild without Redis: %v, want one naming CHAT_REDIS_ADDRS", err)
 	}
 }
-
