@@ -23,7 +23,7 @@ import (
 // clickhouse-server with a database of the test's own, and the CHAT_*
 // variables that point chatctl at them.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	brokers []string
 	prod    *producers.Producer
 	rc      redis.UniversalClient
@@ -33,7 +33,9 @@ type env struct {
 
 var dbSeq atomic.Int64
 
-func newEnv(t *testing.T, partitions int) *env {
+func newEnv(t *testing.T, partitions int) *env { return newEnvTB(t, partitions) }
+
+func newEnvTB(t testing.TB, partitions int) *env {
 	t.Helper()
 	b, err := broker.Start(broker.Config{})
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"time"
 
@@ -77,18 +78,14 @@ func scan(ctx context.Context, cfg scanConfig, spans []span, fn func(ctx context
 }
 
 func scanOne(ctx context.Context, cfg scanConfig, s span, fn func(ctx context.Context, part int, msgs []kafka.Message) error) error {
-	r := kafka.NewReader(kafka.ReaderConfig{
-		Brokers:         cfg.brokers,
-		Topic:           cfg.topic,
-		Partition:       s.part,
-		MinBytes:        1,
-		MaxBytes:        32 << 20,
-		MaxWait:         200 * time.Millisecond,
-		QueueCapacity:   8192,
-		ReadLagInterval: -1,
-	})
-	defer r.Close()
-	if err := r.SetOffset(s.from); err != nil {
+	conn, err := dialLeader(ctx, cfg.brokers, cfg.topic, s.part)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
+	defer stop()
+	if _, err := conn.Seek(s.from, kafka.SeekAbsolute); err != nil {
 		return fmt.Errorf("%s/%d: position at %d: %w", cfg.topic, s.part, s.from, err)
 	}
 	batch := make([]kafka.Message, 0, cfg.batch)
@@ -106,37 +103,67 @@ func scanOne(ctx context.Context, cfg scanConfig, s span, fn func(ctx context.Co
 		return nil
 	}
 	for {
-		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		m, err := r.FetchMessage(fctx)
-		cancel()
-		if err != nil {
+		// One fetch, read straight off the connection: no per-record
+		// hand-off between goroutines, which a kafka.Reader costs.
+		conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		b := conn.ReadBatchWith(kafka.ReadBatchConfig{MinBytes: 1, MaxBytes: 32 << 20, MaxWait: 500 * time.Millisecond})
+		got, done := 0, false
+		for {
+			m, err := b.ReadMessage()
+			if err != nil {
+				break
+			}
+			if m.Offset >= s.to {
+				done = true
+				break
+			}
+			got++
+			batch = append(batch, m)
+			if len(batch) == cap(batch) {
+				if err := flush(); err != nil {
+					b.Close()
+					return err
+				}
+			}
+			if m.Offset >= s.to-1 {
+				done = true
+				break
+			}
+		}
+		hwm := b.HighWaterMark()
+		if err := b.Close(); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, kafka.RequestTimedOut) { // timed out: nothing new within MaxWait
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if errors.Is(err, context.DeadlineExceeded) && r.Lag() <= 0 && !cfg.follow {
-				// Nothing more to read (compaction removed the tail of
-				// the span): the span is done.
-				return flush()
-			}
-			if errors.Is(err, context.DeadlineExceeded) {
-				if err := flush(); err != nil { // a follower prints what it has
-					return err
-				}
-				continue
-			}
-			return fmt.Errorf("%s/%d: read at %d: %w", cfg.topic, s.part, r.Offset(), err)
+			at, _ := conn.Offset()
+			return fmt.Errorf("%s/%d: read at %d: %w", cfg.topic, s.part, at, err)
 		}
-		if m.Offset >= s.to {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		next, _ := conn.Offset()
+		// Done at the span's end; or, when nothing came and the log ends
+		// here, because compaction removed the span's tail.
+		if done || (got == 0 && next >= hwm && !cfg.follow) {
 			return flush()
 		}
-		batch = append(batch, m)
-		if len(batch) == cap(batch) {
-			if err := flush(); err != nil {
+		if cfg.follow || got == 0 {
+			if err := flush(); err != nil { // a follower prints what it has
 				return err
 			}
 		}
-		if m.Offset >= s.to-1 {
-			return flush()
+	}
+}
+
+// dialLeader connects to the leader of a partition, bootstrapping from
+// the first broker that answers.
+func dialLeader(ctx context.Context, brokers []string, topic string, part int) (*kafka.Conn, error) {
+	var err error
+	for _, b := range brokers {
+		var conn *kafka.Conn
+		if conn, err = kafka.DialLeader(ctx, "tcp", b, topic, part); err == nil {
+			return conn, nil
 		}
 	}
+	return nil, fmt.Errorf("%s/%d: connect to its leader via %v: %w", topic, part, brokers, err)
 }
