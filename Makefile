@@ -35,6 +35,7 @@ build:
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./consumers ./store
 	$(GO) test -run '^$$' -bench . ./schema ./producers
+	$(GO) test -run '^$$' -bench 'RebuildAcks|Backfill' -benchtime 1x -timeout 30m ./cmd/chatctl
 
 ## fuzz: each decoder fuzzed for FUZZTIME (default 30s)
 FUZZTIME ?= 30s

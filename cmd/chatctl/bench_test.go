@@ -7,6 +7,8 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -83,12 +85,16 @@ func fillMessages(b *testing.B, e *env, n int) {
 
 var rateLine = regexp.MustCompile(`\(([0-9]+) records/s\)`)
 
-// timeCtl runs chatctl once and reports its own replay rate and the total.
-func timeCtl(b *testing.B, e *env, args ...string) {
+// timeCtl runs chatctl once and reports its own replay rate, the total,
+// and the CPU spent per record by this process (chatctl and the embedded
+// broker) and by redis-server.
+func timeCtl(b *testing.B, e *env, n int, args ...string) {
 	b.Helper()
-	start := time.Now()
+	start, self0, redis0 := time.Now(), selfCPU(), redisCPU(b, e)
 	out := e.mustCtl(args...)
 	took := time.Since(start)
+	b.ReportMetric(float64((selfCPU()-self0).Nanoseconds())/float64(n), "go-ns/record")
+	b.ReportMetric(float64((redisCPU(b, e)-redis0).Nanoseconds())/float64(n), "redis-ns/record")
 	m := rateLine.FindStringSubmatch(out)
 	if m == nil {
 		b.Fatalf("no rate in the output of chatctl %v:\n%s", args, out)
@@ -104,7 +110,7 @@ func BenchmarkRebuildAcks(b *testing.B) {
 	fillAcks(b, e, n)
 	b.ResetTimer()
 	for range b.N {
-		timeCtl(b, e, "rebuild", "acks")
+		timeCtl(b, e, n, "rebuild", "acks")
 	}
 }
 
@@ -119,8 +125,32 @@ func BenchmarkBackfill(b *testing.B) {
 				b.StopTimer()
 				e.withClickHouse(fmt.Sprint("bench_", table))
 				b.StartTimer()
-				timeCtl(b, e, "backfill", "-tables", table)
+				timeCtl(b, e, n, "backfill", "-tables", table)
 			}
 		})
 	}
+}
+
+// selfCPU returns this process's CPU time (user+sys).
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// redisCPU returns redis-server's user+sys CPU time so far (INFO cpu).
+func redisCPU(b *testing.B, e *env) time.Duration {
+	info, err := e.rc.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\r\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
+			f, _ := strconv.ParseFloat(v, 64)
+			total += f
+		}
+	}
+	return time.Duration(total * float64(time.Second))
 }

@@ -17,10 +17,11 @@ import (
 	"github.com/prometheus/common/model"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/topics"
 )
 
-// TestMetricsAfterALoad runs `chatd dev` in process, puts a small load
+// TestMetricsAfterALoad runs `chatd dev` in process, with ClickHouse, puts a small load
 // through the gateway (a group, one member online over WebSocket, five
 // sends over HTTP, one poison record) and checks that /metrics shows each
 // named series with the values that load must give, then that SIGTERM
@@ -31,6 +32,8 @@ func TestMetricsAfterALoad(t *testing.T) {
 	env := map[string]string{
 		"CHAT_HTTP_ADDR": httpAddr, "CHAT_KAFKA_LISTEN": kafkaAddr, "CHAT_DATA_DIR": t.TempDir(),
 		"CHAT_PARTITIONS": "2", "CHAT_ADMIN_TOKEN": admin, "CHAT_SHUTDOWN_TIMEOUT": "5s", "CHAT_LOG_LEVEL": "warn",
+		"CHAT_CLICKHOUSE_ADDRS":    testserver.SharedClickHouse(t).Addr,
+		"CHAT_CLICKHOUSE_DATABASE": fmt.Sprintf("metrics%d", time.Now().UnixNano()%1e9),
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -178,6 +181,7 @@ func TestMetricsAfterALoad(t *testing.T) {
 		{"the persister's lag on team's partition", "chat_consumer_lag", map[string]string{"group": "chat.persister", "partition": fmt.Sprint(topics.Partition("team", 2))}, eq(0), "runner"},
 		{"the poison ack dead-lettered", "chat_deadletter_total", map[string]string{"topic": topics.Acks}, eq(1), "runner"},
 		{"Redis pipelines timed", "chat_store_seconds", map[string]string{"store": "redis", "op": "pipeline"}, atLeast(1), "redis hook"},
+		{"ClickHouse message inserts timed", "chat_store_seconds", map[string]string{"store": "clickhouse", "op": "insert messages"}, between(1, sends), "ClickHouse store"},
 	}
 	for _, c := range checks {
 		v, ok := value(c.name, c.labels)

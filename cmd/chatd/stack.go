@@ -92,7 +92,7 @@ func openStack(ctx context.Context, role string, s *settings, log *slog.Logger) 
 	window, retention := s.WindowSize, s.Retention
 	if chAddrs := list(s.ClickHouseAddrs); len(chAddrs) > 0 {
 		st.ch, err = store.OpenClickHouse(ctx, store.ClickHouseConfig{Addrs: chAddrs, Database: s.ClickHouseDB,
-			Username: s.ClickHouseUser, Password: s.ClickHousePass})
+			Username: s.ClickHouseUser, Password: s.ClickHousePass, Metrics: st.metrics})
 		if err != nil {
 			return nil, fmt.Errorf("ClickHouse at %s: %w", s.ClickHouseAddrs, err)
 		}
