@@ -97,6 +97,9 @@ func rebuild(ctx context.Context, c *command, opts any, args []string) error {
 		}
 	}
 	cfg.topic = topic
+	if p != store.ProjectionMembers {
+		cfg.spanDone = r.flushCursors(p, group, topic)
+	}
 	err = scan(ctx, cfg, spans, r.records(p, group, topic))
 	records, took := prog.finish()
 	if err != nil {
@@ -132,60 +135,99 @@ type replay struct {
 	poison counter
 }
 
-// joins returns the scan function that raises cursors to join positions.
+// joins returns the scan function that folds the cursor raise of every
+// join; flushCursors writes them with the cursor records of the partition.
 func (r *replay) joins(p store.Projection) func(context.Context, int, []kafka.Message) error {
 	return func(ctx context.Context, part int, msgs []kafka.Message) error {
-		var raise []schema.Ack
+		f := r.expect.fold(part)
 		for i := range msgs {
 			ev, err := schema.DecodeMember(msgs[i].Value)
 			if err != nil || ev.Op != schema.OpJoin {
 				continue
 			}
-			raise = append(raise, schema.Ack{Gid: ev.Gid, Uid: ev.Uid, Upto: ev.Pos})
+			f.add(ev.Gid, ev.Uid, ev.Pos)
 		}
-		r.expect.cursors(raise)
-		if p == store.ProjectionAcks {
-			return r.rds.AdvanceAcks(ctx, raise)
-		}
-		rs := make([]schema.Receipt, len(raise))
-		for i, a := range raise {
-			rs[i] = schema.Receipt(a)
-		}
-		return r.rds.AdvanceReads(ctx, rs)
+		return nil
 	}
 }
 
-// records returns the scan function that hands records to the projector.
+// records returns the scan function for the projection's own topic.
+//
+// Cursor records are folded per partition (a cursor keeps its maximum, so
+// only the last value of each member needs writing) and written with the
+// store's AdvanceAcks or AdvanceReads, the calls the projectors make, when
+// the fold holds flushAbove unwritten cursors and at the span's end; the
+// position is saved after each write. Member events go through the member
+// projector's Handle batch by batch, in offset order, since their order
+// matters.
 func (r *replay) records(p store.Projection, group, topic string) func(context.Context, int, []kafka.Message) error {
-	var handle func(ctx context.Context, part int, msgs []kafka.Message) error
 	switch p {
-	case store.ProjectionAcks:
-		h := &consumers.AckProjector{Redis: r.rds}
-		handle = func(ctx context.Context, part int, msgs []kafka.Message) error {
-			recs := decodeAll(msgs, schema.DecodeAck, &r.poison)
-			r.expect.cursorRecords(len(recs), func(i int) schema.Ack { return recs[i].Event })
-			return h.Handle(ctx, part, recs)
+	case store.ProjectionAcks, store.ProjectionReads:
+		flush := r.flushCursors(p, group, topic)
+		return func(ctx context.Context, part int, msgs []kafka.Message) error {
+			f := r.expect.fold(part)
+			for i := range msgs {
+				var gid, uid string
+				var upto int64
+				if p == store.ProjectionAcks {
+					e, err := schema.DecodeAck(msgs[i].Value)
+					if err != nil {
+						r.poison.Add(1)
+						continue
+					}
+					gid, uid, upto = e.Gid, e.Uid, e.Upto
+				} else {
+					e, err := schema.DecodeReceipt(msgs[i].Value)
+					if err != nil {
+						r.poison.Add(1)
+						continue
+					}
+					gid, uid, upto = e.Gid, e.Uid, e.Upto
+				}
+				f.add(gid, uid, upto)
+			}
+			f.next = msgs[len(msgs)-1].Offset + 1
+			if f.dirty >= flushAbove {
+				return flush(ctx, part)
+			}
+			return nil
 		}
-	case store.ProjectionReads:
-		h := &consumers.ReceiptProjector{Redis: r.rds}
-		handle = func(ctx context.Context, part int, msgs []kafka.Message) error {
-			recs := decodeAll(msgs, schema.DecodeReceipt, &r.poison)
-			r.expect.cursorRecords(len(recs), func(i int) schema.Ack { return schema.Ack(recs[i].Event) })
-			return h.Handle(ctx, part, recs)
-		}
-	case store.ProjectionMembers:
+	default:
 		h := &consumers.MemberProjector{Redis: r.rds}
-		handle = func(ctx context.Context, part int, msgs []kafka.Message) error {
+		return func(ctx context.Context, part int, msgs []kafka.Message) error {
 			recs := decodeAll(msgs, schema.DecodeMember, &r.poison)
 			r.expect.memberRecords(len(recs), func(i int) schema.Member { return recs[i].Event })
-			return h.Handle(ctx, part, recs)
+			if err := h.Handle(ctx, part, recs); err != nil {
+				return err
+			}
+			return r.rds.SaveOffsets(ctx, group, topic, map[int]int64{part: msgs[len(msgs)-1].Offset + 1})
 		}
 	}
-	return func(ctx context.Context, part int, msgs []kafka.Message) error {
-		if err := handle(ctx, part, msgs); err != nil {
+}
+
+// flushAbove is how many unwritten cursors a partition's fold holds before
+// they are written.
+const flushAbove = 1 << 20
+
+// flushCursors writes a partition's unwritten cursors, then saves its
+// position (when it has read records of the projection's topic).
+func (r *replay) flushCursors(p store.Projection, group, topic string) func(ctx context.Context, part int) error {
+	return func(ctx context.Context, part int) error {
+		f := r.expect.fold(part)
+		err := f.flush(func(acks []schema.Ack) error {
+			if p == store.ProjectionAcks {
+				return r.rds.AdvanceAcks(ctx, acks)
+			}
+			rs := make([]schema.Receipt, len(acks))
+			for i, a := range acks {
+				rs[i] = schema.Receipt(a)
+			}
+			return r.rds.AdvanceReads(ctx, rs)
+		})
+		if err != nil || f.next == 0 {
 			return err
 		}
-		return r.rds.SaveOffsets(ctx, group, topic, map[int]int64{part: msgs[len(msgs)-1].Offset + 1})
+		return r.rds.SaveOffsets(ctx, group, topic, map[int]int64{part: f.next})
 	}
 }
 

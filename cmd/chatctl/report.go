@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"strings"
@@ -13,37 +14,88 @@ import (
 
 // expectation is the state a projection must hold after a replay, folded
 // in memory from the records exactly as the projector folds them: cursors
-// to their maximum, member events in offset order. It holds one entry per
-// member ever seen.
+// to their maximum (per partition: a group lives in one), member events in
+// offset order. It holds one entry per member ever seen.
 type expectation struct {
 	p       store.Projection
 	mu      sync.Mutex
-	curs    map[string]map[string]int64            // gid -> uid -> cursor
+	folds   map[int]*cursorFold                    // partition -> its cursors
 	members map[string]map[string]store.Membership // gid -> uid -> membership
 }
 
 func newExpectation(p store.Projection) *expectation {
-	return &expectation{p: p, curs: map[string]map[string]int64{}, members: map[string]map[string]store.Membership{}}
+	return &expectation{p: p, folds: map[int]*cursorFold{}, members: map[string]map[string]store.Membership{}}
 }
 
-func (e *expectation) cursors(acks []schema.Ack) {
-	e.cursorRecords(len(acks), func(i int) schema.Ack { return acks[i] })
-}
-
-func (e *expectation) cursorRecords(n int, at func(int) schema.Ack) {
+// fold returns a partition's cursor fold. Only the goroutine reading the
+// partition uses it.
+func (e *expectation) fold(part int) *cursorFold {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for i := 0; i < n; i++ {
-		a := at(i)
-		g := e.curs[a.Gid]
-		if g == nil {
-			g = map[string]int64{}
-			e.curs[a.Gid] = g
-		}
-		if cur, ok := g[a.Uid]; !ok || a.Upto > cur {
-			g[a.Uid] = a.Upto
+	f := e.folds[part]
+	if f == nil {
+		f = &cursorFold{groups: map[string]map[string]cursor{}}
+		e.folds[part] = f
+	}
+	return f
+}
+
+// cursorFold is every member's highest cursor in one partition, and which
+// of them are not written yet.
+type cursorFold struct {
+	groups map[string]map[string]cursor // gid -> uid -> cursor
+	dirty  int                          // cursors not written yet
+	next   int64                        // offset after the last record folded
+}
+
+type cursor struct {
+	v       int64
+	pending bool // not written to Redis yet
+}
+
+func (f *cursorFold) add(gid, uid string, upto int64) {
+	g := f.groups[gid]
+	if g == nil {
+		g = map[string]cursor{}
+		f.groups[gid] = g
+	}
+	c, ok := g[uid]
+	if ok && upto <= c.v {
+		return
+	}
+	if !c.pending {
+		f.dirty++
+	}
+	g[uid] = cursor{v: upto, pending: true}
+}
+
+// flush hands the unwritten cursors to write, in chunks, and marks them
+// written.
+func (f *cursorFold) flush(write func([]schema.Ack) error) error {
+	const chunk = 50000
+	out := make([]schema.Ack, 0, min(f.dirty, chunk))
+	for gid, us := range f.groups {
+		for uid, c := range us {
+			if !c.pending {
+				continue
+			}
+			out = append(out, schema.Ack{Gid: gid, Uid: uid, Upto: c.v})
+			us[uid] = cursor{v: c.v}
+			if len(out) == chunk {
+				if err := write(out); err != nil {
+					return err
+				}
+				out = out[:0]
+			}
 		}
 	}
+	if len(out) > 0 {
+		if err := write(out); err != nil {
+			return err
+		}
+	}
+	f.dirty = 0
+	return nil
 }
 
 func (e *expectation) memberRecords(n int, at func(int) schema.Member) {
@@ -101,25 +153,38 @@ func (r *report) example(format string, args ...any) {
 }
 
 // entryHash hashes one entry; sums of it are order-independent checksums.
-func entryHash(gid, uid, v string) uint64 {
+func entryHash(gid, uid string, v int64) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(gid))
 	h.Write([]byte{0})
 	h.Write([]byte(uid))
 	h.Write([]byte{0})
-	h.Write([]byte(v))
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], uint64(v))
+	h.Write(b[:])
 	return h.Sum64()
+}
+
+// membershipValue packs a membership into one number for entryHash.
+func membershipValue(m store.Membership) int64 {
+	return int64(m.State)<<60 ^ m.JoinedAt<<30 ^ m.LeftAt
 }
 
 func (e *expectation) check(ctx context.Context, rds *store.Redis) (*report, error) {
 	if e.p == store.ProjectionMembers {
 		return e.checkMembers(ctx, rds)
 	}
-	r := &report{what: string(e.p), groups: len(e.curs)}
-	for gid, us := range e.curs {
+	curs := map[string]map[string]cursor{} // gid -> uid -> cursor, all partitions
+	for _, f := range e.folds {
+		for gid, us := range f.groups {
+			curs[gid] = us
+		}
+	}
+	r := &report{what: string(e.p), groups: len(curs)}
+	for gid, us := range curs {
 		r.entries += len(us)
 		for uid, c := range us {
-			r.wantSum += entryHash(gid, uid, fmt.Sprint(c))
+			r.wantSum += entryHash(gid, uid, c.v)
 		}
 	}
 	seen := map[string]bool{}
@@ -127,28 +192,28 @@ func (e *expectation) check(ctx context.Context, rds *store.Redis) (*report, err
 		seen[gid] = true
 		r.foundGroups++
 		r.found += len(got)
-		want := e.curs[gid]
+		want := curs[gid]
 		for uid, c := range got {
-			r.gotSum += entryHash(gid, uid, fmt.Sprint(c))
+			r.gotSum += entryHash(gid, uid, c)
 			w, ok := want[uid]
 			switch {
 			case !ok:
 				r.extra++
 				r.example("%s/%s: Redis has cursor %d, the topic none", gid, uid, c)
-			case w != c:
+			case w.v != c:
 				r.differ++
-				r.example("%s/%s: Redis has cursor %d, the topic says %d", gid, uid, c, w)
+				r.example("%s/%s: Redis has cursor %d, the topic says %d", gid, uid, c, w.v)
 			}
 		}
 		for uid, w := range want {
 			if _, ok := got[uid]; !ok {
 				r.missing++
-				r.example("%s/%s: Redis has no cursor, the topic says %d", gid, uid, w)
+				r.example("%s/%s: Redis has no cursor, the topic says %d", gid, uid, w.v)
 			}
 		}
 		return nil
 	})
-	for gid, us := range e.curs {
+	for gid, us := range curs {
 		if !seen[gid] {
 			r.missing += len(us)
 			r.example("%s: Redis has no cursors, the topic has %d", gid, len(us))
@@ -167,7 +232,7 @@ func (e *expectation) checkMembers(ctx context.Context, rds *store.Redis) (*repo
 				continue
 			}
 			n++
-			r.wantSum += entryHash(gid, uid, fmt.Sprint(m))
+			r.wantSum += entryHash(gid, uid, membershipValue(m))
 			if byUser[uid] == nil {
 				byUser[uid] = map[string]store.Membership{}
 			}
@@ -185,7 +250,7 @@ func (e *expectation) checkMembers(ctx context.Context, rds *store.Redis) (*repo
 		r.found += len(got)
 		want := e.members[gid]
 		for uid, m := range got {
-			r.gotSum += entryHash(gid, uid, fmt.Sprint(m))
+			r.gotSum += entryHash(gid, uid, membershipValue(m))
 			w, ok := want[uid]
 			switch {
 			case !ok || w.State == store.MemberNone:

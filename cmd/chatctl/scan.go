@@ -47,9 +47,10 @@ func (a *admin) spans(ctx context.Context, topic string, from map[int]int64) ([]
 type scanConfig struct {
 	brokers   []string
 	topic     string
-	batch     int  // records per call of fn; default 50000
-	parallel  int  // partitions read at once; default 4
-	follow    bool // wait for new records at the end instead of stopping
+	batch     int                                       // records per call of fn; default 50000
+	parallel  int                                       // partitions read at once; default 4
+	follow    bool                                      // wait for new records at the end instead of stopping
+	spanDone  func(ctx context.Context, part int) error // after a span's last call of fn
 	onRecords func(n int)
 }
 
@@ -69,10 +70,17 @@ func scan(ctx context.Context, cfg scanConfig, spans []span, fn func(ctx context
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(cfg.parallel)
 	for _, s := range spans {
-		if s.to <= s.from {
-			continue
-		}
-		g.Go(func() error { return scanOne(gctx, cfg, s, fn) })
+		g.Go(func() error {
+			if s.to <= s.from {
+				// nothing to read
+			} else if err := scanOne(gctx, cfg, s, fn); err != nil {
+				return err
+			}
+			if cfg.spanDone != nil {
+				return cfg.spanDone(gctx, s.part)
+			}
+			return nil
+		})
 	}
 	return g.Wait()
 }
