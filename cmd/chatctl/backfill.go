@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -164,12 +163,16 @@ type claims struct {
 }
 
 type partClaims struct {
-	last   map[string]claim
+	last   map[claimKey]claim
 	newest int64 // highest sent_at seen, for eviction
 	limit  int   // evict when last grows past this
 }
 
 type claim struct{ msgid, sentAt int64 }
+
+// claimKey is what a send is deduplicated by. A struct of the decoded
+// strings, not their concatenation: no allocation per message.
+type claimKey struct{ gid, sender, cmid string }
 
 // evictAbove is the claim count past which claims older than twice the
 // window (by sent_at) are dropped.
@@ -184,7 +187,7 @@ func (c *claims) part(p int) *partClaims {
 	defer c.mu.mu.Unlock()
 	pc := c.byPt[p]
 	if pc == nil {
-		pc = &partClaims{last: map[string]claim{}, limit: evictAbove}
+		pc = &partClaims{last: make(map[claimKey]claim, 1<<16), limit: evictAbove}
 		c.byPt[p] = pc
 	}
 	return pc
@@ -196,7 +199,7 @@ func (c *claims) dup(part int, m *schema.Message) bool {
 		return false
 	}
 	pc := c.part(part)
-	key := strings.Join([]string{m.Gid, m.Sender, m.ClientMsgID}, "\x00")
+	key := claimKey{m.Gid, m.Sender, m.ClientMsgID}
 	if cl, ok := pc.last[key]; ok && cl.msgid < m.MsgID && abs(m.SentAt-cl.sentAt) <= c.win {
 		return true
 	}
