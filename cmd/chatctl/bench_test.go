@@ -111,9 +111,12 @@ func BenchmarkRebuildAcks(b *testing.B) {
 	n := benchN(b)
 	e := newEnvTB(b, 16)
 	fillAcks(b, e, n)
-	b.ResetTimer()
-	for range b.N {
-		timeCtl(b, e, n, "rebuild", "acks")
+	for _, par := range []string{"4", "8"} {
+		b.Run("parallel="+par, func(b *testing.B) {
+			for range b.N {
+				timeCtl(b, e, n, "rebuild", "acks", "-parallel", par)
+			}
+		})
 	}
 }
 
