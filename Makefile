@@ -42,6 +42,7 @@ FUZZTIME ?= 30s
 fuzz:
 	for f in FuzzDecodeMessage FuzzDecodeAck FuzzDecodeReceipt FuzzDecodeMember FuzzRoundTripMessage; do \
 	  $(GO) test ./schema -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; done
+	$(GO) test ./cmd/chatctl -run '^$$' -fuzz '^FuzzRecordJSON$$' -fuzztime $(FUZZTIME)
 
 clean:
 	rm -rf bin data

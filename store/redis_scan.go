@@ -178,5 +178,8 @@ func uidOfKey(key string) (string, bool) {
 		return "", false
 	}
 	uid, ok := strings.CutSuffix(rest, "}:groups")
-	return uid, ok && uid != "" && !strings.ContainsAny(uid, "{}")
+	if !ok || uid == "" || strings.ContainsAny(uid, "{}") {
+		return "", false
+	}
+	return uid, true
 }
