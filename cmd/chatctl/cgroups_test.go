@@ -210,6 +210,11 @@ func TestResetTargets(t *testing.T) {
 			t.Fatalf("-to %s: committed %d, want %d\n%s", to, com[part], want, out)
 		}
 	}
+	e.mustCtl("consumer-groups", "reset", consumers.GroupFanout, "-to", "latest")
+	all := strings.Join(strings.Fields(e.mustCtl("consumer-groups", "list")), " ")
+	if !strings.Contains(all, fmt.Sprintf("chat.fanout Empty 0 chat.messages %d 10 10 0", part)) {
+		t.Fatalf("consumer-groups list does not show chat.fanout at the end of its partition: %s", all)
+	}
 	if _, err := e.ctl("consumer-groups", "reset", consumers.GroupFanout, "-to", "yesterday"); err == nil || !strings.Contains(err.Error(), "RFC") && !strings.Contains(err.Error(), "2024-05-01") {
 		t.Fatalf("-to yesterday: %v, want an error showing the accepted forms", err)
 	}

@@ -40,7 +40,7 @@ type setting struct {
 var allSettings = []setting{
 	{"kafka-brokers", "CHAT_KAFKA_BROKERS", "127.0.0.1:9092", "Kafka bootstrap brokers, host:port,...", strVar(func(s *settings) *string { return &s.KafkaBrokers })},
 	{"partitions", "CHAT_PARTITIONS", "16", "partitions of every chat.* topic (topics create / verify)", intVar(func(s *settings) *int { return &s.Partitions })},
-	{"message-retention", "CHAT_MESSAGE_RETENTION", "168h", "chat.messages retention (topics create / verify); -1ns keeps everything", durVar(func(s *settings) *time.Duration { return &s.MessageRetention })},
+	{"message-retention", "CHAT_MESSAGE_RETENTION", "168h", "chat.messages retention (topics create / verify); negative (e.g. -1h) keeps everything, as chatd does without ClickHouse", durVar(func(s *settings) *time.Duration { return &s.MessageRetention })},
 	{"redis-addrs", "CHAT_REDIS_ADDRS", "", "Redis address, or several for a Redis Cluster", strVar(func(s *settings) *string { return &s.RedisAddrs })},
 	{"redis-password", "CHAT_REDIS_PASSWORD", "", "Redis password", strVar(func(s *settings) *string { return &s.RedisPassword })},
 	{"clickhouse-addrs", "CHAT_CLICKHOUSE_ADDRS", "", "ClickHouse native address(es), host:9000,...", strVar(func(s *settings) *string { return &s.ClickHouseAddrs })},
@@ -138,7 +138,7 @@ func (s *settings) topicsConfig() (topics.Config, error) {
 	}
 	retention := s.MessageRetention
 	if retention == 0 {
-		return topics.Config{}, errors.New("message-retention must be a duration such as 168h, or -1ns to keep everything (CHAT_MESSAGE_RETENTION)")
+		return topics.Config{}, errors.New("message-retention must be a duration such as 168h, or a negative one such as -1h to keep everything (CHAT_MESSAGE_RETENTION)")
 	}
 	return topics.Config{Brokers: b, Partitions: s.Partitions, MessageRetention: retention}, nil
 }
