@@ -24,19 +24,19 @@ type rebuildOpts struct {
 func rebuildFlags(c *command) any {
 	o := &rebuildOpts{}
 	c.fs.BoolVar(&o.force, "force", false, "rebuild although the projection's consumer group has active members")
-	c.fs.IntVar(&o.batch, "batch", 50000, "records per Redis write")
+	c.fs.IntVar(&o.batch, "batch", 50000, "records handed on at a time (member events: per Redis write)")
 	c.fs.IntVar(&o.parallel, "parallel", 4, "partitions replayed at once")
 	return o
 }
 
 // A rebuild wipes one projection's Redis state (its keys, found with SCAN,
-// and its saved offsets) and replays its topic from the log start through
-// the projector's own Handle, saving the position next to the state after
-// every batch, as the live projector does; the restarted projector goes on
-// from there. The cursor projections also take the cursor raise of every
-// join in chat.members, which the member projector applies live (a joiner
-// starts at the group head). It ends with a consistency report: the state
-// folded from the records against the state read back from Redis.
+// and its saved offsets) and replays its topic from the log start with the
+// calls the live projector makes (see replay.records), saving the position
+// next to the state after every write; the restarted projector goes on from
+// there. The cursor projections also take the cursor raise of every join in
+// chat.members, which the member projector applies live (a joiner starts at
+// the group head). It ends with a consistency report: the state folded from
+// the records against the state read back from Redis.
 func rebuild(ctx context.Context, c *command, opts any, args []string) error {
 	o := opts.(*rebuildOpts)
 	if len(args) != 1 {
