@@ -208,7 +208,6 @@ func (c *conn) writeLoop() {
 			if !c.writeFrame(buf.Bytes(), n) {
 				return
 			}
-			c.g.cfg.Metrics.Delivered(o.msgs[:n], time.Now())
 			o.msgs = o.msgs[n:]
 		}
 	}
@@ -224,6 +223,7 @@ func (c *conn) writeFrame(frame []byte, msgs int) bool {
 		return false
 	}
 	c.g.metrics.pushes.Add(int64(msgs))
+	c.g.cfg.Metrics.Delivered(frame, msgs, time.Now())
 	return true
 }
 

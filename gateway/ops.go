@@ -90,8 +90,8 @@ func (g *Gateway) send(ctx context.Context, uid string, r *protocol.Request) (an
 		}
 		return nil, g.unavailable("send", err)
 	}
-	g.metrics.sends.Add(1)
 	g.cfg.Metrics.Sent(1)
+	g.metrics.sends.Add(1)
 	if err := g.cfg.Redis.FinishSend(context.WithoutCancel(ctx), r.Gid, uid, r.Cmid, id, sendKeep); err != nil {
 		// The message is accepted; only a resend's answer is affected, and
 		// the persister drops the duplicate a resend would produce.

@@ -183,30 +183,32 @@ func (s *Set) TimeStore(store, op string) func() {
 	return func() { s.ObserveStore(store, op, time.Since(start)) }
 }
 
-// Delivered counts the messages of one push frame written to a connection
-// and observes their end-to-end latency. Each element is one message as
-// the gateway pushes it (protocol.Message JSON, with "sent_at" in unix ms).
-func (s *Set) Delivered(msgs [][]byte, now time.Time) {
-	if s == nil || len(msgs) == 0 {
+// Delivered counts the n messages of one push frame written to a
+// connection and observes their end-to-end latency, as of now. frame is
+// the push frame as written ({"op":"push","msgs":[...]}): each message in
+// it carries "sent_at" (unix ms) once, and a body's own quotes are escaped,
+// so the first n occurrences are the messages' own.
+func (s *Set) Delivered(frame []byte, n int, now time.Time) {
+	if s == nil || n <= 0 {
 		return
 	}
-	s.pushes.Add(float64(len(msgs)))
-	for _, m := range msgs {
-		s.ObserveE2E(sentAt(m), now)
+	s.pushes.Add(float64(n))
+	for ; n > 0; n-- {
+		i := bytes.Index(frame, sentAtField)
+		if i < 0 {
+			return
+		}
+		frame = frame[i+len(sentAtField):]
+		s.ObserveE2E(leadingInt(frame), now)
 	}
 }
 
 var sentAtField = []byte(`"sent_at":`)
 
-// sentAt reads the "sent_at" number of a pushed message's JSON without
-// decoding the rest; 0 when there is none.
-func sentAt(msg []byte) int64 {
-	i := bytes.Index(msg, sentAtField)
-	if i < 0 {
-		return 0
-	}
+// leadingInt reads the decimal number b starts with; 0 when none.
+func leadingInt(b []byte) int64 {
 	var v int64
-	for _, c := range msg[i+len(sentAtField):] {
+	for _, c := range b {
 		if c < '0' || c > '9' {
 			break
 		}

@@ -13,7 +13,7 @@ func TestNilSetDoesNothing(t *testing.T) {
 	var s *Set
 	s.Sent(1)
 	s.Pushed(1)
-	s.Delivered([][]byte{[]byte(`{"sent_at":1}`)}, time.Now())
+	s.Delivered([]byte(`{"op":"push","msgs":[{"sent_at":1}]}`), 1, time.Now())
 	s.ConnOpened()
 	s.ConnClosed()
 	s.Consumed("g", 3)
@@ -39,10 +39,8 @@ func TestSeriesCountWhatHappened(t *testing.T) {
 	}
 	now := time.UnixMilli(10_000)
 	s.Sent(2)
-	s.Delivered([][]byte{
-		[]byte(`{"gid":"g","msgid":1,"sender":"u","sent_at":9000,"body":"\"sent_at\":1"}`),
-		[]byte(`{"gid":"g","msgid":2,"sender":"u","sent_at":9500}`),
-	}, now)
+	s.Delivered([]byte(`{"op":"push","msgs":[{"gid":"g","msgid":1,"sender":"u","sent_at":9000,"body":"\"sent_at\":1"},`+
+		`{"gid":"g","msgid":2,"sender":"u","sent_at":9500}]}`), 2, now)
 	s.ConnOpened()
 	s.ConnOpened()
 	s.ConnClosed()
