@@ -74,7 +74,7 @@ func TestMetricsAfterALoad(t *testing.T) {
 	defer ws.CloseNow()
 	// bob's membership must have reached the projection before sends
 	// count on being pushed to him: sync lists the group once it has.
-	waitFor(t, "bob's membership", func() bool {
+	waitMetric(t, "bob's membership", func() bool {
 		req, _ := http.NewRequest("GET", base+"/v1/sync", nil)
 		req.Header.Set("Authorization", "Bearer "+bob)
 		resp, err := http.DefaultClient.Do(req)
@@ -158,7 +158,7 @@ func TestMetricsAfterALoad(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the dead letter to be counted", func() bool {
+	waitMetric(t, "the dead letter to be counted", func() bool {
 		scrape()
 		v, _ := value("chat_deadletter_total", map[string]string{"topic": topics.Acks})
 		return v == 1
@@ -171,15 +171,15 @@ func TestMetricsAfterALoad(t *testing.T) {
 		want   func(float64) bool
 		needs  string
 	}{
-		{"sends accepted", "chat_sends_total", nil, eq(sends), "gateway"},
-		{"pushes to bob's connection", "chat_pushes_total", nil, eq(sends), "gateway"},
-		{"one e2e latency per push", "chat_e2e_latency_seconds", nil, eq(sends), "gateway"},
-		{"bob's open connection", "chat_connections", nil, eq(1), "gateway"},
-		{"records the persister handled", "chat_consumer_records_total", map[string]string{"group": "chat.persister"}, eq(sends), "runner"},
-		{"records the fan-out handled", "chat_consumer_records_total", map[string]string{"group": "chat.fanout"}, eq(sends), "runner"},
+		{"sends accepted", "chat_sends_total", nil, eqTo(sends), "gateway"},
+		{"pushes to bob's connection", "chat_pushes_total", nil, eqTo(sends), "gateway"},
+		{"one e2e latency per push", "chat_e2e_latency_seconds", nil, eqTo(sends), "gateway"},
+		{"bob's open connection", "chat_connections", nil, eqTo(1), "gateway"},
+		{"records the persister handled", "chat_consumer_records_total", map[string]string{"group": "chat.persister"}, eqTo(sends), "runner"},
+		{"records the fan-out handled", "chat_consumer_records_total", map[string]string{"group": "chat.fanout"}, eqTo(sends), "runner"},
 		{"persister batches", "chat_batch_size", map[string]string{"group": "chat.persister"}, between(1, sends), "runner"},
-		{"the persister's lag on team's partition", "chat_consumer_lag", map[string]string{"group": "chat.persister", "partition": fmt.Sprint(topics.Partition("team", 2))}, eq(0), "runner"},
-		{"the poison ack dead-lettered", "chat_deadletter_total", map[string]string{"topic": topics.Acks}, eq(1), "runner"},
+		{"the persister's lag on team's partition", "chat_consumer_lag", map[string]string{"group": "chat.persister", "partition": fmt.Sprint(topics.Partition("team", 2))}, eqTo(0), "runner"},
+		{"the poison ack dead-lettered", "chat_deadletter_total", map[string]string{"topic": topics.Acks}, eqTo(1), "runner"},
 		{"Redis pipelines timed", "chat_store_seconds", map[string]string{"store": "redis", "op": "pipeline"}, atLeast(1), "redis hook"},
 		{"ClickHouse message inserts timed", "chat_store_seconds", map[string]string{"store": "clickhouse", "op": "insert messages"}, between(1, sends), "ClickHouse store"},
 	}
@@ -224,13 +224,13 @@ func TestMetricsAfterALoad(t *testing.T) {
 	}
 }
 
-func eq(want float64) func(float64) bool      { return func(v float64) bool { return v == want } }
+func eqTo(want float64) func(float64) bool      { return func(v float64) bool { return v == want } }
 func atLeast(want float64) func(float64) bool { return func(v float64) bool { return v >= want } }
 func between(lo, hi float64) func(float64) bool {
 	return func(v float64) bool { return v >= lo && v <= hi }
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitMetric(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
