@@ -224,7 +224,7 @@ func TestMetricsAfterALoad(t *testing.T) {
 	}
 }
 
-func eqTo(want float64) func(float64) bool      { return func(v float64) bool { return v == want } }
+func eqTo(want float64) func(float64) bool    { return func(v float64) bool { return v == want } }
 func atLeast(want float64) func(float64) bool { return func(v float64) bool { return v >= want } }
 func between(lo, hi float64) func(float64) bool {
 	return func(v float64) bool { return v >= lo && v <= hi }
