@@ -35,12 +35,14 @@ build:
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./consumers ./store
 	$(GO) test -run '^$$' -bench . ./schema ./producers
+	$(GO) test -run '^$$' -bench 'RebuildAcks|Backfill' -benchtime 1x -timeout 30m ./cmd/chatctl
 
 ## fuzz: each decoder fuzzed for FUZZTIME (default 30s)
 FUZZTIME ?= 30s
 fuzz:
 	for f in FuzzDecodeMessage FuzzDecodeAck FuzzDecodeReceipt FuzzDecodeMember FuzzRoundTripMessage; do \
 	  $(GO) test ./schema -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; done
+	$(GO) test ./cmd/chatctl -run '^$$' -fuzz '^FuzzRecordJSON$$' -fuzztime $(FUZZTIME)
 
 clean:
 	rm -rf bin data

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/groupchat/chatd/metrics"
 	"github.com/groupchat/chatd/producers"
 )
 
@@ -19,6 +20,7 @@ type Base struct {
 	Brokers    []string            // required
 	DeadLetter *producers.Producer // required
 	Logger     *slog.Logger        // default slog.Default()
+	Metrics    *metrics.Set        // optional: lag, batch sizes, retries, dead letters
 
 	// Tune overrides runner settings (batch size, back-off, timeouts) in
 	// tests and benchmarks; nil keeps the defaults.
@@ -37,7 +39,7 @@ func runnerConfig[E any](b Base, group, topic string, decode func([]byte) (E, er
 	cfg := Config[E]{
 		Brokers: b.Brokers, Group: group, Topic: topic,
 		Decode: decode, Handler: h, Offsets: offsets,
-		DeadLetter: b.DeadLetter, Logger: b.Logger,
+		DeadLetter: b.DeadLetter, Logger: b.Logger, Metrics: b.Metrics,
 	}
 	if b.Tune != nil {
 		t := RunnerTuning{}

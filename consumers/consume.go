@@ -102,6 +102,8 @@ func (r *Runner[E]) consume(ctx context.Context, gen *kafka.Generation, part int
 		r.stats.Records += int64(len(recs))
 		r.stats.Batches++
 		r.mu.Unlock()
+		r.cfg.Metrics.Consumed(r.cfg.Group, len(recs))
+		r.cfg.Metrics.Lag(r.cfg.Group, part, lag)
 	}
 }
 
@@ -151,6 +153,7 @@ func (r *Runner[E]) markCaughtUp(part int) {
 	r.lag[part] = 0
 	r.caught[part] = true
 	r.mu.Unlock()
+	r.cfg.Metrics.Lag(r.cfg.Group, part, 0)
 }
 
 // handle retries Handle with back-off until it succeeds or ctx ends.
@@ -172,6 +175,7 @@ func (r *Runner[E]) handle(ctx context.Context, log *slog.Logger, part int, recs
 		r.mu.Lock()
 		r.stats.Retries++
 		r.mu.Unlock()
+		r.cfg.Metrics.Retried(r.cfg.Group)
 		d := r.backoff(attempt)
 		log.Warn("batch failed; retrying without committing", "records", len(recs),
 			"first_offset", recs[0].Offset, "attempt", attempt+1, "retry_in", d, "err", err)
@@ -191,6 +195,7 @@ func (r *Runner[E]) deadLetter(ctx context.Context, log *slog.Logger, m kafka.Me
 			r.mu.Lock()
 			r.stats.DeadLettered++
 			r.mu.Unlock()
+			r.cfg.Metrics.DeadLettered(r.cfg.Topic)
 			return true
 		}
 		if ctx.Err() != nil {

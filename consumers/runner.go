@@ -11,6 +11,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/groupchat/chatd/metrics"
 	"github.com/groupchat/chatd/producers"
 )
 
@@ -71,7 +72,8 @@ type Config[E any] struct {
 	SessionTimeout   time.Duration // default 10s
 	RebalanceTimeout time.Duration // default 10s
 
-	Logger *slog.Logger // default slog.Default()
+	Logger  *slog.Logger // default slog.Default()
+	Metrics *metrics.Set // optional
 }
 
 func (c *Config[E]) setDefaults() {
@@ -237,6 +239,7 @@ func (r *Runner[E]) startGeneration(ctx context.Context, gen *kafka.Generation) 
 		r.lag[a.ID] = -1
 	}
 	r.mu.Unlock()
+	r.cfg.Metrics.ForgetLag(r.cfg.Group)
 	r.log.Info("assigned partitions", "generation", gen.ID, "partitions", len(assigned))
 
 	var stored map[int]int64

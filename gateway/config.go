@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/groupchat/chatd/history"
+	"github.com/groupchat/chatd/metrics"
 	"github.com/groupchat/chatd/producers"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
@@ -45,7 +46,8 @@ type Config struct {
 	PresenceTTL  time.Duration // presence entries expire unless refreshed; default 30s
 	TokenTTL     time.Duration // lifetime of dev tokens; default 24h
 
-	Logger *slog.Logger
+	Logger  *slog.Logger
+	Metrics *metrics.Set // optional: sends, pushes, end-to-end latency, connections
 }
 
 func (c *Config) setDefaults() {

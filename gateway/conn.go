@@ -273,6 +273,7 @@ func (c *conn) writeFrame(ctx context.Context, frame []byte, msgs int) bool {
 		return false
 	}
 	c.g.metrics.pushes.Add(int64(msgs))
+	c.g.cfg.Metrics.Delivered(frame, msgs, time.Now())
 	return true
 }
 

@@ -94,6 +94,7 @@ func (g *Gateway) connect(c *conn) {
 		}
 	}
 	g.metrics.conns.Add(1)
+	g.cfg.Metrics.ConnOpened()
 }
 
 func (g *Gateway) disconnect(c *conn) {
@@ -105,6 +106,7 @@ func (g *Gateway) disconnect(c *conn) {
 		}
 	}
 	g.metrics.conns.Add(-1)
+	g.cfg.Metrics.ConnClosed()
 }
 
 // refreshPresence keeps every local user's presence entry alive.

@@ -97,6 +97,7 @@ func (g *Gateway) send(ctx context.Context, uid string, r *protocol.Request) (an
 		}
 		return nil, g.unavailable("send", err)
 	}
+	g.cfg.Metrics.Sent(1)
 	g.metrics.sends.Add(1)
 	first, err := g.cfg.Redis.FinishSend(context.WithoutCancel(ctx), r.Gid, uid, r.Cmid, id, sendKeep)
 	if err != nil {

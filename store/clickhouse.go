@@ -15,6 +15,7 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/groupchat/chatd/metrics"
 	"github.com/groupchat/chatd/schema"
 )
 
@@ -26,6 +27,7 @@ type ClickHouseConfig struct {
 	Password     string        // default ""
 	DialTimeout  time.Duration // default 5s; also bounds waiting for a pooled connection
 	QueryTimeout time.Duration // default 30s; bounds every call, including a batch insert
+	Metrics      *metrics.Set  // optional: times inserts and queries (chat_store_seconds)
 }
 
 func (c *ClickHouseConfig) setDefaults() {
@@ -183,6 +185,7 @@ func (c *ClickHouse) appliedVersions(ctx context.Context) (map[string]bool, erro
 
 // eachRow runs query and calls scan for every row.
 func (c *ClickHouse) eachRow(ctx context.Context, scan func(driver.Rows) error, query string, args ...any) error {
+	defer c.cfg.Metrics.TimeStore("clickhouse", "query")()
 	rows, err := c.conn.Query(ctx, query, args...)
 	if err != nil {
 		return err
@@ -256,6 +259,9 @@ type MemberRow struct {
 // sendBatch inserts one row per element of the column slices (all the same
 // length) in one batch. query is "INSERT INTO t (a, b, ...)".
 func (c *ClickHouse) sendBatch(ctx context.Context, query string, columns ...any) error {
+	if f := strings.Fields(query); len(f) > 2 {
+		defer c.cfg.Metrics.TimeStore("clickhouse", "insert "+f[2])()
+	}
 	batch, err := c.conn.PrepareBatch(ctx, query)
 	if err != nil {
 		return err

@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
 
@@ -20,6 +23,7 @@ import (
 	"github.com/groupchat/chatd/consumers"
 	"github.com/groupchat/chatd/gateway"
 	"github.com/groupchat/chatd/history"
+	"github.com/groupchat/chatd/metrics"
 	"github.com/groupchat/chatd/producers"
 	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
@@ -41,6 +45,9 @@ type stack struct {
 
 	gateway *gateway.Gateway // when this process serves clients
 
+	reg     *prometheus.Registry // this process's series, served at /metrics
+	metrics *metrics.Set
+
 	parts   []part
 	closers []func() // in reverse order of opening
 }
@@ -53,12 +60,16 @@ type part struct {
 }
 
 func openStack(ctx context.Context, role string, s *settings, log *slog.Logger) (_ *stack, err error) {
-	st := &stack{role: role, s: s, log: log}
+	st := &stack{role: role, s: s, log: log, reg: prometheus.NewRegistry()}
 	defer func() {
 		if err != nil {
 			st.close()
 		}
 	}()
+	st.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if st.metrics, err = metrics.New(st.reg); err != nil {
+		return nil, err
+	}
 	var rc redis.UniversalClient
 	if role == "dev" {
 		if rc, err = st.openEmbedded(); err != nil {
@@ -75,6 +86,7 @@ func openStack(ctx context.Context, role string, s *settings, log *slog.Logger) 
 		rc = redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, Password: s.RedisPassword})
 		st.closers = append(st.closers, func() { rc.Close() })
 	}
+	rc.AddHook(st.metrics.RedisHook())
 	if err := waitRedis(ctx, rc); err != nil {
 		return nil, err
 	}
@@ -82,7 +94,7 @@ func openStack(ctx context.Context, role string, s *settings, log *slog.Logger) 
 	window, retention := s.WindowSize, s.Retention
 	if chAddrs := list(s.ClickHouseAddrs); len(chAddrs) > 0 {
 		st.ch, err = store.OpenClickHouse(ctx, store.ClickHouseConfig{Addrs: chAddrs, Database: s.ClickHouseDB,
-			Username: s.ClickHouseUser, Password: s.ClickHousePass})
+			Username: s.ClickHouseUser, Password: s.ClickHousePass, Metrics: st.metrics})
 		if err != nil {
 			return nil, fmt.Errorf("ClickHouse at %s: %w", s.ClickHouseAddrs, err)
 		}
@@ -151,7 +163,7 @@ func waitRedis(ctx context.Context, rc redis.UniversalClient) error {
 }
 
 func (st *stack) base() consumers.Base {
-	return consumers.Base{Brokers: st.brokers, DeadLetter: st.prod, Logger: st.log}
+	return consumers.Base{Brokers: st.brokers, DeadLetter: st.prod, Logger: st.log, Metrics: st.metrics}
 }
 
 // run serves HTTP and runs every part until ctx ends or one fails, then
@@ -217,6 +229,7 @@ func (st *stack) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", st.health)
 	mux.HandleFunc("GET /readyz", st.health)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(st.reg, promhttp.HandlerOpts{Registry: st.reg}))
 	if st.gateway != nil {
 		mux.Handle("/v1/", st.gateway.Handler())
 		mux.Handle("/", web.Handler()) // the web client

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/store"
+	"github.com/groupchat/chatd/topics"
+)
+
+type backfillOpts struct {
+	tables   string
+	batch    int
+	parallel int
+	dedup    time.Duration
+}
+
+func backfillFlags(c *command) any {
+	o := &backfillOpts{}
+	c.fs.StringVar(&o.tables, "tables", "messages,acks,receipts,members", "what to fill: messages (from chat.messages), acks (ack_events, ack_cursors), receipts (receipt_events, read_cursors), members (member_events)")
+	c.fs.IntVar(&o.batch, "batch", 100000, "rows per ClickHouse insert")
+	c.fs.IntVar(&o.parallel, "parallel", 2, "partitions read at once")
+	c.fs.DurationVar(&o.dedup, "dedup-window", 24*time.Hour, "how far apart two sends with one client_msg_id may be for the later to be a duplicate (the persister's window)")
+	return o
+}
+
+// backfill fills the ClickHouse tables from whatever the topics still
+// hold, with the same rows the persister and the projectors write: every
+// row carries its Kafka identity in its ReplacingMergeTree key, so a
+// second run (or a run over rows the live consumers already wrote) adds
+// only copies that every query collapses. Duplicate sends are dropped as
+// the persister drops them.
+func backfill(ctx context.Context, c *command, opts any, args []string) error {
+	o := opts.(*backfillOpts)
+	if err := noArgs(c, args); err != nil {
+		return err
+	}
+	brokers, err := c.s.brokers()
+	if err != nil {
+		return err
+	}
+	want := map[string]string{"messages": topics.Messages, "acks": topics.Acks, "receipts": topics.Receipts, "members": topics.Members}
+	var todo []string
+	for _, t := range list(o.tables) {
+		if _, ok := want[t]; !ok {
+			return fmt.Errorf("-tables: unknown %q; want some of messages, acks, receipts, members", t)
+		}
+		todo = append(todo, t)
+	}
+	ch, err := c.s.clickhouse(ctx)
+	if err != nil {
+		return err
+	}
+	defer ch.Close()
+	a := newAdmin(brokers)
+	for _, t := range todo {
+		topic := want[t]
+		spans, total, err := a.spans(ctx, topic, nil)
+		if err != nil {
+			return err
+		}
+		prog := newProgress(c.stderr, "backfill "+t, total)
+		fill := filler(ch, t, o.dedup)
+		err = scan(ctx, scanConfig{brokers: brokers, topic: topic, batch: o.batch, parallel: o.parallel, onRecords: prog.add}, spans, fill.batch)
+		records, took := prog.finish()
+		if err != nil {
+			return fmt.Errorf("backfill %s from %s: %w", t, topic, err)
+		}
+		fmt.Fprintf(c.stdout, "backfill %s: %d records of %s in %v (%.0f records/s): %d rows written, %d duplicate sends dropped, %d did not decode\n",
+			t, records, topic, took.Round(time.Millisecond), float64(records)/took.Seconds(), fill.rows.Load(), fill.dups.Load(), fill.poison.Load())
+	}
+	return nil
+}
+
+// fill writes one table's rows from batches of records.
+type fill struct {
+	batch              func(ctx context.Context, part int, msgs []kafka.Message) error
+	rows, dups, poison counter
+}
+
+func filler(ch *store.ClickHouse, table string, dedupWin time.Duration) *fill {
+	f := &fill{}
+	switch table {
+	case "messages":
+		claims := newClaims(dedupWin)
+		f.batch = func(ctx context.Context, part int, msgs []kafka.Message) error {
+			keep := make([]schema.Message, 0, len(msgs))
+			for i := range msgs {
+				m, err := schema.DecodeMessage(msgs[i].Value)
+				if err != nil {
+					f.poison.Add(1)
+					continue
+				}
+				m.MsgID = msgs[i].Offset
+				if claims.dup(part, &m) {
+					f.dups.Add(1)
+					continue
+				}
+				keep = append(keep, m)
+			}
+			f.rows.Add(int64(len(keep)))
+			return ch.InsertMessages(ctx, int32(part), keep)
+		}
+	case "acks":
+		f.batch = func(ctx context.Context, part int, msgs []kafka.Message) error {
+			rows := make([]store.AckRow, 0, len(msgs))
+			for i := range msgs {
+				e, err := schema.DecodeAck(msgs[i].Value)
+				if err != nil {
+					f.poison.Add(1)
+					continue
+				}
+				rows = append(rows, store.AckRow{Ack: e, Partition: int32(part), Offset: msgs[i].Offset})
+			}
+			f.rows.Add(int64(len(rows)))
+			return ch.InsertAcks(ctx, rows)
+		}
+	case "receipts":
+		f.batch = func(ctx context.Context, part int, msgs []kafka.Message) error {
+			rows := make([]store.ReceiptRow, 0, len(msgs))
+			for i := range msgs {
+				e, err := schema.DecodeReceipt(msgs[i].Value)
+				if err != nil {
+					f.poison.Add(1)
+					continue
+				}
+				rows = append(rows, store.ReceiptRow{Receipt: e, Partition: int32(part), Offset: msgs[i].Offset})
+			}
+			f.rows.Add(int64(len(rows)))
+			return ch.InsertReceipts(ctx, rows)
+		}
+	case "members":
+		f.batch = func(ctx context.Context, part int, msgs []kafka.Message) error {
+			rows := make([]store.MemberRow, 0, len(msgs))
+			for i := range msgs {
+				e, err := schema.DecodeMember(msgs[i].Value)
+				if err != nil || (e.Op != schema.OpJoin && e.Op != schema.OpLeave) {
+					f.poison.Add(1)
+					continue
+				}
+				rows = append(rows, store.MemberRow{Member: e, Partition: int32(part), Offset: msgs[i].Offset})
+			}
+			f.rows.Add(int64(len(rows)))
+			return ch.InsertMembers(ctx, rows)
+		}
+	}
+	return f
+}
+
+// claims decides duplicate sends in offset order, per partition, as the
+// persister's claims in Redis do: a message with the (gid, sender,
+// client_msg_id) of an earlier kept message whose sent_at is at most the
+// window apart is a duplicate; otherwise it is kept and becomes the claim.
+// Every group lives in one partition, so partitions are independent.
+type claims struct {
+	win  int64
+	mu   counter // guards parts
+	byPt map[int]*partClaims
+}
+
+type partClaims struct {
+	last   map[claimKey]claim
+	newest int64 // highest sent_at seen, for eviction
+	limit  int   // evict when last grows past this
+}
+
+type claim struct{ msgid, sentAt int64 }
+
+// claimKey is what a send is deduplicated by. A struct of the decoded
+// strings, not their concatenation: no allocation per message.
+type claimKey struct{ gid, sender, cmid string }
+
+// evictAbove is the claim count past which claims older than twice the
+// window (by sent_at) are dropped.
+const evictAbove = 1 << 20
+
+func newClaims(win time.Duration) *claims {
+	return &claims{win: win.Milliseconds(), byPt: map[int]*partClaims{}}
+}
+
+func (c *claims) part(p int) *partClaims {
+	c.mu.mu.Lock()
+	defer c.mu.mu.Unlock()
+	pc := c.byPt[p]
+	if pc == nil {
+		pc = &partClaims{last: make(map[claimKey]claim, 1<<16), limit: evictAbove}
+		c.byPt[p] = pc
+	}
+	return pc
+}
+
+// dup is called from the one goroutine that reads partition part.
+func (c *claims) dup(part int, m *schema.Message) bool {
+	if m.ClientMsgID == "" {
+		return false
+	}
+	pc := c.part(part)
+	key := claimKey{m.Gid, m.Sender, m.ClientMsgID}
+	if cl, ok := pc.last[key]; ok && cl.msgid < m.MsgID && abs(m.SentAt-cl.sentAt) <= c.win {
+		return true
+	}
+	pc.last[key] = claim{m.MsgID, m.SentAt}
+	pc.newest = max(pc.newest, m.SentAt)
+	if len(pc.last) > pc.limit {
+		for k, cl := range pc.last {
+			if cl.sentAt < pc.newest-2*c.win {
+				delete(pc.last, k)
+			}
+		}
+		pc.limit = max(evictAbove, 2*len(pc.last))
+	}
+	return false
+}
+
+func abs(v int64) int64 {
+	if v < 0 {
+		return -v
+	}
+	return v
+}

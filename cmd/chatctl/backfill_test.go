@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/groupchat/chatd/consumers"
+	"github.com/groupchat/chatd/topics"
+)
+
+func TestBackfillTwiceEqualsOnceAndMatchesTheLiveConsumers(t *testing.T) {
+	e := newEnv(t, 4)
+	live := e.withClickHouse("live")
+	liveName := e.vars["CHAT_CLICKHOUSE_DATABASE"]
+	ctx := context.Background()
+	// The live consumers fill one database ...
+	var rs []runner
+	p, err := (&consumers.Persister{Redis: e.rds, ClickHouse: live}).Runner(e.base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs = append(rs, p)
+	a, err := (&consumers.AckProjector{Redis: e.rds, ClickHouse: live}).Runner(e.base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs = append(rs, a)
+	rc, err := (&consumers.ReceiptProjector{Redis: e.rds, ClickHouse: live}).Runner(e.base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs = append(rs, rc)
+	m, err := (&consumers.MemberProjector{Redis: e.rds, ClickHouse: live}).Runner(e.base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs = append(rs, m)
+	for _, r := range rs {
+		e.start(r)
+	}
+	sent := workload(t, e, 8, 8, 25)
+	// ... including a resend, which the persister drops and so must the
+	// backfill, and a poison record, which both skip.
+	first := sent["g0"][0]
+	first.SentAt += 1000
+	if _, err := e.prod.SendMessage(ctx, &first); err != nil {
+		t.Fatal(err)
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(e.brokers...), Topic: topics.Messages, Balancer: topics.Balancer{}}
+	if err := w.WriteMessages(ctx, kafka.Message{Key: []byte("g0"), Value: []byte{1, 1, 0xff}}); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	admin := newAdmin(e.brokers)
+	for i, topic := range []string{topics.Messages, topics.Acks, topics.Receipts, topics.Members} {
+		_, n, err := admin.spans(ctx, topic, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := rs[i]
+		e.waitFor(topic+" consumed", func() bool {
+			st := r.Stats()
+			return r.CaughtUp() && st.Records+st.DeadLettered >= n
+		})
+	}
+	var gids []string
+	for gid := range sent {
+		gids = append(gids, gid)
+	}
+	want := chQueries(t, live, gids)
+	if got := want["g0 count"]; got != fmt.Sprint(len(sent["g0"])) {
+		t.Fatalf("live: g0 has %s messages, want %d (the resend dropped)", got, len(sent["g0"]))
+	}
+
+	// ... and the backfill another, from the topics alone.
+	filled := e.withClickHouse("backfill")
+	out := e.mustCtl("backfill")
+	if !regexp.MustCompile(`backfill messages: \d+ records of chat.messages .*: \d+ rows written, 1 duplicate sends dropped, 1 did not decode`).MatchString(out) {
+		t.Fatalf("backfill output:\n%s", out)
+	}
+	once := chQueries(t, filled, gids)
+	if d := diff(want, once); len(d) > 0 {
+		t.Fatalf("the backfill differs from what the live consumers wrote:\n%s", strings.Join(d, "\n"))
+	}
+	e.mustCtl("backfill")
+	if d := diff(once, chQueries(t, filled, gids)); len(d) > 0 {
+		t.Fatalf("a second backfill changed query results:\n%s", strings.Join(d, "\n"))
+	}
+	// Over the live database too: nothing changes.
+	e.vars["CHAT_CLICKHOUSE_DATABASE"] = liveName
+	e.mustCtl("backfill", "-tables", "messages,acks")
+	if d := diff(want, chQueries(t, live, gids)); len(d) > 0 {
+		t.Fatalf("a backfill over the live consumers' rows changed query results:\n%s", strings.Join(d, "\n"))
+	}
+	if _, err := e.ctl("backfill", "-tables", "window"); err == nil || !strings.Contains(err.Error(), "want some of messages") {
+		t.Fatalf("backfill -tables window: %v", err)
+	}
+}

@@ -1,0 +1,261 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/groupchat/chatd/consumers"
+	"github.com/groupchat/chatd/store"
+	"github.com/groupchat/chatd/topics"
+)
+
+// knownGroup is a consumer group of chatd: the topic it reads and whether
+// its position lives in Redis next to its state (the runner then reads it
+// from there, and the group's committed offsets are a mirror for tools).
+type knownGroup struct {
+	topic   string
+	inRedis bool
+}
+
+var knownGroups = map[string]knownGroup{
+	consumers.GroupPersister:        {topics.Messages, true},
+	consumers.GroupFanout:           {topics.Messages, false},
+	consumers.GroupAckProjector:     {topics.Acks, true},
+	consumers.GroupReceiptProjector: {topics.Receipts, true},
+	consumers.GroupReceiptNotifier:  {topics.Receipts, false},
+	consumers.GroupMemberProjector:  {topics.Members, true},
+}
+
+var chatTopics = []string{topics.Messages, topics.Acks, topics.Receipts, topics.Members, topics.DeadLetter}
+
+func consumerGroupsList(ctx context.Context, c *command, _ any, args []string) error {
+	brokers, err := c.s.brokers()
+	if err != nil {
+		return err
+	}
+	a := newAdmin(brokers)
+	names := args
+	if len(names) == 0 {
+		if names, err = a.groups(ctx); err != nil {
+			return err
+		}
+	}
+	var rds *store.Redis
+	if c.s.RedisAddrs != "" {
+		r, closeRedis, err := c.s.redis(ctx)
+		if err != nil {
+			return err
+		}
+		defer closeRedis()
+		rds = r
+	}
+	tw := tabwriter.NewWriter(c.stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "GROUP\tSTATE\tMEMBERS\tTOPIC\tPARTITION\tCOMMITTED\tEND\tLAG\tREDIS_POSITION")
+	for _, g := range names {
+		info, err := a.describeGroup(ctx, g)
+		if err != nil {
+			return err
+		}
+		ts, err := groupTopics(ctx, a, g)
+		if err != nil {
+			return err
+		}
+		if len(ts) == 0 {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t-\t-\t-\t-\t-\t-\n", g, info.State, len(info.Members))
+		}
+		for _, t := range ts {
+			parts, err := a.partitions(ctx, t)
+			if err != nil {
+				return err
+			}
+			b, err := a.bounds(ctx, t, parts)
+			if err != nil {
+				return err
+			}
+			com, err := a.committed(ctx, g, t, parts)
+			if err != nil {
+				return err
+			}
+			var pos map[int]int64
+			if rds != nil && knownGroups[g].inRedis {
+				if pos, err = rds.Offsets(ctx, g, t); err != nil {
+					return err
+				}
+			}
+			for _, p := range parts {
+				committed, lag := "-", "-"
+				if o, ok := com[p]; ok {
+					committed, lag = strconv.FormatInt(o, 10), strconv.FormatInt(b[p].end-o, 10)
+				}
+				rp := "-"
+				if o, ok := pos[p]; ok {
+					rp = strconv.FormatInt(o, 10)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%d\t%s\t%d\t%s\t%s\n", g, info.State, len(info.Members), t, p, committed, b[p].end, lag, rp)
+			}
+		}
+	}
+	return tw.Flush()
+}
+
+// groupTopics is the topic of a known group, else the chat.* topics the
+// group has committed offsets on.
+func groupTopics(ctx context.Context, a *admin, group string) ([]string, error) {
+	if k, ok := knownGroups[group]; ok {
+		return []string{k.topic}, nil
+	}
+	return a.topicsOf(ctx, group, chatTopics)
+}
+
+type resetOpts struct {
+	to     string
+	topic  string
+	dryRun bool
+	force  bool
+}
+
+func resetFlags(c *command) any {
+	o := &resetOpts{}
+	c.fs.StringVar(&o.to, "to", "", "earliest, latest, a time (RFC 3339, e.g. 2024-05-01T12:00:00Z) or an offset")
+	c.fs.StringVar(&o.topic, "topic", "", "the topic (default: the one the group reads)")
+	c.fs.BoolVar(&o.dryRun, "dry-run", false, "print the plan, change nothing")
+	c.fs.BoolVar(&o.force, "force", false, "reset although the group has active members (they overwrite it with their next commit unless restarted)")
+	return o
+}
+
+// ErrGroupActive is returned when a reset or rebuild would race the
+// group's running consumers.
+var ErrGroupActive = errors.New("the consumer group has active members")
+
+func consumerGroupsReset(ctx context.Context, c *command, opts any, args []string) error {
+	o := opts.(*resetOpts)
+	if len(args) != 1 || o.to == "" {
+		return errors.New("usage: chatctl consumer-groups reset GROUP -to earliest|latest|TIME|OFFSET [-topic T] [-dry-run] [-force]")
+	}
+	group := args[0]
+	brokers, err := c.s.brokers()
+	if err != nil {
+		return err
+	}
+	a := newAdmin(brokers)
+	if err := checkInactive(ctx, a, group, o.force); err != nil {
+		return err
+	}
+	topic := o.topic
+	if topic == "" {
+		ts, err := groupTopics(ctx, a, group)
+		if err != nil {
+			return err
+		}
+		if len(ts) != 1 {
+			return fmt.Errorf("group %s: cannot tell its topic (it has offsets on %v); name it with -topic", group, ts)
+		}
+		topic = ts[0]
+	}
+	parts, err := a.partitions(ctx, topic)
+	if err != nil {
+		return err
+	}
+	target, err := resetTarget(ctx, a, topic, parts, o.to)
+	if err != nil {
+		return err
+	}
+	com, err := a.committed(ctx, group, topic, parts)
+	if err != nil {
+		return err
+	}
+	k := knownGroups[group]
+	var rds *store.Redis
+	var pos map[int]int64
+	if k.inRedis {
+		r, closeRedis, err := c.s.redis(ctx)
+		if err != nil {
+			return fmt.Errorf("%s keeps its position in Redis next to its state: %w", group, err)
+		}
+		defer closeRedis()
+		rds = r
+		if pos, err = rds.Offsets(ctx, group, topic); err != nil {
+			return err
+		}
+	}
+
+	tw := tabwriter.NewWriter(c.stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "GROUP\tTOPIC\tPARTITION\tCOMMITTED\tREDIS_POSITION\tNEW")
+	for _, p := range parts {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\n", group, topic, p, offStr(com, p), offStr(pos, p), target[p])
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if o.dryRun {
+		fmt.Fprintln(c.stdout, "dry run: nothing changed")
+		return nil
+	}
+	if rds != nil {
+		// The runner reads its position from Redis: write it there first,
+		// then mirror it to the group for lag tools.
+		if err := rds.SaveOffsets(ctx, group, topic, target); err != nil {
+			return err
+		}
+	}
+	if err := a.commit(ctx, group, topic, target); err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "reset %s on %s: %d partitions; start the group's consumers to read from there\n", group, topic, len(parts))
+	return nil
+}
+
+// checkInactive refuses when the group has members, unless forced.
+func checkInactive(ctx context.Context, a *admin, group string, force bool) error {
+	info, err := a.describeGroup(ctx, group)
+	if err != nil {
+		return err
+	}
+	if len(info.Members) == 0 || force {
+		return nil
+	}
+	return fmt.Errorf("%w: %s is %s with %d members; stop its consumers (e.g. the chatd role that runs it) and retry, or pass -force",
+		ErrGroupActive, group, info.State, len(info.Members))
+}
+
+// resetTarget turns -to into an offset per partition, within the log.
+func resetTarget(ctx context.Context, a *admin, topic string, parts []int, to string) (map[int]int64, error) {
+	b, err := a.bounds(ctx, topic, parts)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int]int64, len(parts))
+	switch {
+	case to == "earliest":
+		for _, p := range parts {
+			out[p] = b[p].first
+		}
+	case to == "latest":
+		for _, p := range parts {
+			out[p] = b[p].end
+		}
+	default:
+		if t, err := time.Parse(time.RFC3339Nano, to); err == nil {
+			return a.offsetsAt(ctx, topic, parts, t)
+		}
+		off, err := strconv.ParseInt(to, 10, 64)
+		if err != nil || off < 0 {
+			return nil, fmt.Errorf("-to %q: want earliest, latest, a time such as 2024-05-01T12:00:00Z, or an offset >= 0", to)
+		}
+		for _, p := range parts {
+			out[p] = min(max(off, b[p].first), b[p].end)
+		}
+	}
+	return out, nil
+}
+
+func offStr(m map[int]int64, p int) string {
+	if o, ok := m[p]; ok {
+		return strconv.FormatInt(o, 10)
+	}
+	return "-"
+}

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/groupchat/chatd/consumers"
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/store"
+	"github.com/groupchat/chatd/topics"
+)
+
+// chQueries are ClickHouse queries that are exact under replayed rows (the
+// forms docs/analytics.md uses), rendered as text for comparison.
+func chQueries(t *testing.T, ch *store.ClickHouse, gids []string) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]string{}
+	for _, gid := range gids {
+		ms, err := ch.Messages(ctx, gid, -1, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b strings.Builder
+		for _, m := range ms {
+			fmt.Fprintf(&b, "%d/%s/%s/%d/%s ", m.MsgID, m.Sender, m.ClientMsgID, m.SentAt, m.Body)
+		}
+		out[gid+" messages"] = b.String()
+		n, err := ch.CountMessages(ctx, gid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[gid+" count"] = fmt.Sprint(n)
+	}
+	for name, q := range map[string]string{
+		"per group": "SELECT gid, uniqExact(msgid), min(msgid), max(msgid), min(sent_at_ms) FROM messages GROUP BY gid ORDER BY gid",
+		"acks":      "SELECT gid, uid, max(upto) FROM ack_cursors GROUP BY gid, uid ORDER BY gid, uid",
+		"ack log":   "SELECT gid, uniqExact(`partition`, `offset`), max(upto) FROM ack_events GROUP BY gid ORDER BY gid",
+		"reads":     "SELECT gid, uid, max(upto) FROM read_cursors GROUP BY gid, uid ORDER BY gid, uid",
+		"receipts":  "SELECT gid, uniqExact(`partition`, `offset`), max(upto) FROM receipt_events GROUP BY gid ORDER BY gid",
+		"members":   "SELECT gid, uid, argMax(op, `offset`), argMax(pos, `offset`), uniqExact(`offset`) FROM member_events GROUP BY gid, uid ORDER BY gid, uid",
+	} {
+		rows, err := ch.Query(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var lines []string
+		cols := rows.ColumnTypes()
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			for i, c := range cols {
+				vals[i] = newOf(c.ScanType())
+			}
+			if err := rows.Scan(vals...); err != nil {
+				t.Fatal(err)
+			}
+			lines = append(lines, fmt.Sprint(deref(vals)...))
+		}
+		rows.Close()
+		out[name] = strings.Join(lines, "\n")
+	}
+	return out
+}
+
+func TestResetOfAStoppedGroupReplaysFromATime(t *testing.T) {
+	e := newEnv(t, 4)
+	ch := e.withClickHouse("reset")
+	ctx := context.Background()
+	p := &consumers.Persister{Redis: e.rds, ClickHouse: ch}
+	r, err := p.Runner(e.base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := e.start(r)
+
+	// Two hours of messages: the first hour's before the reset time, the
+	// second's after it, with a resend that the persister must keep out.
+	now := time.Now()
+	resetAt := now.Add(-90 * time.Minute)
+	var gids []string
+	var sent, after int64
+	for g := range 6 {
+		gid := fmt.Sprintf("g%d", g)
+		gids = append(gids, gid)
+		for i := range 20 {
+			at := now.Add(-2 * time.Hour).Add(time.Duration(i) * time.Minute)
+			if i >= 10 {
+				at = now.Add(-time.Hour).Add(time.Duration(i) * time.Minute)
+				after++
+			}
+			m := schema.Message{Gid: gid, Sender: "u1", ClientMsgID: fmt.Sprintf("%s-%d", gid, i), SentAt: at.UnixMilli(), Body: []byte("b")}
+			if _, err := e.prod.SendMessage(ctx, &m); err != nil {
+				t.Fatal(err)
+			}
+			sent++
+		}
+		resend := schema.Message{Gid: gid, Sender: "u1", ClientMsgID: gid + "-15", SentAt: now.Add(-time.Hour).Add(16 * time.Minute).UnixMilli(), Body: []byte("b")}
+		if _, err := e.prod.SendMessage(ctx, &resend); err != nil {
+			t.Fatal(err)
+		}
+		sent++
+		after++
+	}
+	e.waitFor("the persister to store every message", func() bool { return r.CaughtUp() && r.Stats().Records >= sent })
+	before := chQueries(t, ch, gids)
+	if before["g0 count"] != "20" {
+		t.Fatalf("ClickHouse holds %s messages of g0, want 20 (the resend dropped)", before["g0 count"])
+	}
+	to := resetAt.UTC().Format(time.RFC3339)
+
+	// Refused while the persister runs.
+	if _, err := e.ctl("consumer-groups", "reset", consumers.GroupPersister, "-to", to); !errors.Is(err, ErrGroupActive) {
+		t.Fatalf("reset of a running group: %v, want ErrGroupActive", err)
+	}
+	stop()
+	e.waitGroupEmpty(consumers.GroupPersister)
+
+	a := newAdmin(e.brokers)
+	parts, err := a.partitions(ctx, topics.Messages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	positions := func() string {
+		com, err := a.committed(ctx, consumers.GroupPersister, topics.Messages, parts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		saved, err := e.rds.Offsets(ctx, consumers.GroupPersister, topics.Messages)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint("committed ", com, " saved ", saved)
+	}
+	was := positions()
+
+	// A dry run prints the plan and changes nothing.
+	out := e.mustCtl("consumer-groups", "reset", consumers.GroupPersister, "-to", to, "-dry-run")
+	if !strings.Contains(out, "dry run: nothing changed") || !strings.Contains(out, "NEW") {
+		t.Fatalf("dry run printed:\n%s", out)
+	}
+	if now := positions(); now != was {
+		t.Fatalf("a dry run moved the group: %s, was %s", now, was)
+	}
+
+	// The reset moves both positions to the first record at or after the
+	// time; the persister re-reads exactly the records from there.
+	e.mustCtl("consumer-groups", "reset", consumers.GroupPersister, "-to", to)
+	want, err := a.offsetsAt(ctx, topics.Messages, parts, resetAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved, err := e.rds.Offsets(ctx, consumers.GroupPersister, topics.Messages)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(saved) != fmt.Sprint(want) {
+		t.Fatalf("after the reset the persister's saved position is %v, want %v", saved, want)
+	}
+	list := e.mustCtl("consumer-groups", "list", consumers.GroupPersister)
+	b, err := a.bounds(ctx, topics.Messages, parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replay int64 // records from the reset position on: a partition's log is in offset order, not time order
+	for _, p := range parts {
+		replay += b[p].end - want[p]
+		row := fmt.Sprintf("%s %d %d %d %d %d", topics.Messages, p, want[p], b[p].end, b[p].end-want[p], want[p])
+		if !strings.Contains(strings.Join(strings.Fields(list), " "), row) {
+			t.Fatalf("consumer-groups list does not show partition %d at %d with its lag:\n%s", p, want[p], list)
+		}
+	}
+	r, err = p.Runner(e.base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.start(r)
+	if replay < after {
+		t.Fatalf("the reset positions %v cover %d records, fewer than the %d sent after %s", want, replay, after, to)
+	}
+	e.waitFor("the persister to re-read from the reset", func() bool { return r.CaughtUp() && r.Stats().Records >= replay })
+	time.Sleep(200 * time.Millisecond)
+	if n := r.Stats().Records; n != replay {
+		t.Fatalf("the persister re-read %d records, want the %d from the reset positions %v", n, replay, want)
+	}
+	if d := diff(before, chQueries(t, ch, gids)); len(d) > 0 {
+		t.Fatalf("the replay changed ClickHouse query results:\n%s", strings.Join(d, "\n"))
+	}
+}
+
+func TestResetTargets(t *testing.T) {
+	e := newEnv(t, 2)
+	ctx := context.Background()
+	for i := range 10 {
+		if _, err := e.prod.SendMessage(ctx, &schema.Message{Gid: "g", Sender: "u", SentAt: time.Now().UnixMilli(), Body: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	part := topics.Partition("g", 2)
+	for to, want := range map[string]int64{"earliest": 0, "latest": 10, "4": 4, "99": 10} {
+		out := e.mustCtl("consumer-groups", "reset", consumers.GroupFanout, "-to", to)
+		com, err := newAdmin(e.brokers).committed(ctx, consumers.GroupFanout, topics.Messages, []int{part})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if com[part] != want {
+			t.Fatalf("-to %s: committed %d, want %d\n%s", to, com[part], want, out)
+		}
+	}
+	e.mustCtl("consumer-groups", "reset", consumers.GroupFanout, "-to", "latest")
+	all := strings.Join(strings.Fields(e.mustCtl("consumer-groups", "list")), " ")
+	if !strings.Contains(all, fmt.Sprintf("chat.fanout Empty 0 chat.messages %d 10 10 0", part)) {
+		t.Fatalf("consumer-groups list does not show chat.fanout at the end of its partition: %s", all)
+	}
+	if _, err := e.ctl("consumer-groups", "reset", consumers.GroupFanout, "-to", "yesterday"); err == nil || !strings.Contains(err.Error(), "RFC") && !strings.Contains(err.Error(), "2024-05-01") {
+		t.Fatalf("-to yesterday: %v, want an error showing the accepted forms", err)
+	}
+	if _, err := e.ctl("consumer-groups", "reset", "someone.else", "-to", "earliest"); err == nil || !strings.Contains(err.Error(), "-topic") {
+		t.Fatalf("reset of an unknown group without -topic: %v", err)
+	}
+}

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/groupchat/chatd/broker"
+	"github.com/groupchat/chatd/consumers"
+	"github.com/groupchat/chatd/internal/testserver"
+	"github.com/groupchat/chatd/producers"
+	"github.com/groupchat/chatd/store"
+)
+
+// env is an embedded broker, a real redis-server, optionally the shared
+// clickhouse-server with a database of the test's own, and the CHAT_*
+// variables that point chatctl at them.
+type env struct {
+	t       testing.TB
+	brokers []string
+	prod    *producers.Producer
+	rc      redis.UniversalClient
+	rds     *store.Redis
+	vars    map[string]string
+}
+
+var dbSeq atomic.Int64
+
+func newEnv(t *testing.T, partitions int) *env { return newEnvTB(t, partitions) }
+
+func newEnvTB(t testing.TB, partitions int) *env {
+	t.Helper()
+	b, err := broker.Start(broker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	srv := testserver.NewRedis(t)
+	e := &env{t: t, brokers: []string{b.Addr()}, vars: map[string]string{
+		"CHAT_KAFKA_BROKERS": b.Addr(),
+		"CHAT_PARTITIONS":    fmt.Sprint(partitions),
+		"CHAT_REDIS_ADDRS":   srv.Addr,
+	}}
+	e.rc = redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{srv.Addr}})
+	t.Cleanup(func() { e.rc.Close() })
+	if e.rds, err = store.NewRedis(e.rc, store.RedisConfig{}); err != nil {
+		t.Fatal(err)
+	}
+	e.mustCtl("topics", "create")
+	if e.prod, err = producers.New(producers.Config{Brokers: e.brokers}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.prod.Close() })
+	return e
+}
+
+// withClickHouse points the env at a fresh database of the shared server
+// and returns a store on it.
+func (e *env) withClickHouse(name string) *store.ClickHouse {
+	e.t.Helper()
+	srv := testserver.SharedClickHouse(e.t)
+	db := fmt.Sprintf("ctl_%s_%d_%d", name, time.Now().UnixNano()%1e6, dbSeq.Add(1))
+	e.vars["CHAT_CLICKHOUSE_ADDRS"] = srv.Addr
+	e.vars["CHAT_CLICKHOUSE_DATABASE"] = db
+	ch, err := store.OpenClickHouse(context.Background(), store.ClickHouseConfig{Addrs: []string{srv.Addr}, Database: db})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { ch.Close() })
+	return ch
+}
+
+// ctl runs chatctl in process with the env's variables.
+func (e *env) ctl(args ...string) (string, error) {
+	var out, errOut bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err := run(ctx, args, func(k string) string { return e.vars[k] }, &out, &errOut)
+	if testing.Verbose() {
+		e.t.Logf("chatctl %s\n%s%s", strings.Join(args, " "), out.String(), errOut.String())
+	}
+	return out.String(), err
+}
+
+func (e *env) mustCtl(args ...string) string {
+	e.t.Helper()
+	out, err := e.ctl(args...)
+	if err != nil {
+		e.t.Fatalf("chatctl %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func (e *env) base() consumers.Base {
+	return consumers.Base{Brokers: e.brokers, DeadLetter: e.prod, Tune: func(t *consumers.RunnerTuning) {
+		t.SessionTimeout, t.RebalanceTimeout, t.MaxWait = 6*time.Second, 2*time.Second, 100*time.Millisecond
+	}}
+}
+
+// runner is what the tests start: a consumer's Runner.
+type runner interface {
+	Run(ctx context.Context) error
+	CaughtUp() bool
+	Stats() consumers.Stats
+}
+
+// start runs r until the returned stop is called (or the test ends).
+func (e *env) start(r runner) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	stopped := false
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil {
+			e.t.Errorf("runner: %v", err)
+		}
+	}
+	e.t.Cleanup(stop)
+	return stop
+}
+
+// waitFor polls cond for up to 60 s.
+func (e *env) waitFor(what string, cond func() bool) {
+	e.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			e.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitGroupEmpty waits until the broker reports no member in group (a
+// stopped runner leaves its group).
+func (e *env) waitGroupEmpty(group string) {
+	e.t.Helper()
+	a := newAdmin(e.brokers)
+	e.waitFor(group+" to have no members", func() bool {
+		info, err := a.describeGroup(context.Background(), group)
+		return err == nil && len(info.Members) == 0
+	})
+}
+
+func redisZ(score float64, member string) redis.Z { return redis.Z{Score: score, Member: member} }
+
+// newOf returns a pointer to a new value of type t, for scanning.
+func newOf(t reflect.Type) any { return reflect.New(t).Interface() }
+
+// deref turns scanned pointers back into values.
+func deref(ptrs []any) []any {
+	out := make([]any, len(ptrs))
+	for i, p := range ptrs {
+		out[i] = reflect.ValueOf(p).Elem().Interface()
+	}
+	return out
+}

@@ -1,0 +1,215 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// admin is a Kafka client for metadata, offsets and consumer groups.
+type admin struct {
+	brokers []string
+	client  *kafka.Client
+}
+
+func newAdmin(brokers []string) *admin {
+	return &admin{brokers: brokers, client: &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 15 * time.Second}}
+}
+
+// partitions returns the partition ids of topic, sorted.
+func (a *admin) partitions(ctx context.Context, topic string) ([]int, error) {
+	md, err := a.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return nil, fmt.Errorf("metadata of %s from %v: %w; is the broker up?", topic, a.brokers, err)
+	}
+	for _, t := range md.Topics {
+		if t.Name != topic {
+			continue
+		}
+		if t.Error != nil {
+			return nil, fmt.Errorf("topic %s: %w; create the topics with `chatctl topics create`", topic, t.Error)
+		}
+		ps := make([]int, len(t.Partitions))
+		for i, p := range t.Partitions {
+			ps[i] = p.ID
+		}
+		sort.Ints(ps)
+		return ps, nil
+	}
+	return nil, fmt.Errorf("topic %s does not exist; create the topics with `chatctl topics create`", topic)
+}
+
+// bounds are the first and next offsets of a partition: it holds records
+// at offsets in [first, end).
+type bounds struct{ first, end int64 }
+
+// bounds returns the log start and end of every partition of topic.
+func (a *admin) bounds(ctx context.Context, topic string, parts []int) (map[int]bounds, error) {
+	reqs := make([]kafka.OffsetRequest, 0, 2*len(parts))
+	for _, p := range parts {
+		reqs = append(reqs, kafka.FirstOffsetOf(p), kafka.LastOffsetOf(p))
+	}
+	resp, err := a.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	if err != nil {
+		return nil, fmt.Errorf("offsets of %s: %w", topic, err)
+	}
+	out := make(map[int]bounds, len(parts))
+	for _, po := range resp.Topics[topic] {
+		if po.Error != nil {
+			return nil, fmt.Errorf("offsets of %s/%d: %w", topic, po.Partition, po.Error)
+		}
+		out[po.Partition] = bounds{first: po.FirstOffset, end: po.LastOffset}
+	}
+	for _, p := range parts {
+		if _, ok := out[p]; !ok {
+			return nil, fmt.Errorf("offsets of %s/%d: missing from the broker's answer", topic, p)
+		}
+	}
+	return out, nil
+}
+
+// offsetsAt returns, per partition, the first offset whose record time is
+// at or after t; a partition with no such record gets its end.
+func (a *admin) offsetsAt(ctx context.Context, topic string, parts []int, t time.Time) (map[int]int64, error) {
+	b, err := a.bounds(ctx, topic, parts)
+	if err != nil {
+		return nil, err
+	}
+	reqs := make([]kafka.OffsetRequest, len(parts))
+	for i, p := range parts {
+		reqs[i] = kafka.TimeOffsetOf(p, t)
+	}
+	resp, err := a.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: reqs}})
+	if err != nil {
+		return nil, fmt.Errorf("offsets of %s at %v: %w", topic, t, err)
+	}
+	out := make(map[int]int64, len(parts))
+	for _, p := range parts {
+		out[p] = b[p].end
+	}
+	for _, po := range resp.Topics[topic] {
+		if po.Error != nil {
+			return nil, fmt.Errorf("offsets of %s/%d at %v: %w", topic, po.Partition, t, po.Error)
+		}
+		for off := range po.Offsets {
+			if off >= 0 && off < out[po.Partition] {
+				out[po.Partition] = off
+			}
+		}
+	}
+	return out, nil
+}
+
+// groupInfo is what the broker says about a consumer group.
+type groupInfo struct {
+	ID      string
+	State   string
+	Members []kafka.DescribeGroupsResponseMember
+}
+
+func (a *admin) describeGroup(ctx context.Context, id string) (groupInfo, error) {
+	resp, err := a.client.DescribeGroups(ctx, &kafka.DescribeGroupsRequest{GroupIDs: []string{id}})
+	if err != nil {
+		return groupInfo{}, fmt.Errorf("describe consumer group %s: %w", id, err)
+	}
+	for _, g := range resp.Groups {
+		if g.GroupID == id {
+			if g.Error != nil && !errors.Is(g.Error, kafka.GroupIdNotFound) {
+				return groupInfo{}, fmt.Errorf("describe consumer group %s: %w", id, g.Error)
+			}
+			return groupInfo{ID: id, State: g.GroupState, Members: g.Members}, nil
+		}
+	}
+	return groupInfo{ID: id, State: "Dead"}, nil
+}
+
+// groups lists the consumer groups the cluster knows, sorted.
+func (a *admin) groups(ctx context.Context) ([]string, error) {
+	resp, err := a.client.ListGroups(ctx, &kafka.ListGroupsRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("list consumer groups: %w", err)
+	}
+	if resp.Error != nil {
+		return nil, fmt.Errorf("list consumer groups: %w", resp.Error)
+	}
+	out := make([]string, 0, len(resp.Groups))
+	for _, g := range resp.Groups {
+		out = append(out, g.GroupID)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// committed returns a group's committed offsets on topic; a partition
+// without a commit is absent.
+func (a *admin) committed(ctx context.Context, group, topic string, parts []int) (map[int]int64, error) {
+	resp, err := a.client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: parts}})
+	if err != nil {
+		return nil, fmt.Errorf("committed offsets of %s on %s: %w", group, topic, err)
+	}
+	out := map[int]int64{}
+	if errors.Is(resp.Error, kafka.GroupIdNotFound) {
+		return out, nil // never committed
+	}
+	if resp.Error != nil {
+		return nil, fmt.Errorf("committed offsets of %s on %s: %w", group, topic, resp.Error)
+	}
+	for _, p := range resp.Topics[topic] {
+		if p.Error != nil {
+			return nil, fmt.Errorf("committed offset of %s on %s/%d: %w", group, topic, p.Partition, p.Error)
+		}
+		if p.CommittedOffset >= 0 {
+			out[p.Partition] = p.CommittedOffset
+		}
+	}
+	return out, nil
+}
+
+// commit stores offsets for a group that has no active member (a "simple"
+// commit, generation -1, as kafka-consumer-groups does).
+func (a *admin) commit(ctx context.Context, group, topic string, offsets map[int]int64) error {
+	if len(offsets) == 0 {
+		return nil
+	}
+	oc := make([]kafka.OffsetCommit, 0, len(offsets))
+	for p, o := range offsets {
+		oc = append(oc, kafka.OffsetCommit{Partition: p, Offset: o})
+	}
+	resp, err := a.client.OffsetCommit(ctx, &kafka.OffsetCommitRequest{GroupID: group, GenerationID: -1,
+		Topics: map[string][]kafka.OffsetCommit{topic: oc}})
+	if err != nil {
+		return fmt.Errorf("commit offsets of %s on %s: %w", group, topic, err)
+	}
+	for _, ps := range resp.Topics {
+		for _, p := range ps {
+			if p.Error != nil {
+				return fmt.Errorf("commit offset of %s on %s/%d: %w (is the group active? stop its consumers first)", group, topic, p.Partition, p.Error)
+			}
+		}
+	}
+	return nil
+}
+
+// topicsOf returns the topics a group has committed offsets on, among
+// candidates.
+func (a *admin) topicsOf(ctx context.Context, group string, candidates []string) ([]string, error) {
+	var out []string
+	for _, t := range candidates {
+		parts, err := a.partitions(ctx, t)
+		if err != nil {
+			continue
+		}
+		c, err := a.committed(ctx, group, t, parts)
+		if err != nil {
+			return nil, err
+		}
+		if len(c) > 0 {
+			out = append(out, t)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"text/tabwriter"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/groupchat/chatd/producers"
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/store"
+	"github.com/groupchat/chatd/topics"
+)
+
+// Group administration writes chat.members events, as the gateway's admin
+// API does: the member projector and the fan-out apply them. The current
+// membership is read from the topic itself (the group's partition of
+// chat.members), so these commands need only Kafka.
+
+func groupsCreate(ctx context.Context, c *command, _ any, args []string) error {
+	if len(args) < 2 {
+		return errors.New("usage: chatctl groups create GID UID... (a group needs at least one member)")
+	}
+	return changeMembers(ctx, c, args[0], args[1:], schema.OpJoin)
+}
+
+func membersAdd(ctx context.Context, c *command, _ any, args []string) error {
+	if len(args) < 2 {
+		return errors.New("usage: chatctl members add GID UID...")
+	}
+	return changeMembers(ctx, c, args[0], args[1:], schema.OpJoin)
+}
+
+func membersRemove(ctx context.Context, c *command, _ any, args []string) error {
+	if len(args) < 2 {
+		return errors.New("usage: chatctl members remove GID UID...")
+	}
+	return changeMembers(ctx, c, args[0], args[1:], schema.OpLeave)
+}
+
+// changeMembers joins (or makes leave) the users who are not (or are)
+// members yet: joining a member twice would move their start forward.
+func changeMembers(ctx context.Context, c *command, gid string, uids []string, op schema.MemberOp) error {
+	for _, id := range append([]string{gid}, uids...) {
+		if err := schema.ValidID(id); err != nil {
+			return fmt.Errorf("%q: %w", id, err)
+		}
+	}
+	brokers, err := c.s.brokers()
+	if err != nil {
+		return err
+	}
+	current, err := membership(ctx, brokers, gid)
+	if err != nil {
+		return err
+	}
+	prod, err := producers.New(producers.Config{Brokers: brokers})
+	if err != nil {
+		return err
+	}
+	defer prod.Close()
+	for _, uid := range uids {
+		joined := current[uid].State == store.MemberJoined
+		switch {
+		case op == schema.OpJoin && joined:
+			fmt.Fprintf(c.stdout, "%s: already a member of %s\n", uid, gid)
+			continue
+		case op == schema.OpLeave && !joined:
+			fmt.Fprintf(c.stdout, "%s: not a member of %s\n", uid, gid)
+			continue
+		}
+		m, err := prod.ChangeMember(ctx, gid, uid, op, "chatctl")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(c.stdout, "%s: %s %s at position %d\n", uid, opName(op), gid, m.Pos)
+	}
+	return nil
+}
+
+func groupsShow(ctx context.Context, c *command, _ any, args []string) error {
+	if len(args) != 1 {
+		return errors.New("usage: chatctl groups show GID")
+	}
+	brokers, err := c.s.brokers()
+	if err != nil {
+		return err
+	}
+	ms, err := membership(ctx, brokers, args[0])
+	if err != nil {
+		return err
+	}
+	if len(ms) == 0 {
+		return fmt.Errorf("group %s has no member events in %s", args[0], topics.Members)
+	}
+	uids := make([]string, 0, len(ms))
+	for u := range ms {
+		uids = append(uids, u)
+	}
+	sort.Strings(uids)
+	tw := tabwriter.NewWriter(c.stdout, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "UID\tSTATE\tJOINED_AT\tLEFT_AT")
+	for _, u := range uids {
+		m := ms[u]
+		left := "-"
+		if m.State == store.MemberLeft {
+			left = fmt.Sprint(m.LeftAt)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\n", u, m.State, m.JoinedAt, left)
+	}
+	return tw.Flush()
+}
+
+// membership folds the member events of gid, read from its partition of
+// chat.members, exactly as the member projector does.
+func membership(ctx context.Context, brokers []string, gid string) (map[string]store.Membership, error) {
+	a := newAdmin(brokers)
+	all, _, err := a.spans(ctx, topics.Members, nil)
+	if err != nil {
+		return nil, err
+	}
+	part := topics.Partition(gid, len(all))
+	var spans []span
+	for _, s := range all {
+		if s.part == part {
+			spans = append(spans, s)
+		}
+	}
+	out := map[string]store.Membership{}
+	err = scan(ctx, scanConfig{brokers: brokers, topic: topics.Members}, spans, func(_ context.Context, _ int, msgs []kafka.Message) error {
+		for _, m := range msgs {
+			if string(schema.GidOfKey(m.Key)) != gid {
+				continue
+			}
+			ev, err := schema.DecodeMember(m.Value)
+			if err != nil || ev.Gid != gid {
+				continue // poison: the projector dead-letters it
+			}
+			out[ev.Uid] = out[ev.Uid].Apply(ev)
+		}
+		return nil
+	})
+	return out, err
+}
+
+func opName(op schema.MemberOp) string {
+	if op == schema.OpJoin {
+		return "joined"
+	}
+	return "left"
+}

@@ -1,0 +1,255 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/groupchat/chatd/consumers"
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/store"
+	"github.com/groupchat/chatd/topics"
+)
+
+type rebuildOpts struct {
+	force    bool
+	batch    int
+	parallel int
+}
+
+func rebuildFlags(c *command) any {
+	o := &rebuildOpts{}
+	c.fs.BoolVar(&o.force, "force", false, "rebuild although the projection's consumer group has active members")
+	c.fs.IntVar(&o.batch, "batch", 50000, "records handed on at a time (member events: per Redis write)")
+	c.fs.IntVar(&o.parallel, "parallel", 4, "partitions replayed at once")
+	return o
+}
+
+// A rebuild wipes one projection's Redis state (its keys, found with SCAN,
+// and its saved offsets) and replays its topic from the log start with the
+// calls the live projector makes (see replay.records), saving the position
+// next to the state after every write; the restarted projector goes on from
+// there. The cursor projections also take the cursor raise of every join in
+// chat.members, which the member projector applies live (a joiner starts at
+// the group head). It ends with a consistency report: the state folded from
+// the records against the state read back from Redis.
+func rebuild(ctx context.Context, c *command, opts any, args []string) error {
+	o := opts.(*rebuildOpts)
+	if len(args) != 1 {
+		return errors.New("usage: chatctl rebuild acks|receipts|members [-force]")
+	}
+	p := store.Projection(args[0])
+	group, topic := "", ""
+	switch p {
+	case store.ProjectionAcks:
+		group, topic = consumers.GroupAckProjector, topics.Acks
+	case store.ProjectionReads:
+		group, topic = consumers.GroupReceiptProjector, topics.Receipts
+	case store.ProjectionMembers:
+		group, topic = consumers.GroupMemberProjector, topics.Members
+	default:
+		return fmt.Errorf("unknown projection %q: want acks, receipts or members", args[0])
+	}
+	brokers, err := c.s.brokers()
+	if err != nil {
+		return err
+	}
+	a := newAdmin(brokers)
+	if err := checkInactive(ctx, a, group, o.force); err != nil {
+		return err
+	}
+	rds, closeRedis, err := c.s.redis(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeRedis()
+
+	spans, total, err := a.spans(ctx, topic, nil)
+	if err != nil {
+		return err
+	}
+	var joins []span
+	if p != store.ProjectionMembers {
+		var n int64
+		if joins, n, err = a.spans(ctx, topics.Members, nil); err != nil {
+			return err
+		}
+		total += n
+	}
+	deleted, err := rds.Wipe(ctx, p, group)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "wiped %s: %d keys (with %s's saved offsets)\n", p, deleted, group)
+
+	r := &replay{rds: rds, expect: newExpectation(p)}
+	prog := newProgress(c.stderr, "rebuild "+string(p), total)
+	cfg := scanConfig{brokers: brokers, batch: o.batch, parallel: o.parallel, onRecords: prog.add}
+	if len(joins) > 0 {
+		cfg.topic = topics.Members
+		if err := scan(ctx, cfg, joins, r.joins(p)); err != nil {
+			prog.finish()
+			return fmt.Errorf("replaying the joins of %s: %w", topics.Members, err)
+		}
+	}
+	cfg.topic = topic
+	if p != store.ProjectionMembers {
+		cfg.spanDone = r.flushCursors(p, group, topic)
+	}
+	err = scan(ctx, cfg, spans, r.records(p, group, topic))
+	records, took := prog.finish()
+	if err != nil {
+		return fmt.Errorf("replaying %s: %w", topic, err)
+	}
+	ends := map[int]int64{}
+	for _, s := range spans {
+		ends[s.part] = s.to
+	}
+	if err := rds.SaveOffsets(ctx, group, topic, ends); err != nil {
+		return err
+	}
+	if err := a.commit(ctx, group, topic, ends); err != nil && !o.force {
+		return err
+	}
+	fmt.Fprintf(c.stdout, "replayed %d records in %v (%.0f records/s); %d did not decode (the live consumer dead-letters them)\n",
+		records, took.Round(time.Millisecond), float64(records)/took.Seconds(), r.poison.Load())
+	rep, err := r.expect.check(ctx, rds)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(c.stdout, rep)
+	if !rep.ok() {
+		return fmt.Errorf("the rebuilt %s differ from the topic; is a %s consumer still running? stop it and rebuild again", p, group)
+	}
+	return nil
+}
+
+// replay applies records to Redis and folds what the state must be.
+type replay struct {
+	rds    *store.Redis
+	expect *expectation
+	poison counter
+}
+
+// joins returns the scan function that folds the cursor raise of every
+// join; flushCursors writes them with the cursor records of the partition.
+func (r *replay) joins(p store.Projection) func(context.Context, int, []kafka.Message) error {
+	return func(ctx context.Context, part int, msgs []kafka.Message) error {
+		f := r.expect.fold(part)
+		for i := range msgs {
+			ev, err := schema.DecodeMember(msgs[i].Value)
+			if err != nil || ev.Op != schema.OpJoin {
+				continue
+			}
+			f.add(ev.Gid, ev.Uid, ev.Pos)
+		}
+		return nil
+	}
+}
+
+// records returns the scan function for the projection's own topic.
+//
+// Cursor records are folded per partition (a cursor keeps its maximum, so
+// only the last value of each member needs writing) and written with the
+// store's AdvanceAcks or AdvanceReads, the calls the projectors make, when
+// the fold holds flushAbove unwritten cursors and at the span's end; the
+// position is saved after each write. Member events go through the member
+// projector's Handle batch by batch, in offset order, since their order
+// matters.
+func (r *replay) records(p store.Projection, group, topic string) func(context.Context, int, []kafka.Message) error {
+	switch p {
+	case store.ProjectionAcks, store.ProjectionReads:
+		flush := r.flushCursors(p, group, topic)
+		return func(ctx context.Context, part int, msgs []kafka.Message) error {
+			f := r.expect.fold(part)
+			for i := range msgs {
+				var gid, uid string
+				var upto int64
+				if p == store.ProjectionAcks {
+					e, err := schema.DecodeAck(msgs[i].Value)
+					if err != nil {
+						r.poison.Add(1)
+						continue
+					}
+					gid, uid, upto = e.Gid, e.Uid, e.Upto
+				} else {
+					e, err := schema.DecodeReceipt(msgs[i].Value)
+					if err != nil {
+						r.poison.Add(1)
+						continue
+					}
+					gid, uid, upto = e.Gid, e.Uid, e.Upto
+				}
+				f.add(gid, uid, upto)
+			}
+			f.next = msgs[len(msgs)-1].Offset + 1
+			if f.dirty >= flushAbove {
+				return flush(ctx, part)
+			}
+			return nil
+		}
+	default:
+		h := &consumers.MemberProjector{Redis: r.rds}
+		return func(ctx context.Context, part int, msgs []kafka.Message) error {
+			recs := decodeAll(msgs, schema.DecodeMember, &r.poison)
+			r.expect.memberRecords(len(recs), func(i int) schema.Member { return recs[i].Event })
+			if err := h.Handle(ctx, part, recs); err != nil {
+				return err
+			}
+			return r.rds.SaveOffsets(ctx, group, topic, map[int]int64{part: msgs[len(msgs)-1].Offset + 1})
+		}
+	}
+}
+
+// flushAbove is how many unwritten cursors a partition's fold holds before
+// they are written.
+const flushAbove = 1 << 20
+
+// flushCursors writes a partition's unwritten cursors, then saves its
+// position (when it has read records of the projection's topic).
+func (r *replay) flushCursors(p store.Projection, group, topic string) func(ctx context.Context, part int) error {
+	return func(ctx context.Context, part int) error {
+		f := r.expect.fold(part)
+		err := f.flush(func(acks []schema.Ack) error {
+			if p == store.ProjectionAcks {
+				return r.rds.AdvanceAcks(ctx, acks)
+			}
+			rs := make([]schema.Receipt, len(acks))
+			for i, a := range acks {
+				rs[i] = schema.Receipt(a)
+			}
+			return r.rds.AdvanceReads(ctx, rs)
+		})
+		if err != nil || f.next == 0 {
+			return err
+		}
+		return r.rds.SaveOffsets(ctx, group, topic, map[int]int64{part: f.next})
+	}
+}
+
+// decodeAll decodes msgs, counting and skipping the ones that do not.
+func decodeAll[E any](msgs []kafka.Message, decode func([]byte) (E, error), poison *counter) []consumers.Record[E] {
+	recs := make([]consumers.Record[E], 0, len(msgs))
+	for i := range msgs {
+		e, err := decode(msgs[i].Value)
+		if err != nil {
+			poison.Add(1)
+			continue
+		}
+		recs = append(recs, consumers.Record[E]{Partition: msgs[i].Partition, Offset: msgs[i].Offset, Time: msgs[i].Time, Event: e})
+	}
+	return recs
+}
+
+// counter is a mutex-guarded count (scans run one goroutine per partition).
+type counter struct {
+	mu sync.Mutex
+	n  int64
+}
+
+func (c *counter) Add(n int64) { c.mu.Lock(); c.n += n; c.mu.Unlock() }
+func (c *counter) Load() int64 { c.mu.Lock(); defer c.mu.Unlock(); return c.n }

@@ -1,0 +1,256 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/groupchat/chatd/consumers"
+	"github.com/groupchat/chatd/schema"
+)
+
+// workload writes groups, members (joins, a leave, a rejoin), messages,
+// acks and receipts, and returns the messages sent, by gid.
+func workload(t *testing.T, e *env, groups, users, perGroup int) map[string][]schema.Message {
+	t.Helper()
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(7, 8))
+	sent := map[string][]schema.Message{}
+	members := map[string][]string{}
+	for g := range groups {
+		gid := fmt.Sprintf("g%d", g)
+		var uids []string
+		for u := range users {
+			if u == 0 || rng.IntN(3) > 0 {
+				uids = append(uids, fmt.Sprintf("u%d", u))
+			}
+		}
+		members[gid] = uids
+		e.mustCtl(append([]string{"groups", "create", gid}, uids...)...)
+	}
+	send := func(gid string, n int) {
+		ms := make([]schema.Message, n)
+		for i := range ms {
+			uids := members[gid]
+			ms[i] = schema.Message{Gid: gid, Sender: uids[rng.IntN(len(uids))], ClientMsgID: fmt.Sprintf("c%d", rng.Int64()),
+				SentAt: time.Now().UnixMilli(), Body: []byte("hi")}
+		}
+		ids, err := e.prod.SendMessages(ctx, ms)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range ms {
+			ms[i].MsgID = ids[i]
+		}
+		sent[gid] = append(sent[gid], ms...)
+	}
+	cursors := func(gid string) {
+		ms := sent[gid]
+		for _, uid := range members[gid] {
+			for range 3 { // several moves, some backwards: the projections keep the max
+				upto := ms[rng.IntN(len(ms))].MsgID
+				if err := e.prod.SendAcks(ctx, schema.Ack{Gid: gid, Uid: uid, Upto: upto, At: time.Now().UnixMilli()}); err != nil {
+					t.Fatal(err)
+				}
+				if rng.IntN(2) == 0 {
+					continue
+				}
+				if err := e.prod.SendReceipts(ctx, schema.Receipt{Gid: gid, Uid: uid, Upto: upto, At: time.Now().UnixMilli()}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+	for gid := range members {
+		send(gid, perGroup)
+		cursors(gid)
+	}
+	// A leave, more messages, a rejoin: membership with a gap.
+	e.mustCtl("members", "remove", "g1", members["g1"][0])
+	send("g1", 5)
+	e.mustCtl("members", "add", "g1", members["g1"][0], "newcomer")
+	members["g1"] = append(members["g1"], "newcomer")
+	send("g1", 5)
+	cursors("g1")
+	return sent
+}
+
+// snapshot is every projection's state, as text, for comparison.
+func snapshot(t *testing.T, e *env, sent map[string][]schema.Message) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	out := map[string]string{}
+	users := map[string]bool{}
+	for _, gid := range slices.Sorted(maps.Keys(sent)) {
+		acks, err := e.rds.AckCursors(ctx, gid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reads, err := e.rds.ReadCursors(ctx, gid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms, err := e.rds.Members(ctx, gid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs, err := e.rds.ReadState(ctx, gid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var counts []string
+		for _, m := range sent[gid] {
+			r, a := rs.Count(m.MsgID, m.Sender)
+			counts = append(counts, fmt.Sprintf("%d:%d/%d", m.MsgID, r, a))
+		}
+		out[gid+" acks"] = fmt.Sprint(acks)
+		out[gid+" reads"] = fmt.Sprint(reads)
+		out[gid+" members"] = fmt.Sprint(ms)
+		out[gid+" read counts"] = strings.Join(counts, " ")
+		for uid := range ms {
+			users[uid] = true
+		}
+	}
+	for uid := range users {
+		gs, err := e.rds.UserGroups(ctx, uid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[uid+" groups"] = fmt.Sprint(gs)
+	}
+	return out
+}
+
+func diff(want, got map[string]string) []string {
+	var d []string
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		if got[k] != want[k] {
+			d = append(d, fmt.Sprintf("%s:\n  live    %s\n  rebuilt %s", k, want[k], got[k]))
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			d = append(d, k+": only after the rebuild")
+		}
+	}
+	return d
+}
+
+func TestRebuildGivesTheLiveState(t *testing.T) {
+	e := newEnv(t, 4)
+	ctx := context.Background()
+	acks, err := (&consumers.AckProjector{Redis: e.rds}).Runner(e.base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads, err := (&consumers.ReceiptProjector{Redis: e.rds}).Runner(e.base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	members, err := (&consumers.MemberProjector{Redis: e.rds}).Runner(e.base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	stops := []func(){e.start(acks), e.start(reads), e.start(members)}
+	sent := workload(t, e, 12, 10, 20)
+	ends := func(topic string) int64 {
+		s, n, err := newAdmin(e.brokers).spans(ctx, topic, nil)
+		if err != nil || len(s) == 0 {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, c := range []struct {
+		r     runner
+		topic string
+	}{{acks, "chat.acks"}, {reads, "chat.receipts"}, {members, "chat.members"}} {
+		n := ends(c.topic)
+		e.waitFor(c.topic+" projected", func() bool { return c.r.CaughtUp() && c.r.Stats().Records >= n })
+	}
+	live := snapshot(t, e, sent)
+
+	// A running projector's state is not rebuilt under it.
+	if _, err := e.ctl("rebuild", "acks"); !errors.Is(err, ErrGroupActive) {
+		t.Fatalf("rebuild acks while the ack projector runs: %v, want ErrGroupActive", err)
+	}
+	for _, stop := range stops {
+		stop()
+	}
+	for _, g := range []string{consumers.GroupAckProjector, consumers.GroupReceiptProjector, consumers.GroupMemberProjector} {
+		e.waitGroupEmpty(g)
+	}
+
+	// Damage each projection, then rebuild it alone: the other keys and
+	// everything else in Redis stay as they are.
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(e.rc.Set(ctx, "other:app:key", "kept", 0).Err())
+	must(e.rc.Set(ctx, "chat:{g0}:head", "19", 0).Err())
+	must(e.rc.ZAdd(ctx, "chat:{g0}:ack", redisZ(1e9, "u0")).Err())
+	must(e.rc.ZAdd(ctx, "chat:{g2}:read", redisZ(1e9, "stranger")).Err())
+	must(e.rc.HDel(ctx, "chat:{g3}:members", "u0").Err())
+	for _, p := range []string{"members", "acks", "receipts"} {
+		if out := e.mustCtl("rebuild", p); !strings.Contains(out, "OK: Redis holds exactly what the topic says") {
+			t.Fatalf("rebuild %s report:\n%s", p, out)
+		}
+	}
+	if d := diff(live, snapshot(t, e, sent)); len(d) > 0 {
+		t.Fatalf("after rebuilding damaged projections, %d differences from the live state:\n%s", len(d), strings.Join(d, "\n"))
+	}
+	for k, want := range map[string]string{"other:app:key": "kept", "chat:{g0}:head": "19"} {
+		if got, err := e.rc.Get(ctx, k).Result(); err != nil || got != want {
+			t.Fatalf("%s = %q (%v) after the rebuilds, want %q untouched", k, got, err, want)
+		}
+	}
+
+	// Redis wiped whole: the three rebuilds give the live state back.
+	must(e.rc.FlushAll(ctx).Err())
+	for _, p := range []string{"acks", "receipts", "members"} { // any order: cursors commute
+		if out := e.mustCtl("rebuild", p); !strings.Contains(out, "OK:") {
+			t.Fatalf("rebuild %s report:\n%s", p, out)
+		}
+	}
+	if d := diff(live, snapshot(t, e, sent)); len(d) > 0 {
+		t.Fatalf("after rebuilding a wiped Redis, %d differences from the live state:\n%s", len(d), strings.Join(d, "\n"))
+	}
+
+	// The projector goes on from where the rebuild left it: nothing is
+	// replayed, and a new ack is applied.
+	acks, err = (&consumers.AckProjector{Redis: e.rds}).Runner(e.base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.start(acks)
+	e.waitFor("the ack projector to catch up", acks.CaughtUp)
+	last, err := e.prod.SendMessage(ctx, &schema.Message{Gid: "g0", Sender: "u0", SentAt: time.Now().UnixMilli(), Body: []byte("x")})
+	must(err)
+	must(e.prod.SendAcks(ctx, schema.Ack{Gid: "g0", Uid: "u0", Upto: last, At: time.Now().UnixMilli()}))
+	e.waitFor("the new ack", func() bool {
+		c, ok, err := e.rds.AckCursor(ctx, "g0", "u0")
+		return err == nil && ok && c == last && acks.Stats().Records > 0
+	})
+	if n := acks.Stats().Records; n != 1 {
+		t.Fatalf("the restarted ack projector handled %d records, want only the new one (it resumes at the rebuild's end)", n)
+	}
+}
+
+func TestRebuildRefusesUnknownProjection(t *testing.T) {
+	e := newEnv(t, 1)
+	if _, err := e.ctl("rebuild", "window"); err == nil || !strings.Contains(err.Error(), "want acks, receipts or members") {
+		t.Fatalf("rebuild window: %v", err)
+	}
+	delete(e.vars, "CHAT_REDIS_ADDRS")
+	if _, err := e.ctl("rebuild", "acks"); err == nil || !strings.Contains(err.Error(), "CHAT_REDIS_ADDRS") {
+		t.Fatalf("rebuild without Redis: %v, want one naming CHAT_REDIS_ADDRS", err)
+	}
+}

@@ -1,0 +1,177 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"golang.org/x/sync/errgroup"
+)
+
+// span is the records of one partition to read: offsets in [from, to).
+type span struct {
+	part     int
+	from, to int64
+}
+
+// spans returns the spans from each partition's log start (or from, when
+// given and later) to its end as it is now: a replay reads what was there
+// when it started.
+func (a *admin) spans(ctx context.Context, topic string, from map[int]int64) ([]span, int64, error) {
+	parts, err := a.partitions(ctx, topic)
+	if err != nil {
+		return nil, 0, err
+	}
+	b, err := a.bounds(ctx, topic, parts)
+	if err != nil {
+		return nil, 0, err
+	}
+	var out []span
+	var total int64
+	for _, p := range parts {
+		s := span{part: p, from: b[p].first, to: b[p].end}
+		if o, ok := from[p]; ok && o > s.from {
+			s.from = min(o, s.to)
+		}
+		out = append(out, s)
+		total += s.to - s.from
+	}
+	return out, total, nil
+}
+
+// scanConfig says how to read spans.
+type scanConfig struct {
+	brokers   []string
+	topic     string
+	batch     int                                       // records per call of fn; default 50000
+	parallel  int                                       // partitions read at once; default 4
+	follow    bool                                      // wait for new records at the end instead of stopping
+	spanDone  func(ctx context.Context, part int) error // after a span's last call of fn
+	onRecords func(n int)
+}
+
+// scan reads every span and calls fn with its records in offset order, up
+// to cfg.batch at a time. Calls for one partition never overlap; calls for
+// different partitions run concurrently. fn must not keep msgs.
+func scan(ctx context.Context, cfg scanConfig, spans []span, fn func(ctx context.Context, part int, msgs []kafka.Message) error) error {
+	if cfg.batch <= 0 {
+		cfg.batch = 50000
+	}
+	if cfg.parallel <= 0 {
+		cfg.parallel = 4
+	}
+	// Big partitions first, so the last ones to finish are short.
+	spans = append([]span(nil), spans...)
+	sort.Slice(spans, func(i, j int) bool { return spans[i].to-spans[i].from > spans[j].to-spans[j].from })
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(cfg.parallel)
+	for _, s := range spans {
+		g.Go(func() error {
+			if s.to <= s.from {
+				// nothing to read
+			} else if err := scanOne(gctx, cfg, s, fn); err != nil {
+				return err
+			}
+			if cfg.spanDone != nil {
+				return cfg.spanDone(gctx, s.part)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+func scanOne(ctx context.Context, cfg scanConfig, s span, fn func(ctx context.Context, part int, msgs []kafka.Message) error) error {
+	conn, err := dialLeader(ctx, cfg.brokers, cfg.topic, s.part)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
+	defer stop()
+	if _, err := conn.Seek(s.from, kafka.SeekAbsolute); err != nil {
+		return fmt.Errorf("%s/%d: position at %d: %w", cfg.topic, s.part, s.from, err)
+	}
+	batch := make([]kafka.Message, 0, cfg.batch)
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		if err := fn(ctx, s.part, batch); err != nil {
+			return err
+		}
+		if cfg.onRecords != nil {
+			cfg.onRecords(len(batch))
+		}
+		batch = batch[:0]
+		return nil
+	}
+	for {
+		// One fetch, read straight off the connection: no per-record
+		// hand-off between goroutines, which a kafka.Reader costs.
+		conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		b := conn.ReadBatchWith(kafka.ReadBatchConfig{MinBytes: 1, MaxBytes: 32 << 20, MaxWait: 500 * time.Millisecond})
+		got, done := 0, false
+		for {
+			m, err := b.ReadMessage()
+			if err != nil {
+				break
+			}
+			if m.Offset >= s.to {
+				done = true
+				break
+			}
+			got++
+			batch = append(batch, m)
+			if len(batch) == cap(batch) {
+				if err := flush(); err != nil {
+					b.Close()
+					return err
+				}
+			}
+			if m.Offset >= s.to-1 {
+				done = true
+				break
+			}
+		}
+		hwm := b.HighWaterMark()
+		if err := b.Close(); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, kafka.RequestTimedOut) { // timed out: nothing new within MaxWait
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			at, _ := conn.Offset()
+			return fmt.Errorf("%s/%d: read at %d: %w", cfg.topic, s.part, at, err)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		next, _ := conn.Offset()
+		// Done at the span's end; or, when nothing came and the log ends
+		// here, because compaction removed the span's tail.
+		if done || (got == 0 && next >= hwm && !cfg.follow) {
+			return flush()
+		}
+		if cfg.follow || got == 0 {
+			if err := flush(); err != nil { // a follower prints what it has
+				return err
+			}
+		}
+	}
+}
+
+// dialLeader connects to the leader of a partition, bootstrapping from
+// the first broker that answers.
+func dialLeader(ctx context.Context, brokers []string, topic string, part int) (*kafka.Conn, error) {
+	var err error
+	for _, b := range brokers {
+		var conn *kafka.Conn
+		if conn, err = kafka.DialLeader(ctx, "tcp", b, topic, part); err == nil {
+			return conn, nil
+		}
+	}
+	return nil, fmt.Errorf("%s/%d: connect to its leader via %v: %w", topic, part, brokers, err)
+}

@@ -1,0 +1,188 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/groupchat/chatd/store"
+	"github.com/groupchat/chatd/topics"
+)
+
+// settings are the connection settings every command shares. Each has a
+// flag and the CHAT_* variable chatd reads for the same thing; a flag wins
+// over the variable, the variable over the default.
+type settings struct {
+	KafkaBrokers     string
+	Partitions       int
+	MessageRetention time.Duration
+	RedisAddrs       string
+	RedisPassword    string
+	ClickHouseAddrs  string
+	ClickHouseDB     string
+	ClickHouseUser   string
+	ClickHousePass   string
+}
+
+// setting describes one knob, for flags, env and `chatctl help`.
+type setting struct {
+	flag, env, def, usage string
+	bind                  func(s *settings, fs *flag.FlagSet, name, def, usage string)
+}
+
+var allSettings = []setting{
+	{"kafka-brokers", "CHAT_KAFKA_BROKERS", "127.0.0.1:9092", "Kafka bootstrap brokers, host:port,...", strVar(func(s *settings) *string { return &s.KafkaBrokers })},
+	{"partitions", "CHAT_PARTITIONS", "16", "partitions of every chat.* topic (topics create / verify)", intVar(func(s *settings) *int { return &s.Partitions })},
+	{"message-retention", "CHAT_MESSAGE_RETENTION", "168h", "chat.messages retention (topics create / verify); negative (e.g. -1h) keeps everything, as chatd does without ClickHouse", durVar(func(s *settings) *time.Duration { return &s.MessageRetention })},
+	{"redis-addrs", "CHAT_REDIS_ADDRS", "", "Redis address, or several for a Redis Cluster", strVar(func(s *settings) *string { return &s.RedisAddrs })},
+	{"redis-password", "CHAT_REDIS_PASSWORD", "", "Redis password", strVar(func(s *settings) *string { return &s.RedisPassword })},
+	{"clickhouse-addrs", "CHAT_CLICKHOUSE_ADDRS", "", "ClickHouse native address(es), host:9000,...", strVar(func(s *settings) *string { return &s.ClickHouseAddrs })},
+	{"clickhouse-database", "CHAT_CLICKHOUSE_DATABASE", "chat", "ClickHouse database", strVar(func(s *settings) *string { return &s.ClickHouseDB })},
+	{"clickhouse-user", "CHAT_CLICKHOUSE_USER", "default", "ClickHouse user", strVar(func(s *settings) *string { return &s.ClickHouseUser })},
+	{"clickhouse-password", "CHAT_CLICKHOUSE_PASSWORD", "", "ClickHouse password", strVar(func(s *settings) *string { return &s.ClickHousePass })},
+}
+
+func strVar(f func(*settings) *string) func(*settings, *flag.FlagSet, string, string, string) {
+	return func(s *settings, fs *flag.FlagSet, n, d, u string) { fs.StringVar(f(s), n, d, u) }
+}
+
+func intVar(f func(*settings) *int) func(*settings, *flag.FlagSet, string, string, string) {
+	return func(s *settings, fs *flag.FlagSet, n, d, u string) {
+		v, err := strconv.Atoi(d)
+		if err != nil {
+			v = -2 // reported by validate
+		}
+		fs.IntVar(f(s), n, v, u)
+	}
+}
+
+func durVar(f func(*settings) *time.Duration) func(*settings, *flag.FlagSet, string, string, string) {
+	return func(s *settings, fs *flag.FlagSet, n, d, u string) {
+		v, err := time.ParseDuration(d)
+		if err != nil {
+			v = 0 // reported by validate
+		}
+		fs.DurationVar(f(s), n, v, u)
+	}
+}
+
+// command is one parsed invocation: its flags (the shared settings plus
+// the command's own) and its arguments.
+type command struct {
+	name   string
+	s      *settings
+	fs     *flag.FlagSet
+	getenv func(string) string
+	stdout io.Writer
+	stderr io.Writer
+}
+
+func newCommand(name string, getenv func(string) string, stdout, stderr io.Writer) *command {
+	c := &command{name: name, s: &settings{}, fs: flag.NewFlagSet("chatctl "+name, flag.ContinueOnError),
+		getenv: getenv, stdout: stdout, stderr: stderr}
+	c.fs.SetOutput(stderr)
+	for _, st := range allSettings {
+		def := st.def
+		if v := getenv(st.env); v != "" {
+			def = v
+		}
+		st.bind(c.s, c.fs, st.flag, def, st.usage+" ("+st.env+")")
+	}
+	return c
+}
+
+// parse reads flags, which may come before and between the arguments, and
+// returns the arguments.
+func (c *command) parse(args []string) ([]string, error) {
+	var rest []string
+	for {
+		if err := c.fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = c.fs.Args()
+		if len(args) == 0 {
+			break
+		}
+		rest = append(rest, args[0])
+		args = args[1:]
+	}
+	return rest, c.s.validate()
+}
+
+func (s *settings) validate() error {
+	if s.Partitions < 1 || s.Partitions > 10000 {
+		return errors.New("partitions must be a whole number 1..10000 (CHAT_PARTITIONS / -partitions)")
+	}
+	return nil
+}
+
+func (s *settings) brokers() ([]string, error) {
+	b := list(s.KafkaBrokers)
+	if len(b) == 0 {
+		return nil, errors.New("no Kafka brokers: set CHAT_KAFKA_BROKERS or -kafka-brokers (host:port,...)")
+	}
+	return b, nil
+}
+
+func (s *settings) topicsConfig() (topics.Config, error) {
+	b, err := s.brokers()
+	if err != nil {
+		return topics.Config{}, err
+	}
+	retention := s.MessageRetention
+	if retention == 0 {
+		return topics.Config{}, errors.New("message-retention must be a duration such as 168h, or a negative one such as -1h to keep everything (CHAT_MESSAGE_RETENTION)")
+	}
+	return topics.Config{Brokers: b, Partitions: s.Partitions, MessageRetention: retention}, nil
+}
+
+// redis connects to Redis and checks that it answers.
+func (s *settings) redis(ctx context.Context) (*store.Redis, func(), error) {
+	addrs := list(s.RedisAddrs)
+	if len(addrs) == 0 {
+		return nil, nil, errors.New("this command needs Redis: set CHAT_REDIS_ADDRS or -redis-addrs (host:port, or several for a cluster)")
+	}
+	rc := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, Password: s.RedisPassword})
+	r, err := store.NewRedis(rc, store.RedisConfig{})
+	if err == nil {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = r.Ping(pctx)
+		cancel()
+	}
+	if err != nil {
+		rc.Close()
+		return nil, nil, fmt.Errorf("Redis at %s: %w; check CHAT_REDIS_ADDRS", s.RedisAddrs, err)
+	}
+	return r, func() { rc.Close() }, nil
+}
+
+// clickhouse connects to ClickHouse and applies the migrations.
+func (s *settings) clickhouse(ctx context.Context) (*store.ClickHouse, error) {
+	addrs := list(s.ClickHouseAddrs)
+	if len(addrs) == 0 {
+		return nil, errors.New("this command needs ClickHouse: set CHAT_CLICKHOUSE_ADDRS or -clickhouse-addrs (host:9000,...)")
+	}
+	ch, err := store.OpenClickHouse(ctx, store.ClickHouseConfig{Addrs: addrs, Database: s.ClickHouseDB,
+		Username: s.ClickHouseUser, Password: s.ClickHousePass, QueryTimeout: 5 * time.Minute})
+	if err != nil {
+		return nil, fmt.Errorf("ClickHouse at %s: %w; check CHAT_CLICKHOUSE_ADDRS", s.ClickHouseAddrs, err)
+	}
+	return ch, nil
+}
+
+func list(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}

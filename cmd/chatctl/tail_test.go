@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/topics"
+)
+
+func TestTopicsCreateDescribeVerify(t *testing.T) {
+	e := newEnv(t, 3)
+	out := e.mustCtl("topics", "verify")
+	if !strings.Contains(out, "ok: 5 topics match the spec (3 partitions each)") {
+		t.Fatalf("verify:\n%s", out)
+	}
+	desc := strings.Join(strings.Fields(e.mustCtl("topics", "describe")), " ")
+	for _, want := range []string{"chat.messages true 3", "cleanup.policy=compact", "retention.ms=604800000"} {
+		if !strings.Contains(desc, want) {
+			t.Fatalf("describe lacks %q:\n%s", want, desc)
+		}
+	}
+	out, err := e.ctl("topics", "verify", "-partitions", "6")
+	if err == nil || !strings.Contains(out, "has 3 partitions, the configuration says 6") {
+		t.Fatalf("verify with another partition count: %v\n%s", err, out)
+	}
+	if _, err := e.ctl("topics", "create", "-partitions", "6"); err == nil || !strings.Contains(err.Error(), "set CHAT_PARTITIONS=3") {
+		t.Fatalf("create with another partition count: %v, want a refusal saying what to set", err)
+	}
+}
+
+func TestGroupAdministrationWritesMemberEvents(t *testing.T) {
+	e := newEnv(t, 2)
+	e.mustCtl("groups", "create", "team", "alice", "bob")
+	if out := e.mustCtl("members", "add", "team", "bob", "carol"); !strings.Contains(out, "bob: already a member of team") {
+		t.Fatalf("adding a member twice:\n%s", out)
+	}
+	e.mustCtl("members", "remove", "team", "alice")
+	if out := e.mustCtl("members", "remove", "team", "alice"); !strings.Contains(out, "alice: not a member of team") {
+		t.Fatalf("removing a non-member:\n%s", out)
+	}
+	show := strings.Join(strings.Fields(e.mustCtl("groups", "show", "team")), " ")
+	for _, want := range []string{"alice left -1 -1", "bob joined -1 -", "carol joined -1 -"} {
+		if !strings.Contains(show, want) {
+			t.Fatalf("groups show lacks %q: %s", want, show)
+		}
+	}
+	if _, err := e.ctl("groups", "create", "bad/gid", "x"); err == nil || !strings.Contains(err.Error(), "letters, digits") {
+		t.Fatalf("a bad gid: %v", err)
+	}
+	if _, err := e.ctl("groups", "show", "nobody"); err == nil {
+		t.Fatal("groups show of an unknown group succeeded")
+	}
+}
+
+func TestTailPrintsDecodedJSONLines(t *testing.T) {
+	e := newEnv(t, 2)
+	ctx := context.Background()
+	msg := schema.Message{Gid: "g", Sender: "alice", ClientMsgID: "c1", SentAt: 1700000000000, Body: []byte("héllo")}
+	id, err := e.prod.SendMessage(ctx, &msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.prod.SendAcks(ctx, schema.Ack{Gid: "g", Uid: "bob", Upto: id, At: 1700000000001}); err != nil {
+		t.Fatal(err)
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(e.brokers...), Topic: topics.Messages, Balancer: topics.Balancer{}}
+	if err := w.WriteMessages(ctx, kafka.Message{Key: []byte("g"), Value: []byte("junk")}); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+
+	out := e.mustCtl("tail", topics.Messages)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("tail printed %d lines, want 2:\n%s", len(lines), out)
+	}
+	var rec struct {
+		Topic     string
+		Partition int
+		Offset    int64
+		Key       string
+		Kind      string
+		Event     messageJSON
+	}
+	if err := json.Unmarshal([]byte(lines[0]), &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Kind != "message" || rec.Key != "g" || rec.Offset != id || rec.Event.MsgID != id || rec.Event.Body != "héllo" ||
+		rec.Event.Sender != "alice" || rec.Partition != topics.Partition("g", 2) || rec.Event.SentAt != msg.SentAt {
+		t.Fatalf("first line %s decodes to %+v", lines[0], rec)
+	}
+	if !strings.Contains(lines[1], `"error":"schema: `) || !strings.Contains(lines[1], `"value":"anVuaw=="`) {
+		t.Fatalf("a record that does not decode: %s", lines[1])
+	}
+	acks := e.mustCtl("tail", topics.Acks, "-n", "1")
+	if !strings.Contains(acks, `"kind":"ack","event":{"gid":"g","uid":"bob","upto":`) {
+		t.Fatalf("tail chat.acks: %s", acks)
+	}
+
+	// -follow prints records as they come until the count is reached.
+	done := make(chan string, 1)
+	go func() { done <- e.mustCtl("tail", topics.Acks, "-from", "end", "-n", "1") }()
+	time.Sleep(500 * time.Millisecond)
+	if err := e.prod.SendAcks(ctx, schema.Ack{Gid: "g", Uid: "carol", Upto: id, At: 1}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-done:
+		if !strings.Contains(got, `"uid":"carol"`) || strings.Contains(got, `"uid":"bob"`) {
+			t.Fatalf("tail -from end printed %s", got)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("tail -from end -n 1 did not print the new record")
+	}
+
+	// kcat reads the same records, with the format docs/operations.md gives.
+	if _, err := exec.LookPath("kcat"); err != nil {
+		t.Fatal("kcat is not installed; install it with `make deps` (apt-get install kcat)")
+	}
+	kc, err := exec.Command("kcat", "-b", e.brokers[0], "-C", "-t", topics.Acks, "-o", "beginning", "-e", "-q", "-f", "%k %p %o %T\n").CombinedOutput()
+	if err != nil {
+		t.Fatalf("kcat: %v\n%s", err, kc)
+	}
+	if !strings.HasPrefix(string(kc), "g/bob ") {
+		t.Fatalf("kcat printed %q", kc)
+	}
+}
