@@ -23,28 +23,6 @@ func (g *Gateway) devRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /v1/dev/groups/{gid}/members", g.asUser(g.devAddMember))
 }
 
-// asUser guards a handler with a user's bearer token.
-func (g *Gateway) asUser(h func(ctx context.Context, uid string, r *http.Request) (any, *protocol.Error)) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		tok := bearer(r)
-		if tok == "" {
-			writeErr(w, protocol.Errorf(protocol.CodeUnauthenticated, "send Authorization: Bearer <token>"))
-			return
-		}
-		uid, perr := verify(g.cfg.Secret, tok)
-		if perr != nil {
-			writeErr(w, perr)
-			return
-		}
-		ans, perr := h(r.Context(), uid, r)
-		if perr != nil {
-			writeErr(w, perr)
-			return
-		}
-		writeJSON(w, http.StatusOK, ans)
-	}
-}
-
 func (g *Gateway) devCreateGroup(ctx context.Context, uid string, r *http.Request) (any, *protocol.Error) {
 	req, perr := g.readGroupRequest(r)
 	if perr != nil {

@@ -36,6 +36,27 @@ func (g *Gateway) routes(mux *http.ServeMux) {
 // api adapts an operation to HTTP: the bearer token names the user, the
 // body (POST) or query (GET) holds the fields, the answer is the frame.
 func (g *Gateway) api(op string) http.HandlerFunc {
+	return g.asUser(func(ctx context.Context, uid string, r *http.Request) (any, *protocol.Error) {
+		body := []byte("{}")
+		if r.Method == http.MethodPost {
+			var err error
+			if body, err = io.ReadAll(http.MaxBytesReader(nil, r.Body, int64(g.cfg.MaxBody)+4096)); err != nil {
+				return nil, protocol.Errorf(protocol.CodeBodyTooLarge, "the request body is over the limit of %d bytes", g.cfg.MaxBody+4096)
+			}
+		}
+		if r.Method == http.MethodGet {
+			body = queryBody(r)
+		}
+		req, err := protocol.Decode(withFields(body, op, r.PathValue("gid")), g.cfg.MaxBody)
+		if err != nil {
+			return nil, asProtocol(err)
+		}
+		return g.do(ctx, uid, &req)
+	})
+}
+
+// asUser guards a handler with a user's bearer token.
+func (g *Gateway) asUser(h func(ctx context.Context, uid string, r *http.Request) (any, *protocol.Error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		tok := bearer(r)
 		if tok == "" {
@@ -47,23 +68,7 @@ func (g *Gateway) api(op string) http.HandlerFunc {
 			writeErr(w, perr)
 			return
 		}
-		body := []byte("{}")
-		if r.Method == http.MethodPost {
-			var err error
-			if body, err = io.ReadAll(http.MaxBytesReader(w, r.Body, int64(g.cfg.MaxBody)+4096)); err != nil {
-				writeErr(w, protocol.Errorf(protocol.CodeBodyTooLarge, "the request body is over the limit of %d bytes", g.cfg.MaxBody+4096))
-				return
-			}
-		}
-		if r.Method == http.MethodGet {
-			body = queryBody(r)
-		}
-		req, err := protocol.Decode(withFields(body, op, r.PathValue("gid")), g.cfg.MaxBody)
-		if err != nil {
-			writeErr(w, asProtocol(err))
-			return
-		}
-		ans, perr := g.do(r.Context(), uid, &req)
+		ans, perr := h(r.Context(), uid, r)
 		if perr != nil {
 			writeErr(w, perr)
 			return

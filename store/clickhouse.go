@@ -353,10 +353,20 @@ func (c *ClickHouse) Messages(ctx context.Context, gid string, after int64, limi
 	if limit <= 0 {
 		return nil, fmt.Errorf("clickhouse: messages: limit %d, want > 0", limit)
 	}
-	from := uint64(0)
-	if after >= 0 {
-		from = uint64(after) + 1
+	// GROUP BY msgid collapses replayed copies exactly (they are identical)
+	// and is about 4x faster than FINAL on 18.16 for pages of 1,000;
+	// PREWHERE and two threads take another fifth off a page this small.
+	msgs, err := c.queryMessages(ctx, gid, "PREWHERE gid = ? AND msgid >= ? GROUP BY msgid ORDER BY msgid LIMIT ?",
+		gid, firstAfter(after), limit)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: messages of %s: %w", gid, err)
 	}
+	return msgs, nil
+}
+
+// queryMessages runs the messages query of Messages with the given tail
+// (PREWHERE ... LIMIT) and returns its rows.
+func (c *ClickHouse) queryMessages(ctx context.Context, gid, tail string, args ...any) ([]schema.Message, error) {
 	ctx, cancel := c.timeout(ctx)
 	defer cancel()
 	var msgs []schema.Message
@@ -372,15 +382,16 @@ func (c *ClickHouse) Messages(ctx context.Context, gid string, after int64, limi
 		m.MsgID, m.Body = int64(msgid), []byte(body)
 		msgs = append(msgs, m)
 		return nil
-	}, // GROUP BY msgid collapses replayed copies exactly (they are identical) and is
-		// about 4x faster than FINAL on 18.16 for pages of 1,000; PREWHERE and two
-		// threads take another fifth off a page this small.
-		"SELECT msgid, any(sender), any(client_msg_id), any(sent_at_ms), any(body) FROM messages "+
-			"PREWHERE gid = ? AND msgid >= ? GROUP BY msgid ORDER BY msgid LIMIT ? SETTINGS max_threads = 2", gid, from, limit)
-	if err != nil {
-		return nil, fmt.Errorf("clickhouse: messages of %s: %w", gid, err)
+	}, "SELECT msgid, any(sender), any(client_msg_id), any(sent_at_ms), any(body) FROM messages "+tail+" SETTINGS max_threads = 2", args...)
+	return msgs, err
+}
+
+// firstAfter is the lowest msgid above after, as ClickHouse stores msgids.
+func firstAfter(after int64) uint64 {
+	if after < 0 {
+		return 0
 	}
-	return msgs, nil
+	return uint64(after) + 1
 }
 
 // AckCursors returns the delivery cursor (the largest acked upto) of every

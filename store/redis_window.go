@@ -274,16 +274,23 @@ func (r *Redis) Window(ctx context.Context, gid string, after int64, limit int) 
 	if err != nil {
 		return nil, false, fmt.Errorf("store: window of %q: floor: %w", gid, err)
 	}
-	members := rng.Val()
-	msgs = make([]schema.Message, 0, len(members))
+	if msgs, err = decodeWindowMembers(rng.Val()); err != nil {
+		return nil, false, fmt.Errorf("store: window of %q: %w", gid, err)
+	}
+	return msgs, !trimmed || after >= fl, nil
+}
+
+// decodeWindowMembers decodes the members of a window range.
+func decodeWindowMembers(members []string) ([]schema.Message, error) {
+	msgs := make([]schema.Message, 0, len(members))
 	for _, s := range members {
 		m, err := decodeWindowMember(s)
 		if err != nil {
-			return nil, false, fmt.Errorf("store: window of %q: %w", gid, err)
+			return nil, err
 		}
 		msgs = append(msgs, m)
 	}
-	return msgs, !trimmed || after >= fl, nil
+	return msgs, nil
 }
 
 func decodeWindowMember(s string) (schema.Message, error) {

@@ -48,14 +48,8 @@ func (r *Redis) WindowBefore(ctx context.Context, gid string, after, before int6
 	if err != nil {
 		return nil, false, fmt.Errorf("store: window of %q: floor: %w", gid, err)
 	}
-	members := rng.Val()
-	msgs = make([]schema.Message, 0, len(members))
-	for _, s := range members {
-		m, err := decodeWindowMember(s)
-		if err != nil {
-			return nil, false, fmt.Errorf("store: window of %q: %w", gid, err)
-		}
-		msgs = append(msgs, m)
+	if msgs, err = decodeWindowMembers(rng.Val()); err != nil {
+		return nil, false, fmt.Errorf("store: window of %q: %w", gid, err)
 	}
 	slices.Reverse(msgs)
 	return msgs, !trimmed || after >= fl || len(msgs) == limit, nil
