@@ -154,11 +154,13 @@ func (c *conn) readLoop() {
 			c.reply(protocol.Errorf(protocol.CodeBadFrame, "frames are JSON text, not binary").Frame(""))
 			continue
 		}
+		// Decoded first, so that a refusal names the request it refuses
+		// (frames are bounded by the read limit).
+		req, err := protocol.Decode(data, c.g.cfg.MaxBody)
 		if !c.frames.Allow() {
-			c.reply(protocol.Errorf(protocol.CodeRateLimited, "too many frames; slow down").Frame(""))
+			c.reply(protocol.Errorf(protocol.CodeRateLimited, "too many frames; slow down and retry (a send with the same cmid)").Frame(req.ID))
 			continue
 		}
-		req, err := protocol.Decode(data, c.g.cfg.MaxBody)
 		if err != nil {
 			c.reply(asProtocol(err).Frame(req.ID))
 			continue

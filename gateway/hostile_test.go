@@ -231,13 +231,24 @@ func TestHostileClientsGetTheirErrorsAndOthersAreUnaffected(t *testing.T) {
 
 	{ // send flood
 		b := e.login(1, "bob")
-		const n = 36 // within the frame burst (40): the send limit answers
+		const n = 100 // past the frame burst (40) too
 		for i := 0; i < n; i++ {
 			b.send(map[string]any{"op": "send", "id": fmt.Sprint(i), "gid": "flood", "cmid": fmt.Sprint("flood-", i), "body": "x"})
 		}
+		// Every send is answered under its own id, accepted or refused
+		// with what to do, so a client can retry each with its cmid.
 		accepted, limited := 0, 0
+		answered := map[string]bool{}
 		for accepted+limited < n {
 			f := b.read()
+			id, _ := f["id"].(string)
+			if f["op"] == protocol.OpPush {
+				continue
+			}
+			if id == "" || answered[id] {
+				t.Fatalf("an answer to the flood names no request, or one answered before: %v", f)
+			}
+			answered[id] = true
 			switch {
 			case f["op"] == protocol.OpAccepted:
 				accepted++
@@ -246,6 +257,8 @@ func TestHostileClientsGetTheirErrorsAndOthersAreUnaffected(t *testing.T) {
 					t.Errorf("rate_limited send without what to do: %v", f)
 				}
 				limited++
+			default:
+				t.Fatalf("a send of the flood: %v", f)
 			}
 		}
 		if accepted < 10 || limited == 0 || accepted > 25 {
