@@ -121,53 +121,38 @@ func (w *wire) tryRead(d time.Duration) (map[string]any, error) {
 	}
 }
 
-// victim is a member who keeps receiving a steady stream of messages while
-// the hostile clients do their worst; stop returns what it was sent.
+// victim is a member who keeps receiving a steady stream of messages from
+// a sender on the same gateway while the hostile clients do their worst;
+// both are SDK clients. stop returns what was sent.
 type victim struct {
-	m    *member
-	stop func() []int64
+	m, sender *member
+	stop      func() []int64
 }
 
 func (e *env) startVictim(gid, uid, sender string) *victim {
 	e.t.Helper()
 	m := e.connect(1, uid, nil)
-	s := e.login(1, sender)
+	s := e.connect(1, sender, nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	var sent []int64
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for i := 0; ctx.Err() == nil; i++ {
-			wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
-			err := s.ws.Write(wctx, websocket.MessageText, []byte(fmt.Sprintf(`{"op":"send","id":"%d","gid":%q,"cmid":"v%d","body":"steady"}`, i, gid, i)))
-			wcancel()
+		for ctx.Err() == nil {
+			id, err := s.c.Send(ctx, gid, "steady")
 			if err != nil {
 				if ctx.Err() == nil {
-					e.t.Errorf("the victim's sender cannot write: %v", err)
+					e.t.Errorf("the victim's sender: %v", err)
 				}
 				return
 			}
-			for {
-				f, err := s.tryRead(10 * time.Second)
-				if err != nil {
-					e.t.Errorf("the victim's sender lost its connection: %v", err)
-					return
-				}
-				if f["id"] == fmt.Sprint(i) {
-					if f["op"] != protocol.OpAccepted {
-						e.t.Errorf("the victim's sender was refused: %v", f)
-						return
-					}
-					sent = append(sent, int64(f["msgid"].(float64)))
-					break
-				}
-			}
+			sent = append(sent, id)
 			time.Sleep(100 * time.Millisecond) // within the send rate
 		}
 	}()
-	e.t.Cleanup(func() { cancel(); wg.Wait() }) // before the connections close
-	return &victim{m: m, stop: func() []int64 { cancel(); wg.Wait(); return sent }}
+	e.t.Cleanup(func() { cancel(); wg.Wait() })
+	return &victim{m: m, sender: s, stop: func() []int64 { cancel(); wg.Wait(); return sent }}
 }
 
 // Against a running gateway: floods, slow and stalled writers, a silent
@@ -178,7 +163,7 @@ func (e *env) startVictim(gid, uid, sender string) *victim {
 func TestHostileClientsGetTheirErrorsAndOthersAreUnaffected(t *testing.T) {
 	e := newEnv(t, envOpts{gateways: 2, tune: func(c *Config) {
 		c.SendRate, c.SendBurst = 20, 10
-		c.PingInterval = 2 * time.Second
+		c.PingInterval = 5 * time.Second
 		c.AuthTimeout = 500 * time.Millisecond
 	}})
 	e.group("g1", "alice", "bob", "victim", "sender")
@@ -284,8 +269,8 @@ func TestHostileClientsGetTheirErrorsAndOthersAreUnaffected(t *testing.T) {
 		// It cannot answer pings inside a frame: cut after a missed pong.
 		start := time.Now()
 		for {
-			if _, err := w.tryRead(8 * time.Second); err != nil {
-				if time.Since(start) > 6*time.Second {
+			if _, err := w.tryRead(20 * time.Second); err != nil {
+				if time.Since(start) > 15*time.Second {
 					t.Fatalf("a stalled frame held its connection for %v (%v)", time.Since(start), err)
 				}
 				break
@@ -393,11 +378,14 @@ func TestHostileClientsGetTheirErrorsAndOthersAreUnaffected(t *testing.T) {
 	}
 	waitFor(t, "the victim gets every message", 20*time.Second, func() bool { return len(v.m.delivered("g1")) >= len(sent) })
 	v.m.checkExactlyOnceInOrder(t, "g1", sent)
-	if st := v.m.c.Stats(); st.Reconnects != 0 {
-		t.Fatalf("the victim was disconnected %d times during the attacks", st.Reconnects)
+	for _, c := range []*member{v.m, v.sender} {
+		if st := c.c.Stats(); st.Reconnects != 0 {
+			t.Fatalf("%s was disconnected %d times during the attacks", c.uid, st.Reconnects)
+		}
 	}
 	if f := e.login(0, "alice").call(map[string]any{"op": "sync"}); f["op"] != protocol.OpSynced {
 		t.Fatalf("the gateway does not serve after the attacks: %v", f)
 	}
 	v.m.c.Close()
+	v.sender.c.Close()
 }
