@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -80,13 +81,23 @@ func (h *harness) inject(ctx context.Context, kind string) {
 			h.tl.fault("kill-9", "broker", "restarted on the same address and data dir", restart)
 		}
 	case "redis-wipe":
+		if !h.redisDown.TryLock() {
+			h.tl.note("redis-wipe skipped: Redis is being restarted already")
+			return
+		}
+		defer h.redisDown.Unlock()
 		h.redisWipe(ctx, restart)
 	case "clickhouse-stop":
+		if !h.chDown.TryLock() {
+			h.tl.note("clickhouse-stop skipped: ClickHouse is down already")
+			return
+		}
+		defer h.chDown.Unlock()
 		h.tl.fault("clickhouse-stop", "clickhouse", "stopped (SIGTERM), started again after the outage", h.cfg.ClickHouseOutage)
 		if err := h.c.chSrv.Stop(); err != nil {
 			h.tl.note(fmt.Sprintf("clickhouse stop: %v", err))
 		}
-		time.Sleep(h.cfg.ClickHouseOutage)
+		time.Sleep(h.cfg.ClickHouseOutage) // even past the load's end: the outage is the fault
 		h.startAgain("clickhouse", h.c.chSrv.Start)
 	case "client-killed-after-pull":
 		d := h.pickDevice(false)
@@ -114,11 +125,12 @@ func (h *harness) inject(ctx context.Context, kind string) {
 }
 
 // startAgain retries a server's start until it works (a port taken for a
-// moment, a slow machine).
+// moment, a slow machine), for up to a minute; the verdict's recovery wait
+// reports a server that stayed down.
 func (h *harness) startAgain(name string, start func() error) {
-	for i := 0; ; i++ {
+	for i := 0; i < 60; i++ {
 		err := start()
-		if err == nil {
+		if err == nil || strings.Contains(err.Error(), "already running") {
 			return
 		}
 		h.tl.note(fmt.Sprintf("%s start failed (attempt %d): %v", name, i+1, err))

@@ -89,6 +89,8 @@ type harness struct {
 	poisonMu sync.Mutex
 	poisoned []poisonRec
 
+	chDown, redisDown sync.Mutex // held while the server is down by a fault
+
 	refusedMu   sync.Mutex
 	refusedBy   map[string]int       // sends the server refused for good, by error code
 	refusedNote map[string]time.Time // when each code was last put on the timeline
