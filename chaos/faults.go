@@ -108,8 +108,13 @@ func (h *harness) inject(ctx context.Context, kind string) {
 		}
 	case "cut-mid-frame":
 		cut := 0
+		picked := map[*device]bool{}
 		for range 3 {
 			d := h.pickDevice(true)
+			if picked[d] {
+				continue
+			}
+			picked[d] = true
 			if px := d.proxy.Load(); px != nil {
 				n := px.cutMidFrame()
 				cut += n

@@ -25,7 +25,7 @@ type proxy struct {
 type pipe struct {
 	client, server net.Conn
 	cut            chan struct{} // closed: forward half of the next chunk, then reset
-	once           sync.Once
+	cutOnce, once  sync.Once
 }
 
 func newProxy(backends []string) (*proxy, error) {
@@ -136,8 +136,10 @@ func (p *proxy) cutMidFrame() int {
 	}
 	p.mu.Unlock()
 	for _, pp := range pipes {
-		close(pp.cut)
-		time.AfterFunc(2*time.Second, pp.reset)
+		pp.cutOnce.Do(func() {
+			close(pp.cut)
+			time.AfterFunc(2*time.Second, pp.reset)
+		})
 	}
 	return len(pipes)
 }
