@@ -61,6 +61,13 @@ func (t *timeline) fault(kind, target, detail string, lasts time.Duration) {
 	t.add(event{Kind: kind, Target: target, Detail: detail, Lasts: lasts})
 }
 
+// all returns every event so far.
+func (t *timeline) all() []event {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]event(nil), t.events...)
+}
+
 // faults returns the fault events, in order.
 func (t *timeline) faults() []event {
 	t.mu.Lock()

@@ -110,7 +110,7 @@ func readCursorsCH(ctx context.Context, c *cluster) (map[string]map[string]int64
 
 // verdict checks every invariant and fills the Result.
 func (h *harness) verdict(ctx context.Context, truth *chMessages, heads map[string]int64, start time.Time) *Result {
-	res := &Result{Seed: h.cfg.Seed, Started: start, Load: h.cfg.Duration, Faults: h.tl.counts(), Timeline: h.tl.events, Dir: h.cfg.Dir}
+	res := &Result{Seed: h.cfg.Seed, Started: start, Load: h.cfg.Duration, Faults: h.tl.counts(), Timeline: h.tl.all(), Dir: h.cfg.Dir}
 	var vs []violation
 	add := func(v violation) {
 		if v.Fault == "" {
@@ -228,7 +228,9 @@ func (h *harness) checkDeliveries(truth *chMessages, res *Result, add func(viola
 		seen := map[string]map[int64]bool{} // per device
 		for _, m := range log {
 			k := key{m.Gid, m.Inc}
+			bad := false
 			if last, ok := lastInc[k]; ok && m.MsgID <= last {
+				bad = true
 				kind := "out-of-order"
 				if m.MsgID == last || seen[m.Gid][m.MsgID] {
 					kind = "duplicate-after-dedup"
@@ -249,7 +251,7 @@ func (h *harness) checkDeliveries(truth *chMessages, res *Result, add func(viola
 			// incarnations starts where the last one acked: after dedup its
 			// log is in order. (A second device moves the shared cursor,
 			// and a device may start past what it got itself.)
-			if prev, ok := firstSeen[m.Gid]; ok && m.MsgID < prev && single[d.uid] {
+			if prev, ok := firstSeen[m.Gid]; ok && m.MsgID < prev && single[d.uid] && !bad {
 				add(violation{Kind: "out-of-order", Gid: m.Gid, MsgID: m.MsgID, Uid: d.uid, Device: d.name, At: time.UnixMilli(m.SentAt),
 					Detail: fmt.Sprintf("%s got %d of %s for the first time after %d (after dedup)", d.name, m.MsgID, m.Gid, prev)})
 			}
