@@ -295,8 +295,12 @@ func (r *Runner[E]) consumeSaved(ctx context.Context, gen *kafka.Generation, par
 		if stored, ok = r.savedOffsets(ctx); !ok {
 			return
 		}
-		r.log.Warn("the saved position vanished: the state next to it was wiped (a Redis restart without persistence?); replaying the partition to rebuild it",
-			"partition", part, "replay_from", stored[part])
+		from, ok := stored[part]
+		if !ok {
+			from = -1 // the start
+		}
+		r.log.Warn("the saved position moved or vanished: the state next to it was wiped (Redis restarted without persistence?) or another consumer saved it; going on from what is saved",
+			"partition", part, "from", from)
 	}
 }
 
