@@ -76,3 +76,13 @@ bench-e2e:
 
 bench-idle:
 	$(call bench_with_chatd,$(BENCH_IDLE_ARGS))
+
+## chaos: the fault-injection run of RELIABILITY.md for DURATION (default 2m):
+## every process killed and restarted, Redis wiped, ClickHouse stopped 30 s,
+## clients killed and cut mid-frame, poison records; then the verdict. The
+## JSON result goes to CHAOS_JSON (default chaos-result.json).
+DURATION   ?= 2m
+CHAOS_JSON ?= chaos-result.json
+.PHONY: chaos
+chaos: deps
+	$(GO) run ./cmd/chatchaos -duration $(DURATION) -json $(CHAOS_JSON)

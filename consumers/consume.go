@@ -5,15 +5,27 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 )
 
 // consume reads one partition from start until ctx ends (rebalance or
-// shutdown). It never skips a record it could not make durable.
-func (r *Runner[E]) consume(ctx context.Context, gen *kafka.Generation, part int, start int64) {
+// shutdown). It never skips a record it could not make durable. With an
+// OffsetStore, pos is the position saved for the partition (-1: none); when
+// it vanishes or moves under the runner, consume returns lost.
+func (r *Runner[E]) consume(ctx context.Context, gen *kafka.Generation, part int, start, pos int64) (lost bool) {
 	log := r.log.With("partition", part)
+	var saved atomic.Int64 // the position this runner saved last
+	saved.Store(pos)
+	var gone atomic.Bool
+	if r.cfg.Offsets != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go r.watchSaved(ctx, part, &saved, &gone, cancel)
+	}
 	reader := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:         r.cfg.Brokers,
 		Topic:           r.cfg.Topic,
@@ -28,7 +40,7 @@ func (r *Runner[E]) consume(ctx context.Context, gen *kafka.Generation, part int
 	defer reader.Close()
 	if err := reader.SetOffset(start); err != nil {
 		log.Error("cannot position reader", "offset", start, "err", err)
-		return
+		return false
 	}
 	log.Debug("consuming", "from", start)
 	if lag, err := reader.ReadLag(ctx); err == nil && lag <= 0 {
@@ -42,45 +54,44 @@ func (r *Runner[E]) consume(ctx context.Context, gen *kafka.Generation, part int
 	recs := make([]Record[E], 0, cap(batch))
 	var (
 		applied int64     = -1 // next offset after the last handled batch
-		saved   int64     = -1 // the last one saved and committed
-		due     time.Time      // when applied must be committed by
+		due     time.Time      // when applied must be saved and committed by
 	)
 	defer func() {
-		if applied > saved { // leaving: save what was done, best effort
+		if applied > saved.Load() && !gone.Load() { // leaving: save what was done, best effort
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
-			r.commit(fctx, log, gen, part, applied)
+			r.commit(fctx, log, gen, part, &saved, applied)
 		}
 	}()
 	for {
 		var err error
 		batch, err = r.fetch(ctx, reader, batch[:0], due)
 		if errors.Is(err, errCommitDue) {
-			if !r.commit(ctx, log, gen, part, applied) {
-				return
+			if !r.commit(ctx, log, gen, part, &saved, applied) {
+				return gone.Load() || saved.Load() == lostPos
 			}
-			saved, due = applied, time.Time{}
+			due = time.Time{}
 			continue
 		}
 		if err != nil {
 			if ctx.Err() == nil {
 				log.Warn("fetch failed", "err", err)
 			}
-			return
+			return gone.Load()
 		}
 		recs = recs[:0]
 		for _, m := range batch {
 			e, err := r.cfg.Decode(m.Value)
 			if err != nil {
 				if !r.deadLetter(ctx, log, m, err) {
-					return
+					return gone.Load()
 				}
 				continue
 			}
 			recs = append(recs, Record[E]{Partition: part, Offset: m.Offset, Time: m.Time, Event: e})
 		}
 		if !r.handle(ctx, log, part, recs) {
-			return
+			return gone.Load()
 		}
 		applied = batch[len(batch)-1].Offset + 1
 		now := time.Now()
@@ -88,10 +99,10 @@ func (r *Runner[E]) consume(ctx context.Context, gen *kafka.Generation, part int
 			due = now.Add(r.cfg.CommitInterval)
 		}
 		if !now.Before(due) {
-			if !r.commit(ctx, log, gen, part, applied) {
-				return
+			if !r.commit(ctx, log, gen, part, &saved, applied) {
+				return gone.Load() || saved.Load() == lostPos
 			}
-			saved, due = applied, time.Time{}
+			due = time.Time{}
 		}
 		lag := reader.Lag()
 		r.mu.Lock()
@@ -208,13 +219,24 @@ func (r *Runner[E]) deadLetter(ctx context.Context, log *slog.Logger, m kafka.Me
 	}
 }
 
+// lostPos marks, in consume's saved position, that the position moved
+// under the runner.
+const lostPos = -100
+
 // commit saves the position next to the state (when the consumer keeps it
-// there) and then commits it to the group.
-func (r *Runner[E]) commit(ctx context.Context, log *slog.Logger, gen *kafka.Generation, part int, next int64) bool {
+// there), from the one saved last, and then commits it to the group. A
+// saved position that moved means the state was wiped: commit returns
+// false with saved set to lostPos.
+func (r *Runner[E]) commit(ctx context.Context, log *slog.Logger, gen *kafka.Generation, part int, saved *atomic.Int64, next int64) bool {
 	if r.cfg.Offsets != nil {
 		for attempt := 0; ; attempt++ {
-			err := r.cfg.Offsets.SaveOffsets(ctx, r.cfg.Group, r.cfg.Topic, map[int]int64{part: next})
+			ok, err := r.cfg.Offsets.AdvanceOffset(ctx, r.cfg.Group, r.cfg.Topic, part, saved.Load(), next)
+			if err == nil && !ok {
+				saved.Store(lostPos)
+				return false
+			}
 			if err == nil {
+				saved.Store(next)
 				break
 			}
 			if ctx.Err() != nil {
@@ -235,4 +257,35 @@ func (r *Runner[E]) commit(ctx context.Context, log *slog.Logger, gen *kafka.Gen
 	r.stats.Commits++
 	r.mu.Unlock()
 	return ctx.Err() == nil
+}
+
+// watchSaved checks every StateCheck that the partition's saved position is
+// still the one consume saved last; when it is not (the state was wiped
+// while the partition was idle), it sets gone and cancels consume.
+func (r *Runner[E]) watchSaved(ctx context.Context, part int, saved *atomic.Int64, gone *atomic.Bool, cancel context.CancelFunc) {
+	t := time.NewTicker(r.cfg.StateCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		before := saved.Load()
+		stored, err := r.cfg.Offsets.Offsets(ctx, r.cfg.Group, r.cfg.Topic)
+		if err != nil {
+			continue // the store is down: the next commit or check tells
+		}
+		at, ok := stored[part]
+		if !ok {
+			at = -1
+		}
+		// A commit may land between the two loads; only a position that
+		// is neither is a moved one.
+		if after := saved.Load(); at != before && at != after && before != lostPos {
+			gone.Store(true)
+			cancel()
+			return
+		}
+	}
 }

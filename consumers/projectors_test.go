@@ -135,9 +135,13 @@ func TestMembersJoinAtTheHeadAndLeaveAtTheirPosition(t *testing.T) {
 	_, stop := p.memberProjector(t)
 	check := func() {
 		t.Helper()
+		// The user index is written after the group's membership (a
+		// second round trip): wait for both.
 		waitFor(t, "membership", 20*time.Second, func() bool {
 			a, _ := p.redis.Membership(ctx, "g1", "alice")
-			return a.State == store.MemberJoined && a.JoinedAt == m3
+			groups, _ := p.redis.UserGroups(ctx, "bob")
+			_, indexed := groups["g1"]
+			return a.State == store.MemberJoined && a.JoinedAt == m3 && indexed
 		})
 		b, _ := p.redis.Membership(ctx, "g1", "bob")
 		if b.State != store.MemberJoined || b.JoinedAt != m1 || b.Sees(m1) || !b.Sees(m2) {

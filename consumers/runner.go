@@ -31,9 +31,15 @@ type Handler[E any] interface {
 // OffsetStore keeps a consumer's positions next to its state, so that
 // wiping the state also forgets the positions and the consumer replays its
 // topic from the start. *store.Redis is one.
+//
+// AdvanceOffset saves a partition's position only if the saved one is still
+// from (from < 0: none saved) and reports whether it did: a position that
+// moved or vanished under a running consumer means its state was wiped while
+// it ran (Redis restarted without persistence), and the runner replays the
+// partition from what is saved.
 type OffsetStore interface {
 	Offsets(ctx context.Context, consumer, topic string) (map[int]int64, error)
-	SaveOffsets(ctx context.Context, consumer, topic string, next map[int]int64) error
+	AdvanceOffset(ctx context.Context, consumer, topic string, part int, from, to int64) (bool, error)
 }
 
 // Config of a Runner.
@@ -72,6 +78,11 @@ type Config[E any] struct {
 	SessionTimeout   time.Duration // default 10s
 	RebalanceTimeout time.Duration // default 10s
 
+	// StateCheck is how often, with Offsets, a partition checks that its
+	// saved position is still there, so that a wiped state is replayed even
+	// while no records arrive. Default 2s.
+	StateCheck time.Duration
+
 	Logger  *slog.Logger // default slog.Default()
 	Metrics *metrics.Set // optional
 }
@@ -100,6 +111,9 @@ func (c *Config[E]) setDefaults() {
 	}
 	if c.RebalanceTimeout == 0 {
 		c.RebalanceTimeout = 10 * time.Second
+	}
+	if c.StateCheck == 0 {
+		c.StateCheck = 2 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -141,6 +155,7 @@ type Stats struct {
 	DeadLettered int64
 	Retries      int64 // failed Handle calls
 	Commits      int64 // offsets saved and committed
+	Replays      int64 // partitions replayed because their saved position vanished (the state was wiped)
 }
 
 // NewRunner checks cfg and returns a Runner; Run starts it.
@@ -244,27 +259,61 @@ func (r *Runner[E]) startGeneration(ctx context.Context, gen *kafka.Generation) 
 
 	var stored map[int]int64
 	if r.cfg.Offsets != nil {
-		for attempt := 0; ; attempt++ {
-			var err error
-			if stored, err = r.cfg.Offsets.Offsets(ctx, r.cfg.Group, r.cfg.Topic); err == nil {
-				break
-			}
-			r.log.Warn("reading saved offsets failed; retrying", "err", err)
-			if !sleep(ctx, r.backoff(attempt)) {
-				return
-			}
+		var ok bool
+		if stored, ok = r.savedOffsets(ctx); !ok {
+			return
 		}
 	}
 	for _, a := range assigned {
-		start := a.Offset
-		if r.cfg.Offsets != nil {
-			start = kafka.FirstOffset
-			if o, ok := stored[a.ID]; ok {
-				start = o
-			}
-		}
 		part := a.ID
-		gen.Start(func(ctx context.Context) { r.consume(ctx, gen, part, start) })
+		if r.cfg.Offsets == nil {
+			gen.Start(func(ctx context.Context) { r.consume(ctx, gen, part, a.Offset, -1) })
+			continue
+		}
+		gen.Start(func(ctx context.Context) { r.consumeSaved(ctx, gen, part, stored) })
+	}
+}
+
+// savedOffsets reads the positions saved next to the state, retrying until
+// it can or ctx ends.
+func (r *Runner[E]) savedOffsets(ctx context.Context) (map[int]int64, bool) {
+	for attempt := 0; ; attempt++ {
+		stored, err := r.cfg.Offsets.Offsets(ctx, r.cfg.Group, r.cfg.Topic)
+		if err == nil {
+			return stored, true
+		}
+		r.log.Warn("reading saved offsets failed; retrying", "err", err)
+		if !sleep(ctx, r.backoff(attempt)) {
+			return nil, false
+		}
+	}
+}
+
+// consumeSaved consumes a partition from its saved position, and again from
+// the start whenever the saved position vanishes (the state was wiped).
+func (r *Runner[E]) consumeSaved(ctx context.Context, gen *kafka.Generation, part int, stored map[int]int64) {
+	for {
+		start, pos := kafka.FirstOffset, int64(-1)
+		if o, ok := stored[part]; ok {
+			start, pos = o, o
+		}
+		if !r.consume(ctx, gen, part, start, pos) || ctx.Err() != nil {
+			return
+		}
+		r.mu.Lock()
+		r.stats.Replays++
+		r.caught[part] = false
+		r.mu.Unlock()
+		var ok bool
+		if stored, ok = r.savedOffsets(ctx); !ok {
+			return
+		}
+		from, ok := stored[part]
+		if !ok {
+			from = -1 // the start
+		}
+		r.log.Warn("the saved position moved or vanished: the state next to it was wiped (Redis restarted without persistence?) or another consumer saved it; going on from what is saved",
+			"partition", part, "from", from)
 	}
 }
 

@@ -83,13 +83,14 @@ func (m *memAcks) Offsets(ctx context.Context, consumer, topic string) (map[int]
 	return out, nil
 }
 
-func (m *memAcks) SaveOffsets(ctx context.Context, consumer, topic string, next map[int]int64) error {
+func (m *memAcks) AdvanceOffset(ctx context.Context, consumer, topic string, part int, from, to int64) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for p, o := range next {
-		m.offsets[p] = o
+	if cur, ok := m.offsets[part]; ok && cur != from || !ok && from >= 0 {
+		return false, nil
 	}
-	return nil
+	m.offsets[part] = to
+	return true, nil
 }
 
 func (m *memAcks) handled() int {
@@ -105,6 +106,7 @@ func runAcks(t *testing.T, k *kafkaEnv, group string, h *memAcks) (*Runner[schem
 		Decode: schema.DecodeAck, Handler: h, Offsets: h, DeadLetter: k.prod,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
 		SessionTimeout: 6 * time.Second, RebalanceTimeout: 2 * time.Second,
+		StateCheck: 100 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -273,6 +275,52 @@ func TestRunnerReplaysFromStoreWhenStateIsWiped(t *testing.T) {
 	defer fresh.mu.Unlock()
 	if fmt.Sprint(fresh.cursors) != fmt.Sprint(want) {
 		t.Fatalf("replayed cursors %v, want %v", fresh.cursors, want)
+	}
+}
+
+// wipe forgets the state and the saved offsets, as a Redis restarted
+// without persistence does under a running consumer.
+func (m *memAcks) wipe() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.cursors, m.seen, m.offsets = map[string]int64{}, map[int64]int{}, map[int]int64{}
+}
+
+func (m *memAcks) snapshot() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return fmt.Sprint(m.cursors)
+}
+
+// A state wiped under a running runner is rebuilt by replay: at once when
+// the partitions are idle (the saved position is checked), and when records
+// arrive (the next save finds its position gone). Before, the runner went
+// on from where it was and the wiped state stayed lost until a restart.
+func TestRunnerReplaysWhenStateIsWipedWhileRunning(t *testing.T) {
+	k := newKafka(t, 2)
+	sendAcks(t, k, 100)
+	h := newMemAcks()
+	r, _ := runAcks(t, k, "acks-live-wipe", h)
+	waitFor(t, "first pass", 20*time.Second, func() bool { return h.handled() == 100 })
+	want := h.snapshot()
+
+	h.wipe() // idle partitions
+	waitFor(t, "replay of idle partitions", 20*time.Second, func() bool { return h.handled() == 100 })
+	if got := h.snapshot(); got != want {
+		t.Fatalf("rebuilt cursors %v, want %v", got, want)
+	}
+
+	h.wipe() // then records arrive at once
+	sendAcks(t, k, 100)
+	waitFor(t, "replay with new records", 20*time.Second, func() bool { return h.handled() == 200 })
+	all := newMemAcks()
+	runAcks(t, k, "acks-live-wipe-check", all)
+	waitFor(t, "a fresh runner's pass", 20*time.Second, func() bool { return all.handled() == 200 })
+	if got, want := h.snapshot(), all.snapshot(); got != want {
+		t.Fatalf("rebuilt cursors %v, want %v", got, want)
+	}
+	if n := r.Stats().Replays; n < 2 {
+		t.Fatalf("%d partition replays counted, want at least 2", n)
 	}
 }
 

@@ -40,6 +40,10 @@ type out struct {
 	msgs  [][]byte
 }
 
+// errAnswered is authenticate's error when the client has been answered
+// and the connection closed already.
+var errAnswered = protocol.Errorf(protocol.CodeUnauthenticated, "answered")
+
 type conn struct {
 	g      *Gateway
 	ws     *websocket.Conn
@@ -85,8 +89,10 @@ func (g *Gateway) runConn(ws *websocket.Conn, token string) {
 
 	uid, perr := c.authenticate(token)
 	if perr != nil {
-		c.writeNow(perr.Frame(""))
-		c.close(CloseUnauthenticated, string(perr.Code)+": "+perr.Message)
+		if perr != errAnswered {
+			c.writeNow(perr.Frame(""))
+			c.close(CloseUnauthenticated, string(perr.Code)+": "+perr.Message)
+		}
 		<-c.closed
 		return
 	}
@@ -141,11 +147,19 @@ func (c *conn) authenticate(tok string) (string, *protocol.Error) {
 		}
 		return uid, perr
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, c.g.cfg.AuthTimeout)
-	defer cancel()
-	typ, data, err := c.ws.Read(ctx)
+	// A read cut by a deadline closes the socket without a word, so the
+	// timeout answers and closes with 4001 itself; the read then fails.
+	timer := time.AfterFunc(c.g.cfg.AuthTimeout, func() {
+		perr := protocol.Errorf(protocol.CodeUnauthenticated, "no auth frame within %v; send {\"op\":\"auth\",\"token\":...} first", c.g.cfg.AuthTimeout)
+		c.writeNow(perr.Frame(""))
+		c.close(CloseUnauthenticated, string(perr.Code)+": "+perr.Message)
+	})
+	typ, data, err := c.ws.Read(c.ctx)
+	if !timer.Stop() {
+		return "", errAnswered
+	}
 	if err != nil {
-		return "", protocol.Errorf(protocol.CodeUnauthenticated, "no auth frame within %v; send {\"op\":\"auth\",\"token\":...} first", c.g.cfg.AuthTimeout)
+		return "", protocol.Errorf(protocol.CodeUnauthenticated, "the connection ended before an auth frame")
 	}
 	if typ != websocket.MessageText {
 		return "", protocol.Errorf(protocol.CodeBadFrame, "frames are JSON text; the first must be auth")
@@ -180,11 +194,13 @@ func (c *conn) readLoop() {
 			c.reply(protocol.Errorf(protocol.CodeBadFrame, "frames are JSON text, not binary").Frame(""))
 			continue
 		}
+		// Decoded first, so that a refusal names the request it refuses
+		// (frames are bounded by the read limit).
+		req, err := protocol.Decode(data, c.g.cfg.MaxBody)
 		if !c.frames.Allow() {
-			c.reply(protocol.Errorf(protocol.CodeRateLimited, "too many frames; slow down").Frame(""))
+			c.reply(protocol.Errorf(protocol.CodeRateLimited, "too many frames; slow down and retry (a send with the same cmid)").Frame(req.ID))
 			continue
 		}
-		req, err := protocol.Decode(data, c.g.cfg.MaxBody)
 		if err != nil {
 			c.reply(asProtocol(err).Frame(req.ID))
 			continue

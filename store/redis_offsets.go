@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Offsets returns the next offset to read of each partition of topic that
@@ -50,4 +52,34 @@ func (r *Redis) SaveOffsets(ctx context.Context, consumer, topic string, next ma
 		return fmt.Errorf("store: save offsets of %q on %q: %w", consumer, topic, err)
 	}
 	return nil
+}
+
+// advanceOffsetScript sets a saved position only if it still holds what the
+// caller saved last. KEYS[1] the consumer's hash; ARGV field, expected (""
+// for none), new value. It returns 1 when set, 0 when the position moved.
+var advanceOffsetScript = redis.NewScript(`
+local cur = redis.call('HGET', KEYS[1], ARGV[1])
+if (ARGV[2] == '' and not cur) or cur == ARGV[2] then
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[3])
+  return 1
+end
+return 0
+`)
+
+// AdvanceOffset moves consumer's saved position in partition part of topic
+// from from to to, but only if the saved position is still from (from < 0:
+// only if none is saved). It reports false, saving nothing, when the
+// position moved under the caller: Redis lost its data (restarted without
+// persistence, flushed), so the state next to the position is gone and the
+// consumer must replay from what is saved now.
+func (r *Redis) AdvanceOffset(ctx context.Context, consumer, topic string, part int, from, to int64) (bool, error) {
+	want := ""
+	if from >= 0 {
+		want = strconv.FormatInt(from, 10)
+	}
+	n, err := advanceOffsetScript.Run(ctx, r.client, []string{offsetsKey(consumer)}, offsetField(topic, part), want, to).Int()
+	if err != nil {
+		return false, fmt.Errorf("store: advance offset of %q on %s/%d: %w", consumer, topic, part, err)
+	}
+	return n == 1, nil
 }

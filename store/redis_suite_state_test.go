@@ -318,6 +318,35 @@ func testOffsets(t *testing.T, c redis.UniversalClient) {
 	if got, err := r.Offsets(ctx, "persister", "chat.messages2"); err != nil || !maps.Equal(got, map[int]int64{0: 99}) {
 		t.Errorf("Offsets of another topic = %v, %v", got, err)
 	}
+
+	// AdvanceOffset moves a position only from where its caller left it.
+	for _, tc := range []struct {
+		part     int
+		from, to int64
+		ok       bool
+	}{
+		{7, -1, 5, true},  // none saved: the first save
+		{7, -1, 6, false}, // someone saved meanwhile
+		{7, 5, 9, true},
+		{7, 5, 12, false}, // moved on under the caller
+		{3, 50, 60, true},
+	} {
+		ok, err := r.AdvanceOffset(ctx, "persister", "chat.messages", tc.part, tc.from, tc.to)
+		if err != nil || ok != tc.ok {
+			t.Errorf("AdvanceOffset(%d, %d -> %d) = %v, %v; want %v", tc.part, tc.from, tc.to, ok, err, tc.ok)
+		}
+	}
+	want = map[int]int64{0: 10, 3: 60, 5: 1, 7: 9}
+	if got, err := r.Offsets(ctx, "persister", "chat.messages"); err != nil || !maps.Equal(got, want) {
+		t.Errorf("Offsets after AdvanceOffset = %v, %v; want %v", got, err, want)
+	}
+	// A wiped store: the position the caller holds is gone.
+	if err := c.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := r.AdvanceOffset(ctx, "persister", "chat.messages", 7, 9, 20); err != nil || ok {
+		t.Errorf("AdvanceOffset after a wipe = %v, %v; want false", ok, err)
+	}
 }
 
 // testScriptCacheFlushed runs every script after SCRIPT FLUSH, as after a
