@@ -97,6 +97,11 @@ func (r *Runner[E]) consume(ctx context.Context, gen *kafka.Generation, part int
 		now := time.Now()
 		if due.IsZero() {
 			due = now.Add(r.cfg.CommitInterval)
+			if saved.Load() < 0 {
+				// Nothing saved yet: save at once, since a wipe of the state
+				// is told by the saved position vanishing.
+				due = now
+			}
 		}
 		if !now.Before(due) {
 			if !r.commit(ctx, log, gen, part, &saved, applied) {
