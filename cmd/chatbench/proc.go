@@ -53,23 +53,28 @@ func cpuTime(pid int) (time.Duration, error) {
 	return time.Duration(ut+st) * time.Second / clockTicks, nil
 }
 
-// cpuUse is the CPU the server and chatbench used over a span, in cores
-// (1.0 = one core busy all along). Zero for a process not watched.
+// cpuUse is the CPU the deployment and chatbench used over a span, in
+// cores (1.0 = one core busy all along). Zero for a process not watched.
 type cpuUse struct {
-	Server float64 `json:"server_cores"`
-	Bench  float64 `json:"bench_cores"`
+	Server    float64            `json:"server_cores"` // every watched process of the deployment
+	Bench     float64            `json:"bench_cores"`
+	ByProcess map[string]float64 `json:"by_process,omitempty"`
 }
 
 type cpuMark struct {
-	at            time.Time
-	server, bench time.Duration
-	pid           int
+	at    time.Time
+	procs []namedPID
+	times []time.Duration // -1: unreadable
+	bench time.Duration
 }
 
-func startCPU(pid int) cpuMark {
-	m := cpuMark{at: time.Now(), pid: pid}
-	if pid > 0 {
-		m.server, _ = cpuTime(pid)
+func startCPU(procs []namedPID) cpuMark {
+	m := cpuMark{at: time.Now(), procs: procs, times: make([]time.Duration, len(procs))}
+	for i, p := range procs {
+		var err error
+		if m.times[i], err = cpuTime(p.PID); err != nil {
+			m.times[i] = -1
+		}
 	}
 	m.bench, _ = cpuTime(os.Getpid())
 	return m
@@ -77,13 +82,15 @@ func startCPU(pid int) cpuMark {
 
 func (m cpuMark) stop() cpuUse {
 	wall := time.Since(m.at).Seconds()
-	if wall <= 0 {
+	if wall <= 0 || m.at.IsZero() {
 		return cpuUse{}
 	}
-	var u cpuUse
-	if m.pid > 0 {
-		if s, err := cpuTime(m.pid); err == nil {
-			u.Server = (s - m.server).Seconds() / wall
+	u := cpuUse{ByProcess: map[string]float64{}}
+	for i, p := range m.procs {
+		if s, err := cpuTime(p.PID); err == nil && m.times[i] >= 0 {
+			c := (s - m.times[i]).Seconds() / wall
+			u.ByProcess[p.Name] = c
+			u.Server += c
 		}
 	}
 	if s, err := cpuTime(os.Getpid()); err == nil {
