@@ -98,3 +98,17 @@ func (m cpuMark) stop() cpuUse {
 	}
 	return u
 }
+
+// spent is the CPU time the watched processes together, and chatbench,
+// used since the mark.
+func (m cpuMark) spent() (server, bench time.Duration) {
+	for i, p := range m.procs {
+		if s, err := cpuTime(p.PID); err == nil && m.times[i] >= 0 {
+			server += s - m.times[i]
+		}
+	}
+	if s, err := cpuTime(os.Getpid()); err == nil {
+		bench = s - m.bench
+	}
+	return server, bench
+}

@@ -43,7 +43,9 @@ type pullRun struct {
 	Handed   int64   `json:"handed"`
 	Pulls    int64   `json:"pulls"` // pull requests
 	PerS     float64 `json:"messages_per_s"`
-	Complete bool    `json:"complete"` // every message once, in order
+	ServerMS float64 `json:"server_cpu_ms"` // CPU time of the deployment's processes meanwhile
+	BenchMS  float64 `json:"bench_cpu_ms"`  // CPU time of chatbench (the SDK client) meanwhile
+	Complete bool    `json:"complete"`      // every message once, in order
 	Problem  string  `json:"problem,omitempty"`
 }
 
@@ -104,11 +106,14 @@ func runPull(ctx context.Context, cfg *Config, d *deployment, stdout io.Writer) 
 
 	res.OK = true
 	for i, tok := range toks {
+		mark := startCPU(d.Procs)
 		r := pullOnce(ctx, d.URLs[i%len(d.URLs)], tok, pageSize, gids, want)
-		r.Uid = readers[i]
+		server, bench := mark.spent()
+		r.Uid, r.ServerMS, r.BenchMS = readers[i], ms(server), ms(bench)
 		res.Runs = append(res.Runs, r)
 		res.OK = res.OK && r.Complete
-		logf("pull: %s: %d messages in %.1f ms (dial %.1f ms, %d pulls)%s", r.Uid, r.Handed, r.TotalMS, r.DialMS, r.Pulls, problem(r.Problem))
+		logf("pull: %s: %d messages in %.1f ms (dial %.1f ms, %d pulls; CPU: deployment %.0f ms, chatbench %.0f ms)%s",
+			r.Uid, r.Handed, r.TotalMS, r.DialMS, r.Pulls, r.ServerMS, r.BenchMS, problem(r.Problem))
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -123,8 +128,8 @@ func runPull(ctx context.Context, cfg *Config, d *deployment, stdout io.Writer) 
 	fmt.Fprintf(stdout, "chatbench pull %s: %d messages (%d groups × %d, %d-byte bodies) pulled by %d members in turn, pages of %d; stack: %s\n",
 		res.Prefix, res.Messages, res.Groups, res.PerGroup, res.BodySize, len(res.Runs), res.PageSize, res.Stack)
 	for _, r := range res.Runs {
-		fmt.Fprintf(stdout, "  %s: login to last message %.1f ms (dial+auth+sync %.1f ms), %d handed over, %.0f messages/s, %d pull requests%s\n",
-			r.Uid, r.TotalMS, r.DialMS, r.Handed, r.PerS, r.Pulls, problem(r.Problem))
+		fmt.Fprintf(stdout, "  %s: login to last message %.1f ms (dial+auth+sync %.1f ms), %d handed over, %.0f messages/s, %d pull requests; CPU: deployment %.0f ms, chatbench %.0f ms%s\n",
+			r.Uid, r.TotalMS, r.DialMS, r.Handed, r.PerS, r.Pulls, r.ServerMS, r.BenchMS, problem(r.Problem))
 	}
 	verdict := "every member got every message once, in order"
 	if !res.OK {
