@@ -22,7 +22,7 @@ const (
 	histMin    = 1
 	histMax    = int64(5 * time.Minute / time.Microsecond)
 	histDigits = 3
-	histShards = 64
+	histShards = 16
 )
 
 // hist is an HDR histogram that many goroutines record into: each records
