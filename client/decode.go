@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"encoding/json"
 	"unicode/utf8"
 
@@ -372,7 +373,9 @@ func (d *scanner) messages(out *[]protocol.Message) bool {
 	if !d.lit('[') {
 		return false
 	}
-	msgs := make([]protocol.Message, 0, 1)
+	// A page holds up to 1,000 messages: size the slice once, from the
+	// msgid keys ahead (a body may hold the same text: it only costs room).
+	msgs := make([]protocol.Message, 0, max(1, bytes.Count(d.b[d.i:], []byte(`"msgid":`))))
 	if d.lit(']') {
 		*out = msgs
 		return true
