@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -99,16 +100,34 @@ func (m cpuMark) stop() cpuUse {
 	return u
 }
 
-// spent is the CPU time the watched processes together, and chatbench,
-// used since the mark.
-func (m cpuMark) spent() (server, bench time.Duration) {
+// spent is the CPU time each watched process, and chatbench, used since
+// the mark.
+func (m cpuMark) spent() (byProcess map[string]time.Duration, bench time.Duration) {
+	byProcess = make(map[string]time.Duration, len(m.procs))
 	for i, p := range m.procs {
 		if s, err := cpuTime(p.PID); err == nil && m.times[i] >= 0 {
-			server += s - m.times[i]
+			byProcess[p.Name] = s - m.times[i]
 		}
 	}
 	if s, err := cpuTime(os.Getpid()); err == nil {
 		bench = s - m.bench
 	}
-	return server, bench
+	return byProcess, bench
+}
+
+// waitQuiet waits until the watched processes together use less than
+// cores over a second (ClickHouse merging what was just written, the
+// projections catching up), for at most max. It reports whether they did.
+func waitQuiet(ctx context.Context, procs []namedPID, cores float64, max time.Duration) bool {
+	deadline := time.Now().Add(max)
+	for time.Now().Before(deadline) {
+		m := startCPU(procs)
+		if !sleepCtx(ctx, time.Second) {
+			return false
+		}
+		if m.stop().Server < cores {
+			return true
+		}
+	}
+	return false
 }

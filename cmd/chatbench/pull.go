@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +31,7 @@ type pullResult struct {
 	BodySize       int       `json:"body_size"`
 	PageSize       int       `json:"page_size"`
 	PreloadSeconds float64   `json:"preload_seconds"` // produced and persisted
+	Quiet          bool      `json:"quiet"`           // the deployment was idle (< 0.1 cores) before the pulls
 	Runs           []pullRun `json:"runs"`
 	Best           float64   `json:"best_ms"`
 	Median         float64   `json:"median_ms"`
@@ -37,16 +40,17 @@ type pullResult struct {
 
 // pullRun is one member's login and pull of everything.
 type pullRun struct {
-	Uid      string  `json:"uid"`
-	DialMS   float64 `json:"dial_ms"`  // dial, auth, sync
-	TotalMS  float64 `json:"total_ms"` // from the dial to the last message handed over
-	Handed   int64   `json:"handed"`
-	Pulls    int64   `json:"pulls"` // pull requests
-	PerS     float64 `json:"messages_per_s"`
-	ServerMS float64 `json:"server_cpu_ms"` // CPU time of the deployment's processes meanwhile
-	BenchMS  float64 `json:"bench_cpu_ms"`  // CPU time of chatbench (the SDK client) meanwhile
-	Complete bool    `json:"complete"`      // every message once, in order
-	Problem  string  `json:"problem,omitempty"`
+	Uid      string             `json:"uid"`
+	DialMS   float64            `json:"dial_ms"`  // dial, auth, sync
+	TotalMS  float64            `json:"total_ms"` // from the dial to the last message handed over
+	Handed   int64              `json:"handed"`
+	Pulls    int64              `json:"pulls"` // pull requests
+	PerS     float64            `json:"messages_per_s"`
+	ServerMS float64            `json:"server_cpu_ms"` // CPU time of the deployment's processes from the dial to the last message
+	CPUMS    map[string]float64 `json:"cpu_ms"`        // the same by process
+	BenchMS  float64            `json:"bench_cpu_ms"`  // CPU time of chatbench (the SDK client) in the same span
+	Complete bool               `json:"complete"`      // every message once, in order
+	Problem  string             `json:"problem,omitempty"`
 }
 
 // runPull preloads cfg.Pull messages into each of cfg.Groups groups
@@ -102,14 +106,15 @@ func runPull(ctx context.Context, cfg *Config, d *deployment, stdout io.Writer) 
 		return err
 	}
 	res.PreloadSeconds = time.Since(t0).Seconds()
-	logf("pull: %d messages preloaded and persisted in %.1f s", res.Messages, res.PreloadSeconds)
+	logf("pull: %d messages preloaded and persisted in %.1f s; waiting for the deployment to go quiet...", res.Messages, res.PreloadSeconds)
+	if res.Quiet = waitQuiet(ctx, d.Procs, 0.1, time.Minute); !res.Quiet {
+		logf("pull: the deployment still used over 0.1 cores a minute later; measuring anyway")
+	}
 
 	res.OK = true
 	for i, tok := range toks {
-		mark := startCPU(d.Procs)
-		r := pullOnce(ctx, d.URLs[i%len(d.URLs)], tok, pageSize, gids, want)
-		server, bench := mark.spent()
-		r.Uid, r.ServerMS, r.BenchMS = readers[i], ms(server), ms(bench)
+		r := pullOnce(ctx, d.URLs[i%len(d.URLs)], tok, pageSize, gids, want, d.Procs)
+		r.Uid = readers[i]
 		res.Runs = append(res.Runs, r)
 		res.OK = res.OK && r.Complete
 		logf("pull: %s: %d messages in %.1f ms (dial %.1f ms, %d pulls; CPU: deployment %.0f ms, chatbench %.0f ms)%s",
@@ -128,8 +133,8 @@ func runPull(ctx context.Context, cfg *Config, d *deployment, stdout io.Writer) 
 	fmt.Fprintf(stdout, "chatbench pull %s: %d messages (%d groups × %d, %d-byte bodies) pulled by %d members in turn, pages of %d; stack: %s\n",
 		res.Prefix, res.Messages, res.Groups, res.PerGroup, res.BodySize, len(res.Runs), res.PageSize, res.Stack)
 	for _, r := range res.Runs {
-		fmt.Fprintf(stdout, "  %s: login to last message %.1f ms (dial+auth+sync %.1f ms), %d handed over, %.0f messages/s, %d pull requests; CPU: deployment %.0f ms, chatbench %.0f ms%s\n",
-			r.Uid, r.TotalMS, r.DialMS, r.Handed, r.PerS, r.Pulls, r.ServerMS, r.BenchMS, problem(r.Problem))
+		fmt.Fprintf(stdout, "  %s: login to last message %.1f ms (dial+auth+sync %.1f ms), %d handed over, %.0f messages/s, %d pull requests; CPU ms: %s, chatbench %.0f%s\n",
+			r.Uid, r.TotalMS, r.DialMS, r.Handed, r.PerS, r.Pulls, formatMS(r.CPUMS), r.BenchMS, problem(r.Problem))
 	}
 	verdict := "every member got every message once, in order"
 	if !res.OK {
@@ -247,7 +252,7 @@ func waitPersisted(ctx context.Context, a *api, tok string, gids []string, want 
 // pullOnce logs a fresh client in, opens every group at once and times
 // until every wanted message was handed over, then checks each group's
 // messages: all of want, once, in order.
-func pullOnce(ctx context.Context, url, tok string, pageSize int, gids []string, want [][]int64) pullRun {
+func pullOnce(ctx context.Context, url, tok string, pageSize int, gids []string, want [][]int64, procs []namedPID) pullRun {
 	var total int64
 	for _, w := range want {
 		total += int64(len(w))
@@ -256,6 +261,7 @@ func pullOnce(ctx context.Context, url, tok string, pageSize int, gids []string,
 	got := map[string][]int64{}
 	var n atomic.Int64
 	done := make(chan struct{})
+	mark := startCPU(procs)
 	t0 := time.Now()
 	c, err := client.Dial(ctx, client.Config{
 		URL:      wsURL(url),
@@ -291,6 +297,12 @@ func pullOnce(ctx context.Context, url, tok string, pageSize int, gids []string,
 	case <-ctx.Done():
 	}
 	r.TotalMS = ms(time.Since(t0))
+	byProc, bench := mark.spent()
+	r.CPUMS, r.BenchMS = map[string]float64{}, ms(bench)
+	for name, d := range byProc {
+		r.CPUMS[name] = ms(d)
+		r.ServerMS += ms(d)
+	}
 	r.Handed, r.Pulls = n.Load(), c.Stats().Pulls
 	r.PerS = float64(r.Handed) / (r.TotalMS / 1000)
 	mu.Lock()
@@ -307,3 +319,14 @@ func pullOnce(ctx context.Context, url, tok string, pageSize int, gids []string,
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func formatMS(m map[string]float64) string {
+	if len(m) == 0 {
+		return "no pid watched"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %.0f", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
