@@ -101,6 +101,14 @@ func TestRoundRate(t *testing.T) {
 	}
 }
 
+func TestFmtRate(t *testing.T) {
+	for in, want := range map[float64]string{roundRate(15.7): "15.7", 12.5: "12.5", 1230: "1230", 99.94: "99.9", 50000: "50000", 6.25: "6.25"} {
+		if got := fmtRate(in); got != want {
+			t.Errorf("fmtRate(%v) = %q, want %q", in, got, want)
+		}
+	}
+}
+
 func TestJudge(t *testing.T) {
 	good := func() *result {
 		r := &result{}

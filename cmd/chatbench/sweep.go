@@ -61,7 +61,7 @@ func runSweep(ctx context.Context, cfg *Config, stdout io.Writer) error {
 			}
 			rate = rates[i]
 		}
-		logf("step %d: %g msg/s", i+1, rate)
+		logf("step %d: %s msg/s", i+1, fmtRate(rate))
 		st, err := runStep(ctx, cfg, i, rate)
 		if err != nil {
 			return err
@@ -127,10 +127,19 @@ func (st step) line(n int) string {
 	if !st.Pass {
 		verdict = "FAIL (" + st.Why + ")"
 	}
-	return fmt.Sprintf("step %d: %8.0f msg/s  accepted %8.1f/s  pushes %8.0f/s (offered %.0f)  e2e p50 %s p99 %s p99.9 %s  cpu %.2f+%.2f  %s",
-		n, st.Rate, st.AcceptedPerS, st.DeliveredPerS, st.OfferedPerS,
+	return fmt.Sprintf("step %d: %8s msg/s  accepted %8.1f/s  pushes %8.0f/s (offered %.0f)  e2e p50 %s p99 %s p99.9 %s  cpu %.2f+%.2f  %s",
+		n, fmtRate(st.Rate), st.AcceptedPerS, st.DeliveredPerS, st.OfferedPerS,
 		fmtMS(st.EndToEnd.P50, st.EndToEnd.Count), fmtMS(st.EndToEnd.P99, st.EndToEnd.Count), fmtMS(st.EndToEnd.P999, st.EndToEnd.Count),
 		st.CPU.Server, st.CPU.Bench, verdict)
+}
+
+// fmtRate prints a rate with at most three significant digits (the search
+// rounds to three), without a float's noise.
+func fmtRate(r float64) string {
+	if r >= 100 {
+		return strconv.FormatFloat(r, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(r, 'g', 3, 64)
 }
 
 func fmtMS(v float64, n int64) string {
@@ -147,7 +156,7 @@ func printSteps(w io.Writer, out *sweepResult) {
 	}
 	if out.Mode == "find-max" {
 		if out.Best > 0 {
-			fmt.Fprintf(w, "highest rate with p99 <= %.0f ms, nothing lost, every send accepted: %g msg/s\n", out.TargetMS, out.Best)
+			fmt.Fprintf(w, "highest rate with p99 <= %.0f ms, nothing lost, every send accepted: %s msg/s\n", out.TargetMS, fmtRate(out.Best))
 		} else {
 			fmt.Fprintf(w, "no step kept p99 <= %.0f ms with nothing lost\n", out.TargetMS)
 		}
