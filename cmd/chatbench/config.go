@@ -39,7 +39,7 @@ type Config struct {
 	Read         float64       // default 0: fraction of delivered messages (not their own) each online member marks read
 	Churn        float64       // default 0: online members per second that disconnect, to come back after ChurnOffline
 	ChurnOffline time.Duration // default 5s
-	OfflineCheck int           // default -1 = all: offline members that log in after the run and must pull every message; 0 = none
+	OfflineCheck int           // offline members that log in after the run and must pull every message: -1 all (the flag's default), 0 none, N that many
 	SendTimeout  time.Duration // default 30s: a Send still unanswered after this counts as an error
 	Concurrency  int           // default 32: parallel setup requests and dials
 	Prefix       string        // default a fresh random one: user and group ids start with it
