@@ -43,39 +43,69 @@ fuzz:
 	for f in FuzzDecodeMessage FuzzDecodeAck FuzzDecodeReceipt FuzzDecodeMember FuzzRoundTripMessage; do \
 	  $(GO) test ./schema -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; done
 	$(GO) test ./cmd/chatctl -run '^$$' -fuzz '^FuzzRecordJSON$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./client -run '^$$' -fuzz '^FuzzDecodeFrame$$' -fuzztime $(FUZZTIME)
 
 clean:
 	rm -rf bin data
 
-## bench-e2e, bench-idle: chatbench against a fresh `chatd dev` (temporary data
-## dir, ports chosen by the kernel): scenarios (1) and (4) of BENCHMARKS.md.
-## Override the load with BENCH_E2E_ARGS / BENCH_IDLE_ARGS; the JSON results
-## and chatd's log stay in the /tmp/chatbench.* directory the run names.
-BENCH_E2E_ARGS  ?= -groups 20 -group-size 50 -rate 1000 -duration 30s -warmup 5s
-BENCH_IDLE_ARGS ?= -idle 10000
+## bench-*: the scenarios of BENCHMARKS.md. Each builds chatd and chatbench
+## into bin/, lets chatbench start a fresh deployment (chatd dev on a
+## redis-server and a clickhouse-server, ports chosen by the kernel; a fresh
+## one per step of a sweep), prints a summary and writes bin/bench/NAME.json.
+## BENCH_ARGS appends chatbench flags (the last of a flag wins), e.g.
+##   make bench-steady BENCH_ARGS='-duration 60s'
+BENCH_OUT   ?= bin/bench
+BENCH_ARGS  ?=
+BENCH_STACK ?= -chatd bin/chatd -redis -clickhouse
+BENCH_RATES ?= 25,50,100,200,400,800,1600,3200
 
-# bench_with_chatd builds chatd and chatbench, starts `chatd dev`, runs
-# chatbench with $(1) against it and stops chatd, whatever the outcome.
-define bench_with_chatd
-	@set -e; tmp=$$(mktemp -d /tmp/chatbench.XXXXXX); \
-	$(GO) build -o $$tmp/ ./cmd/chatd ./cmd/chatbench; \
-	CHAT_DATA_DIR=$$tmp/data CHAT_HTTP_ADDR=127.0.0.1:0 CHAT_KAFKA_LISTEN=127.0.0.1:0 \
-	  $$tmp/chatd dev >$$tmp/chatd.log 2>&1 & pid=$$!; \
-	trap 'kill $$pid 2>/dev/null; wait $$pid 2>/dev/null; rm -rf $$tmp/data $$tmp/chatd $$tmp/chatbench' EXIT; \
-	addr=; for i in $$(seq 150); do \
-	  addr=$$(sed -n 's/.*msg="serving HTTP".* addr=\([0-9.:]*\).*/\1/p' $$tmp/chatd.log); \
-	  [ -n "$$addr" ] && break; sleep 0.2; done; \
-	[ -n "$$addr" ] || { cat $$tmp/chatd.log; echo "chatd dev did not start" >&2; exit 1; }; \
-	echo "chatd dev: pid $$pid, http://$$addr; log and results in $$tmp"; \
-	$$tmp/chatbench -url http://$$addr -admin-token-file $$tmp/data/admin-token -pid $$pid -json $$tmp/result.json $(1)
+# chatbench runs bin/chatbench on a fresh deployment: $(1) names the JSON,
+# $(2) is the scenario's flags.
+define chatbench
+	@mkdir -p $(BENCH_OUT)
+	$(GO) build -o bin/ ./cmd/chatd ./cmd/chatbench
+	bin/chatbench $(BENCH_STACK) -json $(BENCH_OUT)/$(1).json $(2) $(BENCH_ARGS)
 endef
 
-.PHONY: bench-e2e bench-idle
-bench-e2e:
-	$(call bench_with_chatd,$(BENCH_E2E_ARGS))
+.PHONY: bench-storm bench-steady bench-max bench-pull bench-idle bench-rebuild bench-plot bench-micro bench-e2e
 
+## bench-storm: (a) the receipt storm: 200-member groups, 20% online, read receipts on
+bench-storm:
+	$(call chatbench,storm,-groups 10 -group-size 200 -online 0.2 -rate 100 -read 0.5 -duration 30s -warmup 5s)
+
+## bench-steady: (b) 5,000 messages/s into 50-member groups, 10 online in each
+bench-steady:
+	$(call chatbench,steady,-groups 100 -group-size 50 -online 0.2 -rate 5000 -duration 30s -warmup 5s -offline-check 500)
+
+## bench-max: (c) the highest rate whose end-to-end p99 stays within 100 ms (50-member groups, all online)
+bench-max:
+	$(call chatbench,max,-groups 20 -group-size 50 -find-max -rate 50 -p99-target 100ms -duration 15s -warmup 3s -plot $(BENCH_OUT)/max.png)
+
+## bench-pull: (d) offline pull of 50,000 messages across 50 groups
+bench-pull:
+	$(call chatbench,pull,-pull 1000 -groups 50 -pull-users 5)
+
+## bench-idle: (e) 10,000 idle connections, chatd's RSS per connection
 bench-idle:
-	$(call bench_with_chatd,$(BENCH_IDLE_ARGS))
+	$(call chatbench,idle,-idle 10000)
+
+## bench-rebuild: (f) chatctl rebuild of 1M ack events and chatctl backfill into ClickHouse
+bench-rebuild: deps
+	$(GO) test -run '^$$' -bench 'RebuildAcks|Backfill' -benchtime 1x -timeout 30m ./cmd/chatctl
+
+## bench-plot: latency percentiles against the send rate, into docs/latency.png
+bench-plot:
+	$(call chatbench,plot,-groups 20 -group-size 50 -sweep $(BENCH_RATES) -duration 15s -warmup 3s -plot docs/latency.png)
+
+## bench-micro: the hot paths' microbenchmarks: event codec, routing to 500 members, read counts of a page of 50
+bench-micro: deps
+	$(GO) test -run '^$$' -bench . ./schema ./client
+	$(GO) test -run '^$$' -bench 'FanoutRoute500' ./consumers
+	$(GO) test -run '^$$' -bench 'ReadCountsPage50' ./store
+
+## bench-e2e: one load run; BENCH_ARGS sets its shape (chatbench -h)
+bench-e2e:
+	$(call chatbench,e2e,)
 
 ## chaos: the fault-injection run of RELIABILITY.md for DURATION (default 2m):
 ## every process killed and restarted, Redis wiped, ClickHouse stopped 30 s,

@@ -110,7 +110,7 @@ func (s *session) readLoop() {
 			return
 		}
 		var f frame
-		if err := json.Unmarshal(b, &f); err != nil {
+		if err := decodeFrame(b, &f); err != nil {
 			s.c.log.Warn("chat client: undecodable server frame", "err", err, "len", len(b))
 			continue
 		}

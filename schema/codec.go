@@ -136,15 +136,16 @@ type decoder struct {
 	err  error
 }
 
-func newDecoder(b []byte, want Kind) (*decoder, error) {
+// newDecoder returns the decoder by value: callers keep it on their stack.
+func newDecoder(b []byte, want Kind) (decoder, error) {
 	k, err := KindOf(b)
 	if err != nil {
-		return nil, err
+		return decoder{}, err
 	}
 	if k != want {
-		return nil, fmt.Errorf("%w: record holds a %s event, want %s", ErrWrongKind, k, want)
+		return decoder{}, fmt.Errorf("%w: record holds a %s event, want %s", ErrWrongKind, k, want)
 	}
-	return &decoder{b: b[2:], kind: want}, nil
+	return decoder{b: b[2:], kind: want}, nil
 }
 
 func (d *decoder) fail(reason string) {

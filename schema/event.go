@@ -120,14 +120,21 @@ func ValidID(s string) error {
 		return fmt.Errorf("%w: length %d, want 1 to %d bytes", ErrInvalidID, len(s), MaxIDLen)
 	}
 	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-			c == '_' || c == '.' || c == ':' || c == '@' || c == '-') {
+		if c := s[i]; !idByte[c] {
 			return fmt.Errorf("%w: %q has byte %q at %d; use letters, digits and _.:@-", ErrInvalidID, s, c, i)
 		}
 	}
 	return nil
 }
+
+// idByte tells the bytes ValidID allows: ASCII letters, digits and "_.:@-".
+var idByte = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
+			c == '_' || c == '.' || c == ':' || c == '@' || c == '-'
+	}
+	return t
+}()
 
 // MessageKey is the record key of a message: the gid.
 func MessageKey(gid string) []byte { return []byte(gid) }

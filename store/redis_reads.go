@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 
@@ -19,9 +20,23 @@ import (
 //
 // A member who left and rejoined after m is judged by their current
 // membership (joined after m): the read before leaving is not counted.
+//
+// A ReadState loaded by Redis.ReadState also holds a flat copy of both
+// maps, which Count walks instead of the maps (read_counts of a page counts
+// every message over every member); one built by hand is counted from its
+// maps. Neither is to be changed after loading.
 type ReadState struct {
 	Members map[string]Membership
 	Reads   map[string]int64 // read cursor by uid; absent: none
+
+	flat []reader // the members with their read cursors, when loaded
+}
+
+// reader is a member and its read cursor (-2: none; cursors are >= -1).
+type reader struct {
+	uid  string
+	m    Membership
+	read int64
 }
 
 // ReadState loads the group's snapshot in one round trip.
@@ -48,6 +63,14 @@ func (r *Redis) ReadState(ctx context.Context, gid string) (*ReadState, error) {
 		uid, _ := z.Member.(string)
 		st.Reads[uid] = int64(z.Score)
 	}
+	st.flat = make([]reader, 0, len(st.Members))
+	for uid, m := range st.Members {
+		r, ok := st.Reads[uid]
+		if !ok {
+			r = -2
+		}
+		st.flat = append(st.flat, reader{uid, m, r})
+	}
 	return st, nil
 }
 
@@ -67,6 +90,19 @@ func (s *ReadState) Audience(msgid int64, sender string) []string {
 // Count returns how many of the audience of msgid have read it, and the
 // audience's size.
 func (s *ReadState) Count(msgid int64, sender string) (read, audience int) {
+	if s.flat != nil {
+		for i := range s.flat {
+			r := &s.flat[i]
+			if !r.m.Sees(msgid) || r.uid == sender {
+				continue
+			}
+			audience++
+			if r.read >= msgid {
+				read++
+			}
+		}
+		return read, audience
+	}
 	for uid, m := range s.Members {
 		if uid == sender || !m.Sees(msgid) {
 			continue
@@ -93,11 +129,52 @@ func (s *ReadState) Who(msgid int64, sender string) (read, unread []string) {
 }
 
 // WindowMessages returns the messages of gid with the given msgids that are
-// still in the window, by msgid, in one round trip.
+// still in the window, by msgid. A page of a group's messages is one range
+// of the window: it is read with one ZRANGE; what that range does not cover
+// (msgids far apart) is then read one by one, in one more round trip.
 func (r *Redis) WindowMessages(ctx context.Context, gid string, msgids []int64) (map[int64]schema.Message, error) {
-	cmds := make([]*redis.StringSliceCmd, len(msgids))
-	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, id := range msgids {
+	out := make(map[int64]schema.Message, len(msgids))
+	if len(msgids) == 0 {
+		return out, nil
+	}
+	lo, hi := slices.Min(msgids), slices.Max(msgids)
+	vals, err := r.client.ZRangeArgs(ctx, redis.ZRangeArgs{Key: windowKey(gid), ByScore: true,
+		Start: strconv.FormatInt(lo, 10), Stop: strconv.FormatInt(hi, 10), Count: int64(2*len(msgids) + 16)}).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: window messages of %q: %w", gid, err)
+	}
+	covered := hi // every msgid up to it was in the range's answer, if in the window
+	if len(vals) == 2*len(msgids)+16 {
+		covered = lo - 1
+	}
+	want := make(map[int64]bool, len(msgids))
+	for _, id := range msgids {
+		want[id] = true
+	}
+	for _, v := range vals {
+		m, err := decodeWindowMember(v)
+		if err != nil {
+			return nil, fmt.Errorf("store: window messages of %q: %w", gid, err)
+		}
+		if want[m.MsgID] {
+			out[m.MsgID] = m
+		}
+		if len(vals) == 2*len(msgids)+16 {
+			covered = m.MsgID
+		}
+	}
+	var rest []int64
+	for _, id := range msgids {
+		if id > covered {
+			rest = append(rest, id)
+		}
+	}
+	if len(rest) == 0 {
+		return out, nil
+	}
+	cmds := make([]*redis.StringSliceCmd, len(rest))
+	_, err = r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range rest {
 			s := strconv.FormatInt(id, 10)
 			cmds[i] = p.ZRangeByScore(ctx, windowKey(gid), &redis.ZRangeBy{Min: s, Max: s, Count: 1})
 		}
@@ -106,7 +183,6 @@ func (r *Redis) WindowMessages(ctx context.Context, gid string, msgids []int64) 
 	if err != nil {
 		return nil, fmt.Errorf("store: window messages of %q: %w", gid, err)
 	}
-	out := make(map[int64]schema.Message, len(msgids))
 	for _, c := range cmds {
 		for _, v := range c.Val() {
 			m, err := decodeWindowMember(v)

@@ -1,44 +1,67 @@
 package main
 
 import (
-	"context"
 	"crypto/rand"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
+	"github.com/groupchat/chatd/protocol"
 	"github.com/groupchat/chatd/schema"
 )
 
 // Config is one benchmark run. Zero values take the defaults written beside
 // each field.
 type Config struct {
-	URLs        []string      // gateway base URLs; default http://127.0.0.1:8080; clients are spread round-robin
-	AdminToken  string        // required for the load mode: creates the groups
-	Users       int           // default Groups*GroupSize: every user in one group
-	Groups      int           // default 20
-	GroupSize   int           // default 50; members of group i are users i*GroupSize.. (mod Users)
-	Online      float64       // default 1: fraction of users connected (spread evenly over the groups)
-	Rate        float64       // default 1000: messages per second, scheduled by the clock
-	Duration    time.Duration // default 30s: measured time after the warm-up
-	Warmup      time.Duration // default 5s: sent, loss-checked, but not measured
-	Drain       time.Duration // default 30s: longest wait for deliveries (pushes, then final pulls) after the last send
-	BodySize    int           // default 64: bytes per message body (the send timestamp fits in 40)
-	AckEvery    int           // default 0 = the SDK's (10)
-	AckInterval time.Duration // default 0 = the SDK's (1s)
-	SendTimeout time.Duration // default 30s: a Send still unanswered after this counts as an error
-	Concurrency int           // default 32: parallel setup requests and dials
-	Prefix      string        // default a fresh random one: user and group ids start with it
-	JSON        string        // optional: write the results there as JSON
-	Idle        int           // > 0: idle mode, open this many connections instead of the load
-	IdleSettle  time.Duration // default 10s: idle mode: wait this long after the last dial before measuring
-	PID         int           // optional: the chatd process, for RSS (idle mode) and CPU use
-	Quiet       bool          // no progress line
+	// What to drive: the gateways of a running chatd (URLs, AdminToken,
+	// PID, Kafka), or a chatd this run starts itself (Launch.Chatd set).
+	URLs       []string     // gateway base URLs; default http://127.0.0.1:8080; clients are spread round-robin
+	AdminToken string       // required for the load and pull modes: creates the groups
+	PID        int          // optional: the chatd process, for RSS (idle mode) and CPU use
+	Kafka      string       // optional: a Kafka broker of the deployment: counts the records of chat.* per message; the pull mode's preload
+	Launch     launchConfig // Launch.Chatd set: start a fresh deployment for the run (each sweep step gets its own)
+
+	// The load's shape.
+	Users        int           // default Groups*GroupSize: every user in one group
+	Groups       int           // default 20
+	GroupSize    int           // default 50; members of group i are users i*GroupSize.. (mod Users)
+	Online       float64       // default 1: fraction of users connected (spread evenly over the groups)
+	Rate         float64       // default 1000: messages per second, scheduled by the clock
+	Duration     time.Duration // default 30s: measured time after the warm-up
+	Warmup       time.Duration // default 5s: sent, loss-checked, but not measured
+	Drain        time.Duration // default 30s: longest wait for deliveries (pushes, then final pulls) after the last send
+	BodySize     int           // default 64: bytes per message body (the send timestamp fits in 40)
+	AckEvery     int           // default 0 = the SDK's (10)
+	AckInterval  time.Duration // default 0 = the SDK's (1s)
+	PageSize     int           // default 0 = the SDK's (200): messages per pull page
+	Read         float64       // default 0: fraction of delivered messages (not their own) each online member marks read
+	Churn        float64       // default 0: online members per second that disconnect, to come back after ChurnOffline
+	ChurnOffline time.Duration // default 5s
+	OfflineCheck int           // offline members that log in after the run and must pull every message: -1 all (the flag's default), 0 none, N that many
+	SendTimeout  time.Duration // default 30s: a Send still unanswered after this counts as an error
+	Concurrency  int           // default 32: parallel setup requests and dials
+	Prefix       string        // default a fresh random one: user and group ids start with it
+
+	// Other modes.
+	Idle       int           // > 0: idle mode, open this many connections instead of the load
+	IdleSettle time.Duration // default 10s: idle mode: wait this long after the last dial before measuring
+	Pull       int           // > 0: pull mode: preload this many messages into each group, then time members pulling them all
+	PullUsers  int           // default 5: pull mode: members who each pull everything once, one after the other
+	Sweep      []float64     // sweep mode: one load step per rate
+	FindMax    bool          // search mode: the highest rate whose end-to-end p99 stays within Target
+	MaxRate    float64       // default 50000: search mode: the highest rate tried
+	Target     time.Duration // default 100ms: search mode: the p99 a passing step must keep
+	Tolerance  float64       // default 0.1: search mode: stop when the bracket is this narrow (relative)
+	MaxSteps   int           // default 10: search mode: at most this many steps
+	Plot       string        // optional (sweep, search): render latency percentiles against the rate into this PNG
+
+	// Output.
+	JSON       string // optional: write the results there as JSON
+	Quiet      bool   // no progress line
+	CPUProfile string // optional: chatbench's own CPU profile
+	MemProfile string // optional: chatbench's own heap profile at the end
 }
 
 func (c *Config) setDefaults() {
@@ -69,6 +92,9 @@ func (c *Config) setDefaults() {
 	if c.BodySize == 0 {
 		c.BodySize = 64
 	}
+	if c.ChurnOffline == 0 {
+		c.ChurnOffline = 5 * time.Second
+	}
 	if c.SendTimeout == 0 {
 		c.SendTimeout = 30 * time.Second
 	}
@@ -81,6 +107,22 @@ func (c *Config) setDefaults() {
 	if c.IdleSettle == 0 {
 		c.IdleSettle = 10 * time.Second
 	}
+	if c.PullUsers == 0 {
+		c.PullUsers = 5
+	}
+	if c.MaxRate == 0 {
+		c.MaxRate = 50000
+	}
+	if c.Target == 0 {
+		c.Target = 100 * time.Millisecond
+	}
+	if c.Tolerance == 0 {
+		c.Tolerance = 0.1
+	}
+	if c.MaxSteps == 0 {
+		c.MaxSteps = 10
+	}
+	c.Launch.setDefaults()
 }
 
 // Validate reports the first setting that cannot work.
@@ -94,95 +136,60 @@ func (c *Config) Validate() error {
 	if err := schema.ValidID(c.Prefix + "-u0"); err != nil {
 		return fmt.Errorf("-prefix %q: %w", c.Prefix, err)
 	}
+	if err := c.Launch.Validate(); err != nil {
+		return err
+	}
+	modes := 0
+	for _, on := range []bool{c.Idle > 0, c.Pull > 0, len(c.Sweep) > 0, c.FindMax} {
+		if on {
+			modes++
+		}
+	}
 	switch {
-	case c.Idle < 0:
-		return errors.New("-idle must be >= 0")
+	case modes > 1:
+		return errors.New("-idle, -pull, -sweep and -find-max are separate modes: give one of them")
+	case c.Idle < 0 || c.Pull < 0:
+		return errors.New("-idle and -pull must be >= 0")
 	case c.Idle > 0:
 		return nil // the load settings do not matter
-	case c.AdminToken == "":
-		return errors.New("no admin token: pass -admin-token or set CHAT_ADMIN_TOKEN (chatd dev logs it and keeps it in <data-dir>/admin-token)")
+	case c.AdminToken == "" && c.Launch.Chatd == "":
+		return errors.New("no admin token: pass -admin-token or set CHAT_ADMIN_TOKEN (chatd dev logs it and keeps it in <data-dir>/admin-token), or let chatbench start chatd with -chatd")
 	case c.Groups < 1 || c.GroupSize < 1 || c.GroupSize > 10000:
 		return errors.New("-groups must be >= 1 and -group-size 1 to 10000")
 	case c.GroupSize > c.Users:
 		return fmt.Errorf("-group-size %d is larger than -users %d", c.GroupSize, c.Users)
+	case c.BodySize < 40 || c.BodySize > 16<<10:
+		return errors.New("-body-size must be 40 to 16384 bytes")
+	case c.AckEvery < 0 || c.AckInterval < 0:
+		return errors.New("-ack-every and -ack-interval must be >= 0")
+	case c.PageSize < 0 || c.PageSize > protocol.MaxLimit:
+		return fmt.Errorf("-page-size must be 0 (the SDK's default) to %d", protocol.MaxLimit)
+	case c.Pull > 0 && c.Kafka == "" && c.Launch.Chatd == "":
+		return errors.New("-pull preloads the groups through Kafka: pass -kafka host:port of the deployment's broker, or let chatbench start chatd with -chatd")
+	case c.Pull > 0 && (c.PullUsers < 1 || c.PullUsers+1 > c.GroupSize):
+		return errors.New("-pull: -pull-users must be >= 1 and -group-size at least -pull-users + 1 (a sender besides the readers)")
+	case c.Pull > 0:
+		return nil
 	case c.Online <= 0 || c.Online > 1:
 		return errors.New("-online must be in (0, 1]")
 	case c.Rate <= 0:
 		return errors.New("-rate must be > 0")
 	case c.Duration <= 0 || c.Warmup < 0 || c.Drain < 0:
 		return errors.New("-duration must be > 0, -warmup and -drain >= 0")
-	case c.BodySize < 40 || c.BodySize > 16<<10:
-		return errors.New("-body-size must be 40 to 16384 bytes")
-	case c.AckEvery < 0 || c.AckInterval < 0:
-		return errors.New("-ack-every and -ack-interval must be >= 0")
+	case c.Read < 0 || c.Read > 1:
+		return errors.New("-read must be in [0, 1]: the fraction of delivered messages marked read")
+	case c.Churn < 0 || c.ChurnOffline < 0:
+		return errors.New("-churn and -churn-offline must be >= 0")
+	case c.OfflineCheck < -1:
+		return errors.New("-offline-check must be -1 (every offline member), 0 (none) or a number of members")
+	}
+	for _, r := range c.Sweep {
+		if r <= 0 {
+			return fmt.Errorf("-sweep: rate %g: every rate must be > 0", r)
+		}
+	}
+	if c.FindMax && (c.MaxRate < c.Rate || c.Target <= 0 || c.Tolerance <= 0 || c.MaxSteps < 1) {
+		return errors.New("-find-max: want -max-rate >= -rate, -p99-target > 0, -tolerance > 0, -max-steps >= 1")
 	}
 	return nil
-}
-
-// parseConfig reads the flags; CHAT_ADMIN_TOKEN is the admin token's default.
-func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*Config, error) {
-	c := &Config{}
-	fs := flag.NewFlagSet("chatbench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	urls := fs.String("url", "http://127.0.0.1:8080", "gateway base URL; several comma-separated = several gateways (clients spread round-robin)")
-	fs.StringVar(&c.AdminToken, "admin-token", getenv("CHAT_ADMIN_TOKEN"), "admin token (default $CHAT_ADMIN_TOKEN)")
-	tokFile := fs.String("admin-token-file", "", "read the admin token from this file (chatd dev: <data-dir>/admin-token)")
-	fs.IntVar(&c.Users, "users", 0, "users (default groups × group-size: one group each)")
-	fs.IntVar(&c.Groups, "groups", 20, "groups")
-	fs.IntVar(&c.GroupSize, "group-size", 50, "members per group")
-	fs.Float64Var(&c.Online, "online", 1, "fraction of users connected")
-	fs.Float64Var(&c.Rate, "rate", 1000, "messages per second, open loop, spread over the online members")
-	fs.DurationVar(&c.Duration, "duration", 30*time.Second, "measured time")
-	fs.DurationVar(&c.Warmup, "warmup", 5*time.Second, "load before measuring (loss-checked, not measured)")
-	fs.DurationVar(&c.Drain, "drain", 30*time.Second, "longest wait for deliveries after the last send (pushes, then rounds of final pulls)")
-	fs.IntVar(&c.BodySize, "body-size", 64, "bytes per message body")
-	fs.IntVar(&c.AckEvery, "ack-every", 0, "SDK AckEvery (0: its default, 10)")
-	fs.DurationVar(&c.AckInterval, "ack-interval", 0, "SDK AckInterval (0: its default, 1s)")
-	fs.DurationVar(&c.SendTimeout, "send-timeout", 30*time.Second, "a send unanswered after this is an error")
-	fs.IntVar(&c.Concurrency, "concurrency", 32, "parallel setup requests and dials")
-	fs.StringVar(&c.Prefix, "prefix", "", "prefix of this run's user and group ids (default random)")
-	fs.StringVar(&c.JSON, "json", "", "write machine-readable results to this file")
-	fs.IntVar(&c.Idle, "idle", 0, "idle mode: open this many idle connections and report chatd's RSS per connection (needs -pid)")
-	fs.DurationVar(&c.IdleSettle, "idle-settle", 10*time.Second, "idle mode: wait after the last dial before reading RSS")
-	fs.IntVar(&c.PID, "pid", 0, "pid of the chatd process (RSS in idle mode; CPU use in load mode)")
-	fs.BoolVar(&c.Quiet, "quiet", false, "no progress line on stderr")
-	if err := fs.Parse(args); err != nil {
-		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
-	for _, u := range strings.Split(*urls, ",") {
-		if u = strings.TrimRight(strings.TrimSpace(u), "/"); u != "" {
-			c.URLs = append(c.URLs, u)
-		}
-	}
-	if *tokFile != "" && c.AdminToken == "" {
-		b, err := os.ReadFile(*tokFile)
-		if err != nil {
-			return nil, fmt.Errorf("-admin-token-file: %w", err)
-		}
-		c.AdminToken = strings.TrimSpace(string(b))
-	}
-	c.setDefaults()
-	return c, c.Validate()
-}
-
-func run(ctx context.Context, args []string, getenv func(string) string) error {
-	cfg, err := parseConfig(args, getenv, os.Stderr)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	for _, u := range cfg.URLs {
-		if err := newAPI(u, "", 1).waitHealthy(ctx, time.Minute); err != nil {
-			return err
-		}
-	}
-	if cfg.Idle > 0 {
-		return runIdle(ctx, cfg, os.Stdout)
-	}
-	return runLoad(ctx, cfg, os.Stdout)
 }

@@ -17,6 +17,7 @@ import (
 // idleResult is what the idle mode reports; it is also its -json document.
 type idleResult struct {
 	Gateways     []string         `json:"gateways"`
+	Stack        string           `json:"stack"`
 	Prefix       string           `json:"prefix"`
 	PID          int              `json:"pid"`
 	Wanted       int              `json:"wanted"`
@@ -45,12 +46,13 @@ const idleSteps = 5
 
 // runIdle opens cfg.Idle idle connections (each a client that logged in and
 // synced, in no group) and reports the growth of the chatd process's RSS.
-func runIdle(ctx context.Context, cfg *Config, stdout io.Writer) error {
-	if cfg.PID <= 0 {
-		return errors.New("-idle needs -pid of the chatd process, whose RSS it reads")
+func runIdle(ctx context.Context, cfg *Config, d *deployment, stdout io.Writer) error {
+	if len(d.Procs) == 0 || d.Procs[0].Name != "chatd" {
+		return errors.New("-idle needs -pid of the chatd process, whose RSS it reads (or -chatd)")
 	}
-	res := &idleResult{Gateways: cfg.URLs, Prefix: cfg.Prefix, PID: cfg.PID, Wanted: cfg.Idle}
-	a := newAPI(cfg.URLs[0], "", cfg.Concurrency)
+	pid := d.Procs[0].PID
+	res := &idleResult{Gateways: d.URLs, Prefix: cfg.Prefix, PID: pid, Wanted: cfg.Idle, Stack: cfg.Launch.String()}
+	a := newAPI(d.URLs[0], "", cfg.Concurrency)
 	uids := make([]string, cfg.Idle)
 	for i := range uids {
 		uids[i] = fmt.Sprintf("%s-idle%d", cfg.Prefix, i)
@@ -64,7 +66,7 @@ func runIdle(ctx context.Context, cfg *Config, stdout io.Writer) error {
 	if !sleepCtx(ctx, 2*time.Second) {
 		return ctx.Err()
 	}
-	if res.RSSBeforeKiB, err = rssKiB(cfg.PID); err != nil {
+	if res.RSSBeforeKiB, err = rssKiB(pid); err != nil {
 		return err
 	}
 
@@ -78,7 +80,7 @@ func runIdle(ctx context.Context, cfg *Config, stdout io.Writer) error {
 	dialStart := time.Now()
 	for step := 1; step <= idleSteps; step++ {
 		from, to := cfg.Idle*(step-1)/idleSteps, cfg.Idle*step/idleSteps
-		n := dialIdle(ctx, cfg, toks, clients, from, to, rec)
+		n := dialIdle(ctx, cfg, d.URLs, toks, clients, from, to, rec)
 		res.Connected += n
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -90,7 +92,7 @@ func runIdle(ctx context.Context, cfg *Config, stdout io.Writer) error {
 		if !sleepCtx(ctx, settle) {
 			return ctx.Err()
 		}
-		v, err := rssKiB(cfg.PID)
+		v, err := rssKiB(pid)
 		if err != nil {
 			return err
 		}
@@ -114,7 +116,7 @@ func runIdle(ctx context.Context, cfg *Config, stdout io.Writer) error {
 	closeAll(clients)
 	clients = nil
 	if sleepCtx(ctx, 3*time.Second) {
-		res.RSSClosedKiB, _ = rssKiB(cfg.PID)
+		res.RSSClosedKiB, _ = rssKiB(pid)
 	}
 
 	fmt.Fprintf(stdout, "chatbench idle %s: %d of %d connections open (dial+auth+sync %s; %.1fs for all)\n",
@@ -137,14 +139,14 @@ func runIdle(ctx context.Context, cfg *Config, stdout io.Writer) error {
 
 // dialIdle dials clients[from:to], cfg.Concurrency at a time, and returns
 // how many connected; failures are counted in rec.
-func dialIdle(ctx context.Context, cfg *Config, toks []string, clients []*client.Client, from, to int, rec *recorder) int {
+func dialIdle(ctx context.Context, cfg *Config, urls []string, toks []string, clients []*client.Client, from, to int, rec *recorder) int {
 	var n atomic.Int64
 	_ = parallel(ctx, to-from, cfg.Concurrency, func(ctx context.Context, j int) error {
 		i := from + j
 		tok := toks[i]
 		t0 := time.Now()
 		c, err := client.Dial(ctx, client.Config{
-			URL:     wsURL(cfg.URLs[i%len(cfg.URLs)]),
+			URL:     wsURL(urls[i%len(urls)]),
 			Token:   func(context.Context) (string, error) { return tok, nil },
 			OnError: rec.onError,
 		})

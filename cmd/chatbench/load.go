@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -19,7 +18,9 @@ import (
 type bench struct {
 	cfg     *Config
 	plan    *plan
+	dep     *deployment
 	rec     *recorder
+	tokens  []string  // by user index; online users only until the offline check
 	members []*member // the online users, by member index
 	byUser  []*member // user index -> member; nil when offline
 	foreign atomic.Int64
@@ -29,117 +30,198 @@ type bench struct {
 }
 
 // sendRef ties a message to the send that made it: k is the send's number,
-// carried in the body, so a message can be recognised under any msgid.
+// carried in the body, so a message can be recognised under any msgid. gen
+// is the member's client generation that was handed it (churn reconnects
+// bump it): a client may hand over again what an earlier one was handed
+// but did not ack.
 type sendRef struct {
 	msgid int64
 	k     int32 // -1: not a body of this run
+	gen   int32
 }
 
-// member is one online user: a client and every message it was handed.
+// member is one user with a client: what it was handed, and its current
+// client (nil while churned away).
 type member struct {
 	idx  int // member index: the histogram shard
 	user int
-	c    *client.Client
-	n    atomic.Int64 // OnMessage calls
+	n    atomic.Int64 // OnMessage calls, every client of the member
+
+	// cmu guards cur: senders hold it for reading during a Send (TryRLock:
+	// a member being churned is skipped, not waited for), churn for
+	// writing, so no send is cut by a churn disconnect.
+	cmu     sync.RWMutex
+	cur     *client.Client
+	closing *atomic.Bool // set when cur is taken to be closed: its OnError reports are its own closing
+	gen     int32        // bumped by every new client; guarded by cmu
+	since   time.Time
 
 	mu  sync.Mutex
 	got map[string][]sendRef // gid -> messages in the order OnMessage saw them
 }
 
-func runLoad(ctx context.Context, cfg *Config, stdout io.Writer) error {
+// client returns the member's current client, or nil.
+func (m *member) client() *client.Client {
+	m.cmu.RLock()
+	defer m.cmu.RUnlock()
+	return m.cur
+}
+
+// take makes m clientless and returns the client it had, marked closing,
+// or nil. It waits for the sends in flight on it.
+func (m *member) take() *client.Client {
+	m.cmu.Lock()
+	defer m.cmu.Unlock()
+	c := m.cur
+	if c != nil {
+		m.closing.Store(true)
+	}
+	m.cur = nil
+	return c
+}
+
+// runLoad runs the load against d and returns what it measured.
+func runLoad(ctx context.Context, cfg *Config, d *deployment) (*result, error) {
 	p := newPlan(cfg)
 	if len(p.senders) == 0 {
-		return fmt.Errorf("no user is online with -online %g of %d users: nobody would send", cfg.Online, cfg.Users)
+		return nil, fmt.Errorf("no user is online with -online %g of %d users: nobody would send", cfg.Online, cfg.Users)
 	}
-	b := &bench{cfg: cfg, plan: p, rec: newRecorder(), byUser: make([]*member, len(p.uids)), accepted: make([][]sendRef, len(p.gids))}
+	b := &bench{cfg: cfg, plan: p, dep: d, rec: newRecorder(), byUser: make([]*member, len(p.uids)),
+		tokens: make([]string, len(p.uids)), accepted: make([][]sendRef, len(p.gids))}
 	if perConn := cfg.Rate / float64(len(p.online)); perConn > 40 {
 		fmt.Fprintf(os.Stderr, "warning: %.0f sends/s per connection; the gateway's default limit is 50/s (burst 100): expect rate_limited\n", perConn)
 	}
-	a := newAPI(cfg.URLs[0], cfg.AdminToken, cfg.Concurrency)
+	a := newAPI(d.URLs[0], d.Admin, cfg.Concurrency)
 	logf("prefix %s: %d users (%d online), %d groups of %d; tokens...", cfg.Prefix, len(p.uids), len(p.online), len(p.gids), cfg.GroupSize)
-	onlineUids := make([]string, len(p.online))
-	for i, u := range p.online {
-		onlineUids[i] = p.uids[u]
-	}
-	toks, err := a.tokens(ctx, onlineUids, cfg.Concurrency)
-	if err != nil {
-		return err
-	}
-	tokens := make([]string, len(p.uids))
-	for i, u := range p.online {
-		tokens[u] = toks[i]
+	if err := b.fetchTokens(ctx, a, p.online); err != nil {
+		return nil, err
 	}
 	logf("creating %d groups and waiting for the memberships...", len(p.gids))
-	if err := setupGroups(ctx, cfg, a, p, tokens); err != nil {
-		return err
+	if err := setupGroups(ctx, cfg, a, p, b.tokens); err != nil {
+		return nil, err
 	}
-	logf("connecting %d clients to %d gateway(s)...", len(p.online), len(cfg.URLs))
-	if err := b.connect(ctx, tokens); err != nil {
+	logf("connecting %d clients to %d gateway(s)...", len(p.online), len(d.URLs))
+	if err := b.connect(ctx); err != nil {
 		b.close()
-		return err
+		return nil, err
 	}
 	// The fan-out caches presence for 2 s: let it see every connection.
 	if !sleepCtx(ctx, 3*time.Second) {
 		b.close()
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
+	before := recordCounts(ctx, d.Kafka)
 	res := b.load(ctx)
 	b.close()
 	if ctx.Err() != nil {
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
-	res.fill(cfg, p, b)
-	res.print(stdout)
-	if cfg.JSON != "" {
-		if err := res.writeJSON(cfg.JSON); err != nil {
-			return err
+	res.Records = recordsPerMessage(before, recordCounts(ctx, d.Kafka))
+	res.Records.perDelivery(b.rec.delivered.Load())
+	if n := b.offlineCount(); n > 0 {
+		logf("offline check: %d offline members log in and pull...", n)
+		res.Offline = b.offlineCheck(ctx, a, n)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
 		}
 	}
-	if !res.Loss.OK {
-		return fmt.Errorf("loss check failed: %d missing, %d duplicates, %d out of order", res.Loss.Missing, res.Loss.Duplicates, res.Loss.OutOfOrder)
+	res.fill(cfg, p, b)
+	return res, nil
+}
+
+// fetchTokens gets dev tokens for the given users into b.tokens.
+func (b *bench) fetchTokens(ctx context.Context, a *api, users []int) error {
+	uids := make([]string, len(users))
+	for i, u := range users {
+		uids[i] = b.plan.uids[u]
+	}
+	toks, err := a.tokens(ctx, uids, b.cfg.Concurrency)
+	if err != nil {
+		return err
+	}
+	for i, u := range users {
+		b.tokens[u] = toks[i]
 	}
 	return nil
 }
 
 // connect dials a client for every online user, spread over the gateways.
-func (b *bench) connect(ctx context.Context, tokens []string) error {
+func (b *bench) connect(ctx context.Context) error {
 	b.members = make([]*member, len(b.plan.online))
 	for i, u := range b.plan.online {
 		b.members[i] = &member{idx: i, user: u, got: map[string][]sendRef{}}
 		b.byUser[u] = b.members[i]
 	}
 	return parallel(ctx, len(b.members), b.cfg.Concurrency, func(ctx context.Context, i int) error {
-		m := b.members[i]
-		tok := tokens[m.user]
-		c, err := client.Dial(ctx, client.Config{
-			URL:         wsURL(b.cfg.URLs[i%len(b.cfg.URLs)]),
-			Token:       func(context.Context) (string, error) { return tok, nil },
-			AckEvery:    b.cfg.AckEvery,
-			AckInterval: b.cfg.AckInterval,
-			OnMessage:   func(msg protocol.Message) { b.onMessage(m, msg) },
-			OnError:     b.rec.onError,
-		})
-		if err != nil {
-			return fmt.Errorf("dial %s: %w", b.plan.uids[m.user], err)
-		}
-		m.c = c
-		return nil
+		return b.dial(ctx, b.members[i])
 	})
 }
 
-// onMessage runs on m's delivery goroutine.
-func (b *bench) onMessage(m *member, msg protocol.Message) {
+// dial connects a new client for m and makes it m's current one.
+func (b *bench) dial(ctx context.Context, m *member) error {
+	m.cmu.Lock()
+	gen := m.gen + 1
+	m.cmu.Unlock()
+	since := time.Now()
+	closing := new(atomic.Bool)
+	var cp atomic.Pointer[client.Client] // for OnMessage, which may run before Dial returns
+	c, err := client.Dial(ctx, client.Config{
+		URL:         wsURL(b.dep.URLs[m.idx%len(b.dep.URLs)]),
+		Token:       func(context.Context) (string, error) { return b.tokens[m.user], nil },
+		AckEvery:    b.cfg.AckEvery,
+		AckInterval: b.cfg.AckInterval,
+		PageSize:    b.cfg.PageSize,
+		OnMessage:   func(msg protocol.Message) { b.onMessage(m, gen, since, cp.Load(), msg) },
+		OnError: func(err error) {
+			if !closing.Load() {
+				b.rec.onError(err)
+			}
+		},
+		OnReceipts: b.rec.onReceipts,
+	})
+	if err != nil {
+		return fmt.Errorf("dial %s: %w", b.plan.uids[m.user], err)
+	}
+	cp.Store(c)
+	m.cmu.Lock()
+	m.cur, m.closing, m.gen, m.since = c, closing, gen, since
+	m.cmu.Unlock()
+	return nil
+}
+
+// onMessage runs on the delivery goroutine of m's client c (generation
+// gen, connected at since; nil until Dial returned). Messages sent before
+// since are the catch-up of a member back from churn: counted, not
+// measured.
+func (b *bench) onMessage(m *member, gen int32, since time.Time, c *client.Client, msg protocol.Message) {
 	now := time.Now()
 	sent, k, ok := b.parseBody(msg.Body)
 	m.mu.Lock()
-	m.got[msg.Gid] = append(m.got[msg.Gid], sendRef{msg.MsgID, k})
+	m.got[msg.Gid] = append(m.got[msg.Gid], sendRef{msg.MsgID, k, gen})
 	m.mu.Unlock()
 	m.n.Add(1)
 	if !ok {
 		b.foreign.Add(1)
 		return
 	}
-	b.rec.delivery(m.idx, sent, now)
+	b.rec.delivery(m.idx, sent, now, !sent.Before(since))
+	if c != nil && b.cfg.Read > 0 && msg.Sender != b.plan.uids[m.user] && sample(msg.MsgID, m.idx, b.cfg.Read) {
+		if err := c.MarkRead(context.Background(), msg.Gid, msg.MsgID); err != nil {
+			b.rec.error(err)
+		} else {
+			b.rec.readMarks.Add(1)
+		}
+	}
+}
+
+// sample decides, the same way every run, whether member marks msgid read:
+// true for a fraction f of the (msgid, member) pairs.
+func sample(msgid int64, member int, f float64) bool {
+	h := uint64(msgid)*0x9E3779B97F4A7C15 ^ uint64(member+1)*0xBF58476D1CE4E5B9
+	h ^= h >> 31
+	h *= 0x94D049BB133111EB
+	h ^= h >> 29
+	return float64(h>>11)/(1<<53) < f
 }
 
 // body is a message body carrying its send time: "<prefix>.<unix ns>.<k>." and padding.
@@ -175,76 +257,6 @@ func (b *bench) parseBody(body string) (sent time.Time, k int32, ok bool) {
 	return time.Unix(0, v), int32(kv), true
 }
 
-// load sends for warm-up plus duration, drains, pulls every group once
-// more and checks for loss.
-func (b *bench) load(ctx context.Context) *result {
-	cfg := b.cfg
-	start := time.Now()
-	b.rec.from = start.Add(cfg.Warmup)
-	b.rec.to = b.rec.from.Add(cfg.Duration)
-	res := &result{}
-
-	pctx, stopProgress := context.WithCancel(ctx)
-	progressDone := make(chan struct{})
-	go func() { defer close(progressDone); b.progress(pctx, start, res) }()
-
-	// CPU use over the measured span only: from the end of the warm-up to
-	// the last send.
-	cpuFrom := make(chan cpuMark, 1)
-	go func() {
-		if sleepCtx(ctx, cfg.Warmup) {
-			cpuFrom <- startCPU(cfg.PID)
-		}
-	}()
-	b.sendLoop(ctx, start, b.rec.to, func() {
-		select {
-		case m := <-cpuFrom:
-			res.CPU = m.stop()
-		default:
-		}
-	})
-	if ctx.Err() != nil {
-		stopProgress()
-		<-progressDone
-		return res
-	}
-	logf("sends done; waiting for the pushes (up to %v)...", cfg.Drain)
-	deadline := time.Now().Add(cfg.Drain)
-	b.waitDelivered(ctx, deadline, 3*time.Second)
-	l := b.check()
-	missingAfterDrain := l.Missing
-
-	// Then Open every group that still misses messages, as a user would,
-	// until none does or the drain time is over. An overloaded server may
-	// not have stored every message yet: what is still missing at the end
-	// was not delivered within -drain, which is not proof of a loss.
-	b.rec.finalPull.Store(true)
-	rounds := 0
-	for first := true; first || l.Missing > 0 && time.Now().Before(deadline) && ctx.Err() == nil; first = false {
-		rounds++
-		todo := l.incomplete
-		if first {
-			todo = b.allPairs()
-		}
-		if !first && !sleepCtx(ctx, time.Second) {
-			break
-		}
-		logf("final pull, round %d: %d (member, group) pairs, %d messages missing...", rounds, len(todo), l.Missing)
-		b.open(ctx, todo)
-		b.waitDelivered(ctx, deadline, 2*time.Second)
-		l = b.check()
-	}
-	stopProgress()
-	<-progressDone
-	res.Loss = l
-	res.Loss.MissingAfterDrain = missingAfterDrain
-	res.Loss.PullRounds = rounds
-	for _, m := range b.members {
-		res.SDK.add(m.c.Stats())
-	}
-	return res
-}
-
 // sendLoop issues the scheduled sends from start until end, by the clock:
 // send k is due at start + k/rate whatever became of the earlier ones.
 // atEnd runs when the last send is issued; sendLoop then waits for the
@@ -267,9 +279,8 @@ func (b *bench) sendLoop(ctx context.Context, start, end time.Time, atEnd func()
 				break
 			}
 			b.rec.lag.record(k, now.Sub(due))
-			pr := b.plan.senders[k%len(b.plan.senders)]
 			wg.Add(1)
-			go func(k int) { defer wg.Done(); b.send(ctx, pr, k) }(k)
+			go func(k int) { defer wg.Done(); b.send(ctx, k) }(k)
 			k++
 		}
 		select {
@@ -281,78 +292,43 @@ func (b *bench) sendLoop(ctx context.Context, start, end time.Time, atEnd func()
 	}
 }
 
-func (b *bench) send(ctx context.Context, pr pair, k int) {
-	m := b.byUser[pr.user]
+// send makes send k: from the k-th (member, group) pair of the plan, or
+// the next one whose member is connected (churn).
+func (b *bench) send(ctx context.Context, k int) {
+	n := len(b.plan.senders)
+	for i := 0; i < n; i++ {
+		pr := b.plan.senders[(k+i)%n]
+		m := b.byUser[pr.user]
+		if !m.cmu.TryRLock() {
+			continue // being churned away
+		}
+		if c := m.cur; c != nil {
+			b.sendOn(ctx, m, c, pr.group, k)
+			m.cmu.RUnlock()
+			return
+		}
+		m.cmu.RUnlock()
+	}
+	b.rec.error(errNoSender)
+}
+
+var errNoSender = fmt.Errorf("no connected sender")
+
+func (b *bench) sendOn(ctx context.Context, m *member, c *client.Client, group, k int) {
 	sent := time.Now()
 	b.rec.scheduled.Add(1)
 	if b.rec.measured(sent) {
 		b.rec.mScheduled.Add(1)
 	}
 	sctx, cancel := context.WithTimeout(ctx, b.cfg.SendTimeout)
-	msgid, err := m.c.Send(sctx, b.plan.gids[pr.group], b.body(sent, k))
+	msgid, err := c.Send(sctx, b.plan.gids[group], b.body(sent, k))
 	cancel()
 	b.rec.sendDone(m.idx, sent, err)
 	if err == nil {
 		b.accMu.Lock()
-		b.accepted[pr.group] = append(b.accepted[pr.group], sendRef{msgid, int32(k)})
+		b.accepted[group] = append(b.accepted[group], sendRef{msgid, int32(k), 0})
 		b.accMu.Unlock()
 	}
-}
-
-// waitDelivered waits until every member was handed as many messages as
-// its groups had accepted sends, or until nothing arrived for quiet, or
-// until deadline.
-func (b *bench) waitDelivered(ctx context.Context, deadline time.Time, quiet time.Duration) {
-	want := make([]int64, len(b.members))
-	b.accMu.Lock()
-	for i, m := range b.members {
-		for _, g := range b.plan.groupsOf[m.user] {
-			want[i] += int64(len(b.accepted[g]))
-		}
-	}
-	b.accMu.Unlock()
-	last, lastChange := int64(-1), time.Now()
-	for time.Now().Before(deadline) && time.Since(lastChange) < quiet {
-		done, total := true, int64(0)
-		for i, m := range b.members {
-			n := m.n.Load()
-			total += n
-			done = done && n >= want[i]
-		}
-		if done {
-			return
-		}
-		if total != last {
-			last, lastChange = total, time.Now()
-		}
-		if !sleepCtx(ctx, 50*time.Millisecond) {
-			return
-		}
-	}
-}
-
-// allPairs lists every (member, group of the member).
-func (b *bench) allPairs() []slot {
-	var out []slot
-	for i, m := range b.members {
-		for _, g := range b.plan.groupsOf[m.user] {
-			out = append(out, slot{i, g})
-		}
-	}
-	return out
-}
-
-// open calls Open for each (member, group), in parallel.
-func (b *bench) open(ctx context.Context, todo []slot) {
-	_ = parallel(ctx, len(todo), b.cfg.Concurrency, func(ctx context.Context, i int) error {
-		m := b.members[todo[i].member]
-		octx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		if err := m.c.Open(octx, b.plan.gids[todo[i].group]); err != nil {
-			b.rec.error(err)
-		}
-		return nil
-	})
 }
 
 // close closes every client, flushing their acks.
@@ -360,11 +336,15 @@ func (b *bench) close() {
 	b.rec.closing.Store(true)
 	var wg sync.WaitGroup
 	for _, m := range b.members {
-		if m == nil || m.c == nil {
+		if m == nil {
+			continue
+		}
+		c := m.take()
+		if c == nil {
 			continue
 		}
 		wg.Add(1)
-		go func() { defer wg.Done(); m.c.Close() }()
+		go func() { defer wg.Done(); c.Close() }()
 	}
 	wg.Wait()
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -53,23 +54,28 @@ func cpuTime(pid int) (time.Duration, error) {
 	return time.Duration(ut+st) * time.Second / clockTicks, nil
 }
 
-// cpuUse is the CPU the server and chatbench used over a span, in cores
-// (1.0 = one core busy all along). Zero for a process not watched.
+// cpuUse is the CPU the deployment and chatbench used over a span, in
+// cores (1.0 = one core busy all along). Zero for a process not watched.
 type cpuUse struct {
-	Server float64 `json:"server_cores"`
-	Bench  float64 `json:"bench_cores"`
+	Server    float64            `json:"server_cores"` // every watched process of the deployment
+	Bench     float64            `json:"bench_cores"`
+	ByProcess map[string]float64 `json:"by_process,omitempty"`
 }
 
 type cpuMark struct {
-	at            time.Time
-	server, bench time.Duration
-	pid           int
+	at    time.Time
+	procs []namedPID
+	times []time.Duration // -1: unreadable
+	bench time.Duration
 }
 
-func startCPU(pid int) cpuMark {
-	m := cpuMark{at: time.Now(), pid: pid}
-	if pid > 0 {
-		m.server, _ = cpuTime(pid)
+func startCPU(procs []namedPID) cpuMark {
+	m := cpuMark{at: time.Now(), procs: procs, times: make([]time.Duration, len(procs))}
+	for i, p := range procs {
+		var err error
+		if m.times[i], err = cpuTime(p.PID); err != nil {
+			m.times[i] = -1
+		}
 	}
 	m.bench, _ = cpuTime(os.Getpid())
 	return m
@@ -77,17 +83,51 @@ func startCPU(pid int) cpuMark {
 
 func (m cpuMark) stop() cpuUse {
 	wall := time.Since(m.at).Seconds()
-	if wall <= 0 {
+	if wall <= 0 || m.at.IsZero() {
 		return cpuUse{}
 	}
-	var u cpuUse
-	if m.pid > 0 {
-		if s, err := cpuTime(m.pid); err == nil {
-			u.Server = (s - m.server).Seconds() / wall
+	u := cpuUse{ByProcess: map[string]float64{}}
+	for i, p := range m.procs {
+		if s, err := cpuTime(p.PID); err == nil && m.times[i] >= 0 {
+			c := (s - m.times[i]).Seconds() / wall
+			u.ByProcess[p.Name] = c
+			u.Server += c
 		}
 	}
 	if s, err := cpuTime(os.Getpid()); err == nil {
 		u.Bench = (s - m.bench).Seconds() / wall
 	}
 	return u
+}
+
+// spent is the CPU time each watched process, and chatbench, used since
+// the mark.
+func (m cpuMark) spent() (byProcess map[string]time.Duration, bench time.Duration) {
+	byProcess = make(map[string]time.Duration, len(m.procs))
+	for i, p := range m.procs {
+		if s, err := cpuTime(p.PID); err == nil && m.times[i] >= 0 {
+			byProcess[p.Name] = s - m.times[i]
+		}
+	}
+	if s, err := cpuTime(os.Getpid()); err == nil {
+		bench = s - m.bench
+	}
+	return byProcess, bench
+}
+
+// waitQuiet waits until the watched processes together use less than
+// cores over a second (ClickHouse merging what was just written, the
+// projections catching up), for at most max. It reports whether they did.
+func waitQuiet(ctx context.Context, procs []namedPID, cores float64, max time.Duration) bool {
+	deadline := time.Now().Add(max)
+	for time.Now().Before(deadline) {
+		m := startCPU(procs)
+		if !sleepCtx(ctx, time.Second) {
+			return false
+		}
+		if m.stop().Server < cores {
+			return true
+		}
+	}
+	return false
 }

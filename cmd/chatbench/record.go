@@ -22,7 +22,7 @@ const (
 	histMin    = 1
 	histMax    = int64(5 * time.Minute / time.Microsecond)
 	histDigits = 3
-	histShards = 64
+	histShards = 16
 )
 
 // hist is an HDR histogram that many goroutines record into: each records
@@ -77,11 +77,19 @@ type recorder struct {
 	delivered                   atomic.Int64 // every OnMessage call
 	mDelivered                  atomic.Int64 // OnMessage calls within [from, to) by the clock
 	late                        atomic.Int64 // measured messages delivered after the final pull began
+	catchup                     atomic.Int64 // delivered to a member back from churn, sent while it was away: not measured
 	finalPull                   atomic.Bool  // the final Open of every group has begun
 	closing                     atomic.Bool  // clients are being closed: their OnError reports are not counted
 
-	errMu sync.Mutex
-	errs  map[string]int64 // by code: protocol codes, timeout, disconnected, ...
+	readMarks     atomic.Int64 // MarkRead calls
+	receiptFrames atomic.Int64 // receipts pushes to senders
+	receiptCounts atomic.Int64 // read counts they carried
+	churnOut      atomic.Int64 // churn disconnects
+	churnIn       atomic.Int64 // churn reconnects
+
+	errMu   sync.Mutex
+	errs    map[string]int64 // by code: protocol codes, timeout, disconnected, ...
+	churned sdkStats         // of the clients churn closed
 }
 
 func newRecorder() *recorder {
@@ -90,11 +98,16 @@ func newRecorder() *recorder {
 
 func (r *recorder) measured(t time.Time) bool { return !t.Before(r.from) && t.Before(r.to) }
 
-// delivery records one OnMessage call of a message sent at sent.
-func (r *recorder) delivery(shard int, sent, now time.Time) {
+// delivery records one OnMessage call of a message sent at sent; its
+// latency only when measure (not the catch-up of a member back from churn).
+func (r *recorder) delivery(shard int, sent, now time.Time, measure bool) {
 	r.delivered.Add(1)
 	if r.measured(now) {
 		r.mDelivered.Add(1)
+	}
+	if !measure {
+		r.catchup.Add(1)
+		return
 	}
 	if !r.measured(sent) {
 		return
@@ -126,6 +139,25 @@ func (r *recorder) onError(err error) {
 	if !r.closing.Load() {
 		r.error(err)
 	}
+}
+
+// onReceipts is the clients' OnReceipts.
+func (r *recorder) onReceipts(rc protocol.Receipts) {
+	r.receiptFrames.Add(1)
+	r.receiptCounts.Add(int64(len(rc.Counts)))
+}
+
+// addChurned adds the counters of a client churn closed.
+func (r *recorder) addChurned(s client.Stats) {
+	r.errMu.Lock()
+	r.churned.add(s)
+	r.errMu.Unlock()
+}
+
+func (r *recorder) churnedStats() sdkStats {
+	r.errMu.Lock()
+	defer r.errMu.Unlock()
+	return r.churned
 }
 
 // error counts err under its code.
@@ -165,6 +197,8 @@ func errorCode(err error) string {
 		return "canceled"
 	case errors.Is(err, client.ErrClosed):
 		return "client_closed"
+	case errors.Is(err, errNoSender):
+		return "no_connected_sender"
 	case errors.Is(err, client.ErrDisconnected):
 		// "...closed by the server: 4008 too slow..." carries the close code.
 		s := err.Error()

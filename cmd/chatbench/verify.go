@@ -16,9 +16,10 @@ type lossCheck struct {
 	Missing           int64 `json:"missing"`             // expected, and the send's body never handed over, after the final pulls
 	MissingAfterDrain int64 `json:"missing_after_drain"` // the same before the final pulls: found only by them
 	Renumbered        int64 `json:"renumbered"`          // the accepted msgid never handed over, but the same send's body was, under another msgid
-	Duplicates        int64 `json:"duplicates"`          // a msgid handed to a member twice
+	Duplicates        int64 `json:"duplicates"`          // a msgid handed to a member twice by one client
+	Redelivered       int64 `json:"redelivered"`         // a msgid handed again by a member's next client (churn): delivered but not acked before the disconnect
 	BodyDuplicates    int64 `json:"body_duplicates"`     // one send's body handed to a member under two msgids
-	OutOfOrder        int64 `json:"out_of_order"`        // a msgid handed after a larger one of its group
+	OutOfOrder        int64 `json:"out_of_order"`        // a msgid handed by a client after a larger one of its group
 	Unexpected        int64 `json:"unexpected"`          // msgids handed over that no accepted send returned (a send that failed on the client yet got in, or a renumbered one)
 	Foreign           int64 `json:"foreign"`             // bodies not written by this run
 	PullRounds        int   `json:"pull_rounds"`         // final Open rounds (each pulls the groups still missing messages)
@@ -41,13 +42,7 @@ type missingExample struct {
 // check compares what each member was handed with the accepted sends of
 // its groups. It may run while messages still arrive.
 func (b *bench) check() lossCheck {
-	b.accMu.Lock()
-	accepted := make([][]sendRef, len(b.accepted))
-	for g, refs := range b.accepted {
-		accepted[g] = slices.SortedFunc(slices.Values(refs), func(x, y sendRef) int { return cmp.Compare(x.msgid, y.msgid) })
-	}
-	b.accMu.Unlock()
-
+	accepted := b.acceptedSorted()
 	l := lossCheck{Members: len(b.members), Foreign: b.foreign.Load()}
 	for i, m := range b.members {
 		m.mu.Lock()
@@ -62,8 +57,24 @@ func (b *bench) check() lossCheck {
 		}
 		m.mu.Unlock()
 	}
-	l.OK = l.Missing == 0 && l.Duplicates == 0 && l.BodyDuplicates == 0 && l.OutOfOrder == 0
+	l.verdict()
 	return l
+}
+
+// verdict sets OK from the counts.
+func (l *lossCheck) verdict() {
+	l.OK = l.Missing == 0 && l.Duplicates == 0 && l.BodyDuplicates == 0 && l.OutOfOrder == 0
+}
+
+// acceptedSorted is a copy of every group's accepted sends by msgid.
+func (b *bench) acceptedSorted() [][]sendRef {
+	b.accMu.Lock()
+	defer b.accMu.Unlock()
+	accepted := make([][]sendRef, len(b.accepted))
+	for g, refs := range b.accepted {
+		accepted[g] = slices.SortedFunc(slices.Values(refs), func(x, y sendRef) int { return cmp.Compare(x.msgid, y.msgid) })
+	}
+	return accepted
 }
 
 // checkOne checks one member's messages of one group against the group's
@@ -71,13 +82,23 @@ func (b *bench) check() lossCheck {
 func (l *lossCheck) checkOne(gid, uid string, accepted, got []sendRef) {
 	l.lastMissing = false
 	for i := 1; i < len(got); i++ {
-		if got[i].msgid < got[i-1].msgid {
+		if got[i].gen == got[i-1].gen && got[i].msgid < got[i-1].msgid {
 			l.OutOfOrder++
 		}
 	}
-	sorted := slices.SortedFunc(slices.Values(got), func(x, y sendRef) int { return cmp.Compare(x.msgid, y.msgid) })
+	sorted := slices.SortedFunc(slices.Values(got), func(x, y sendRef) int {
+		return cmp.Or(cmp.Compare(x.msgid, y.msgid), cmp.Compare(x.gen, y.gen))
+	})
+	for i := 1; i < len(sorted); i++ {
+		switch {
+		case sorted[i].msgid != sorted[i-1].msgid:
+		case sorted[i].gen == sorted[i-1].gen:
+			l.Duplicates++
+		default:
+			l.Redelivered++
+		}
+	}
 	uniq := slices.CompactFunc(sorted, func(x, y sendRef) bool { return x.msgid == y.msgid })
-	l.Duplicates += int64(len(got) - len(uniq))
 
 	byK := make(map[int32]int64, len(uniq)) // send number -> the msgid its body came with
 	for _, r := range uniq {

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"time"
+
+	"github.com/groupchat/chatd/client"
+	"github.com/groupchat/chatd/protocol"
+)
+
+// offlineResult is the check of the members who were offline during the
+// run: each logs in afterwards, opens its groups and must be handed every
+// accepted message of them exactly once, by pull.
+type offlineResult struct {
+	Offline    int              `json:"offline"` // offline members in some group
+	Checked    int              `json:"checked"` // of them, logged in and checked
+	Loss       lossCheck        `json:"loss"`
+	CatchUp    quantiles        `json:"catch_up"` // per member: dial until every message of its groups was handed over
+	Seconds    float64          `json:"seconds"`
+	PulledPerS float64          `json:"pulled_per_s"` // messages handed over per second, all members together
+	Errors     map[string]int64 `json:"errors"`
+}
+
+// offlineChunk is how many offline members are logged in at a time.
+const offlineChunk = 256
+
+// offlineUsers lists the users in some group who were not online.
+func (b *bench) offlineUsers() []int {
+	var out []int
+	for u, gs := range b.plan.groupsOf {
+		if len(gs) > 0 && b.byUser[u] == nil {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// offlineCount is how many offline members the check logs in.
+func (b *bench) offlineCount() int {
+	n := len(b.offlineUsers())
+	if b.cfg.OfflineCheck >= 0 {
+		n = min(n, b.cfg.OfflineCheck)
+	}
+	return n
+}
+
+// offlineCheck logs n offline members in (spread evenly over them), a
+// chunk at a time, and checks what their pulls hand over.
+func (b *bench) offlineCheck(ctx context.Context, a *api, n int) *offlineResult {
+	all := b.offlineUsers()
+	users := make([]int, n)
+	for i := range users {
+		users[i] = all[i*len(all)/n]
+	}
+	res := &offlineResult{Offline: len(all), Checked: n}
+	rec := newRecorder()
+	accepted := b.acceptedSorted()
+	var handed int64
+	start := time.Now()
+	for from := 0; from < len(users) && ctx.Err() == nil; from += offlineChunk {
+		part := users[from:min(from+offlineChunk, len(users))]
+		if err := b.fetchTokens(ctx, a, part); err != nil {
+			rec.error(err)
+			continue
+		}
+		ms := make([]*member, len(part))
+		_ = parallel(ctx, len(part), b.cfg.Concurrency, func(ctx context.Context, j int) error {
+			m := &member{idx: from + j, user: part[j], got: map[string][]sendRef{}}
+			ms[j] = m
+			b.catchUp(ctx, m, accepted, rec)
+			return nil
+		})
+		for _, m := range ms {
+			res.Loss.Members++
+			for _, g := range b.plan.groupsOf[m.user] {
+				got := m.got[b.plan.gids[g]]
+				res.Loss.Expected += int64(len(accepted[g]))
+				res.Loss.Delivered += int64(len(got))
+				res.Loss.checkOne(b.plan.gids[g], b.plan.uids[m.user], accepted[g], got)
+			}
+			handed += m.n.Load()
+		}
+	}
+	res.Loss.verdict()
+	res.Seconds = time.Since(start).Seconds()
+	if res.Seconds > 0 {
+		res.PulledPerS = float64(handed) / res.Seconds
+	}
+	res.CatchUp = quantilesOf(rec.accept.merged())
+	res.Errors = rec.errors()
+	return res
+}
+
+// catchUp dials a client for m, opens its groups and waits until it was
+// handed every accepted message of them (opening again what is still
+// missing, once a second), or -drain ends; then closes the client. The
+// time from the dial to the last message goes into rec.accept.
+func (b *bench) catchUp(ctx context.Context, m *member, accepted [][]sendRef, rec *recorder) {
+	var want int64
+	for _, g := range b.plan.groupsOf[m.user] {
+		want += int64(len(accepted[g]))
+	}
+	t0 := time.Now()
+	var closing atomic.Bool
+	c, err := client.Dial(ctx, client.Config{
+		URL:         wsURL(b.dep.URLs[m.idx%len(b.dep.URLs)]),
+		Token:       func(context.Context) (string, error) { return b.tokens[m.user], nil },
+		AckEvery:    b.cfg.AckEvery,
+		AckInterval: b.cfg.AckInterval,
+		PageSize:    b.cfg.PageSize,
+		OnMessage: func(msg protocol.Message) {
+			_, k, _ := b.parseBody(msg.Body)
+			m.mu.Lock()
+			m.got[msg.Gid] = append(m.got[msg.Gid], sendRef{msg.MsgID, k, 1})
+			m.mu.Unlock()
+			m.n.Add(1)
+		},
+		OnError: func(err error) {
+			if !closing.Load() {
+				rec.error(err)
+			}
+		},
+	})
+	if err != nil {
+		rec.error(fmt.Errorf("dial %s: %w", b.plan.uids[m.user], err))
+		return
+	}
+	defer func() {
+		closing.Store(true) // its own closing is no error
+		_ = c.Close()
+	}()
+	deadline := time.Now().Add(b.cfg.Drain)
+	for round := 0; m.n.Load() < want && time.Now().Before(deadline) && ctx.Err() == nil; round++ {
+		if round > 0 && !sleepCtx(ctx, time.Second) {
+			return
+		}
+		for _, g := range b.plan.groupsOf[m.user] {
+			octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			if err := c.Open(octx, b.plan.gids[g]); err != nil {
+				rec.error(err)
+			}
+			cancel()
+		}
+		for wait := time.Now().Add(time.Second); m.n.Load() < want && time.Now().Before(wait); {
+			if !sleepCtx(ctx, 5*time.Millisecond) {
+				return
+			}
+		}
+	}
+	if m.n.Load() >= want {
+		rec.accept.record(m.idx, time.Since(t0))
+	}
+}
+
+func (o *offlineResult) print(w io.Writer) {
+	fmt.Fprintf(w, "offline:      %d of %d offline members logged in after the run and pulled: %.0f messages/s over %.1f s; per member, login to all handed over: %s; errors: %s\n",
+		o.Checked, o.Offline, o.PulledPerS, o.Seconds, o.CatchUp, formatErrors(o.Errors))
+	o.Loss.print(w, "offline, by pull")
+}

@@ -1,0 +1,131 @@
+package store
+
+import (
+	"context"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/groupchat/chatd/internal/testserver"
+	"github.com/groupchat/chatd/schema"
+)
+
+// readsFixture is one group on a real redis-server: 300 messages in the
+// window at msgids 3i+1 (other groups share the partition), 40 members who
+// joined at different points, some of whom left, each with a read cursor.
+func readsFixture(t *testing.T) (*Redis, []schema.Message) {
+	t.Helper()
+	srv := testserver.NewRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { c.Close() })
+	r := newTestRedis(t, c, RedisConfig{WindowSize: -1})
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(7, 8))
+	var events []schema.Member
+	var reads []schema.Receipt
+	for i := range 40 {
+		uid := "u" + strconv.Itoa(i)
+		join := int64(-1)
+		if i%3 == 1 {
+			join = int64(rng.IntN(900))
+		}
+		events = append(events, schema.Member{Gid: "g", Uid: uid, Op: schema.OpJoin, Pos: join, At: t0})
+		if i%7 == 2 {
+			events = append(events, schema.Member{Gid: "g", Uid: uid, Op: schema.OpLeave, Pos: join + 1 + int64(rng.IntN(300)), At: t0})
+		}
+		if i%5 != 4 { // a fifth never read anything
+			reads = append(reads, schema.Receipt{Gid: "g", Uid: uid, Upto: int64(rng.IntN(950)), At: t0})
+		}
+	}
+	if err := r.ApplyMembers(ctx, events); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.AdvanceReads(ctx, reads); err != nil {
+		t.Fatal(err)
+	}
+	msgs := make([]schema.Message, 300)
+	for i := range msgs {
+		msgs[i] = msg("g", "u"+strconv.Itoa(i%40), "c"+strconv.Itoa(i), int64(3*i+1), t0)
+	}
+	if err := r.AppendWindow(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	return r, msgs
+}
+
+func TestWindowMessagesPagesAndScatteredIDs(t *testing.T) {
+	r, msgs := readsFixture(t)
+	byID := make(map[int64]schema.Message)
+	for _, m := range msgs {
+		byID[m.MsgID] = m
+	}
+	page := func(from, n int) []int64 { // n consecutive messages of the group
+		var ids []int64
+		for _, m := range msgs[from : from+n] {
+			ids = append(ids, m.MsgID)
+		}
+		return ids
+	}
+	for name, ids := range map[string][]int64{
+		"a page of 50":                     page(100, 50),
+		"the newest page":                  page(250, 50),
+		"one message":                      {msgs[7].MsgID},
+		"far apart":                        {1, 451, 898},
+		"ids between messages and outside": {0, 2, 3, 4, 5, 899, 900, 5000},
+		"a page with a far one, unsorted":  append([]int64{898}, page(0, 40)...),
+		"more than the range reads":        append(page(0, 10), page(200, 10)...),
+		"nothing":                          {},
+	} {
+		got, err := r.WindowMessages(context.Background(), "g", ids)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		want := make(map[int64]schema.Message)
+		for _, id := range ids {
+			if m, ok := byID[id]; ok {
+				want[id] = m
+			}
+		}
+		if !maps.EqualFunc(got, want, equalMessage) {
+			t.Errorf("%s: got msgids %v, want %v", name, slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
+		}
+	}
+}
+
+func TestReadStateCountMatchesItsMaps(t *testing.T) {
+	r, msgs := readsFixture(t)
+	st, err := r.ReadState(context.Background(), "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	byHand := &ReadState{Members: st.Members, Reads: st.Reads}
+	nonzero := 0
+	for _, m := range msgs {
+		for _, sender := range []string{m.Sender, "u0", "nobody"} {
+			read, aud := st.Count(m.MsgID, sender)
+			hRead, hAud := byHand.Count(m.MsgID, sender)
+			var wRead, wAud int
+			for uid, ms := range st.Members {
+				if uid != sender && ms.Sees(m.MsgID) {
+					wAud++
+					if c, ok := st.Reads[uid]; ok && c >= m.MsgID {
+						wRead++
+					}
+				}
+			}
+			if read != wRead || aud != wAud || hRead != wRead || hAud != wAud {
+				t.Fatalf("%d from %s: Count %d/%d, by hand %d/%d, want %d/%d", m.MsgID, sender, read, aud, hRead, hAud, wRead, wAud)
+			}
+			if read > 0 && read < aud {
+				nonzero++
+			}
+		}
+	}
+	if nonzero < 100 {
+		t.Fatalf("only %d counts strictly between 0 and the audience: the fixture does not exercise Count", nonzero)
+	}
+}
