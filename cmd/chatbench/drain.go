@@ -11,6 +11,7 @@ import (
 func (b *bench) load(ctx context.Context) *result {
 	cfg := b.cfg
 	start := time.Now()
+	b.rec.start, b.rec.interval = start, time.Duration(float64(time.Second)/cfg.Rate)
 	b.rec.from = start.Add(cfg.Warmup)
 	b.rec.to = b.rec.from.Add(cfg.Duration)
 	res := &result{}
@@ -30,7 +31,7 @@ func (b *bench) load(ctx context.Context) *result {
 	stopChurn := make(chan struct{})
 	churnDone := make(chan struct{})
 	go func() { defer close(churnDone); b.churn(ctx, stopChurn) }()
-	b.sendLoop(ctx, start, b.rec.to, func() {
+	b.sendLoop(ctx, b.rec.to, func() {
 		select {
 		case m := <-cpuFrom:
 			res.CPU = m.stop()

@@ -54,7 +54,6 @@ type member struct {
 	cur     *client.Client
 	closing *atomic.Bool // set when cur is taken to be closed: its OnError reports are its own closing
 	gen     int32        // bumped by every new client; guarded by cmu
-	since   time.Time
 
 	mu  sync.Mutex
 	got map[string][]sendRef // gid -> messages in the order OnMessage saw them
@@ -184,7 +183,7 @@ func (b *bench) dial(ctx context.Context, m *member) error {
 	}
 	cp.Store(c)
 	m.cmu.Lock()
-	m.cur, m.closing, m.gen, m.since = c, closing, gen, since
+	m.cur, m.closing, m.gen = c, closing, gen
 	m.cmu.Unlock()
 	return nil
 }
@@ -204,7 +203,7 @@ func (b *bench) onMessage(m *member, gen int32, since time.Time, c *client.Clien
 		b.foreign.Add(1)
 		return
 	}
-	b.rec.delivery(m.idx, sent, now, !sent.Before(since))
+	b.rec.delivery(m.idx, int(k), sent, now, !sent.Before(since))
 	if c != nil && b.cfg.Read > 0 && msg.Sender != b.plan.uids[m.user] && sample(msg.MsgID, m.idx, b.cfg.Read) {
 		if err := c.MarkRead(context.Background(), msg.Gid, msg.MsgID); err != nil {
 			b.rec.error(err)
@@ -261,8 +260,7 @@ func (b *bench) parseBody(body string) (sent time.Time, k int32, ok bool) {
 // send k is due at start + k/rate whatever became of the earlier ones.
 // atEnd runs when the last send is issued; sendLoop then waits for the
 // answers.
-func (b *bench) sendLoop(ctx context.Context, start, end time.Time, atEnd func()) {
-	interval := float64(time.Second) / b.cfg.Rate
+func (b *bench) sendLoop(ctx context.Context, end time.Time, atEnd func()) {
 	t := time.NewTicker(time.Millisecond)
 	defer t.Stop()
 	var wg sync.WaitGroup
@@ -270,7 +268,7 @@ func (b *bench) sendLoop(ctx context.Context, start, end time.Time, atEnd func()
 	for k := 0; ; {
 		now := time.Now()
 		for {
-			due := start.Add(time.Duration(float64(k) * interval))
+			due := b.rec.due(k)
 			if !due.Before(end) {
 				atEnd()
 				return
@@ -317,13 +315,13 @@ var errNoSender = fmt.Errorf("no connected sender")
 func (b *bench) sendOn(ctx context.Context, m *member, c *client.Client, group, k int) {
 	sent := time.Now()
 	b.rec.scheduled.Add(1)
-	if b.rec.measured(sent) {
+	if b.rec.measuredSend(k) {
 		b.rec.mScheduled.Add(1)
 	}
 	sctx, cancel := context.WithTimeout(ctx, b.cfg.SendTimeout)
 	msgid, err := c.Send(sctx, b.plan.gids[group], b.body(sent, k))
 	cancel()
-	b.rec.sendDone(m.idx, sent, err)
+	b.rec.sendDone(m.idx, k, sent, err)
 	if err == nil {
 		b.accMu.Lock()
 		b.accepted[group] = append(b.accepted[group], sendRef{msgid, int32(k), 0})

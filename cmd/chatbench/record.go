@@ -63,10 +63,14 @@ func (h *hist) merged() *hdr.Histogram {
 	return out
 }
 
-// recorder holds what a load run counts. Messages whose send stamp falls in
-// [from, to) are measured; the others (warm-up) are only loss-checked.
+// recorder holds what a load run counts. Sends due in [from, to) by the
+// schedule are measured; the others (warm-up) are only loss-checked. The
+// schedule decides, not the moment a send was issued, so a generator that
+// falls behind does not move sends in or out of the measured span.
 type recorder struct {
-	from, to time.Time // set before the first send, read-only after
+	from, to time.Time     // set before the first send, read-only after
+	start    time.Time     // send k is due at start + k*interval
+	interval time.Duration // the schedule's
 
 	e2e    *hist // send -> OnMessage, measured messages, before the final pull
 	accept *hist // send -> accepted, measured sends
@@ -98,9 +102,15 @@ func newRecorder() *recorder {
 
 func (r *recorder) measured(t time.Time) bool { return !t.Before(r.from) && t.Before(r.to) }
 
-// delivery records one OnMessage call of a message sent at sent; its
+// due is when send k was due.
+func (r *recorder) due(k int) time.Time { return r.start.Add(time.Duration(k) * r.interval) }
+
+// measuredSend reports whether send k is measured.
+func (r *recorder) measuredSend(k int) bool { return r.measured(r.due(k)) }
+
+// delivery records one OnMessage call of send k, issued at sent; its
 // latency only when measure (not the catch-up of a member back from churn).
-func (r *recorder) delivery(shard int, sent, now time.Time, measure bool) {
+func (r *recorder) delivery(shard int, k int, sent, now time.Time, measure bool) {
 	r.delivered.Add(1)
 	if r.measured(now) {
 		r.mDelivered.Add(1)
@@ -109,7 +119,7 @@ func (r *recorder) delivery(shard int, sent, now time.Time, measure bool) {
 		r.catchup.Add(1)
 		return
 	}
-	if !r.measured(sent) {
+	if !r.measuredSend(k) {
 		return
 	}
 	if r.finalPull.Load() {
@@ -119,15 +129,15 @@ func (r *recorder) delivery(shard int, sent, now time.Time, measure bool) {
 	r.e2e.record(shard, now.Sub(sent))
 }
 
-// sendDone records the outcome of one Send.
-func (r *recorder) sendDone(shard int, sent time.Time, err error) {
+// sendDone records the outcome of Send k, issued at sent.
+func (r *recorder) sendDone(shard, k int, sent time.Time, err error) {
 	if err != nil {
 		r.failed.Add(1)
 		r.error(err)
 		return
 	}
 	r.accepted.Add(1)
-	if r.measured(sent) {
+	if r.measuredSend(k) {
 		r.mAccepted.Add(1)
 		r.accept.record(shard, time.Since(sent))
 	}
