@@ -15,7 +15,7 @@ import (
 // shutdown). It never skips a record it could not make durable. With an
 // OffsetStore, pos is the position saved for the partition (-1: none); when
 // it vanishes or moves under the runner, consume returns lost.
-func (r *Runner[E]) consume(ctx context.Context, gen *kafka.Generation, part int, start, pos int64) (lost bool) {
+func (r *Runner[E]) consume(ctx context.Context, gc *groupCommits, part int, start, pos int64) (lost bool) {
 	log := r.log.With("partition", part)
 	var saved atomic.Int64 // the position this runner saved last
 	saved.Store(pos)
@@ -60,14 +60,14 @@ func (r *Runner[E]) consume(ctx context.Context, gen *kafka.Generation, part int
 		if applied > saved.Load() && !gone.Load() { // leaving: save what was done, best effort
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
-			r.commit(fctx, log, gen, part, &saved, applied)
+			r.commit(fctx, log, gc, part, &saved, applied, true)
 		}
 	}()
 	for {
 		var err error
 		batch, err = r.fetch(ctx, reader, batch[:0], due)
 		if errors.Is(err, errCommitDue) {
-			if !r.commit(ctx, log, gen, part, &saved, applied) {
+			if !r.commit(ctx, log, gc, part, &saved, applied, false) {
 				return gone.Load() || saved.Load() == lostPos
 			}
 			due = time.Time{}
@@ -104,7 +104,7 @@ func (r *Runner[E]) consume(ctx context.Context, gen *kafka.Generation, part int
 			}
 		}
 		if !now.Before(due) {
-			if !r.commit(ctx, log, gen, part, &saved, applied) {
+			if !r.commit(ctx, log, gc, part, &saved, applied, false) {
 				return gone.Load() || saved.Load() == lostPos
 			}
 			due = time.Time{}
@@ -229,10 +229,11 @@ func (r *Runner[E]) deadLetter(ctx context.Context, log *slog.Logger, m kafka.Me
 const lostPos = -100
 
 // commit saves the position next to the state (when the consumer keeps it
-// there), from the one saved last, and then commits it to the group. A
+// there), from the one saved last, and then commits it to the group (with
+// the generation's next group commit, or at once when final). A
 // saved position that moved means the state was wiped: commit returns
 // false with saved set to lostPos.
-func (r *Runner[E]) commit(ctx context.Context, log *slog.Logger, gen *kafka.Generation, part int, saved *atomic.Int64, next int64) bool {
+func (r *Runner[E]) commit(ctx context.Context, log *slog.Logger, gc *groupCommits, part int, saved *atomic.Int64, next int64, final bool) bool {
 	if r.cfg.Offsets != nil {
 		for attempt := 0; ; attempt++ {
 			ok, err := r.cfg.Offsets.AdvanceOffset(ctx, r.cfg.Group, r.cfg.Topic, part, saved.Load(), next)
@@ -253,11 +254,7 @@ func (r *Runner[E]) commit(ctx context.Context, log *slog.Logger, gen *kafka.Gen
 			}
 		}
 	}
-	if err := gen.CommitOffsets(map[string]map[int]int64{r.cfg.Topic: {part: next}}); err != nil && ctx.Err() == nil {
-		// Effects are idempotent: a lost commit only means a replay from the
-		// previous one. The next commit covers this one.
-		log.Debug("group commit failed", "offset", next, "err", err)
-	}
+	gc.add(part, next, final)
 	r.mu.Lock()
 	r.stats.Commits++
 	r.mu.Unlock()

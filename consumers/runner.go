@@ -256,6 +256,8 @@ func (r *Runner[E]) startGeneration(ctx context.Context, gen *kafka.Generation) 
 	r.mu.Unlock()
 	r.cfg.Metrics.ForgetLag(r.cfg.Group)
 	r.log.Info("assigned partitions", "generation", gen.ID, "partitions", len(assigned))
+	gc := &groupCommits{gen: gen, topic: r.cfg.Topic, interval: r.cfg.CommitInterval, log: r.log}
+	gen.Start(gc.run)
 
 	var stored map[int]int64
 	if r.cfg.Offsets != nil {
@@ -267,10 +269,10 @@ func (r *Runner[E]) startGeneration(ctx context.Context, gen *kafka.Generation) 
 	for _, a := range assigned {
 		part := a.ID
 		if r.cfg.Offsets == nil {
-			gen.Start(func(ctx context.Context) { r.consume(ctx, gen, part, a.Offset, -1) })
+			gen.Start(func(ctx context.Context) { r.consume(ctx, gc, part, a.Offset, -1) })
 			continue
 		}
-		gen.Start(func(ctx context.Context) { r.consumeSaved(ctx, gen, part, stored) })
+		gen.Start(func(ctx context.Context) { r.consumeSaved(ctx, gc, part, stored) })
 	}
 }
 
@@ -291,13 +293,13 @@ func (r *Runner[E]) savedOffsets(ctx context.Context) (map[int]int64, bool) {
 
 // consumeSaved consumes a partition from its saved position, and again from
 // the start whenever the saved position vanishes (the state was wiped).
-func (r *Runner[E]) consumeSaved(ctx context.Context, gen *kafka.Generation, part int, stored map[int]int64) {
+func (r *Runner[E]) consumeSaved(ctx context.Context, gc *groupCommits, part int, stored map[int]int64) {
 	for {
 		start, pos := kafka.FirstOffset, int64(-1)
 		if o, ok := stored[part]; ok {
 			start, pos = o, o
 		}
-		if !r.consume(ctx, gen, part, start, pos) || ctx.Err() != nil {
+		if !r.consume(ctx, gc, part, start, pos) || ctx.Err() != nil {
 			return
 		}
 		r.mu.Lock()
