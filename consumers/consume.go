@@ -20,6 +20,15 @@ func (r *Runner[E]) consume(ctx context.Context, gc *groupCommits, part int, sta
 	var saved atomic.Int64 // the position this runner saved last
 	saved.Store(pos)
 	var gone atomic.Bool
+	if r.cfg.Offsets != nil && pos == -1 {
+		// Nothing saved: claim the partition's start before handling a
+		// record, so that every later save names a position to find and a
+		// state wiped after the first batch cannot pass for one never
+		// written.
+		if !r.claimStart(ctx, log, part, &saved) {
+			return saved.Load() == lostPos
+		}
+	}
 	if r.cfg.Offsets != nil {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
@@ -57,7 +66,7 @@ func (r *Runner[E]) consume(ctx context.Context, gc *groupCommits, part int, sta
 		due     time.Time      // when applied must be saved and committed by
 	)
 	defer func() {
-		if applied > saved.Load() && !gone.Load() { // leaving: save what was done, best effort
+		if applied >= 0 && applied > saved.Load() && !gone.Load() { // leaving: save what was done, best effort
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
 			r.commit(fctx, log, gc, part, &saved, applied, true)
@@ -97,11 +106,6 @@ func (r *Runner[E]) consume(ctx context.Context, gc *groupCommits, part int, sta
 		now := time.Now()
 		if due.IsZero() {
 			due = now.Add(r.cfg.CommitInterval)
-			if saved.Load() < 0 {
-				// Nothing saved yet: save at once, since a wipe of the state
-				// is told by the saved position vanishing.
-				due = now
-			}
 		}
 		if !now.Before(due) {
 			if !r.commit(ctx, log, gc, part, &saved, applied, false) {
@@ -259,6 +263,30 @@ func (r *Runner[E]) commit(ctx context.Context, log *slog.Logger, gc *groupCommi
 	r.stats.Commits++
 	r.mu.Unlock()
 	return ctx.Err() == nil
+}
+
+// claimStart saves kafka.FirstOffset as the position of a partition that
+// has none, retrying until it can or ctx ends. It reports false when ctx
+// ended or someone saved a position first (saved is then lostPos).
+func (r *Runner[E]) claimStart(ctx context.Context, log *slog.Logger, part int, saved *atomic.Int64) bool {
+	for attempt := 0; ; attempt++ {
+		ok, err := r.cfg.Offsets.AdvanceOffset(ctx, r.cfg.Group, r.cfg.Topic, part, -1, kafka.FirstOffset)
+		if err == nil && !ok {
+			saved.Store(lostPos)
+			return false
+		}
+		if err == nil {
+			saved.Store(kafka.FirstOffset)
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		log.Warn("claiming the partition's start failed; retrying", "err", err)
+		if !sleep(ctx, r.backoff(attempt)) {
+			return false
+		}
+	}
 }
 
 // watchSaved checks every StateCheck that the partition's saved position is

@@ -33,7 +33,7 @@ type Handler[E any] interface {
 // topic from the start. *store.Redis is one.
 //
 // AdvanceOffset saves a partition's position only if the saved one is still
-// from (from < 0: none saved) and reports whether it did: a position that
+// from (from -1: none saved) and reports whether it did: a position that
 // moved or vanished under a running consumer means its state was wiped while
 // it ran (Redis restarted without persistence), and the runner replays the
 // partition from what is saved.

@@ -51,6 +51,9 @@ type memAcks struct {
 	offsets  map[int]int64
 	failNext int // Handle fails this many more times
 	calls    int
+	// wipeAfter wipes the state and the offsets right after this many
+	// more successful batches (0: never), as Redis restarting empty would.
+	wipeAfter int
 }
 
 func newMemAcks() *memAcks {
@@ -70,6 +73,11 @@ func (m *memAcks) Handle(ctx context.Context, part int, recs []Record[schema.Ack
 		m.cursors[k] = max(m.cursors[k], r.Event.Upto)
 		m.seen[int64(part)<<40|r.Offset]++
 	}
+	if m.wipeAfter > 0 {
+		if m.wipeAfter--; m.wipeAfter == 0 {
+			m.cursors, m.seen, m.offsets = map[string]int64{}, map[int64]int{}, map[int]int64{}
+		}
+	}
 	return nil
 }
 
@@ -86,7 +94,7 @@ func (m *memAcks) Offsets(ctx context.Context, consumer, topic string) (map[int]
 func (m *memAcks) AdvanceOffset(ctx context.Context, consumer, topic string, part int, from, to int64) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if cur, ok := m.offsets[part]; ok && cur != from || !ok && from >= 0 {
+	if cur, ok := m.offsets[part]; ok && cur != from || !ok && from != -1 {
 		return false, nil
 	}
 	m.offsets[part] = to
@@ -336,5 +344,27 @@ func TestRunnerCaughtUpOnEmptyAndFullTopics(t *testing.T) {
 	waitFor(t, "caught up after replay", 20*time.Second, r2.CaughtUp)
 	if n := h2.handled(); n != 50 {
 		t.Fatalf("caught up after handling %d of 50 records", n)
+	}
+}
+
+// A state wiped right after a fresh partition's first batch, before its
+// first save, is rebuilt: the partition claimed its start before reading,
+// so the save finds that claim gone instead of mistaking the wiped store
+// for one that never held anything.
+func TestRunnerReplaysStateWipedBeforeTheFirstSave(t *testing.T) {
+	k := newKafka(t, 1)
+	sendAcks(t, k, 50)
+	h := newMemAcks()
+	h.wipeAfter = 1
+	r, _ := runAcks(t, k, "acks-first-save", h)
+	waitFor(t, "the replay after the wipe", 20*time.Second, func() bool { return h.handled() == 50 && h.savedTotal() == 50 })
+	if st := r.Stats(); st.Replays < 1 {
+		t.Fatalf("stats %+v: want a replay", st)
+	}
+	all := newMemAcks()
+	runAcks(t, k, "acks-first-save-check", all)
+	waitFor(t, "a fresh runner's pass", 20*time.Second, func() bool { return all.handled() == 50 })
+	if got, want := h.snapshot(), all.snapshot(); got != want {
+		t.Fatalf("rebuilt cursors %v, want %v", got, want)
 	}
 }

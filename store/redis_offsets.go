@@ -11,7 +11,8 @@ import (
 
 // Offsets returns the next offset to read of each partition of topic that
 // consumer has saved. A missing partition was never consumed: start it
-// from the beginning.
+// from the beginning. A consumer may save -2 (kafka-go's FirstOffset) to
+// claim a partition it starts from the beginning.
 func (r *Redis) Offsets(ctx context.Context, consumer, topic string) (map[int]int64, error) {
 	h, err := r.client.HGetAll(ctx, offsetsKey(consumer)).Result()
 	if err != nil {
@@ -67,14 +68,14 @@ return 0
 `)
 
 // AdvanceOffset moves consumer's saved position in partition part of topic
-// from from to to, but only if the saved position is still from (from < 0:
-// only if none is saved). It reports false, saving nothing, when the
+// from from to to, but only if the saved position is still from (from -1:
+// only if none is saved; other negative values are positions like any). It reports false, saving nothing, when the
 // position moved under the caller: Redis lost its data (restarted without
 // persistence, flushed), so the state next to the position is gone and the
 // consumer must replay from what is saved now.
 func (r *Redis) AdvanceOffset(ctx context.Context, consumer, topic string, part int, from, to int64) (bool, error) {
 	want := ""
-	if from >= 0 {
+	if from != -1 {
 		want = strconv.FormatInt(from, 10)
 	}
 	n, err := advanceOffsetScript.Run(ctx, r.client, []string{offsetsKey(consumer)}, offsetField(topic, part), want, to).Int()
