@@ -3,6 +3,8 @@ package consumers
 import (
 	"context"
 	"errors"
+	"sync"
+	"time"
 
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
@@ -14,9 +16,21 @@ import (
 // duplicate sends (same gid, sender and client_msg_id). Its position lives
 // in Redis with the window, so a wiped Redis is rebuilt by replay; ClickHouse
 // collapses the replayed rows (ReplacingMergeTree on (gid, msgid)).
+//
+// ClickHouse is written before the window, so a message leaves the window
+// only after ClickHouse has it; the rows of all partitions go in one insert
+// per InsertWait.
 type Persister struct {
 	Redis      *store.Redis      // required
 	ClickHouse *store.ClickHouse // nil: the window is the whole history
+
+	// InsertWait is how long a batch waits for other partitions' batches to
+	// share its ClickHouse insert; the window is written after it. Default
+	// DefaultPersisterWait, negative: one insert per batch.
+	InsertWait time.Duration
+
+	once sync.Once
+	ch   *coalescer[store.MessageRow]
 
 	// afterInsert runs between the ClickHouse insert and the Redis write;
 	// an error aborts the batch. Tests use it to crash the persister at the
@@ -55,7 +69,18 @@ func (p *Persister) Handle(ctx context.Context, part int, recs []Record[schema.M
 		return nil
 	}
 	if p.ClickHouse != nil {
-		if err := p.ClickHouse.InsertMessages(ctx, int32(part), keep); err != nil {
+		p.once.Do(func() {
+			wait := p.InsertWait
+			if wait == 0 {
+				wait = DefaultPersisterWait
+			}
+			p.ch = newCoalescer(wait, p.ClickHouse.InsertMessageRows)
+		})
+		rows := make([]store.MessageRow, len(keep))
+		for i := range keep {
+			rows[i] = store.MessageRow{Message: keep[i], Partition: int32(part)}
+		}
+		if err := p.ch.add(ctx, rows); err != nil {
 			return err
 		}
 	}

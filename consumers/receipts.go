@@ -3,6 +3,8 @@ package consumers
 import (
 	"context"
 	"errors"
+	"sync"
+	"time"
 
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
@@ -17,12 +19,17 @@ const GroupReceiptProjector = "chat.receipt-projector"
 // When configured, it also writes ClickHouse's receipt_events log and
 // read_cursors table, the analysts' copy (docs/analytics.md).
 //
-// ClickHouse is written first: a batch counts as done only when both
-// stores hold it, and both writes are idempotent, so a failure of either
-// retries the batch whole.
+// Redis is written first, so read counts move as soon as a batch is read;
+// ClickHouse's rows are coalesced across partitions, as in AckProjector. A
+// batch counts as done only when both stores hold it, and both writes are
+// idempotent, so a failure of either retries the batch whole.
 type ReceiptProjector struct {
 	Redis      *store.Redis      // required
 	ClickHouse *store.ClickHouse // optional
+	InsertWait time.Duration     // as in AckProjector
+
+	once sync.Once
+	ch   *coalescer[store.ReceiptRow]
 }
 
 var _ Handler[schema.Receipt] = (*ReceiptProjector)(nil)
@@ -41,14 +48,13 @@ func (p *ReceiptProjector) Handle(ctx context.Context, part int, recs []Record[s
 	for i := range recs {
 		rs[i] = recs[i].Event
 	}
-	if p.ClickHouse != nil {
-		rows := make([]store.ReceiptRow, len(recs))
-		for i := range recs {
-			rows[i] = store.ReceiptRow{Receipt: recs[i].Event, Partition: int32(part), Offset: recs[i].Offset}
-		}
-		if err := p.ClickHouse.InsertReceipts(ctx, rows); err != nil {
-			return err
-		}
+	if err := p.Redis.AdvanceReads(ctx, rs); err != nil || p.ClickHouse == nil {
+		return err
 	}
-	return p.Redis.AdvanceReads(ctx, rs)
+	p.once.Do(func() { p.ch = newCoalescer(p.InsertWait, p.ClickHouse.InsertReceipts) })
+	rows := make([]store.ReceiptRow, len(recs))
+	for i := range recs {
+		rows[i] = store.ReceiptRow{Receipt: recs[i].Event, Partition: int32(part), Offset: recs[i].Offset}
+	}
+	return p.ch.add(ctx, rows)
 }

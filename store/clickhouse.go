@@ -290,20 +290,37 @@ func checkPosition(partition int32, offset int64) error {
 // one batch. MsgID is the record offset. Inserting a message again is
 // harmless.
 func (c *ClickHouse) InsertMessages(ctx context.Context, partition int32, msgs []schema.Message) error {
-	if len(msgs) == 0 {
+	rows := make([]MessageRow, len(msgs))
+	for i := range msgs {
+		rows[i] = MessageRow{Message: msgs[i], Partition: partition}
+	}
+	return c.InsertMessageRows(ctx, rows)
+}
+
+// MessageRow is a message with the partition of its chat.messages record
+// (its MsgID is the record's offset).
+type MessageRow struct {
+	schema.Message
+	Partition int32
+}
+
+// InsertMessageRows inserts rows, from any partitions, in one batch.
+// Inserting a message again is harmless.
+func (c *ClickHouse) InsertMessageRows(ctx context.Context, rows []MessageRow) error {
+	if len(rows) == 0 {
 		return nil
 	}
-	n := len(msgs)
+	n := len(rows)
 	gids, senders, clientIDs := make([]string, n), make([]string, n), make([]string, n)
 	msgids, sentAts := make([]uint64, n), make([]int64, n)
 	bodies, parts := make([][]byte, n), make([]uint16, n)
-	for i := range msgs {
-		m := &msgs[i]
-		if err := checkPosition(partition, m.MsgID); err != nil {
+	for i := range rows {
+		m := &rows[i]
+		if err := checkPosition(m.Partition, m.MsgID); err != nil {
 			return fmt.Errorf("clickhouse: insert messages: message %d of %s: %w", i, m.Gid, err)
 		}
 		gids[i], msgids[i], senders[i], clientIDs[i] = m.Gid, uint64(m.MsgID), m.Sender, m.ClientMsgID
-		sentAts[i], bodies[i], parts[i] = m.SentAt, m.Body, uint16(partition)
+		sentAts[i], bodies[i], parts[i] = m.SentAt, m.Body, uint16(m.Partition)
 	}
 	ctx, cancel := c.timeout(ctx)
 	defer cancel()

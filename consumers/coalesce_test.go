@@ -1,0 +1,131 @@
+package consumers
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// recorder is an insert that keeps what each call carried.
+type recorder struct {
+	mu    sync.Mutex
+	calls [][]int
+	err   error
+}
+
+func (r *recorder) insert(ctx context.Context, rows []int) error {
+	if err := ctx.Err(); err != nil {
+		return err // as a real insert: nothing goes in on an ended context
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls = append(r.calls, slices.Clone(rows))
+	return r.err
+}
+
+func TestCoalescerMergesConcurrentBatches(t *testing.T) {
+	rec := &recorder{}
+	c := newCoalescer(200*time.Millisecond, rec.insert)
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.add(context.Background(), []int{2 * i, 2*i + 1})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("add %d: %v", i, err)
+		}
+	}
+	if len(rec.calls) != 1 {
+		t.Fatalf("8 concurrent batches made %d inserts, want 1: %v", len(rec.calls), rec.calls)
+	}
+	got := slices.Sorted(slices.Values(rec.calls[0]))
+	if want := []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}; !slices.Equal(got, want) {
+		t.Errorf("the insert carried %v, want %v", got, want)
+	}
+}
+
+func TestCoalescerReturnsTheInsertErrorToEveryCaller(t *testing.T) {
+	rec := &recorder{err: errors.New("clickhouse down")}
+	c := newCoalescer(100*time.Millisecond, rec.insert)
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = c.add(context.Background(), []int{i})
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if !errors.Is(err, rec.err) {
+			t.Errorf("add %d returned %v, want the insert's error (its rows are not in)", i, err)
+		}
+	}
+	// The next round is a new insert: a retry carries the rows again.
+	rec.err = nil
+	if err := c.add(context.Background(), []int{9}); err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	if n := len(rec.calls); n < 2 || !slices.Equal(rec.calls[n-1], []int{9}) {
+		t.Errorf("inserts %v: the retry did not get its own round", rec.calls)
+	}
+}
+
+func TestCoalescerInsertsAFullRoundAtOnce(t *testing.T) {
+	rec := &recorder{}
+	c := newCoalescer(time.Hour, rec.insert)
+	done := make(chan error, 1)
+	go func() { done <- c.add(context.Background(), make([]int, insertMaxRows)) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a round of insertMaxRows rows waited for the round's wait (1h)")
+	}
+	if len(rec.calls) != 1 || len(rec.calls[0]) != insertMaxRows {
+		t.Errorf("%d inserts, want 1 of %d rows", len(rec.calls), insertMaxRows)
+	}
+}
+
+func TestCoalescerStopsWaitingWhenTheCallerLeaves(t *testing.T) {
+	rec := &recorder{}
+	c := newCoalescer(time.Hour, rec.insert)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.add(ctx, []int{1}) }()
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("add returned nil after its context ended; its rows may not be in")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("add kept waiting after its context ended")
+	}
+}
+
+func TestCoalescerWithoutWaitInsertsEachBatch(t *testing.T) {
+	rec := &recorder{}
+	c := newCoalescer(-1, rec.insert)
+	for i := range 3 {
+		if err := c.add(context.Background(), []int{i}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(rec.calls) != 3 {
+		t.Errorf("%d inserts, want one per batch (3)", len(rec.calls))
+	}
+}
