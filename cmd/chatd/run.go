@@ -34,6 +34,11 @@ var roles = map[string]func(*stack) error{
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string) error {
+	return runTo(ctx, args, getenv, os.Stderr)
+}
+
+// runTo is run with the log written to logw.
+func runTo(ctx context.Context, args []string, getenv func(string) string, logw io.Writer) error {
 	if len(args) == 0 {
 		printUsage(os.Stderr)
 		return errors.New("no role given")
@@ -52,7 +57,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 	if err != nil {
 		return err
 	}
-	log := s.logger().With("role", role)
+	log := s.logger(logw).With("role", role)
 	st, err := openStack(ctx, role, s, log)
 	if err != nil {
 		return err

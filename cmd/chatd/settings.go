@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -158,11 +157,11 @@ func parseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-func (s *settings) logger() *slog.Logger {
+func (s *settings) logger(w io.Writer) *slog.Logger {
 	level, _ := parseLevel(s.LogLevel)
 	opts := &slog.HandlerOptions{Level: level}
 	if s.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+		return slog.New(slog.NewJSONHandler(w, opts))
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+	return slog.New(slog.NewTextHandler(w, opts))
 }

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -92,11 +93,12 @@ func openStack(ctx context.Context, role string, s *settings, log *slog.Logger) 
 	}
 
 	window, retention := s.WindowSize, s.Retention
-	if chAddrs := list(s.ClickHouseAddrs); len(chAddrs) > 0 {
-		st.ch, err = store.OpenClickHouse(ctx, store.ClickHouseConfig{Addrs: chAddrs, Database: s.ClickHouseDB,
-			Username: s.ClickHouseUser, Password: s.ClickHousePass, Metrics: st.metrics})
-		if err != nil {
-			return nil, fmt.Errorf("ClickHouse at %s: %w", s.ClickHouseAddrs, err)
+	if chAddrs := list(s.ClickHouseAddrs); len(chAddrs) > 0 && role == "fanout" {
+		log.Info("the fan-out does not use ClickHouse; not connecting to it", "addrs", chAddrs)
+	} else if len(chAddrs) > 0 {
+		if st.ch, err = waitClickHouse(ctx, store.ClickHouseConfig{Addrs: chAddrs, Database: s.ClickHouseDB,
+			Username: s.ClickHouseUser, Password: s.ClickHousePass, Metrics: st.metrics}, log); err != nil {
+			return nil, err
 		}
 		st.closers = append(st.closers, func() { st.ch.Close() })
 		log.Info("ClickHouse keeps the history", "addrs", chAddrs, "database", s.ClickHouseDB)
@@ -160,6 +162,34 @@ func waitRedis(ctx context.Context, rc redis.UniversalClient) error {
 		}
 	}
 	return fmt.Errorf("Redis does not answer PING after 30 s: %w; check CHAT_REDIS_ADDRS", err)
+}
+
+// clickHouseWait is how long a role waits at start for ClickHouse, so that
+// a role restarted during a short ClickHouse outage (a restart, an upgrade)
+// waits for it instead of exiting in a loop.
+const clickHouseWait = 60 * time.Second
+
+// waitClickHouse opens ClickHouse (and applies the migrations), retrying
+// every 2 s for up to clickHouseWait.
+func waitClickHouse(ctx context.Context, cfg store.ClickHouseConfig, log *slog.Logger) (*store.ClickHouse, error) {
+	deadline := time.Now().Add(clickHouseWait)
+	for {
+		ch, err := store.OpenClickHouse(ctx, cfg)
+		if err == nil {
+			return ch, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("ClickHouse at %s: %w; waited %v; check CHAT_CLICKHOUSE_ADDRS and that clickhouse-server runs",
+				strings.Join(cfg.Addrs, ","), err, clickHouseWait)
+		}
+		log.Warn("ClickHouse is not ready; waiting for it", "addrs", cfg.Addrs, "err", err,
+			"gives_up_in", time.Until(deadline).Round(time.Second))
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
 }
 
 func (st *stack) base() consumers.Base {
