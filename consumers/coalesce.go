@@ -6,25 +6,22 @@ import (
 	"time"
 )
 
-// Defaults of the ClickHouse insert coalescing (see coalescer).
+// Defaults of the persister's insert coalescing (see coalescer).
 const (
-	// DefaultInsertWait is how long the first batch of a round waits for
-	// other partitions' batches before their rows go to ClickHouse in one
-	// insert.
-	DefaultInsertWait = 100 * time.Millisecond
-	// DefaultPersisterWait is the persister's, shorter: the Redis window,
-	// which pulls read first, is written after the insert.
-	DefaultPersisterWait = 50 * time.Millisecond
+	// DefaultPersisterWait is how long the first batch of a round waits
+	// for other partitions' batches before their messages go to ClickHouse
+	// in one insert. The Redis window, which pulls read first, is written
+	// after the insert, so the wait is short.
+	DefaultPersisterWait = 100 * time.Millisecond
 	// insertMaxRows ends a round's wait early: a round this large is
 	// inserted at once (a replay or a backlog fills rounds quickly).
 	insertMaxRows = 50000
 )
 
-// coalescer merges the rows that a consumer's partitions insert at about
-// the same time into one insert. ClickHouse makes a part per insert and
-// merges parts in the background, so one insert per partition per batch,
-// from every partition of every consumer, cost it more CPU than the rows
-// did (a core at 100 messages/s into 50-member groups).
+// coalescer merges the rows that the persister's partitions insert at
+// about the same time into one insert (see rowBuffer for why). Unlike the
+// projectors' buffers, it holds Handle until the rows are in: the window
+// may only hold what ClickHouse has.
 //
 // The first caller of a round waits up to wait (less once the round holds
 // insertMaxRows), then inserts every row the round gathered; each caller
@@ -48,7 +45,7 @@ type round[T any] struct {
 
 func newCoalescer[T any](wait time.Duration, insert func(context.Context, []T) error) *coalescer[T] {
 	if wait == 0 {
-		wait = DefaultInsertWait
+		wait = DefaultPersisterWait
 	}
 	return &coalescer[T]{wait: wait, insert: insert}
 }

@@ -79,7 +79,7 @@ func (r *Runner[E]) consume(ctx context.Context, gc *groupCommits, part int, sta
 			if !r.commit(ctx, log, gc, part, &saved, applied, false) {
 				return gone.Load() || saved.Load() == lostPos
 			}
-			due = time.Time{}
+			due = r.nextDue(saved.Load(), applied)
 			continue
 		}
 		if err != nil {
@@ -111,7 +111,7 @@ func (r *Runner[E]) consume(ctx context.Context, gc *groupCommits, part int, sta
 			if !r.commit(ctx, log, gc, part, &saved, applied, false) {
 				return gone.Load() || saved.Load() == lostPos
 			}
-			due = time.Time{}
+			due = r.nextDue(saved.Load(), applied)
 		}
 		lag := reader.Lag()
 		r.mu.Lock()
@@ -238,6 +238,14 @@ const lostPos = -100
 // saved position that moved means the state was wiped: commit returns
 // false with saved set to lostPos.
 func (r *Runner[E]) commit(ctx context.Context, log *slog.Logger, gc *groupCommits, part int, saved *atomic.Int64, next int64, final bool) bool {
+	if f, ok := r.cfg.Handler.(Flusher); ok {
+		if !r.flush(ctx, log, f, final) {
+			return false
+		}
+		if next = min(next, f.Durable(part)); next <= saved.Load() {
+			return true // nothing new is durable yet: the next due time retries
+		}
+	}
 	if r.cfg.Offsets != nil {
 		for attempt := 0; ; attempt++ {
 			ok, err := r.cfg.Offsets.AdvanceOffset(ctx, r.cfg.Group, r.cfg.Topic, part, saved.Load(), next)
@@ -263,6 +271,42 @@ func (r *Runner[E]) commit(ctx context.Context, log *slog.Logger, gc *groupCommi
 	r.stats.Commits++
 	r.mu.Unlock()
 	return ctx.Err() == nil
+}
+
+// flush retries f.Flush with back-off until it succeeds or ctx ends.
+func (r *Runner[E]) flush(ctx context.Context, log *slog.Logger, f Flusher, force bool) bool {
+	for attempt := 0; ; attempt++ {
+		err := f.Flush(ctx, force)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		r.mu.Lock()
+		r.stats.Retries++
+		r.mu.Unlock()
+		r.cfg.Metrics.Retried(r.cfg.Group)
+		d := r.backoff(attempt)
+		log.Warn("writing buffered rows failed; retrying without committing", "attempt", attempt+1, "retry_in", d, "err", err)
+		if !sleep(ctx, d) {
+			return false
+		}
+	}
+}
+
+// nextDue is when a partition commits next: an interval from now while
+// handled records are not all saved (their effect was not durable yet at
+// the last commit), else when the next batch is handled.
+func (r *Runner[E]) nextDue(saved, applied int64) time.Time {
+	if applied >= 0 && saved < applied {
+		d := r.cfg.CommitInterval
+		if d <= 0 {
+			d = flushGap
+		}
+		return time.Now().Add(d)
+	}
+	return time.Time{}
 }
 
 // claimStart saves kafka.FirstOffset as the position of a partition that

@@ -15,7 +15,10 @@
 // one) and committed to the group. Handle returning an error means "retry":
 // the same batch is handed again after a back-off that grows to MaxBackoff,
 // nothing is committed, nothing is skipped. Effects must be idempotent, since
-// a crash between effect and commit replays the batch.
+// a crash between effect and commit replays the batch. A Handler that is
+// also a Flusher (the projectors, which gather ClickHouse rows across
+// partitions) may keep part of the effect in memory: the runner flushes it
+// when a commit is due and saves no position past what Durable reports.
 //
 // A record that does not decode is poison: it is copied to chat.deadletter
 // (with its origin and the error in headers) and skipped, so it never stalls

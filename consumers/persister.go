@@ -69,13 +69,7 @@ func (p *Persister) Handle(ctx context.Context, part int, recs []Record[schema.M
 		return nil
 	}
 	if p.ClickHouse != nil {
-		p.once.Do(func() {
-			wait := p.InsertWait
-			if wait == 0 {
-				wait = DefaultPersisterWait
-			}
-			p.ch = newCoalescer(wait, p.ClickHouse.InsertMessageRows)
-		})
+		p.once.Do(func() { p.ch = newCoalescer(p.InsertWait, p.ClickHouse.InsertMessageRows) })
 		rows := make([]store.MessageRow, len(keep))
 		for i := range keep {
 			rows[i] = store.MessageRow{Message: keep[i], Partition: int32(part)}

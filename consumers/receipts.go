@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"time"
 
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
@@ -19,20 +18,21 @@ const GroupReceiptProjector = "chat.receipt-projector"
 // When configured, it also writes ClickHouse's receipt_events log and
 // read_cursors table, the analysts' copy (docs/analytics.md).
 //
-// Redis is written first, so read counts move as soon as a batch is read;
-// ClickHouse's rows are coalesced across partitions, as in AckProjector. A
-// batch counts as done only when both stores hold it, and both writes are
-// idempotent, so a failure of either retries the batch whole.
+// Redis is written in Handle, so read counts move as soon as a batch is
+// read; ClickHouse's rows are buffered and inserted together when a commit
+// is due, as in AckProjector.
 type ReceiptProjector struct {
 	Redis      *store.Redis      // required
 	ClickHouse *store.ClickHouse // optional
-	InsertWait time.Duration     // as in AckProjector
 
 	once sync.Once
-	ch   *coalescer[store.ReceiptRow]
+	buf  *rowBuffer[store.ReceiptRow]
 }
 
-var _ Handler[schema.Receipt] = (*ReceiptProjector)(nil)
+var (
+	_ Handler[schema.Receipt] = (*ReceiptProjector)(nil)
+	_ Flusher                 = (*ReceiptProjector)(nil)
+)
 
 // Runner returns the receipt projector's runner on chat.receipts.
 func (p *ReceiptProjector) Runner(b Base) (*Runner[schema.Receipt], error) {
@@ -44,17 +44,38 @@ func (p *ReceiptProjector) Runner(b Base) (*Runner[schema.Receipt], error) {
 
 // Handle implements Handler.
 func (p *ReceiptProjector) Handle(ctx context.Context, part int, recs []Record[schema.Receipt]) error {
+	buf := p.buffer()
+	if err := buf.makeRoom(ctx); err != nil {
+		return err
+	}
 	rs := make([]schema.Receipt, len(recs))
 	for i := range recs {
 		rs[i] = recs[i].Event
 	}
-	if err := p.Redis.AdvanceReads(ctx, rs); err != nil || p.ClickHouse == nil {
+	if err := p.Redis.AdvanceReads(ctx, rs); err != nil || buf == nil {
 		return err
 	}
-	p.once.Do(func() { p.ch = newCoalescer(p.InsertWait, p.ClickHouse.InsertReceipts) })
 	rows := make([]store.ReceiptRow, len(recs))
 	for i := range recs {
 		rows[i] = store.ReceiptRow{Receipt: recs[i].Event, Partition: int32(part), Offset: recs[i].Offset}
 	}
-	return p.ch.add(ctx, rows)
+	buf.add(part, recs[0].Offset, rows)
+	return nil
 }
+
+func (p *ReceiptProjector) buffer() *rowBuffer[store.ReceiptRow] {
+	p.once.Do(func() {
+		if p.ClickHouse != nil {
+			p.buf = newRowBuffer(p.ClickHouse.InsertReceipts)
+		}
+	})
+	return p.buf
+}
+
+// Flush implements Flusher.
+func (p *ReceiptProjector) Flush(ctx context.Context, force bool) error {
+	return p.buffer().Flush(ctx, force)
+}
+
+// Durable implements Flusher.
+func (p *ReceiptProjector) Durable(part int) int64 { return p.buffer().Durable(part) }

@@ -180,7 +180,7 @@ func (g *Gateway) checkHead(ctx context.Context, gid string, head, upto int64, o
 	if upto <= head {
 		return nil
 	}
-	logHead, err := g.cfg.Producer.Head(ctx, gid)
+	logHead, err := g.cfg.Producer.HeadAtLeast(ctx, gid, upto)
 	if err != nil {
 		return g.unavailable("head", err)
 	}

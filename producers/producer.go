@@ -67,11 +67,15 @@ type Producer struct {
 
 	mu    sync.Mutex
 	parts map[string]int // partition counts by topic
+	heads map[int]int64  // per partition of chat.messages, the newest offset known to exist
 }
 
 // sent travels in kafka.Message.WriterData so that the writer's Completion
-// hook can hand the record's offset back to the sender.
-type sent struct{ offset int64 }
+// hook can hand the record's position back to the sender.
+type sent struct {
+	partition int
+	offset    int64
+}
 
 // New returns a Producer. It does not dial until the first send.
 func New(cfg Config) (*Producer, error) {
@@ -95,7 +99,7 @@ func New(cfg Config) (*Producer, error) {
 			}
 			for i := range msgs {
 				if s, ok := msgs[i].WriterData.(*sent); ok {
-					s.offset = msgs[i].Offset
+					s.partition, s.offset = msgs[i].Partition, msgs[i].Offset
 				}
 			}
 		},
@@ -104,6 +108,7 @@ func New(cfg Config) (*Producer, error) {
 		w:      w,
 		client: &kafka.Client{Addr: addr, Timeout: cfg.WriteTimeout},
 		parts:  map[string]int{},
+		heads:  map[int]int64{},
 	}, nil
 }
 
@@ -144,6 +149,7 @@ func (p *Producer) SendMessages(ctx context.Context, ms []schema.Message) ([]int
 			return nil, fmt.Errorf("producers: send to %s: broker returned no offset", topics.Messages)
 		}
 		ids[i] = slots[i].offset
+		p.sawHead(slots[i].partition, slots[i].offset)
 	}
 	return ids, nil
 }
@@ -216,10 +222,41 @@ func (p *Producer) Head(ctx context.Context, gid string) (int64, error) {
 			if po.Error != nil {
 				return -1, fmt.Errorf("producers: head of %s/%d: %w", topics.Messages, part, po.Error)
 			}
+			p.sawHead(part, po.LastOffset-1)
 			return po.LastOffset - 1, nil
 		}
 	}
 	return -1, fmt.Errorf("producers: head of %s/%d: partition missing from the answer", topics.Messages, part)
+}
+
+// HeadAtLeast returns a head of gid's partition of chat.messages that is
+// at least upto when the log has reached upto, without asking the broker
+// when this producer already knows: from its own sends and earlier heads
+// (a log head never goes back). Otherwise it returns Head. Gateways check
+// acks against it: the acks of a busy group arrive before the persister has
+// moved the group's head in Redis, and a broker round trip for each of them
+// cost more than the ack.
+func (p *Producer) HeadAtLeast(ctx context.Context, gid string, upto int64) (int64, error) {
+	n, err := p.partitions(ctx, topics.Messages)
+	if err != nil {
+		return -1, err
+	}
+	p.mu.Lock()
+	h, ok := p.heads[topics.Partition(gid, n)]
+	p.mu.Unlock()
+	if ok && h >= upto {
+		return h, nil
+	}
+	return p.Head(ctx, gid)
+}
+
+// sawHead notes that offset exists in partition part of chat.messages.
+func (p *Producer) sawHead(part int, offset int64) {
+	p.mu.Lock()
+	if h, ok := p.heads[part]; !ok || offset > h {
+		p.heads[part] = offset
+	}
+	p.mu.Unlock()
 }
 
 // DeadLetter copies a record no consumer could use to chat.deadletter, with

@@ -105,6 +105,43 @@ func TestChangeMemberRecordsTheHead(t *testing.T) {
 	}
 }
 
+// HeadAtLeast answers from what the producer knows when that suffices, and
+// asks the broker only for a position beyond it.
+func TestHeadAtLeastAsksTheBrokerOnlyBeyondWhatItKnows(t *testing.T) {
+	b, p := setup(t, 2)
+	ctx := context.Background()
+	var id int64
+	for i := range 5 {
+		var err error
+		if id, err = p.SendMessage(ctx, &schema.Message{Gid: "g1", Sender: "u1", ClientMsgID: fmt.Sprint(i), Body: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A second producer sends into the same partition behind p's back.
+	q, err := New(Config{Brokers: []string{b.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	later, err := q.SendMessage(ctx, &schema.Message{Gid: "g1", Sender: "u2", Body: []byte("y")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, err := p.HeadAtLeast(ctx, "g1", later); err != nil || h != later {
+		t.Fatalf("HeadAtLeast(g1, %d) = %d, %v; want the broker's head %d", later, h, err, later)
+	}
+
+	b.Close() // from here on only what p knows answers
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	if h, err := p.HeadAtLeast(cctx, "g1", id); err != nil || h < id {
+		t.Errorf("HeadAtLeast(g1, %d) with the broker gone = %d, %v; want its own send's %d known", id, h, err, id)
+	}
+	if h, err := p.HeadAtLeast(cctx, "g1", later+1); err == nil {
+		t.Errorf("HeadAtLeast(g1, %d) beyond the log answered %d without the broker", later+1, h)
+	}
+}
+
 func BenchmarkSendMessageSerial(b *testing.B) {
 	_, p := setup(b, 8)
 	ctx := context.Background()
