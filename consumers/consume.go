@@ -149,13 +149,21 @@ func (r *Runner[E]) fetch(ctx context.Context, reader *kafka.Reader, batch []kaf
 		return batch, err
 	}
 	batch = append(batch, m)
+	// More is there when the broker said so at the last fetch (lag) or
+	// when the reader holds records already fetched: a trickle fetched a
+	// record at a time reports no lag, yet piles up in the reader's queue
+	// while a slow Handle runs, and must not then be handed over one
+	// record per Handle.
+	more := func() bool { return reader.Lag() > 0 || reader.Stats().QueueLength > 0 }
 	if reader.Lag() <= 0 {
 		r.markCaughtUp(m.Partition)
-		return batch, nil
+		if !more() {
+			return batch, nil
+		}
 	}
 	lctx, cancel := context.WithTimeout(ctx, r.cfg.Linger)
 	defer cancel()
-	for len(batch) < r.cfg.BatchSize && reader.Lag() > 0 {
+	for len(batch) < r.cfg.BatchSize && more() {
 		m, err := reader.FetchMessage(lctx)
 		if err != nil {
 			if ctx.Err() != nil {

@@ -368,3 +368,41 @@ func TestRunnerReplaysStateWipedBeforeTheFirstSave(t *testing.T) {
 		t.Fatalf("rebuilt cursors %v, want %v", got, want)
 	}
 }
+
+// slowAcks is memAcks whose Handle takes a while, like the persister
+// waiting for its shared ClickHouse insert.
+type slowAcks struct{ *memAcks }
+
+func (s slowAcks) Handle(ctx context.Context, part int, recs []Record[schema.Ack]) error {
+	time.Sleep(100 * time.Millisecond)
+	return s.memAcks.Handle(ctx, part, recs)
+}
+
+// A trickle of records, fetched one at a time, piles up in the reader
+// while a slow Handle runs; the next batch must take all of it, or the
+// consumer falls behind for good at one record per Handle.
+func TestRunnerHandsATrickleOverInBatchesToASlowHandler(t *testing.T) {
+	k := newKafka(t, 1)
+	h := newMemAcks()
+	r, err := NewRunner(Config[schema.Ack]{
+		Brokers: k.brokers(), Group: "acks-trickle", Topic: topics.Acks,
+		Decode: schema.DecodeAck, Handler: slowAcks{h}, Offsets: h, DeadLetter: k.prod,
+		SessionTimeout: 6 * time.Second, RebalanceTimeout: 2 * time.Second,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, r.Run)
+	waitFor(t, "the partition assigned", 20*time.Second, func() bool { return len(r.Lag()) == 1 })
+	const n = 100
+	for i := range n { // 10 ms apart: 10 records per Handle of 100 ms
+		if err := k.prod.SendAcks(context.Background(), schema.Ack{Gid: "g", Uid: "u", Upto: int64(i), At: 1}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	waitFor(t, "all acks handled", 20*time.Second, func() bool { return h.handled() == n })
+	if b := r.Stats().Batches; b > n/3 {
+		t.Errorf("%d records came in %d batches: the ones queued behind a slow Handle were handed over one at a time", n, b)
+	}
+}
