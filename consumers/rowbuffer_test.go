@@ -114,7 +114,7 @@ func (b *bufferedAcks) Handle(ctx context.Context, part int, recs []Record[schem
 }
 
 func (b *bufferedAcks) Flush(ctx context.Context, force bool) error { return b.buf.Flush(ctx, force) }
-func (b *bufferedAcks) Durable(part int) int64                       { return b.buf.Durable(part) }
+func (b *bufferedAcks) Durable(part int) int64                      { return b.buf.Durable(part) }
 
 // savedWithin reports whether the saved position of partition 0 covers only
 // flushed records, and returns it.
