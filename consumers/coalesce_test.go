@@ -26,19 +26,26 @@ func (r *recorder) insert(ctx context.Context, rows []int) error {
 	return r.err
 }
 
-func TestCoalescerMergesConcurrentBatches(t *testing.T) {
-	rec := &recorder{}
-	c := newCoalescer(200*time.Millisecond, rec.insert)
+// addAtOnce calls c.add from n goroutines at once, with rows(i) from the
+// i-th, and returns their errors.
+func addAtOnce(c *coalescer[int], n int, rows func(i int) []int) []error {
 	var wg sync.WaitGroup
-	errs := make([]error, 8)
-	for i := range 8 {
+	errs := make([]error, n)
+	for i := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = c.add(context.Background(), []int{2 * i, 2*i + 1})
+			errs[i] = c.add(context.Background(), rows(i))
 		}()
 	}
 	wg.Wait()
+	return errs
+}
+
+func TestCoalescerMergesConcurrentBatches(t *testing.T) {
+	rec := &recorder{}
+	c := newCoalescer(200*time.Millisecond, rec.insert)
+	errs := addAtOnce(c, 8, func(i int) []int { return []int{2 * i, 2*i + 1} })
 	for i, err := range errs {
 		if err != nil {
 			t.Errorf("add %d: %v", i, err)
@@ -56,16 +63,7 @@ func TestCoalescerMergesConcurrentBatches(t *testing.T) {
 func TestCoalescerReturnsTheInsertErrorToEveryCaller(t *testing.T) {
 	rec := &recorder{err: errors.New("clickhouse down")}
 	c := newCoalescer(100*time.Millisecond, rec.insert)
-	var wg sync.WaitGroup
-	errs := make([]error, 4)
-	for i := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[i] = c.add(context.Background(), []int{i})
-		}()
-	}
-	wg.Wait()
+	errs := addAtOnce(c, 4, func(i int) []int { return []int{i} })
 	for i, err := range errs {
 		if !errors.Is(err, rec.err) {
 			t.Errorf("add %d returned %v, want the insert's error (its rows are not in)", i, err)

@@ -189,26 +189,37 @@ func (r *Runner[E]) handle(ctx context.Context, log *slog.Logger, part int, recs
 	if len(recs) == 0 {
 		return true
 	}
+	retries, ok := r.retry(ctx, func() error { return r.cfg.Handler.Handle(ctx, part, recs) },
+		func(attempt int, d time.Duration, err error) {
+			log.Warn("batch failed; retrying without committing", "records", len(recs),
+				"first_offset", recs[0].Offset, "attempt", attempt+1, "retry_in", d, "err", err)
+		})
+	if ok && retries > 0 {
+		log.Info("batch applied after retries", "retries", retries)
+	}
+	return ok
+}
+
+// retry calls fn until it succeeds or ctx ends, counting each failure and
+// telling failed about it before a back-off. It reports the failures and
+// whether fn succeeded.
+func (r *Runner[E]) retry(ctx context.Context, fn func() error, failed func(attempt int, retryIn time.Duration, err error)) (int, bool) {
 	for attempt := 0; ; attempt++ {
-		err := r.cfg.Handler.Handle(ctx, part, recs)
+		err := fn()
 		if err == nil {
-			if attempt > 0 {
-				log.Info("batch applied after retries", "retries", attempt)
-			}
-			return true
+			return attempt, true
 		}
 		if ctx.Err() != nil {
-			return false
+			return attempt, false
 		}
 		r.mu.Lock()
 		r.stats.Retries++
 		r.mu.Unlock()
 		r.cfg.Metrics.Retried(r.cfg.Group)
 		d := r.backoff(attempt)
-		log.Warn("batch failed; retrying without committing", "records", len(recs),
-			"first_offset", recs[0].Offset, "attempt", attempt+1, "retry_in", d, "err", err)
+		failed(attempt, d, err)
 		if !sleep(ctx, d) {
-			return false
+			return attempt, false
 		}
 	}
 }
@@ -283,24 +294,10 @@ func (r *Runner[E]) commit(ctx context.Context, log *slog.Logger, gc *groupCommi
 
 // flush retries f.Flush with back-off until it succeeds or ctx ends.
 func (r *Runner[E]) flush(ctx context.Context, log *slog.Logger, f Flusher, force bool) bool {
-	for attempt := 0; ; attempt++ {
-		err := f.Flush(ctx, force)
-		if err == nil {
-			return true
-		}
-		if ctx.Err() != nil {
-			return false
-		}
-		r.mu.Lock()
-		r.stats.Retries++
-		r.mu.Unlock()
-		r.cfg.Metrics.Retried(r.cfg.Group)
-		d := r.backoff(attempt)
+	_, ok := r.retry(ctx, func() error { return f.Flush(ctx, force) }, func(attempt int, d time.Duration, err error) {
 		log.Warn("writing buffered rows failed; retrying without committing", "attempt", attempt+1, "retry_in", d, "err", err)
-		if !sleep(ctx, d) {
-			return false
-		}
-	}
+	})
+	return ok
 }
 
 // nextDue is when a partition commits next: an interval from now while

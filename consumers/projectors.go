@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
@@ -22,8 +23,7 @@ type AckProjector struct {
 	Redis      *store.Redis      // required
 	ClickHouse *store.ClickHouse // optional
 
-	once sync.Once
-	buf  *rowBuffer[store.AckRow]
+	lazyRows[store.AckRow] // Flusher
 }
 
 var (
@@ -41,41 +41,10 @@ func (a *AckProjector) Runner(b Base) (*Runner[schema.Ack], error) {
 
 // Handle implements Handler.
 func (a *AckProjector) Handle(ctx context.Context, part int, recs []Record[schema.Ack]) error {
-	buf := a.buffer()
-	if err := buf.makeRoom(ctx); err != nil {
-		return err
-	}
-	acks := make([]schema.Ack, len(recs))
-	for i := range recs {
-		acks[i] = recs[i].Event
-	}
-	if err := a.Redis.AdvanceAcks(ctx, acks); err != nil || buf == nil {
-		return err
-	}
-	rows := make([]store.AckRow, len(recs))
-	for i := range recs {
-		rows[i] = store.AckRow{Ack: recs[i].Event, Partition: int32(part), Offset: recs[i].Offset}
-	}
-	buf.add(part, recs[0].Offset, rows)
-	return nil
-}
-
-func (a *AckProjector) buffer() *rowBuffer[store.AckRow] {
-	a.once.Do(func() {
-		if a.ClickHouse != nil {
-			a.buf = newRowBuffer(a.ClickHouse.InsertAcks)
-		}
+	return project(ctx, a.get(a.ClickHouse, (*store.ClickHouse).InsertAcks), part, recs, a.Redis.AdvanceAcks, func(r *Record[schema.Ack]) store.AckRow {
+		return store.AckRow{Ack: r.Event, Partition: int32(part), Offset: r.Offset}
 	})
-	return a.buf
 }
-
-// Flush implements Flusher.
-func (a *AckProjector) Flush(ctx context.Context, force bool) error {
-	return a.buffer().Flush(ctx, force)
-}
-
-// Durable implements Flusher.
-func (a *AckProjector) Durable(part int) int64 { return a.buffer().Durable(part) }
 
 // MemberProjector folds chat.members into membership: a joiner starts at
 // the group head (its cursors are raised to the join position), a member
@@ -85,8 +54,7 @@ type MemberProjector struct {
 	Redis      *store.Redis      // required
 	ClickHouse *store.ClickHouse // optional
 
-	once sync.Once
-	buf  *rowBuffer[store.MemberRow]
+	lazyRows[store.MemberRow] // Flusher
 }
 
 var (
@@ -104,38 +72,54 @@ func (m *MemberProjector) Runner(b Base) (*Runner[schema.Member], error) {
 
 // Handle implements Handler.
 func (m *MemberProjector) Handle(ctx context.Context, part int, recs []Record[schema.Member]) error {
-	buf := m.buffer()
+	return project(ctx, m.get(m.ClickHouse, (*store.ClickHouse).InsertMembers), part, recs, m.Redis.ApplyMembers, func(r *Record[schema.Member]) store.MemberRow {
+		return store.MemberRow{Member: r.Event, Partition: int32(part), Offset: r.Offset}
+	})
+}
+
+// lazyRows is a projector's ClickHouse row buffer, made by the first
+// Handle; nil without ClickHouse. It makes the projector a Flusher.
+type lazyRows[R any] struct {
+	once sync.Once
+	buf  atomic.Pointer[rowBuffer[R]]
+}
+
+func (l *lazyRows[R]) get(ch *store.ClickHouse, insert func(*store.ClickHouse, context.Context, []R) error) *rowBuffer[R] {
+	l.once.Do(func() {
+		if ch != nil {
+			l.buf.Store(newRowBuffer(func(ctx context.Context, rows []R) error { return insert(ch, ctx, rows) }))
+		}
+	})
+	return l.buf.Load()
+}
+
+// Flush implements Flusher.
+func (l *lazyRows[R]) Flush(ctx context.Context, force bool) error {
+	return l.buf.Load().Flush(ctx, force)
+}
+
+// Durable implements Flusher.
+func (l *lazyRows[R]) Durable(part int) int64 { return l.buf.Load().Durable(part) }
+
+// project is a projector's Handle: apply the batch's events to Redis, then
+// buffer their ClickHouse rows (when there is a buffer), after making room
+// in it first so that a failure leaves nothing half done.
+func project[E, R any](ctx context.Context, buf *rowBuffer[R], part int, recs []Record[E],
+	apply func(context.Context, []E) error, row func(*Record[E]) R) error {
 	if err := buf.makeRoom(ctx); err != nil {
 		return err
 	}
-	ms := make([]schema.Member, len(recs))
+	events := make([]E, len(recs))
 	for i := range recs {
-		ms[i] = recs[i].Event
+		events[i] = recs[i].Event
 	}
-	if err := m.Redis.ApplyMembers(ctx, ms); err != nil || buf == nil {
+	if err := apply(ctx, events); err != nil || buf == nil {
 		return err
 	}
-	rows := make([]store.MemberRow, len(recs))
+	rows := make([]R, len(recs))
 	for i := range recs {
-		rows[i] = store.MemberRow{Member: recs[i].Event, Partition: int32(part), Offset: recs[i].Offset}
+		rows[i] = row(&recs[i])
 	}
 	buf.add(part, recs[0].Offset, rows)
 	return nil
 }
-
-func (m *MemberProjector) buffer() *rowBuffer[store.MemberRow] {
-	m.once.Do(func() {
-		if m.ClickHouse != nil {
-			m.buf = newRowBuffer(m.ClickHouse.InsertMembers)
-		}
-	})
-	return m.buf
-}
-
-// Flush implements Flusher.
-func (m *MemberProjector) Flush(ctx context.Context, force bool) error {
-	return m.buffer().Flush(ctx, force)
-}
-
-// Durable implements Flusher.
-func (m *MemberProjector) Durable(part int) int64 { return m.buffer().Durable(part) }

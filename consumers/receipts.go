@@ -3,7 +3,6 @@ package consumers
 import (
 	"context"
 	"errors"
-	"sync"
 
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
@@ -25,8 +24,7 @@ type ReceiptProjector struct {
 	Redis      *store.Redis      // required
 	ClickHouse *store.ClickHouse // optional
 
-	once sync.Once
-	buf  *rowBuffer[store.ReceiptRow]
+	lazyRows[store.ReceiptRow] // Flusher
 }
 
 var (
@@ -44,38 +42,7 @@ func (p *ReceiptProjector) Runner(b Base) (*Runner[schema.Receipt], error) {
 
 // Handle implements Handler.
 func (p *ReceiptProjector) Handle(ctx context.Context, part int, recs []Record[schema.Receipt]) error {
-	buf := p.buffer()
-	if err := buf.makeRoom(ctx); err != nil {
-		return err
-	}
-	rs := make([]schema.Receipt, len(recs))
-	for i := range recs {
-		rs[i] = recs[i].Event
-	}
-	if err := p.Redis.AdvanceReads(ctx, rs); err != nil || buf == nil {
-		return err
-	}
-	rows := make([]store.ReceiptRow, len(recs))
-	for i := range recs {
-		rows[i] = store.ReceiptRow{Receipt: recs[i].Event, Partition: int32(part), Offset: recs[i].Offset}
-	}
-	buf.add(part, recs[0].Offset, rows)
-	return nil
-}
-
-func (p *ReceiptProjector) buffer() *rowBuffer[store.ReceiptRow] {
-	p.once.Do(func() {
-		if p.ClickHouse != nil {
-			p.buf = newRowBuffer(p.ClickHouse.InsertReceipts)
-		}
+	return project(ctx, p.get(p.ClickHouse, (*store.ClickHouse).InsertReceipts), part, recs, p.Redis.AdvanceReads, func(r *Record[schema.Receipt]) store.ReceiptRow {
+		return store.ReceiptRow{Receipt: r.Event, Partition: int32(part), Offset: r.Offset}
 	})
-	return p.buf
 }
-
-// Flush implements Flusher.
-func (p *ReceiptProjector) Flush(ctx context.Context, force bool) error {
-	return p.buffer().Flush(ctx, force)
-}
-
-// Durable implements Flusher.
-func (p *ReceiptProjector) Durable(part int) int64 { return p.buffer().Durable(part) }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/groupchat/chatd/schema"
-	"github.com/groupchat/chatd/topics"
 )
 
 func TestRowBufferDurableFollowsTheInserts(t *testing.T) {
@@ -140,17 +139,7 @@ func TestRunnerSavesOnlyWhatAFlusherMadeDurable(t *testing.T) {
 	h := &bufferedAcks{memAcks: newMemAcks(), flushed: map[int64]bool{}}
 	h.buf = newRowBuffer(h.insert)
 	h.down = true
-	r, err := NewRunner(Config[schema.Ack]{
-		Brokers: k.brokers(), Group: "acks-flusher", Topic: topics.Acks,
-		Decode: schema.DecodeAck, Handler: h, Offsets: h, DeadLetter: k.prod,
-		MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
-		SessionTimeout: 6 * time.Second, RebalanceTimeout: 2 * time.Second,
-		CommitInterval: 100 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	start(t, r.Run)
+	runAcksWith(t, k, "acks-flusher", h, h, func(c *Config[schema.Ack]) { c.CommitInterval = 100 * time.Millisecond })
 	sendAcks(t, k, 50)
 	waitFor(t, "50 acks handled while inserts fail", 20*time.Second, func() bool { return h.handled() == 50 })
 	// Commits come due and their flushes fail: nothing may be saved.

@@ -109,13 +109,24 @@ func (m *memAcks) handled() int {
 
 func runAcks(t *testing.T, k *kafkaEnv, group string, h *memAcks) (*Runner[schema.Ack], func()) {
 	t.Helper()
-	r, err := NewRunner(Config[schema.Ack]{
+	return runAcksWith(t, k, group, h, h, nil)
+}
+
+// runAcksWith runs handler on chat.acks with the test settings, positions
+// in offsets, and tune's changes to the config (nil: none).
+func runAcksWith(t *testing.T, k *kafkaEnv, group string, handler Handler[schema.Ack], offsets OffsetStore, tune func(*Config[schema.Ack])) (*Runner[schema.Ack], func()) {
+	t.Helper()
+	cfg := Config[schema.Ack]{
 		Brokers: k.brokers(), Group: group, Topic: topics.Acks,
-		Decode: schema.DecodeAck, Handler: h, Offsets: h, DeadLetter: k.prod,
+		Decode: schema.DecodeAck, Handler: handler, Offsets: offsets, DeadLetter: k.prod,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
 		SessionTimeout: 6 * time.Second, RebalanceTimeout: 2 * time.Second,
 		StateCheck: 100 * time.Millisecond,
-	})
+	}
+	if tune != nil {
+		tune(&cfg)
+	}
+	r, err := NewRunner(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,15 +395,7 @@ func (s slowAcks) Handle(ctx context.Context, part int, recs []Record[schema.Ack
 func TestRunnerHandsATrickleOverInBatchesToASlowHandler(t *testing.T) {
 	k := newKafka(t, 1)
 	h := newMemAcks()
-	r, err := NewRunner(Config[schema.Ack]{
-		Brokers: k.brokers(), Group: "acks-trickle", Topic: topics.Acks,
-		Decode: schema.DecodeAck, Handler: slowAcks{h}, Offsets: h, DeadLetter: k.prod,
-		SessionTimeout: 6 * time.Second, RebalanceTimeout: 2 * time.Second,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	start(t, r.Run)
+	r, _ := runAcksWith(t, k, "acks-trickle", slowAcks{h}, h, nil)
 	waitFor(t, "the partition assigned", 20*time.Second, func() bool { return len(r.Lag()) == 1 })
 	const n = 100
 	for i := range n { // 10 ms apart: 10 records per Handle of 100 ms

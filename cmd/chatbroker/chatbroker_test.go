@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -25,25 +24,14 @@ import (
 
 type brokerProc struct {
 	cmd  *exec.Cmd
-	log  *syncBuffer
+	log  *testserver.Output
 	done chan struct{}
 }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 func startBroker(t *testing.T, bin, addr, dir string) *brokerProc {
 	t.Helper()
-	p := &brokerProc{cmd: exec.Command(bin, "-listen", addr, "-data-dir", dir, "-partitions", "2"), log: &syncBuffer{}, done: make(chan struct{})}
+	p := &brokerProc{cmd: exec.Command(bin, "-listen", addr, "-data-dir", dir, "-partitions", "2"), log: &testserver.Output{}, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {

@@ -1,33 +1,13 @@
 package main
 
 import (
-	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/groupchat/chatd/broker"
 	"github.com/groupchat/chatd/internal/testserver"
 )
-
-// syncLog is a log sink that tests read while chatd writes it.
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // A role started while ClickHouse is down waits for it instead of exiting,
 // and the fan-out, which never uses ClickHouse, starts without it.
@@ -49,25 +29,9 @@ func TestRolesStartWhileClickHouseIsDown(t *testing.T) {
 			"CHAT_JWT_SECRET": strings.Repeat("s", 32), "CHAT_ADMIN_TOKEN": "admin",
 		}
 	}
-	start := func(role string) (addr string, logs *syncLog, stop func()) {
-		addr, logs = freeAddr(t), &syncLog{}
-		e := env(addr)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			done <- runTo(ctx, []string{role}, func(k string) string { return e[k] }, logs)
-		}()
-		return addr, logs, func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("chatd %s: %v\n%s", role, err, logs)
-				}
-			case <-time.After(20 * time.Second):
-				t.Errorf("chatd %s did not stop within 20 s", role)
-			}
-		}
+	start := func(role string) (addr string, logs *testserver.Output, stop func()) {
+		addr, logs = freeAddr(t), &testserver.Output{}
+		return addr, logs, runRole(t, role, env(addr), logs)
 	}
 
 	fanAddr, _, stopFanout := start("fanout")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,26 @@ import (
 	"github.com/groupchat/chatd/broker"
 	"github.com/groupchat/chatd/internal/testserver"
 )
+
+// runRole runs `chatd role` in this process with env as its settings and
+// its log written to logw, and returns a stop that cancels it and checks
+// that it returned cleanly.
+func runRole(t *testing.T, role string, env map[string]string, logw io.Writer) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runTo(ctx, []string{role}, func(k string) string { return env[k] }, logw) }()
+	return func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("chatd %s: %v", role, err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Errorf("chatd %s did not stop within 20 s", role)
+		}
+	}
+}
 
 // A production gateway serves the web page and the API, and none of the
 // dev routes: no tokens for anyone, no group management without the admin
@@ -27,20 +48,7 @@ func TestGatewayRoleServesThePageButNoDevRoutes(t *testing.T) {
 		"CHAT_HTTP_ADDR": addr, "CHAT_KAFKA_BROKERS": b.Addr(), "CHAT_REDIS_ADDRS": redis.Addr, "CHAT_PARTITIONS": "2",
 		"CHAT_JWT_SECRET": strings.Repeat("s", 32), "CHAT_ADMIN_TOKEN": "admin", "CHAT_LOG_LEVEL": "warn",
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"gateway"}, func(k string) string { return env[k] }) }()
-	defer func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("chatd gateway: %v", err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Error("chatd gateway did not stop within 20 s")
-		}
-	}()
+	defer runRole(t, "gateway", env, os.Stderr)()
 	waitHealthy(t, "http://"+addr+"/healthz")
 
 	do := func(method, path string) (int, string) {
