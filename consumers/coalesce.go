@@ -13,9 +13,6 @@ const (
 	// in one insert. The Redis window, which pulls read first, is written
 	// after the insert, so the wait is short.
 	DefaultPersisterWait = 100 * time.Millisecond
-	// insertMaxRows ends a round's wait early: a round this large is
-	// inserted at once (a replay or a backlog fills rounds quickly).
-	insertMaxRows = 50000
 )
 
 // coalescer merges the rows that the persister's partitions insert at
@@ -24,7 +21,7 @@ const (
 // may only hold what ClickHouse has.
 //
 // The first caller of a round waits up to wait (less once the round holds
-// insertMaxRows), then inserts every row the round gathered; each caller
+// maxInsertRows), then inserts every row the round gathered; each caller
 // returns the error of the insert that carried its rows, so a Handle still
 // returns only after its rows are in ClickHouse (commit after effect).
 // Rounds do not wait for each other. Safe for concurrent use.
@@ -38,7 +35,7 @@ type coalescer[T any] struct {
 
 type round[T any] struct {
 	rows []T
-	full chan struct{} // closed when rows reach insertMaxRows
+	full chan struct{} // closed when rows reach maxInsertRows
 	done chan struct{} // closed when the insert returned; err is its result
 	err  error
 }
@@ -69,7 +66,7 @@ func (c *coalescer[T]) add(ctx context.Context, rows []T) error {
 	}
 	before := len(r.rows)
 	r.rows = append(r.rows, rows...)
-	if before < insertMaxRows && len(r.rows) >= insertMaxRows {
+	if before < maxInsertRows && len(r.rows) >= maxInsertRows {
 		close(r.full)
 	}
 	c.mu.Unlock()

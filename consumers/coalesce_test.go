@@ -83,17 +83,17 @@ func TestCoalescerInsertsAFullRoundAtOnce(t *testing.T) {
 	rec := &recorder{}
 	c := newCoalescer(time.Hour, rec.insert)
 	done := make(chan error, 1)
-	go func() { done <- c.add(context.Background(), make([]int, insertMaxRows)) }()
+	go func() { done <- c.add(context.Background(), make([]int, maxInsertRows)) }()
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Fatal(err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("a round of insertMaxRows rows waited for the round's wait (1h)")
+		t.Fatal("a round of maxInsertRows rows waited for the round's wait (1h)")
 	}
-	if len(rec.calls) != 1 || len(rec.calls[0]) != insertMaxRows {
-		t.Errorf("%d inserts, want 1 of %d rows", len(rec.calls), insertMaxRows)
+	if len(rec.calls) != 1 || len(rec.calls[0]) != maxInsertRows {
+		t.Errorf("%d inserts, want 1 of %d rows", len(rec.calls), maxInsertRows)
 	}
 }
 

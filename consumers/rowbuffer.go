@@ -28,9 +28,11 @@ const (
 	// the partitions of a consumer commit at their own times, and the
 	// first one due flushes the rows of all of them.
 	flushGap = 500 * time.Millisecond
-	// bufferMaxRows makes Handle flush before it adds more: a replay
-	// fills a buffer quickly, and memory stays bounded.
-	bufferMaxRows = 50000
+	// maxInsertRows is the most rows gathered for one insert: a projector's
+	// Handle flushes a buffer this full before it adds more, and a
+	// persister's round this full is inserted without waiting longer. A
+	// replay fills them quickly; memory stays bounded.
+	maxInsertRows = 50000
 )
 
 // rowBuffer gathers a projector's ClickHouse rows from all its partitions
@@ -63,7 +65,7 @@ func (b *rowBuffer[T]) makeRoom(ctx context.Context) error {
 		return nil
 	}
 	b.mu.Lock()
-	full := len(b.rows) >= bufferMaxRows
+	full := len(b.rows) >= maxInsertRows
 	b.mu.Unlock()
 	if !full {
 		return nil

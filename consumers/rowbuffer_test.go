@@ -64,7 +64,7 @@ func TestRowBufferDurableFollowsTheInserts(t *testing.T) {
 func TestRowBufferMakesRoomWhenFull(t *testing.T) {
 	rec := &recorder{}
 	b := newRowBuffer(rec.insert)
-	b.add(0, 0, make([]int, bufferMaxRows))
+	b.add(0, 0, make([]int, maxInsertRows))
 	if err := b.makeRoom(context.Background()); err != nil {
 		t.Fatal(err)
 	}
