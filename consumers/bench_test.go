@@ -164,13 +164,29 @@ func (h *timedHandler[E]) Handle(ctx context.Context, part int, recs []Record[E]
 	return h.Handler.Handle(ctx, part, recs)
 }
 
-// drain runs cfg's runner until it has handled n records, and reports the
-// rate from the first batch on, and the join time before it.
+// timedFlusher is a timedHandler of a Flusher, still a Flusher to the
+// runner.
+type timedFlusher[E any] struct {
+	*timedHandler[E]
+	Flusher
+}
+
+func (h timedFlusher[E]) Handle(ctx context.Context, part int, recs []Record[E]) error {
+	return h.timedHandler.Handle(ctx, part, recs)
+}
+
+// drain runs cfg's runner until it has handled n records and, for a
+// Flusher, flushed what it holds, and reports the rate from the first
+// batch on, and the join time before it.
 func drain[E any](b *testing.B, e *benchEnv, cfg Config[E], n int, unit string) {
 	b.Helper()
 	cpu0, ch0, self0 := e.redisCPU(b), childCPU("clickhouse"), selfCPU()
 	th := &timedHandler[E]{Handler: cfg.Handler}
+	flusher, _ := cfg.Handler.(Flusher)
 	cfg.Handler = th
+	if flusher != nil {
+		cfg.Handler = timedFlusher[E]{th, flusher}
+	}
 	r, err := NewRunner(cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -186,6 +202,11 @@ func drain[E any](b *testing.B, e *benchEnv, cfg Config[E], n int, unit string) 
 			b.Fatalf("handled %d of %d records in 5m", r.Stats().Records, n)
 		}
 		time.Sleep(time.Millisecond)
+	}
+	if flusher != nil { // the rows still buffered count: the rate is of durable effects
+		if err := flusher.Flush(context.Background(), true); err != nil {
+			b.Fatal(err)
+		}
 	}
 	end := time.Now()
 	b.StopTimer()
