@@ -1,17 +1,13 @@
 package consumers
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -180,7 +176,7 @@ func (h timedFlusher[E]) Handle(ctx context.Context, part int, recs []Record[E])
 // batch on, and the join time before it.
 func drain[E any](b *testing.B, e *benchEnv, cfg Config[E], n int, unit string) {
 	b.Helper()
-	cpu0, ch0, self0 := e.redisCPU(b), childCPU("clickhouse"), selfCPU()
+	cpu0, ch0, self0 := e.redisCPU(b), testserver.ChildCPU("clickhouse"), testserver.SelfCPU()
 	th := &timedHandler[E]{Handler: cfg.Handler}
 	flusher, _ := cfg.Handler.(Flusher)
 	cfg.Handler = th
@@ -224,58 +220,17 @@ func drain[E any](b *testing.B, e *benchEnv, cfg Config[E], n int, unit string) 
 	b.ReportMetric(float64(first.Sub(start).Milliseconds()), "join_ms")
 	b.ReportMetric(float64(r.Stats().Batches), "batches")
 	b.ReportMetric(float64((e.redisCPU(b)-cpu0).Nanoseconds())/float64(n), "redis-ns/"+unit)
-	b.ReportMetric(float64((childCPU("clickhouse")-ch0).Nanoseconds())/float64(n), "ch-ns/"+unit)
-	b.ReportMetric(float64((selfCPU()-self0).Nanoseconds())/float64(n), "go-ns/"+unit)
+	b.ReportMetric(float64((testserver.ChildCPU("clickhouse")-ch0).Nanoseconds())/float64(n), "ch-ns/"+unit)
+	b.ReportMetric(float64((testserver.SelfCPU()-self0).Nanoseconds())/float64(n), "go-ns/"+unit)
 }
 
-// childCPU returns the CPU time (user+sys) of this process's children
-// whose command name contains name, from /proc.
-func childCPU(name string) time.Duration {
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	var ticks int64
-	for _, f := range stats {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 || !bytes.Contains(b[:i], []byte(name)) {
-			continue
-		}
-		fs := strings.Fields(string(b[i+2:])) // state ppid ... utime(12) stime(13)
-		if len(fs) < 13 || fs[1] != strconv.Itoa(os.Getpid()) {
-			continue
-		}
-		u, _ := strconv.ParseInt(fs[11], 10, 64)
-		s, _ := strconv.ParseInt(fs[12], 10, 64)
-		ticks += u + s
-	}
-	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ is 100
-}
-
-// selfCPU returns this process's CPU time (user+sys).
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// redisCPU returns redis-server's user+sys CPU time so far (INFO cpu).
 func (e *benchEnv) redisCPU(b *testing.B) time.Duration {
 	b.Helper()
-	info, err := e.rc.Info(context.Background(), "cpu").Result()
+	d, err := testserver.RedisCPU(context.Background(), e.rc)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var total float64
-	for _, line := range strings.Split(info, "\r\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
-			f, _ := strconv.ParseFloat(v, 64)
-			total += f
-		}
-	}
-	return time.Duration(total * float64(time.Second))
+	return d
 }
 
 func BenchmarkPersisterBacklog(b *testing.B) {

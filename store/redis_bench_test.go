@@ -4,7 +4,6 @@ import (
 	"context"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -23,19 +22,11 @@ import (
 // redisCPU returns redis-server's user+sys CPU time so far.
 func redisCPU(b *testing.B, c redis.UniversalClient) time.Duration {
 	b.Helper()
-	info, err := c.Info(context.Background(), "cpu").Result()
+	d, err := testserver.RedisCPU(context.Background(), c)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var total float64
-	for _, line := range strings.Split(info, "\r\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
-			f, _ := strconv.ParseFloat(v, 64)
-			total += f
-		}
-	}
-	return time.Duration(total * float64(time.Second))
+	return d
 }
 
 // reportRedis reports records/s and redis-server CPU per record.

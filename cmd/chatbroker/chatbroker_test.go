@@ -28,7 +28,6 @@ type brokerProc struct {
 	done chan struct{}
 }
 
-
 func startBroker(t *testing.T, bin, addr, dir string) *brokerProc {
 	t.Helper()
 	p := &brokerProc{cmd: exec.Command(bin, "-listen", addr, "-data-dir", dir, "-partitions", "2"), log: &testserver.Output{}, done: make(chan struct{})}

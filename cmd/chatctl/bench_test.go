@@ -1,21 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/topics"
 )
@@ -92,11 +89,11 @@ var rateLine = regexp.MustCompile(`\(([0-9]+) records/s\)`)
 // broker) and by redis-server.
 func timeCtl(b *testing.B, e *env, n int, args ...string) {
 	b.Helper()
-	start, self0, redis0, ch0 := time.Now(), selfCPU(), redisCPU(b, e), childCPU("clickhouse")
+	start, self0, redis0, ch0 := time.Now(), testserver.SelfCPU(), redisCPU(b, e), testserver.ChildCPU("clickhouse")
 	out := e.mustCtl(args...)
 	took := time.Since(start)
-	b.ReportMetric(float64((childCPU("clickhouse")-ch0).Nanoseconds())/float64(n), "ch-ns/record")
-	b.ReportMetric(float64((selfCPU()-self0).Nanoseconds())/float64(n), "go-ns/record")
+	b.ReportMetric(float64((testserver.ChildCPU("clickhouse")-ch0).Nanoseconds())/float64(n), "ch-ns/record")
+	b.ReportMetric(float64((testserver.SelfCPU()-self0).Nanoseconds())/float64(n), "go-ns/record")
 	b.ReportMetric(float64((redisCPU(b, e)-redis0).Nanoseconds())/float64(n), "redis-ns/record")
 	m := rateLine.FindStringSubmatch(out)
 	if m == nil {
@@ -137,51 +134,11 @@ func BenchmarkBackfill(b *testing.B) {
 	}
 }
 
-// selfCPU returns this process's CPU time (user+sys).
-func selfCPU() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // redisCPU returns redis-server's user+sys CPU time so far (INFO cpu).
 func redisCPU(b *testing.B, e *env) time.Duration {
-	info, err := e.rc.Info(context.Background(), "cpu").Result()
+	d, err := testserver.RedisCPU(context.Background(), e.rc)
 	if err != nil {
 		b.Fatal(err)
 	}
-	var total float64
-	for _, line := range strings.Split(info, "\r\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if ok && (k == "used_cpu_user" || k == "used_cpu_sys") {
-			f, _ := strconv.ParseFloat(v, 64)
-			total += f
-		}
-	}
-	return time.Duration(total * float64(time.Second))
-}
-
-// childCPU returns the CPU time (user+sys) of this process's children
-// whose command name contains name, from /proc.
-func childCPU(name string) time.Duration {
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	var ticks int64
-	for _, f := range stats {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 || !bytes.Contains(b[:i], []byte(name)) {
-			continue
-		}
-		fs := strings.Fields(string(b[i+2:])) // state ppid ... utime(12) stime(13)
-		if len(fs) < 13 || fs[1] != strconv.Itoa(os.Getpid()) {
-			continue
-		}
-		u, _ := strconv.ParseInt(fs[11], 10, 64)
-		s, _ := strconv.ParseInt(fs[12], 10, 64)
-		ticks += u + s
-	}
-	return time.Duration(ticks) * 10 * time.Millisecond // USER_HZ is 100
+	return d
 }
