@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -133,26 +134,29 @@ func (e *env) startVictim(gid, uid, sender string) *victim {
 	e.t.Helper()
 	m := e.connect(1, uid, nil)
 	s := e.connect(1, sender, nil)
-	ctx, cancel := context.WithCancel(context.Background())
+	// Stopping lets a send in flight finish: one cancelled after the
+	// server took it would be delivered without being in sent.
+	var stopped atomic.Bool
 	var wg sync.WaitGroup
 	var sent []int64
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for ctx.Err() == nil {
+		for !stopped.Load() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			id, err := s.c.Send(ctx, gid, "steady")
+			cancel()
 			if err != nil {
-				if ctx.Err() == nil {
-					e.t.Errorf("the victim's sender: %v", err)
-				}
+				e.t.Errorf("the victim's sender: %v", err)
 				return
 			}
 			sent = append(sent, id)
 			time.Sleep(100 * time.Millisecond) // within the send rate
 		}
 	}()
-	e.t.Cleanup(func() { cancel(); wg.Wait() })
-	return &victim{m: m, sender: s, stop: func() []int64 { cancel(); wg.Wait(); return sent }}
+	stop := func() []int64 { stopped.Store(true); wg.Wait(); return sent }
+	e.t.Cleanup(func() { stop() })
+	return &victim{m: m, sender: s, stop: stop}
 }
 
 // Against a running gateway: floods, slow and stalled writers, a silent
