@@ -79,7 +79,10 @@ func (b *rowBuffer[T]) add(part int, offset int64, rows []T) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.rows = append(b.rows, rows...)
-	if _, ok := b.first[part]; !ok {
+	// The lowest, not the first added: a partition replayed from an
+	// earlier offset (its state was wiped) adds rows below those it
+	// buffered before.
+	if cur, ok := b.first[part]; !ok || offset < cur {
 		b.first[part] = offset
 	}
 }

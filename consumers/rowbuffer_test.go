@@ -24,11 +24,15 @@ func TestRowBufferDurableFollowsTheInserts(t *testing.T) {
 	if d0, d1 := b.Durable(0), b.Durable(1); d0 != 10 || d1 != 7 {
 		t.Fatalf("Durable = %d, %d; want each partition's first buffered offset 10, 7", d0, d1)
 	}
+	b.add(1, 2, []int{9}) // partition 1 replayed from an earlier offset
+	if d1 := b.Durable(1); d1 != 2 {
+		t.Fatalf("after a replay from offset 2, Durable(1) = %d, want 2", d1)
+	}
 	if err := b.Flush(ctx, true); err != nil {
 		t.Fatal(err)
 	}
-	if len(rec.calls) != 1 || len(rec.calls[0]) != 4 {
-		t.Fatalf("inserts %v, want one of all 4 rows (both partitions)", rec.calls)
+	if len(rec.calls) != 1 || len(rec.calls[0]) != 5 {
+		t.Fatalf("inserts %v, want one of all 5 rows (both partitions)", rec.calls)
 	}
 	if d := b.Durable(0); d != math.MaxInt64 {
 		t.Errorf("after the insert Durable(0) = %d, want everything", d)
