@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/groupchat/chatd/store"
 )
 
 // consume reads one partition from start until ctx ends (rebalance or
@@ -99,7 +101,10 @@ func (r *Runner[E]) consume(ctx context.Context, gc *groupCommits, part int, sta
 			}
 			recs = append(recs, Record[E]{Partition: part, Offset: m.Offset, Time: m.Time, Event: e})
 		}
-		if !r.handle(ctx, log, part, recs) {
+		if ok, lost := r.handle(ctx, log, part, recs); !ok {
+			if lost {
+				gone.Store(true)
+			}
 			return gone.Load()
 		}
 		applied = batch[len(batch)-1].Offset + 1
@@ -184,21 +189,36 @@ func (r *Runner[E]) markCaughtUp(part int) {
 	r.cfg.Metrics.Lag(r.cfg.Group, part, 0)
 }
 
-// handle retries Handle with back-off until it succeeds or ctx ends.
-func (r *Runner[E]) handle(ctx context.Context, log *slog.Logger, part int, recs []Record[E]) bool {
+// handle retries Handle with back-off until it succeeds or ctx ends. A
+// Handle that found its state wiped (store.ErrStateLost) is not retried:
+// handle reports lost, and the partition replays from what is saved now.
+func (r *Runner[E]) handle(ctx context.Context, log *slog.Logger, part int, recs []Record[E]) (ok, lost bool) {
 	if len(recs) == 0 {
-		return true
+		return true, false
 	}
-	retries, ok := r.retry(ctx, func() error { return r.cfg.Handler.Handle(ctx, part, recs) },
-		func(attempt int, d time.Duration, err error) {
-			log.Warn("batch failed; retrying without committing", "records", len(recs),
-				"first_offset", recs[0].Offset, "attempt", attempt+1, "retry_in", d, "err", err)
-		})
+	retries, ok := r.retry(ctx, func() error {
+		err := r.cfg.Handler.Handle(ctx, part, recs)
+		if errors.Is(err, store.ErrStateLost) {
+			lost = true
+			return errStop
+		}
+		return err
+	}, func(attempt int, d time.Duration, err error) {
+		log.Warn("batch failed; retrying without committing", "records", len(recs),
+			"first_offset", recs[0].Offset, "attempt", attempt+1, "retry_in", d, "err", err)
+	})
+	if lost {
+		log.Warn("the state was wiped under the batch; replaying from what is saved", "first_offset", recs[0].Offset)
+		return false, true
+	}
 	if ok && retries > 0 {
 		log.Info("batch applied after retries", "retries", retries)
 	}
-	return ok
+	return ok, false
 }
+
+// errStop ends retry at once, as a failure.
+var errStop = errors.New("consumers: stop retrying")
 
 // retry calls fn until it succeeds or ctx ends, counting each failure and
 // telling failed about it before a back-off. It reports the failures and
@@ -209,7 +229,7 @@ func (r *Runner[E]) retry(ctx context.Context, fn func() error, failed func(atte
 		if err == nil {
 			return attempt, true
 		}
-		if ctx.Err() != nil {
+		if err == errStop || ctx.Err() != nil {
 			return attempt, false
 		}
 		r.mu.Lock()

@@ -23,7 +23,7 @@ func TestReceiptNotifierCoalescesAndStaysQuietForLargeGroups(t *testing.T) {
 	for i := int64(0); i < 3; i++ {
 		msgs = append(msgs, schema.Message{Gid: "g", Sender: "s", ClientMsgID: fmt.Sprint("c", i), SentAt: 1, Body: []byte("x"), MsgID: i})
 	}
-	if err := p.redis.AppendWindow(ctx, msgs); err != nil {
+	if err := p.redis.AppendWindow(ctx, nil, msgs); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.redis.SetOnline(ctx, "n1", []string{"s"}, time.Minute, false); err != nil {

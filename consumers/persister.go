@@ -20,6 +20,11 @@ import (
 // ClickHouse is written before the window, so a message leaves the window
 // only after ClickHouse has it; the rows of all partitions go in one insert
 // per InsertWait.
+//
+// Run by its Runner, it writes Redis only while the partition's saved
+// position is there (store.Fence): once Redis lost its data, the batch in
+// hand fails with store.ErrStateLost and the runner replays from the start,
+// so a window never holds messages without those before them.
 type Persister struct {
 	Redis      *store.Redis      // required
 	ClickHouse *store.ClickHouse // nil: the window is the whole history
@@ -31,6 +36,10 @@ type Persister struct {
 
 	once sync.Once
 	ch   *coalescer[store.MessageRow]
+
+	// fenced: Redis writes check the runner's saved position (set by
+	// Runner, whose runner claims it before handling a record).
+	fenced bool
 
 	// afterInsert runs between the ClickHouse insert and the Redis write;
 	// an error aborts the batch. Tests use it to crash the persister at the
@@ -45,6 +54,7 @@ func (p *Persister) Runner(b Base) (*Runner[schema.Message], error) {
 	if p.Redis == nil {
 		return nil, errors.New("consumers: the persister needs Redis")
 	}
+	p.fenced = true
 	return NewRunner(runnerConfig(b, GroupPersister, topics.Messages, schema.DecodeMessage, Handler[schema.Message](p), p.Redis))
 }
 
@@ -55,7 +65,11 @@ func (p *Persister) Handle(ctx context.Context, part int, recs []Record[schema.M
 		msgs[i] = recs[i].Event
 		msgs[i].MsgID = recs[i].Offset
 	}
-	dup, err := p.Redis.ClaimSends(ctx, msgs)
+	var fence *store.Fence
+	if p.fenced {
+		fence = &store.Fence{Consumer: GroupPersister, Topic: topics.Messages, Partition: part}
+	}
+	dup, err := p.Redis.ClaimSends(ctx, fence, msgs)
 	if err != nil {
 		return err
 	}
@@ -83,5 +97,5 @@ func (p *Persister) Handle(ctx context.Context, part int, recs []Record[schema.M
 			return err
 		}
 	}
-	return p.Redis.AppendWindow(ctx, keep)
+	return p.Redis.AppendWindow(ctx, fence, keep)
 }

@@ -321,3 +321,49 @@ func TestGarbageInChatMessagesIsDeadLetteredAndThePartitionFlows(t *testing.T) {
 		pullAll(t, h, gid, ids, 100)
 	}
 }
+
+// A Redis wiped while the persister runs must not get the batch in hand:
+// written into the empty window, it would make that window look like the
+// group's whole history (no floor) and a pull would skip every message
+// before it. The runner's own checks (commit, StateCheck) are set to an
+// hour here, so only the persister's writes can notice the wipe.
+func TestPersisterWritesNothingIntoAWipedRedis(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 1, window: 1000})
+	ctx := context.Background()
+	var armed, wiped atomic.Bool
+	per := &Persister{Redis: p.redis, afterInsert: func() error {
+		if armed.CompareAndSwap(true, false) {
+			if err := p.rc.FlushAll(ctx).Err(); err != nil {
+				return err
+			}
+			wiped.Store(true)
+		}
+		return nil
+	}}
+	base := p.base
+	base.Tune = func(r *RunnerTuning) {
+		p.base.Tune(r)
+		r.CommitInterval = time.Hour
+	}
+	r, err := per.Runner(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.cfg.StateCheck = time.Hour
+	start(t, r.Run)
+
+	s := sent{}
+	p.send(t, 1, 5, s)
+	p.waitPersisted(t, s, 20*time.Second)
+	armed.Store(true)
+	p.send(t, 1, 1, s)
+	p.waitPersisted(t, s, 20*time.Second)
+	if !wiped.Load() {
+		t.Fatal("the wipe never happened; the test proves nothing")
+	}
+	h, _ := history.New(history.Config{Redis: p.redis})
+	pullAll(t, h, "g0", s["g0"], 100)
+	if got := r.Stats().Replays; got != 1 {
+		t.Fatalf("the runner replayed %d times, want once", got)
+	}
+}

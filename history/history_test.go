@@ -56,7 +56,7 @@ func (f *fixture) seed(tb testing.TB, groups, perGroup, body int) map[string][]i
 				tb.Fatal(err)
 			}
 		}
-		if err := f.redis.AppendWindow(ctx, batch); err != nil {
+		if err := f.redis.AppendWindow(ctx, nil, batch); err != nil {
 			tb.Fatal(err)
 		}
 		batch = batch[:0]

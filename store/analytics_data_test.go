@@ -174,7 +174,7 @@ func (d *analyticsData) write(t *testing.T, c *ClickHouse, r *Redis, seed uint64
 			if err := c.InsertMessages(ctx, p, msgs[lo:hi]); err != nil {
 				t.Fatalf("InsertMessages: %v", err)
 			}
-			if err := r.AppendWindow(ctx, msgs[lo:hi]); err != nil {
+			if err := r.AppendWindow(ctx, nil, msgs[lo:hi]); err != nil {
 				t.Fatalf("AppendWindow: %v", err)
 			}
 		})

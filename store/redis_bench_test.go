@@ -81,7 +81,7 @@ func BenchmarkRedisPersistBatch(b *testing.B) {
 			ctx := context.Background()
 			next := persistBatches(shape.groups, shape.size)
 			for range 10 { // fill the windows, so that trimming happens
-				if err := r.AppendWindow(ctx, next()); err != nil {
+				if err := r.AppendWindow(ctx, nil, next()); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -90,7 +90,7 @@ func BenchmarkRedisPersistBatch(b *testing.B) {
 			b.ResetTimer()
 			for b.Loop() {
 				batch := next()
-				dup, err := r.ClaimSends(ctx, batch)
+				dup, err := r.ClaimSends(ctx, nil, batch)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -103,7 +103,7 @@ func BenchmarkRedisPersistBatch(b *testing.B) {
 				if len(keep) != len(batch) {
 					b.Fatalf("%d duplicates in a batch of distinct sends", len(batch)-len(keep))
 				}
-				if err := r.AppendWindow(ctx, keep); err != nil {
+				if err := r.AppendWindow(ctx, nil, keep); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -122,7 +122,7 @@ func BenchmarkRedisClaimSendsShaped(b *testing.B) {
 	b.ReportAllocs()
 	cpu0 := redisCPU(b, c)
 	for b.Loop() {
-		if _, err := r.ClaimSends(ctx, next()); err != nil {
+		if _, err := r.ClaimSends(ctx, nil, next()); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -137,7 +137,7 @@ func BenchmarkRedisAppendWindowShaped(b *testing.B) {
 	b.ReportAllocs()
 	cpu0 := redisCPU(b, c)
 	for b.Loop() {
-		if err := r.AppendWindow(ctx, next()); err != nil {
+		if err := r.AppendWindow(ctx, nil, next()); err != nil {
 			b.Fatal(err)
 		}
 	}

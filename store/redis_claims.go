@@ -104,7 +104,11 @@ return out
 // are decided by claimScript, one call per group, in a second round trip.
 // For each key those are the batch's last messages, in order, so the
 // script sees the state it would have seen deciding the whole batch.
-func (r *Redis) ClaimSends(ctx context.Context, msgs []schema.Message) (dup []bool, err error) {
+//
+// With a fence (the persister's), it claims nothing once the fence is gone
+// and returns ErrStateLost (claims of the first round trip that went into
+// a Redis wiped under it are deleted again).
+func (r *Redis) ClaimSends(ctx context.Context, fence *Fence, msgs []schema.Message) (dup []bool, err error) {
 	dup = make([]bool, len(msgs))
 	c := claimClock{win: r.cfg.DedupWindow.Milliseconds(), least: min(claimReplayTTL, r.cfg.DedupWindow).Milliseconds(), now: time.Now().UnixMilli()}
 	rest := make([]int, 0, 16)
@@ -114,7 +118,12 @@ func (r *Redis) ClaimSends(ctx context.Context, msgs []schema.Message) (dup []bo
 				rest = append(rest, i)
 			}
 		}
-	} else if rest, err = r.claimFree(ctx, msgs, c, rest); err != nil {
+		if len(rest) > 0 {
+			if err := r.verify(ctx, fence); err != nil {
+				return nil, fmt.Errorf("store: claim sends: %w", err)
+			}
+		}
+	} else if rest, err = r.claimFree(ctx, fence, msgs, c, rest); err != nil {
 		return nil, fmt.Errorf("store: claim sends: %w", err)
 	}
 	if err := r.claimByScript(ctx, msgs, rest, c, dup); err != nil {
@@ -129,10 +138,11 @@ type claimClock struct{ win, least, now int64 }
 // claimFree claims the free keys with SET NX GET and returns, in order, the
 // messages left for claimScript. On a server without SET NX GET (before
 // Redis 7.0) it claims nothing, notes it, and leaves every message.
-func (r *Redis) claimFree(ctx context.Context, msgs []schema.Message, c claimClock, rest []int) ([]int, error) {
+func (r *Redis) claimFree(ctx context.Context, fence *Fence, msgs []schema.Message, c claimClock, rest []int) ([]int, error) {
 	idx := make([]int, 0, len(msgs))
 	cmds := make([]*redis.Cmd, 0, len(msgs))
 	pipe := r.client.Pipeline()
+	fenced := fence.check(ctx, pipe)
 	var val []byte
 	for i := range msgs {
 		m := &msgs[i]
@@ -150,6 +160,20 @@ func (r *Redis) claimFree(ctx context.Context, msgs []schema.Message, c claimClo
 		return rest, nil
 	}
 	_, _ = pipe.Exec(ctx) // errors are read per command
+	if err := fence.held(fenced); err != nil {
+		if errors.Is(err, ErrStateLost) {
+			var taken []string
+			for _, cmd := range cmds {
+				if errors.Is(cmd.Err(), redis.Nil) {
+					taken = append(taken, cmd.Args()[1].(string))
+				}
+			}
+			if uerr := r.undo(ctx, taken); uerr != nil {
+				return nil, fmt.Errorf("%w; deleting the claims that went into the wiped Redis failed: %v", err, uerr)
+			}
+		}
+		return nil, err
+	}
 	for j, cmd := range cmds {
 		v, err := cmd.Text()
 		switch {

@@ -31,7 +31,7 @@ func BenchmarkReadCountsPage50(b *testing.B) {
 			for i := range msgs {
 				msgs[i] = msg(gid, uid(i%size), "c"+strconv.Itoa(i), int64(i), t0)
 			}
-			if err := r.AppendWindow(ctx, msgs); err != nil {
+			if err := r.AppendWindow(ctx, nil, msgs); err != nil {
 				b.Fatal(err)
 			}
 			// The page is msgids 950..999; member i has read up to 940+i%60.

@@ -51,7 +51,7 @@ func readsFixture(t *testing.T) (*Redis, []schema.Message) {
 	for i := range msgs {
 		msgs[i] = msg("g", "u"+strconv.Itoa(i%40), "c"+strconv.Itoa(i), int64(3*i+1), t0)
 	}
-	if err := r.AppendWindow(ctx, msgs); err != nil {
+	if err := r.AppendWindow(ctx, nil, msgs); err != nil {
 		t.Fatal(err)
 	}
 	return r, msgs

@@ -360,7 +360,7 @@ func testScriptCacheFlushed(t *testing.T, c redis.UniversalClient) {
 		}
 		msgs := batchOf("g1", 0, 1)
 		msgs[1].ClientMsgID = msgs[0].ClientMsgID
-		dup, err := r.ClaimSends(ctx, msgs)
+		dup, err := r.ClaimSends(ctx, nil, msgs)
 		if err != nil || !slicesEqual(dup, []bool{false, true}) {
 			t.Errorf("round %d: ClaimSends = %v, %v", round, dup, err)
 		}

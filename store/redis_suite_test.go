@@ -74,7 +74,7 @@ func msg(gid, sender, cmid string, id, sentAt int64) schema.Message {
 
 func claim(t *testing.T, r *Redis, msgs ...schema.Message) []bool {
 	t.Helper()
-	dup, err := r.ClaimSends(context.Background(), msgs)
+	dup, err := r.ClaimSends(context.Background(), nil, msgs)
 	if err != nil {
 		t.Fatalf("ClaimSends: %v", err)
 	}
@@ -183,7 +183,7 @@ func testClaimSendsExpiry(t *testing.T, c redis.UniversalClient) {
 // appendAll appends and fails the test on error.
 func appendAll(t *testing.T, r *Redis, msgs ...schema.Message) {
 	t.Helper()
-	if err := r.AppendWindow(context.Background(), msgs); err != nil {
+	if err := r.AppendWindow(context.Background(), nil, msgs); err != nil {
 		t.Fatalf("AppendWindow: %v", err)
 	}
 }

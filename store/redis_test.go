@@ -49,7 +49,7 @@ func TestRedisServerRestart(t *testing.T) {
 	r := newTestRedis(t, newServerClient(t, srv), RedisConfig{})
 	ctx := context.Background()
 	msgs := batchOf("g1", 0, 1, 2)
-	if _, err := r.ClaimSends(ctx, msgs); err != nil {
+	if _, err := r.ClaimSends(ctx, nil, msgs); err != nil {
 		t.Fatal(err)
 	}
 	appendAll(t, r, msgs...)
@@ -68,7 +68,7 @@ func TestRedisServerRestart(t *testing.T) {
 	if h, err := r.Head(ctx, "g1"); err != nil || h != -1 {
 		t.Fatalf("Head after restart = %d, %v; want -1 (data lost)", h, err)
 	}
-	dup, err := r.ClaimSends(ctx, msgs)
+	dup, err := r.ClaimSends(ctx, nil, msgs)
 	if err != nil || !slicesEqual(dup, []bool{false, false, false}) {
 		t.Fatalf("ClaimSends after restart = %v, %v", dup, err)
 	}
@@ -145,7 +145,7 @@ func BenchmarkRedisAppendWindow(b *testing.B) {
 			}
 			next++
 		}
-		if err := r.AppendWindow(ctx, batch); err != nil {
+		if err := r.AppendWindow(ctx, nil, batch); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -168,7 +168,7 @@ func BenchmarkRedisClaimSends(b *testing.B) {
 			}
 			next++
 		}
-		if _, err := r.ClaimSends(ctx, batch); err != nil {
+		if _, err := r.ClaimSends(ctx, nil, batch); err != nil {
 			b.Fatal(err)
 		}
 	}

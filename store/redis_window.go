@@ -112,15 +112,40 @@ end
 // of trimmed messages), all pipelined. A reader between the ZADD and the
 // trim sees more than WindowSize messages, all above the floor, which is
 // as complete as the window ever is.
-func (r *Redis) AppendWindow(ctx context.Context, msgs []schema.Message) error {
+//
+// With a fence (the persister's), it writes nothing when the fence is gone,
+// and checks it again once written: if Redis lost its data meanwhile, it
+// deletes what it wrote. Either way it returns ErrStateLost.
+func (r *Redis) AppendWindow(ctx context.Context, fence *Fence, msgs []schema.Message) error {
 	groups := groupIndexes(len(msgs), func(i int) (string, bool) { return msgs[i].Gid, true })
 	if len(groups) == 0 {
 		return nil
 	}
-	floors, err := r.floors(ctx, msgs, groups)
+	floors, err := r.floors(ctx, fence, msgs, groups)
 	if err != nil {
 		return fmt.Errorf("store: append window: %w", err)
 	}
+	if err := r.appendWindow(ctx, msgs, groups, floors); err != nil {
+		return err
+	}
+	if err := r.verify(ctx, fence); err != nil {
+		if errors.Is(err, ErrStateLost) {
+			keys := make([]string, 0, 3*len(groups))
+			for _, idx := range groups {
+				gid := msgs[idx[0]].Gid
+				keys = append(keys, windowKey(gid), floorKey(gid), headKey(gid))
+			}
+			if uerr := r.undo(ctx, keys); uerr != nil {
+				return fmt.Errorf("store: append window: %w; deleting what went into the wiped Redis failed: %v", err, uerr)
+			}
+		}
+		return fmt.Errorf("store: append window: %w", err)
+	}
+	return nil
+}
+
+// appendWindow writes the batch, given the floors of its groups.
+func (r *Redis) appendWindow(ctx context.Context, msgs []schema.Message, groups [][]int, floors []int64) error {
 	// One buffer for every member: 8-byte big-endian msgid ++ encoding.
 	size := 0
 	for i := range msgs {
@@ -203,15 +228,20 @@ func (r *Redis) AppendWindow(ctx context.Context, msgs []schema.Message) error {
 }
 
 // floors returns the floor of each group (-1: nothing trimmed), one GET per
-// group, pipelined.
-func (r *Redis) floors(ctx context.Context, msgs []schema.Message, groups [][]int) ([]int64, error) {
+// group, pipelined with the fence's check.
+func (r *Redis) floors(ctx context.Context, fence *Fence, msgs []schema.Message, groups [][]int) ([]int64, error) {
 	cmds := make([]*redis.StringCmd, len(groups))
+	var fenced *redis.BoolCmd
 	err := r.execPipe(ctx, func(p redis.Pipeliner) {
+		fenced = fence.check(ctx, p)
 		for g, idx := range groups {
 			cmds[g] = p.Get(ctx, floorKey(msgs[idx[0]].Gid))
 		}
 	})
 	if err != nil {
+		return nil, err
+	}
+	if err := fence.held(fenced); err != nil {
 		return nil, err
 	}
 	floors := make([]int64, len(groups))
