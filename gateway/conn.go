@@ -47,10 +47,11 @@ var errAnswered = protocol.Errorf(protocol.CodeUnauthenticated, "answered")
 type conn struct {
 	g      *Gateway
 	ws     *websocket.Conn
+	cork   *cork // under ws: corked while the writer writes
 	uid    string
 	queue  outQueue
 	pinger *time.Timer
-	sends  *rate.Limiter
+	sends  *rate.Limiter // nil until the first frame; then used by handle only
 	frames *rate.Limiter
 
 	ctx    context.Context
@@ -67,7 +68,8 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, `{"code":"unavailable","message":"the gateway is shutting down; reconnect to another"}`, http.StatusServiceUnavailable)
 		return
 	}
-	ws, err := websocket.Accept(smallBuffers{w}, r, &websocket.AcceptOptions{OriginPatterns: g.cfg.AllowedOrigins})
+	sb := &smallBuffers{ResponseWriter: w}
+	ws, err := websocket.Accept(sb, r, &websocket.AcceptOptions{OriginPatterns: g.cfg.AllowedOrigins})
 	if err != nil {
 		g.log.Debug("websocket accept failed", "err", err)
 		return // Accept has answered the client
@@ -75,15 +77,13 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	ws.SetReadLimit(int64(g.cfg.MaxBody) + 4096)
 	token := strings.Clone(bearer(r))
 	g.wg.Add(1)
-	go g.runConn(ws, token)
+	go g.runConn(ws, sb.cork, token)
 }
 
 // runConn runs one connection until it closes.
-func (g *Gateway) runConn(ws *websocket.Conn, token string) {
+func (g *Gateway) runConn(ws *websocket.Conn, ck *cork, token string) {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &conn{g: g, ws: ws, queue: outQueue{limit: g.cfg.QueueSize}, ctx: ctx, cancel: cancel, closed: make(chan struct{}),
-		sends:  rate.NewLimiter(rate.Limit(g.cfg.SendRate), g.cfg.SendBurst),
-		frames: rate.NewLimiter(rate.Limit(max(g.cfg.SendRate*4, 100)), g.cfg.SendBurst*4)}
+	c := &conn{g: g, ws: ws, cork: ck, queue: outQueue{limit: g.cfg.QueueSize}, ctx: ctx, cancel: cancel, closed: make(chan struct{})}
 
 	uid, perr := c.authenticate(token)
 	if perr != nil {
@@ -119,15 +119,21 @@ func (c *conn) serve() {
 
 // smallBuffers hands the WebSocket smaller buffers than net/http's 4 KiB
 // each way: they live as long as the connection, idle or not. Client frames
-// are small; a frame larger than a buffer is read or written past it.
-type smallBuffers struct{ http.ResponseWriter }
+// are small; a frame larger than the read buffer is read past it. Writes go
+// through a cork (see cork), whose buffer comes from a pool while the
+// connection's writer writes, so the WebSocket's own write buffer is a few
+// bytes.
+type smallBuffers struct {
+	http.ResponseWriter
+	cork *cork // set by Hijack
+}
 
 const (
 	readBuffer  = 512
-	writeBuffer = 2 << 10
+	writeBuffer = 16
 )
 
-func (s smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+func (s *smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	hj, ok := s.ResponseWriter.(http.Hijacker)
 	if !ok {
 		return nil, nil, errors.New("gateway: the HTTP server cannot hand over connections")
@@ -143,7 +149,8 @@ func (s smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if _, err := br.Peek(len(early)); err != nil {
 		return nil, nil, fmt.Errorf("gateway: taking over a connection: %w", err)
 	}
-	return nc, bufio.NewReadWriter(br, bufio.NewWriterSize(nc, writeBuffer)), nil
+	s.cork = &cork{nc: nc}
+	return nc, bufio.NewReadWriter(br, bufio.NewWriterSize(s.cork, writeBuffer)), nil
 }
 
 // authenticate takes the token of the URL (?token=) or the Authorization
@@ -189,7 +196,9 @@ func (c *conn) authenticate(tok string) (string, *protocol.Error) {
 
 func (c *conn) readLoop() {
 	for {
-		typ, data, err := c.ws.Read(c.ctx)
+		// No ctx to end the read: closing the WebSocket does (c.close),
+		// and an idle connection keeps no callback registered on c.ctx.
+		typ, data, err := c.ws.Read(context.Background())
 		if err != nil {
 			if s := websocket.CloseStatus(err); s == -1 && c.ctx.Err() == nil {
 				c.g.log.Debug("connection read ended", "uid", c.uid, "err", err)
@@ -222,6 +231,10 @@ func (c *conn) handle(data []byte) {
 	// Decoded first, so that a refusal names the request it refuses
 	// (frames are bounded by the read limit).
 	req, err := protocol.Decode(data, c.g.cfg.MaxBody)
+	if c.frames == nil { // made at the first frame: idle connections never send one
+		c.sends = rate.NewLimiter(rate.Limit(c.g.cfg.SendRate), c.g.cfg.SendBurst)
+		c.frames = rate.NewLimiter(rate.Limit(max(c.g.cfg.SendRate*4, 100)), c.g.cfg.SendBurst*4)
+	}
 	if !c.frames.Allow() {
 		c.reply(protocol.Errorf(protocol.CodeRateLimited, "too many frames; slow down and retry (a send with the same cmid)").Frame(req.ID))
 		return
@@ -257,12 +270,25 @@ func (c *conn) enqueue(o out) {
 }
 
 // write writes queued items in order; the messages of consecutive push
-// items share push frames, so a backlog costs few writes.
+// items share push frames, so a backlog costs few writes, and the frames go
+// out together, corked.
 func (c *conn) write(items []out) bool {
 	// One deadline for what is written together: a client that takes
 	// longer than WriteTimeout to take it in is too slow.
 	ctx, cancel := context.WithTimeout(c.ctx, c.g.cfg.WriteTimeout)
 	defer cancel()
+	c.cork.hold()
+	ok := c.writeItems(ctx, items)
+	if err := c.cork.release(ctx); err != nil {
+		if ok && c.ctx.Err() == nil {
+			c.close(CloseTooSlow, "write timed out; reconnect and pull what you missed")
+		}
+		return false
+	}
+	return ok
+}
+
+func (c *conn) writeItems(ctx context.Context, items []out) bool {
 	buf := framePool.Get().(*bytes.Buffer)
 	defer framePool.Put(buf)
 	var msgs [][]byte
