@@ -62,26 +62,32 @@ func (c *Client) SendWithID(ctx context.Context, gid, cmid, body string) (int64,
 			return 0, fmt.Errorf("client: send %s: %w", cmid, ctx.Err())
 		}
 		var pe *protocol.Error
-		if errors.As(err, &pe) {
+		switch {
+		case errors.As(err, &pe):
 			if !retryable(pe.Code) {
 				return 0, fmt.Errorf("client: send %s: %w", cmid, err)
 			}
 			if !sleep(ctx, bo.next()) {
 				return 0, fmt.Errorf("client: send %s: %w (last: %v)", cmid, ctx.Err(), err)
 			}
-		}
-		if errors.Is(err, ErrDisconnected) {
+		case errors.Is(err, ErrDisconnected):
 			// Resend on the next connection, once this one has ended.
 			select {
 			case <-s.done:
 			case <-ctx.Done():
 				return 0, fmt.Errorf("client: send %s: %w (last: %v)", cmid, ctx.Err(), err)
 			}
+		default:
+			// A timeout: the answer was lost, or the server is overloaded
+			// and every client resending at once would keep it so. Resend
+			// after a back-off.
+			if !sleep(ctx, bo.next()) {
+				return 0, fmt.Errorf("client: send %s: %w (last: %v)", cmid, ctx.Err(), err)
+			}
 		}
 		if c.isClosing() {
 			return 0, ErrClosed
 		}
-		// A timeout: resend at once.
 	}
 }
 

@@ -52,3 +52,26 @@ func TestResendAfterReconnect(t *testing.T) {
 		t.Fatalf("stats %+v: want 1 reconnect, 1 resend", st)
 	}
 }
+
+// Sends that time out are resent after a growing back-off, not at once: an
+// overloaded server must not be handed every send again the moment it is
+// late.
+func TestResendsAfterTimeoutsBackOff(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	p.set(func(p *peer) { p.swallowSends = 1 << 30 }) // no answer, ever
+	c, _ := dial(t, p, "alice", func(c *Config) {
+		c.SendTimeout = 10 * time.Millisecond
+		c.MinBackoff, c.MaxBackoff = 40*time.Millisecond, 160*time.Millisecond
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if _, err := c.Send(ctx, "g1", "hello"); err == nil {
+		t.Fatal("a send that is never answered succeeded")
+	}
+	// At once, a send every 10 ms: ~100 in the second. Backing off 20-40,
+	// 40-80, 80-160 ms and then 80-160 ms each: at most ~14.
+	n := len(p.requests(protocol.OpSend))
+	if n < 4 || n > 20 {
+		t.Fatalf("%d send frames in a second of timeouts: want a few, backing off", n)
+	}
+}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/groupchat/chatd/protocol"
 	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/store"
+	"github.com/groupchat/chatd/topics"
 )
 
 func TestMain(m *testing.M) {
@@ -227,5 +229,40 @@ func TestOversizedAndMalformedFrames(t *testing.T) {
 	// The gateway still serves others.
 	if f := e.login(0, "alice").call(map[string]any{"op": "sync"}); f["op"] != "synced" {
 		t.Fatalf("after a bad client: %v", f)
+	}
+}
+
+// A resend whose first send is still in flight (on this gateway or another)
+// waits for that send's answer rather than producing again; one still in
+// flight after pendingWait is answered unavailable, to retry.
+func TestResendWaitsForTheSendInFlight(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g1", "alice")
+	alice := e.login(0, "alice")
+	ctx := context.Background()
+	// Another gateway took the claims and is producing.
+	for _, cmid := range []string{"c-slow", "c-stuck"} {
+		if c, err := e.redis.BeginSend(ctx, "g1", "alice", cmid, time.Minute); err != nil || c.State != store.SendClaimed {
+			t.Fatalf("claim %s: %+v, %v", cmid, c, err)
+		}
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		e.redis.FinishSend(ctx, "g1", "alice", "c-slow", 4242, time.Hour)
+	}()
+	start := time.Now()
+	f := alice.call(map[string]any{"op": "send", "id": "1", "gid": "g1", "cmid": "c-slow", "body": "hi"})
+	if f["op"] != "accepted" || f["msgid"] != float64(4242) {
+		t.Fatalf("resend of a send in flight: %v, want accepted with the first send's msgid 4242", f)
+	}
+	if d := time.Since(start); d < 250*time.Millisecond {
+		t.Fatalf("answered after %v, before the send in flight finished", d)
+	}
+	f = alice.call(map[string]any{"op": "send", "id": "2", "gid": "g1", "cmid": "c-stuck", "body": "hi"})
+	if code(f) != string(protocol.CodeUnavailable) || !strings.Contains(f["message"].(string), "still in flight") {
+		t.Fatalf("resend of a send stuck in flight: %v, want unavailable, still in flight", f)
+	}
+	if n := e.topicEndsOf(topics.Messages); n != 0 {
+		t.Fatalf("%d records produced, want none: the resends must not produce again", n)
 	}
 }

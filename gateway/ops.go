@@ -17,6 +17,7 @@ import (
 const (
 	sendInflight = 10 * time.Second
 	sendKeep     = 24 * time.Hour
+	pendingWait  = 2 * time.Second // a resend waits this long for the send in flight
 )
 
 // do runs one request of user uid and returns the answer frame.
@@ -61,6 +62,7 @@ func (g *Gateway) send(ctx context.Context, uid string, r *protocol.Request) (an
 	accepted := func(id int64) *protocol.Accepted {
 		return &protocol.Accepted{Op: protocol.OpAccepted, ID: r.ID, Gid: r.Gid, Cmid: r.Cmid, MsgID: id}
 	}
+	var waited time.Duration
 	for wait := 0; ; wait++ {
 		c, err := g.cfg.Redis.BeginSend(ctx, r.Gid, uid, r.Cmid, sendInflight)
 		if err != nil {
@@ -78,13 +80,23 @@ func (g *Gateway) send(ctx context.Context, uid string, r *protocol.Request) (an
 		if c.State == store.SendClaimed {
 			break
 		}
-		if wait >= 100 { // ~2 s
+		// Another send with this cmid is in flight (the client resent it):
+		// wait for its answer, checking less often as it takes longer, so
+		// that resends to an overloaded gateway do not add to its load.
+		if waited >= pendingWait {
 			return nil, protocol.Errorf(protocol.CodeUnavailable, "a send with cmid %s is still in flight; retry with the same cmid", r.Cmid)
 		}
+		d := 320 * time.Millisecond
+		if wait < 5 {
+			d = 10 * time.Millisecond << wait // 10, 20, 40, 80, 160 ms
+		}
+		waited += d
+		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return nil, g.unavailable("send", ctx.Err())
-		case <-time.After(20 * time.Millisecond):
+		case <-t.C:
 		}
 	}
 	msg := schema.Message{Gid: r.Gid, Sender: uid, ClientMsgID: r.Cmid, SentAt: time.Now().UnixMilli(), Body: []byte(r.Body)}
