@@ -19,3 +19,20 @@ func FreePort() (int, error) {
 	}
 	return port, nil
 }
+
+// freePorts returns n distinct free ports.
+func freePorts(n int) ([]int, error) {
+	seen := make(map[int]bool)
+	var ports []int
+	for len(ports) < n {
+		p, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		if !seen[p] {
+			seen[p] = true
+			ports = append(ports, p)
+		}
+	}
+	return ports, nil
+}
