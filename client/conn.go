@@ -73,6 +73,9 @@ func (c *Client) connect(ctx context.Context) (*session, error) {
 	conn.SetReadLimit(maxFrame)
 	s := &session{c: c, conn: conn, done: make(chan struct{}), waiters: make(map[string]chan *frame)}
 	s.ctx, s.cancel = context.WithCancel(c.ctx)
+	// The session's end closes the connection, which ends the read loop's
+	// read: one callback for the session, not one per frame read.
+	context.AfterFunc(s.ctx, func() { _ = conn.CloseNow() })
 	c.wg.Add(1)
 	go s.readLoop()
 
@@ -104,7 +107,7 @@ func (s *session) close() {
 func (s *session) readLoop() {
 	defer s.c.wg.Done()
 	for {
-		_, b, err := s.conn.Read(s.ctx)
+		_, b, err := s.conn.Read(context.Background()) // ended by closing, see connect
 		if err != nil {
 			s.end(err)
 			return
