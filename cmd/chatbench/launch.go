@@ -7,9 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -164,7 +162,7 @@ func launch(ctx context.Context, l launchConfig) (_ *deployment, err error) {
 		return nil, err
 	}
 	stops = append(stops, dev.stop)
-	d.Procs = append([]namedPID{{"chatd", dev.pid()}}, d.Procs...)
+	d.Procs = append([]namedPID{{"chatd", dev.PID()}}, d.Procs...)
 	m, err := dev.waitLog(ctx, 2*time.Minute, kafkaRe, servingRe)
 	if err != nil {
 		return nil, err
@@ -187,7 +185,7 @@ func launch(ctx context.Context, l launchConfig) (_ *deployment, err error) {
 			return nil, err
 		}
 		stops = append(stops, gw.stop)
-		d.Procs = append(d.Procs, namedPID{name, gw.pid()})
+		d.Procs = append(d.Procs, namedPID{name, gw.PID()})
 		m, err := gw.waitLog(ctx, time.Minute, servingRe)
 		if err != nil {
 			return nil, err
@@ -201,8 +199,7 @@ func launch(ctx context.Context, l launchConfig) (_ *deployment, err error) {
 // death signal) even when chatbench is killed.
 type child struct {
 	name, logPath string
-	cmd           *exec.Cmd
-	done          chan struct{} // closed once it has exited and been reaped
+	*testserver.Proc
 }
 
 func startChild(name, bin string, args, env []string, logPath string) (*child, error) {
@@ -214,32 +211,12 @@ func startChild(name, bin string, args, env []string, logPath string) (*child, e
 	cmd := exec.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if f := reflect.ValueOf(cmd.SysProcAttr).Elem().FieldByName("Pdeathsig"); f.IsValid() && f.CanSet() {
-		f.Set(reflect.ValueOf(syscall.SIGKILL)) // Linux
-	}
-	c := &child{name: name, logPath: logPath, cmd: cmd, done: make(chan struct{})}
-	// Linux sends the parent death signal when the thread that forked the
-	// child exits: fork from a goroutine locked to its thread that lives
-	// as long as the child.
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		_ = cmd.Wait()
-		close(c.done)
-	}()
-	if err := <-started; err != nil {
+	p, err := testserver.Spawn(cmd)
+	if err != nil {
 		return nil, fmt.Errorf("launch %s: %w", name, err)
 	}
-	return c, nil
+	return &child{name: name, logPath: logPath, Proc: p}, nil
 }
-
-func (c *child) pid() int { return c.cmd.Process.Pid }
 
 // waitLog waits until the log has a line matching each pattern and returns
 // their first submatches, in order.
@@ -257,7 +234,7 @@ func (c *child) waitLog(ctx context.Context, timeout time.Duration, res ...*rege
 			return out, nil
 		}
 		select {
-		case <-c.done:
+		case <-c.Done():
 			return nil, fmt.Errorf("launch: %s exited while starting; its log (%s) ends:\n%s", c.name, c.logPath, tail(b, 2000))
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -271,13 +248,17 @@ func (c *child) waitLog(ctx context.Context, timeout time.Duration, res ...*rege
 
 // stop sends SIGTERM and waits for the exit; after 20 s, SIGKILL.
 func (c *child) stop() error {
-	_ = syscall.Kill(-c.pid(), syscall.SIGTERM)
+	pid := c.PID()
+	if pid == 0 {
+		return nil // exited already
+	}
+	_ = syscall.Kill(-pid, syscall.SIGTERM)
 	select {
-	case <-c.done:
+	case <-c.Done():
 		return nil
 	case <-time.After(20 * time.Second):
-		_ = syscall.Kill(-c.pid(), syscall.SIGKILL)
-		<-c.done
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
+		<-c.Done()
 		return fmt.Errorf("%s did not stop within 20 s of SIGTERM; killed", c.name)
 	}
 }

@@ -43,7 +43,7 @@ type ClickHouse struct {
 	args []string // before --config-file
 
 	mu   sync.Mutex
-	proc *proc // the running server, nil when stopped
+	proc *Proc // the running server, nil when stopped
 }
 
 // StartClickHouse writes a config into dir (which must exist and hold no
@@ -165,9 +165,7 @@ func (c *ClickHouse) Start() error {
 	cmd.Dir = c.Dir
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(os.Environ(), "CLICKHOUSE_WATCHDOG_ENABLE=0") // no forked watchdog on newer releases
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	setPdeathsig(cmd.SysProcAttr)
-	p, err := spawn(cmd)
+	p, err := Spawn(cmd)
 	if err != nil {
 		return fmt.Errorf("testserver: start %s: %w", c.bin, err)
 	}
@@ -241,7 +239,7 @@ func (c *ClickHouse) signalRunning(sig syscall.Signal) error {
 }
 
 // waitReady polls the HTTP /ping until it answers.
-func (c *ClickHouse) waitReady(p *proc) error {
+func (c *ClickHouse) waitReady(p *Proc) error {
 	// No keep-alive: an idle HTTP connection delays a later shutdown.
 	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	deadline := time.Now().Add(clickHouseStartTimeout)

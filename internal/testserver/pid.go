@@ -5,17 +5,18 @@ package testserver
 func (r *Redis) PID() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.proc.pid()
+	return r.proc.PID()
 }
 
 // PID returns the running clickhouse-server's process id, 0 when stopped.
 func (c *ClickHouse) PID() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.proc.pid()
+	return c.proc.PID()
 }
 
-func (p *proc) pid() int {
+// PID returns the process id, 0 once it has exited.
+func (p *Proc) PID() int {
 	if p == nil || p.exited() {
 		return 0
 	}

@@ -38,7 +38,7 @@ type Redis struct {
 	bin  string
 
 	mu   sync.Mutex
-	proc *proc // the running server, nil when stopped
+	proc *Proc // the running server, nil when stopped
 }
 
 // NewRedis starts a redis-server in t.TempDir() and stops it when the test
@@ -139,9 +139,7 @@ func (r *Redis) start() error {
 	// Own process group, so that Kill takes the whole group and a ^C to the
 	// test's group does not reach it; a parent death signal, so that it dies
 	// with the test binary even when cleanups do not run.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	setPdeathsig(cmd.SysProcAttr)
-	p, err := spawn(cmd)
+	p, err := Spawn(cmd)
 	if err != nil {
 		return fmt.Errorf("testserver: start redis-server: %w", err)
 	}
