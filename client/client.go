@@ -31,7 +31,7 @@ type Config struct {
 	Token          func(ctx context.Context) (string, error) // required; called on every (re)connect
 	AckEvery       int                                       // default 10: ack after this many new contiguous messages of a group
 	AckInterval    time.Duration                             // default 1s: or after this long, whichever first; also on Close
-	SendTimeout    time.Duration                             // default 5s: resend with the same cmid after this
+	SendTimeout    time.Duration                             // default 5s: resend with the same cmid after this (and a back-off)
 	RequestTimeout time.Duration                             // default 10s: dial, auth, sync, pull, ack and read answers
 	PingInterval   time.Duration                             // default 30s: a connection that misses a pong is dropped
 	MinBackoff     time.Duration                             // default 100ms: first reconnect delay, doubled up to MaxBackoff, with jitter

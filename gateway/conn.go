@@ -170,7 +170,7 @@ func (c *conn) authenticate(tok string) (string, *protocol.Error) {
 		c.writeNow(perr.Frame(""))
 		c.close(CloseUnauthenticated, string(perr.Code)+": "+perr.Message)
 	})
-	typ, data, err := c.ws.Read(c.ctx)
+	typ, data, err := c.ws.Read(context.Background()) // the timer above closes it
 	if !timer.Stop() {
 		return "", errAnswered
 	}
@@ -196,8 +196,10 @@ func (c *conn) authenticate(tok string) (string, *protocol.Error) {
 
 func (c *conn) readLoop() {
 	for {
-		// No ctx to end the read: closing the WebSocket does (c.close),
-		// and an idle connection keeps no callback registered on c.ctx.
+		// No ctx to end the read: closing the WebSocket does (c.close).
+		// The reads, writes and pings of a connection take no context
+		// derived from c.ctx: a child, even one long gone, leaves c.ctx
+		// holding a map and a channel for as long as the connection lives.
 		typ, data, err := c.ws.Read(context.Background())
 		if err != nil {
 			if s := websocket.CloseStatus(err); s == -1 && c.ctx.Err() == nil {
@@ -275,7 +277,7 @@ func (c *conn) enqueue(o out) {
 func (c *conn) write(items []out) bool {
 	// One deadline for what is written together: a client that takes
 	// longer than WriteTimeout to take it in is too slow.
-	ctx, cancel := context.WithTimeout(c.ctx, c.g.cfg.WriteTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), c.g.cfg.WriteTimeout)
 	defer cancel()
 	c.cork.hold()
 	ok := c.writeItems(ctx, items)
@@ -345,7 +347,7 @@ func (c *conn) writeFrame(ctx context.Context, frame []byte, msgs int) bool {
 
 // writeNow writes before the writer runs (during authentication).
 func (c *conn) writeNow(frame []byte) {
-	ctx, cancel := context.WithTimeout(c.ctx, c.g.cfg.WriteTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), c.g.cfg.WriteTimeout)
 	defer cancel()
 	c.ws.Write(ctx, websocket.MessageText, frame)
 }
@@ -357,7 +359,7 @@ func (c *conn) ping() {
 		return // the connection ended
 	}
 	defer c.queue.wg.Done()
-	ctx, cancel := context.WithTimeout(c.ctx, c.g.cfg.PingInterval)
+	ctx, cancel := context.WithTimeout(context.Background(), c.g.cfg.PingInterval)
 	err := c.ws.Ping(ctx)
 	cancel()
 	if err != nil {
