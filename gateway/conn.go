@@ -349,7 +349,9 @@ func (c *conn) writeFrame(ctx context.Context, frame []byte, msgs int) bool {
 func (c *conn) writeNow(frame []byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.g.cfg.WriteTimeout)
 	defer cancel()
+	c.cork.hold() // one write for the frame, not one per piece of it
 	c.ws.Write(ctx, websocket.MessageText, frame)
+	c.cork.release(ctx)
 }
 
 // ping runs every PingInterval on a timer rather than a goroutine of its
