@@ -11,6 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/groupchat/chatd/broker"
+	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/producers"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/topics"
@@ -25,11 +26,7 @@ type kafkaEnv struct {
 
 func newKafka(t testing.TB, partitions int) *kafkaEnv {
 	t.Helper()
-	b, err := broker.Start(broker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
+	b := testserver.NewBroker(t)
 	if err := topics.Ensure(context.Background(), topics.Config{Brokers: []string{b.Addr()}, Partitions: partitions}, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -71,11 +71,8 @@ type envOpts struct {
 func newEnv(t *testing.T, o envOpts) *env {
 	t.Helper()
 	e := &env{t: t, parts: map[string]consumerPart{}}
-	b, err := broker.Start(broker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
+	b := testserver.NewBroker(t)
+	var err error
 	e.broker = b
 	ctx := context.Background()
 	if err := topics.Ensure(ctx, topics.Config{Brokers: []string{b.Addr()}, Partitions: 4}, nil); err != nil {

@@ -17,7 +17,6 @@ import (
 	"github.com/coder/websocket"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/groupchat/chatd/broker"
 	"github.com/groupchat/chatd/history"
 	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/producers"
@@ -124,11 +123,7 @@ func benchPushes(b *testing.B, inflight int64) {
 // benchGateway starts one gateway (node "bench") on kfake and a real
 // redis-server, and returns its WebSocket URL.
 func benchGateway(b *testing.B) (*Gateway, string, *store.Redis) {
-	br, err := broker.Start(broker.Config{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(br.Close)
+	br := testserver.NewBroker(b)
 	prod, err := producers.New(producers.Config{Brokers: []string{br.Addr()}})
 	if err != nil {
 		b.Fatal(err)

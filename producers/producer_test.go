@@ -9,17 +9,14 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/groupchat/chatd/broker"
+	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/topics"
 )
 
 func setup(tb testing.TB, partitions int) (*broker.Broker, *Producer) {
 	tb.Helper()
-	b, err := broker.Start(broker.Config{})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(b.Close)
+	b := testserver.NewBroker(tb)
 	if err := topics.Ensure(context.Background(), topics.Config{Brokers: []string{b.Addr()}, Partitions: partitions}, nil); err != nil {
 		tb.Fatal(err)
 	}

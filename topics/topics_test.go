@@ -10,15 +10,12 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/groupchat/chatd/broker"
+	"github.com/groupchat/chatd/internal/testserver"
 )
 
 func startBroker(t *testing.T) *broker.Broker {
 	t.Helper()
-	b, err := broker.Start(broker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
+	b := testserver.NewBroker(t)
 	return b
 }
 

@@ -20,7 +20,6 @@ import (
 	"github.com/coder/websocket"
 	"gopkg.in/yaml.v3"
 
-	"github.com/groupchat/chatd/broker"
 	"github.com/groupchat/chatd/gateway"
 	"github.com/groupchat/chatd/internal/testserver"
 )
@@ -218,11 +217,7 @@ func TestComposeFileUsesOnlyWhatChatdAndChatctlAccept(t *testing.T) {
 // composeUp runs the compose file's services as processes, in its start
 // order, with its settings and the hosts pointed at local servers.
 func composeUp(t *testing.T, c compose, bin string) {
-	b, err := broker.Start(broker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
+	b := testserver.NewBroker(t)
 	rs := testserver.NewRedis(t)
 	ch := testserver.SharedClickHouse(t)
 	hosts := map[string]string{"kafka:9092": b.Addr(), "redis:6379": rs.Addr, "clickhouse:9000": ch.Addr}

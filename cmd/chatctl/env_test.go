@@ -12,7 +12,6 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/groupchat/chatd/broker"
 	"github.com/groupchat/chatd/consumers"
 	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/producers"
@@ -37,11 +36,8 @@ func newEnv(t *testing.T, partitions int) *env { return newEnvTB(t, partitions) 
 
 func newEnvTB(t testing.TB, partitions int) *env {
 	t.Helper()
-	b, err := broker.Start(broker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
+	b := testserver.NewBroker(t)
+	var err error
 	srv := testserver.NewRedis(t)
 	e := &env{t: t, brokers: []string{b.Addr()}, vars: map[string]string{
 		"CHAT_KAFKA_BROKERS": b.Addr(),

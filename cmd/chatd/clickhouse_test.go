@@ -5,18 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/groupchat/chatd/broker"
 	"github.com/groupchat/chatd/internal/testserver"
 )
 
 // A role started while ClickHouse is down waits for it instead of exiting,
 // and the fan-out, which never uses ClickHouse, starts without it.
 func TestRolesStartWhileClickHouseIsDown(t *testing.T) {
-	b, err := broker.Start(broker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
+	b := testserver.NewBroker(t)
 	redis := testserver.NewRedis(t)
 	ch := testserver.NewClickHouse(t)
 	if err := ch.Stop(); err != nil {

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/groupchat/chatd/broker"
 	"github.com/groupchat/chatd/internal/testserver"
 )
 
@@ -37,11 +36,7 @@ func runRole(t *testing.T, role string, env map[string]string, logw io.Writer) (
 // dev routes: no tokens for anyone, no group management without the admin
 // token.
 func TestGatewayRoleServesThePageButNoDevRoutes(t *testing.T) {
-	b, err := broker.Start(broker.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
+	b := testserver.NewBroker(t)
 	redis := testserver.NewRedis(t)
 	addr := freeAddr(t)
 	env := map[string]string{
