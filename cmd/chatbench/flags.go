@@ -29,6 +29,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.StringVar(&c.Launch.Chatd, "chatd", "", "start this chatd binary (`chatd dev`, fresh data dir, kernel-chosen ports) for the run, and stop it after; every sweep step gets a fresh one")
 	fs.BoolVar(&c.Launch.Redis, "redis", false, "with -chatd: start a redis-server for it (else chatd dev embeds one)")
 	fs.BoolVar(&c.Launch.ClickHouse, "clickhouse", false, "with -chatd: start a clickhouse-server for it (the history store)")
+	fs.IntVar(&c.Launch.CHNice, "clickhouse-nice", 19, "with -clickhouse: its CPU niceness, 0 (as chatd) to 19 (lowest priority: its bursts of inserts and merges then wait for chatd)")
 	fs.IntVar(&c.Launch.Gateways, "gateways", 1, "with -chatd: gateways to start (`chatd gateway` beside `chatd dev`; more than 1 needs -redis)")
 	fs.BoolVar(&c.Launch.Keep, "keep", false, "with -chatd: keep the deployment's directory (logs, data) after the run")
 

@@ -23,6 +23,7 @@ type launchConfig struct {
 	Chatd      string // path of a chatd binary; empty: drive the -url given
 	Redis      bool   // start a redis-server for it (else chatd dev embeds one)
 	ClickHouse bool   // start a clickhouse-server for it (the history store)
+	CHNice     int    // the clickhouse-server's CPU niceness, 0 to 19
 	Gateways   int    // default 1: chatd dev's own; each more is a `chatd gateway` process
 	Keep       bool   // keep the directory (logs, data) after the run
 }
@@ -43,6 +44,9 @@ func (l launchConfig) Validate() error {
 	}
 	if st, err := os.Stat(l.Chatd); err != nil || st.IsDir() || st.Mode()&0o111 == 0 {
 		return fmt.Errorf("-chatd %q: not an executable file; build one with `go build -o /tmp/ ./cmd/chatd`", l.Chatd)
+	}
+	if l.CHNice < 0 || l.CHNice > 19 {
+		return fmt.Errorf("-clickhouse-nice %d: a niceness is 0 (as chatd) to 19 (the lowest CPU priority)", l.CHNice)
 	}
 	if l.Gateways < 1 || l.Gateways > 16 {
 		return errors.New("-gateways must be 1 to 16")
@@ -65,7 +69,11 @@ func (l launchConfig) String() string {
 		parts = append(parts, "embedded Redis")
 	}
 	if l.ClickHouse {
-		parts = append(parts, "clickhouse-server")
+		ch := "clickhouse-server"
+		if l.CHNice > 0 {
+			ch += " (nice " + strconv.Itoa(l.CHNice) + ")"
+		}
+		parts = append(parts, ch)
 	}
 	if l.Gateways > 1 {
 		parts = append(parts, strconv.Itoa(l.Gateways-1)+" more gateway(s)")
@@ -146,7 +154,7 @@ func launch(ctx context.Context, l launchConfig) (_ *deployment, err error) {
 		if err := os.Mkdir(chDir, 0o755); err != nil {
 			return nil, fmt.Errorf("launch: %w", err)
 		}
-		ch, err := testserver.StartClickHouse(chDir)
+		ch, err := testserver.StartClickHouse(chDir, testserver.Niceness(l.CHNice))
 		if err != nil {
 			return nil, fmt.Errorf("launch: %w (install it with `make deps`)", err)
 		}

@@ -41,9 +41,20 @@ type ClickHouse struct {
 
 	bin  string   // clickhouse-server, or clickhouse with args ["server"]
 	args []string // before --config-file
+	nice int      // the server's CPU niceness (0: as the caller's)
 
 	mu   sync.Mutex
 	proc *Proc // the running server, nil when stopped
+}
+
+// ClickHouseOption changes how StartClickHouse runs the server.
+type ClickHouseOption func(*ClickHouse)
+
+// Niceness runs the server (and every later Start) at CPU niceness n, 1 to
+// 19 (19: the lowest priority), through nice(1): a server sharing its cores
+// with latency-bound processes then takes only the CPU they leave.
+func Niceness(n int) ClickHouseOption {
+	return func(c *ClickHouse) { c.nice = n }
 }
 
 // StartClickHouse writes a config into dir (which must exist and hold no
@@ -51,7 +62,7 @@ type ClickHouse struct {
 // and waits until it answers, for up to 60 s. A failure to start includes
 // the tail of the server's logs. Starting as root works: the data directory
 // belongs to the user running the test, which is all the server checks.
-func StartClickHouse(dir string) (*ClickHouse, error) {
+func StartClickHouse(dir string, opts ...ClickHouseOption) (*ClickHouse, error) {
 	if _, err := os.Stat(filepath.Join(dir, "config.xml")); err == nil {
 		return nil, fmt.Errorf("testserver: clickhouse: %s already holds a server; restart it with Start", dir)
 	}
@@ -71,6 +82,12 @@ func StartClickHouse(dir string) (*ClickHouse, error) {
 			Dir:      dir,
 			bin:      bin,
 			args:     args,
+		}
+		for _, o := range opts {
+			o(c)
+		}
+		if c.nice < 0 || c.nice > 19 {
+			return nil, fmt.Errorf("testserver: clickhouse: niceness %d is outside 0..19", c.nice)
 		}
 		if err := c.writeConfig(ports[0], ports[1], ports[2]); err != nil {
 			return nil, err
@@ -162,6 +179,13 @@ func (c *ClickHouse) Start() error {
 	defer out.Close() // the child holds its own descriptor
 	args := append(append([]string(nil), c.args...), "--config-file="+filepath.Join(c.Dir, "config.xml"))
 	cmd := exec.Command(c.bin, args...)
+	if c.nice > 0 {
+		nice, err := exec.LookPath("nice")
+		if err != nil {
+			return fmt.Errorf("testserver: clickhouse at niceness %d needs nice(1) (coreutils): %w", c.nice, err)
+		}
+		cmd = exec.Command(nice, append([]string{"-n", strconv.Itoa(c.nice), c.bin}, args...)...) // nice execs the server: same pid
+	}
 	cmd.Dir = c.Dir
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.Env = append(os.Environ(), "CLICKHOUSE_WATCHDOG_ENABLE=0") // no forked watchdog on newer releases
