@@ -18,26 +18,28 @@ type Config struct {
 	// Brokers to bootstrap from. Required.
 	Brokers []string
 
-	// BatchTimeout is how long a partial batch waits for more records.
-	// Default 1ms (kafka-go's own default is 1s).
-	BatchTimeout time.Duration
-
-	// BatchSize is the most records in one produce request per partition.
-	// Default 1000.
+	// BatchSize is the most records in one produce request. Default 1000.
 	BatchSize int
 
-	// BatchBytes is the most bytes in one produce request per partition.
-	// Default 1 MiB, Kafka's default max.message.bytes.
+	// BatchBytes is the most bytes of keys and values in one produce
+	// request (a single larger send still goes, alone). Default 1 MiB,
+	// Kafka's default max.message.bytes.
 	BatchBytes int64
 
 	// WriteTimeout bounds one produce request. Default 10s.
 	WriteTimeout time.Duration
+
+	// MaxAttempts is how many times a produce request is sent when the
+	// broker answers with a temporary error. Default 3.
+	MaxAttempts int
+
+	// Observe, when set, is told how long each send took, from the call
+	// to the broker's acknowledgement (the wait for a request in flight
+	// included), by topic.
+	Observe func(topic string, d time.Duration)
 }
 
 func (c *Config) setDefaults() {
-	if c.BatchTimeout == 0 {
-		c.BatchTimeout = time.Millisecond
-	}
 	if c.BatchSize == 0 {
 		c.BatchSize = 1000
 	}
@@ -47,6 +49,9 @@ func (c *Config) setDefaults() {
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = 10 * time.Second
 	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 3
+	}
 }
 
 // Validate reports the first setting that cannot work.
@@ -54,28 +59,31 @@ func (c Config) Validate() error {
 	if len(c.Brokers) == 0 {
 		return errors.New("producers: no brokers configured; set CHAT_KAFKA_BROKERS (host:port,...)")
 	}
-	if c.BatchTimeout < 0 || c.BatchSize < 0 || c.BatchBytes < 0 || c.WriteTimeout < 0 {
-		return errors.New("producers: batch and timeout settings must not be negative")
+	if c.BatchSize < 0 || c.BatchBytes < 0 || c.WriteTimeout < 0 || c.MaxAttempts < 0 {
+		return errors.New("producers: batch, timeout and attempt settings must not be negative")
 	}
 	return nil
 }
 
-// Producer sends chat.* events.
+// Producer sends chat.* events. Each partition of a topic has a lane (see
+// lane): a send goes at once when its partition has no request in flight,
+// else with the sends that queued behind that request.
 type Producer struct {
-	w      *kafka.Writer
-	client *kafka.Client
+	cfg       Config
+	client    *kafka.Client
+	transport *kafka.Transport // this producer's connections
+	calls     sync.WaitGroup   // sends under way
+	senders   sync.WaitGroup   // lanes' drain goroutines
 
-	mu    sync.Mutex
-	parts map[string]int // partition counts by topic
-	heads map[int]int64  // per partition of chat.messages, the newest offset known to exist
+	mu     sync.Mutex
+	closed bool
+	lanes  map[laneKey]*lane
+	parts  map[string]int // partition counts by topic
+	heads  map[int]int64  // per partition of chat.messages, the newest offset known to exist
 }
 
-// sent travels in kafka.Message.WriterData so that the writer's Completion
-// hook can hand the record's position back to the sender.
-type sent struct {
-	partition int
-	offset    int64
-}
+// ErrClosed is returned by sends after Close.
+var ErrClosed = errors.New("producers: the producer is closed")
 
 // New returns a Producer. It does not dial until the first send.
 func New(cfg Config) (*Producer, error) {
@@ -83,32 +91,14 @@ func New(cfg Config) (*Producer, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
-	addr := kafka.TCP(cfg.Brokers...)
-	w := &kafka.Writer{
-		Addr:         addr,
-		Balancer:     topics.Balancer{},
-		RequiredAcks: kafka.RequireAll,
-		BatchTimeout: cfg.BatchTimeout,
-		BatchSize:    cfg.BatchSize,
-		BatchBytes:   cfg.BatchBytes,
-		WriteTimeout: cfg.WriteTimeout,
-		MaxAttempts:  3,
-		Completion: func(msgs []kafka.Message, err error) {
-			if err != nil {
-				return
-			}
-			for i := range msgs {
-				if s, ok := msgs[i].WriterData.(*sent); ok {
-					s.partition, s.offset = msgs[i].Partition, msgs[i].Offset
-				}
-			}
-		},
-	}
+	t := &kafka.Transport{}
 	return &Producer{
-		w:      w,
-		client: &kafka.Client{Addr: addr, Timeout: cfg.WriteTimeout},
-		parts:  map[string]int{},
-		heads:  map[int]int64{},
+		cfg:       cfg,
+		client:    &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: cfg.WriteTimeout, Transport: t},
+		transport: t,
+		lanes:     map[laneKey]*lane{},
+		parts:     map[string]int{},
+		heads:     map[int]int64{},
 	}, nil
 }
 
@@ -126,30 +116,22 @@ func (p *Producer) SendMessage(ctx context.Context, m *schema.Message) (int64, e
 // with the same client_msg_ids is deduplicated downstream.
 func (p *Producer) SendMessages(ctx context.Context, ms []schema.Message) ([]int64, error) {
 	recs := make([]kafka.Message, len(ms))
-	slots := make([]sent, len(ms))
 	for i := range ms {
 		if err := checkMessage(&ms[i]); err != nil {
 			return nil, err
 		}
-		slots[i].offset = -1
 		recs[i] = kafka.Message{
-			Topic:      topics.Messages,
-			Key:        schema.MessageKey(ms[i].Gid),
-			Value:      schema.AppendMessage(nil, &ms[i]),
-			Time:       time.UnixMilli(ms[i].SentAt),
-			WriterData: &slots[i],
+			Key:   schema.MessageKey(ms[i].Gid),
+			Value: schema.AppendMessage(nil, &ms[i]),
+			Time:  time.UnixMilli(ms[i].SentAt),
 		}
 	}
-	if err := p.w.WriteMessages(ctx, recs...); err != nil {
-		return nil, fmt.Errorf("producers: send to %s: %w", topics.Messages, err)
+	ids, parts, err := p.send(ctx, topics.Messages, recs)
+	if err != nil {
+		return nil, err
 	}
-	ids := make([]int64, len(ms))
-	for i := range slots {
-		if slots[i].offset < 0 {
-			return nil, fmt.Errorf("producers: send to %s: broker returned no offset", topics.Messages)
-		}
-		ids[i] = slots[i].offset
-		p.sawHead(slots[i].partition, slots[i].offset)
+	for i := range ids {
+		p.sawHead(parts[i], ids[i])
 	}
 	return ids, nil
 }
@@ -273,14 +255,77 @@ func (p *Producer) DeadLetter(ctx context.Context, rec kafka.Message, consumer s
 	return p.write(ctx, topics.DeadLetter, []kafka.Message{out})
 }
 
-// Close flushes pending batches and releases connections.
-func (p *Producer) Close() error { return p.w.Close() }
+// Close waits for the sends in flight and releases connections; sends
+// after it fail with ErrClosed.
+func (p *Producer) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.calls.Wait() // no lane is started after this
+	p.senders.Wait()
+	p.transport.CloseIdleConnections()
+	return nil
+}
 
 func (p *Producer) write(ctx context.Context, topic string, recs []kafka.Message) error {
-	if err := p.w.WriteMessages(ctx, recs...); err != nil {
-		return fmt.Errorf("producers: send to %s: %w", topic, err)
+	_, _, err := p.send(ctx, topic, recs)
+	return err
+}
+
+// send appends recs to topic, each to the partition of the gid in its key,
+// and returns their offsets and partitions. The records of one partition go
+// in one request, in order.
+func (p *Producer) send(ctx context.Context, topic string, recs []kafka.Message) (offsets []int64, parts []int, err error) {
+	if p.cfg.Observe != nil {
+		defer func(start time.Time) { p.cfg.Observe(topic, time.Since(start)) }(time.Now())
 	}
-	return nil
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, nil, fmt.Errorf("producers: send to %s: %w", topic, ErrClosed)
+	}
+	p.calls.Add(1)
+	p.mu.Unlock()
+	defer p.calls.Done()
+	n, err := p.partitions(ctx, topic)
+	if err != nil {
+		return nil, nil, err
+	}
+	parts = make([]int, len(recs))
+	byPart := map[int][]int{} // partition -> indexes into recs
+	for i := range recs {
+		parts[i] = topics.Partition(string(schema.GidOfKey(recs[i].Key)), n)
+		byPart[parts[i]] = append(byPart[parts[i]], i)
+	}
+	type placed struct {
+		j   *job
+		idx []int
+	}
+	jobs := make([]placed, 0, len(byPart))
+	for part, idx := range byPart {
+		msgs := make([]kafka.Message, len(idx))
+		for k, i := range idx {
+			msgs[k] = recs[i]
+		}
+		j := newJob(msgs)
+		p.enqueue(p.lane(topic, part), j)
+		jobs = append(jobs, placed{j, idx})
+	}
+	offsets = make([]int64, len(recs))
+	for _, pl := range jobs {
+		select {
+		case <-pl.j.done:
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("producers: send to %s: %w (the records may still be written)", topic, ctx.Err())
+		}
+		if pl.j.err != nil {
+			return nil, nil, fmt.Errorf("producers: send to %s/%d: %w", topic, parts[pl.idx[0]], pl.j.err)
+		}
+		for k, i := range pl.idx {
+			offsets[i] = pl.j.base + int64(k)
+		}
+	}
+	return offsets, parts, nil
 }
 
 func (p *Producer) partitions(ctx context.Context, topic string) (int, error) {

@@ -3,6 +3,8 @@ package producers
 import (
 	"context"
 	"fmt"
+	"maps"
+	"sync"
 	"testing"
 	"time"
 
@@ -167,4 +169,47 @@ func BenchmarkSendMessageParallel(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// TestObserveTimesEverySendByTopic: the hook behind chat_store_seconds
+// {store="kafka"} sees each send once, under its topic, including a send
+// that fails.
+func TestObserveTimesEverySendByTopic(t *testing.T) {
+	b := testserver.NewBroker(t)
+	if err := topics.Ensure(context.Background(), topics.Config{Brokers: []string{b.Addr()}, Partitions: 2}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	p, err := New(Config{Brokers: []string{b.Addr()}, Observe: func(topic string, d time.Duration) {
+		if d <= 0 {
+			t.Errorf("%s: observed %v, want a positive duration", topic, d)
+		}
+		mu.Lock()
+		seen[topic]++
+		mu.Unlock()
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx := context.Background()
+	now := time.Now().UnixMilli()
+	if _, err := p.SendMessage(ctx, &schema.Message{Gid: "g1", Sender: "u1", ClientMsgID: "c1", SentAt: now, Body: []byte("hi")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SendAcks(ctx, schema.Ack{Gid: "g1", Uid: "u1", Upto: 0, At: now}, schema.Ack{Gid: "g1", Uid: "u2", Upto: 0, At: now}); err != nil {
+		t.Fatal(err)
+	}
+	gone, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := p.SendReceipts(gone, schema.Receipt{Gid: "g1", Uid: "u1", Upto: 0, At: now}); err == nil {
+		t.Fatal("a send with a cancelled context succeeded")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[string]int{topics.Messages: 1, topics.Acks: 1, topics.Receipts: 1}
+	if !maps.Equal(seen, want) {
+		t.Fatalf("observed %v, want %v", seen, want)
+	}
 }

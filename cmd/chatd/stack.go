@@ -112,7 +112,8 @@ func openStack(ctx context.Context, role string, s *settings, log *slog.Logger) 
 	if err := topics.Ensure(ctx, topics.Config{Brokers: st.brokers, Partitions: s.Partitions, MessageRetention: retention}, log); err != nil {
 		return nil, err
 	}
-	if st.prod, err = producers.New(producers.Config{Brokers: st.brokers}); err != nil {
+	if st.prod, err = producers.New(producers.Config{Brokers: st.brokers,
+		Observe: func(topic string, d time.Duration) { st.metrics.ObserveStore("kafka", "produce "+topic, d) }}); err != nil {
 		return nil, err
 	}
 	st.closers = append(st.closers, func() { st.prod.Close() })

@@ -1,0 +1,181 @@
+package producers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// A lane sends the records of one partition of one topic, one produce
+// request at a time: a record is sent at once when no request of its
+// partition is in flight, else it joins the records that wait for the
+// request in flight to be answered, and they leave together in the next.
+// So a quiet partition adds no linger to a send, and a busy one gathers as
+// many records a request as arrive during a round trip; the records of a
+// partition reach the log in the order they were handed over.
+type lane struct {
+	topic string
+	part  int
+
+	mu      sync.Mutex
+	waiting []*job
+	busy    bool // a goroutine is sending this lane's requests
+}
+
+// job is the records one call hands to one lane. Its records go in one
+// request, so they get consecutive offsets.
+type job struct {
+	recs  []kafka.Record
+	bytes int64
+	done  chan struct{}
+	base  int64 // the first record's offset, once done without err
+	err   error
+}
+
+func newJob(msgs []kafka.Message) *job {
+	j := &job{recs: make([]kafka.Record, len(msgs)), done: make(chan struct{})}
+	for i, m := range msgs {
+		j.recs[i] = kafka.Record{Time: m.Time, Key: bytesOrNil(m.Key), Value: bytesOrNil(m.Value), Headers: m.Headers}
+		j.bytes += int64(len(m.Key) + len(m.Value))
+	}
+	return j
+}
+
+func bytesOrNil(b []byte) kafka.Bytes {
+	if b == nil {
+		return nil
+	}
+	return kafka.NewBytes(b)
+}
+
+// lane returns the lane of (topic, part), made on first use.
+func (p *Producer) lane(topic string, part int) *lane {
+	key := laneKey{topic, part}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l, ok := p.lanes[key]
+	if !ok {
+		l = &lane{topic: topic, part: part}
+		p.lanes[key] = l
+	}
+	return l
+}
+
+type laneKey struct {
+	topic string
+	part  int
+}
+
+// enqueue hands j to l and starts l's sender if none runs.
+func (p *Producer) enqueue(l *lane, j *job) {
+	l.mu.Lock()
+	l.waiting = append(l.waiting, j)
+	start := !l.busy
+	l.busy = true
+	l.mu.Unlock()
+	if start {
+		p.senders.Add(1)
+		go p.drain(l)
+	}
+}
+
+// drain sends l's waiting jobs, as many a request as the batch limits let
+// (at least one job), until none waits.
+func (p *Producer) drain(l *lane) {
+	defer p.senders.Done()
+	for {
+		l.mu.Lock()
+		n, recs, bytes := 0, 0, int64(0)
+		for n < len(l.waiting) {
+			j := l.waiting[n]
+			if n > 0 && (recs+len(j.recs) > p.cfg.BatchSize || bytes+j.bytes > p.cfg.BatchBytes) {
+				break
+			}
+			n, recs, bytes = n+1, recs+len(j.recs), bytes+j.bytes
+		}
+		if n == 0 {
+			l.waiting, l.busy = nil, false
+			l.mu.Unlock()
+			return
+		}
+		jobs := l.waiting[:n:n]
+		l.waiting = l.waiting[n:]
+		l.mu.Unlock()
+
+		all := make([]kafka.Record, 0, recs)
+		for _, j := range jobs {
+			all = append(all, j.recs...)
+		}
+		base, err := p.produce(l, all)
+		for _, j := range jobs {
+			j.base, j.err = base, err
+			base += int64(len(j.recs))
+			close(j.done)
+		}
+	}
+}
+
+// produce sends one request, retrying errors the broker calls temporary
+// (a leader moving, say) with back-off, and returns the first record's
+// offset.
+func (p *Producer) produce(l *lane, recs []kafka.Record) (int64, error) {
+	var err error
+	for attempt := 0; attempt < p.cfg.MaxAttempts; attempt++ {
+		if attempt > 0 {
+			time.Sleep(min(backoffMin<<(attempt-1), backoffMax))
+		}
+		var base int64
+		if base, err = p.produceOnce(l, recs); err == nil {
+			return base, nil
+		}
+		if !temporary(err) {
+			break
+		}
+	}
+	return 0, err
+}
+
+const (
+	backoffMin = 100 * time.Millisecond
+	backoffMax = time.Second
+)
+
+func (p *Producer) produceOnce(l *lane, recs []kafka.Record) (int64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.WriteTimeout)
+	defer cancel()
+	res, err := p.client.Produce(ctx, &kafka.ProduceRequest{
+		Topic:        l.topic,
+		Partition:    l.part,
+		RequiredAcks: kafka.RequireAll,
+		Records:      kafka.NewRecordReader(recs...),
+	})
+	if err != nil {
+		return 0, err
+	}
+	if res.Error != nil {
+		return 0, res.Error
+	}
+	for i, rerr := range res.RecordErrors {
+		return 0, fmt.Errorf("record %d: %w", i, rerr)
+	}
+	return res.BaseOffset, nil
+}
+
+// temporary reports whether a produce that failed with err may succeed if
+// sent again: the errors kafka-go's own Writer retries. A retry after a
+// lost answer may write a record twice; every consumer drops or absorbs
+// duplicates (client_msg_id, cursors that only grow).
+func temporary(err error) bool {
+	var t interface{ Temporary() bool }
+	if errors.As(err, &t) && t.Temporary() {
+		return true
+	}
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
