@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/groupchat/chatd/protocol"
@@ -119,7 +120,11 @@ func (c *Client) pushLocked(m protocol.Message) {
 	}
 	if !g.pulling {
 		c.stats.Gaps++
-		c.log.Debug("chat client: gap", "gid", m.Gid, "msgid", m.MsgID, "prev", m.Prev, "contig", g.contig)
+		prev := "unknown"
+		if m.Prev != nil {
+			prev = strconv.FormatInt(*m.Prev, 10)
+		}
+		c.log.Debug("chat client: gap", "gid", m.Gid, "msgid", m.MsgID, "prev", prev, "contig", g.contig)
 	}
 	g.buf[m.MsgID] = m
 	c.drainLocked(g)
