@@ -280,7 +280,10 @@ func (c *conn) write(items []out) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), c.g.cfg.WriteTimeout)
 	defer cancel()
 	c.cork.hold()
-	ok := c.writeItems(ctx, items)
+	// While corked, the WebSocket's writes only append to the cork's
+	// buffer: they get no deadline of their own (the WebSocket would arm
+	// and disarm a timer per frame for it), the release's write has it.
+	ok := c.writeItems(context.Background(), items)
 	if err := c.cork.release(ctx); err != nil {
 		if ok && c.ctx.Err() == nil {
 			c.close(CloseTooSlow, "write timed out; reconnect and pull what you missed")
