@@ -58,9 +58,12 @@ const maxPushPayload = 1 << 20
 // fan-out saw before it, pushed or not (too old), duplicates left out. For
 // the first message of a group in an assignment it is the persister's
 // (store.PersistedPrevs) when the persister has stored every record before
-// it, and unknown otherwise: then clients pull to be sure. Without the
-// persister's, every restart or rebalance would make every online member of
-// every active group pull once.
+// it, or every record before the assignment's first: the fan-out has read
+// every record since and none of the group's, so the persister's window
+// has the group's last message. Otherwise it is unknown, and clients pull
+// to be sure. Without the persister's, every restart or rebalance would
+// make every online member of every active group pull once, and every new
+// group's first message would make its online members pull.
 //
 // Handle returns an error (the runner retries the batch) only when Redis
 // fails (presence or publishing) or the membership cannot be brought up to
@@ -176,6 +179,10 @@ type fanPartition struct {
 	members *memberTable
 	prev    map[string]int64 // gid -> last msgid seen, pushed or not
 	claims  claimSet
+
+	// Every record from seenFrom up to next has been handled in this
+	// assignment, so a group not in prev had none among them.
+	seenFrom, next int64
 }
 
 // partition returns the state of part for the assignment ctx belongs to,
@@ -186,7 +193,7 @@ func (f *Fanout) partition(ctx context.Context, part int) *fanPartition {
 	if p := f.parts[part]; p != nil && p.done == ctx.Done() {
 		return p
 	}
-	p := &fanPartition{id: part, done: ctx.Done(), members: newMemberTable(), prev: map[string]int64{}}
+	p := &fanPartition{id: part, done: ctx.Done(), members: newMemberTable(), prev: map[string]int64{}, next: -1}
 	f.parts[part] = p
 	f.stats.assignments.Add(1)
 	go f.follow(ctx, part, p.members)
@@ -224,6 +231,11 @@ func (f *Fanout) Handle(ctx context.Context, part int, recs []Record[schema.Mess
 	// The prev of the first message of a group in this assignment: the
 	// persister's, where it is certain, else unknown. The state changes of
 	// the batch are staged until it is published.
+	if recs[0].Offset != p.next {
+		// The assignment's first batch, or records skipped: only what
+		// comes from here on has been seen.
+		p.seenFrom = recs[0].Offset
+	}
 	prev := map[string]int64{}
 	first := map[string]int64{}
 	for i := range recs {
@@ -235,7 +247,7 @@ func (f *Fanout) Handle(ctx context.Context, part int, recs []Record[schema.Mess
 		}
 	}
 	if len(first) > 0 {
-		got, err := f.Redis.PersistedPrevs(ctx, GroupPersister, topics.Messages, part, first)
+		got, err := f.Redis.PersistedPrevs(ctx, GroupPersister, topics.Messages, part, p.seenFrom, first)
 		if err != nil {
 			return fmt.Errorf("consumers: fan-out: %w", err)
 		}
@@ -304,6 +316,7 @@ func (f *Fanout) Handle(ctx context.Context, part int, recs []Record[schema.Mess
 	for gid, id := range prev {
 		p.prev[gid] = id
 	}
+	p.next = recs[len(recs)-1].Offset + 1
 	for key, c := range claims {
 		p.claims.put(key, c, now, f.dedupWin)
 	}

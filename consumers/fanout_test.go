@@ -368,6 +368,63 @@ func TestFanoutTakesPrevFromThePersister(t *testing.T) {
 	wantPushes(t, n1, "bob", "g2", []int64{m3}, []string{"-1"})
 }
 
+// TestFanoutKnowsANewGroupHadNothingBeforeWithThePersisterBehind: the
+// persister has stopped behind the log, yet the first message of a new
+// group carries prev -1. The fan-out read every record since its
+// assignment began, the persister has stored everything before that, and
+// the group had nothing in between. A group the persister has not caught
+// up with, after a fan-out restart, stays unknown.
+func TestFanoutKnowsANewGroupHadNothingBeforeWithThePersisterBehind(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 1, window: 100})
+	ctx := context.Background()
+	for _, gid := range []string{"g1", "g2", "g3"} {
+		p.member(t, gid, "alice", schema.OpJoin)
+		p.member(t, gid, "bob", schema.OpJoin)
+	}
+	n1 := subscribeNode(t, p.redis, "n1")
+	p.online(t, "n1", "bob")
+	_, stopPersister := p.persister(t, nil)
+	first := &Fanout{}
+	r, stopFanout := p.fanout(t, first)
+	p.probe(t, n1)
+	persisted := func(upto int64) {
+		t.Helper()
+		waitFor(t, fmt.Sprint("the persister past ", upto), 20*time.Second, func() bool {
+			off, err := p.redis.Offsets(ctx, GroupPersister, topics.Messages)
+			return err == nil && off[0] > upto
+		})
+	}
+	head, err := p.prod.Head(ctx, "g1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	persisted(head) // the probes, where the fan-out began
+	m1 := p.say(t, "g1", "alice", "", time.Now())
+	persisted(m1)
+	stopPersister()
+	m2 := p.say(t, "g1", "alice", "", time.Now())
+	m3 := p.say(t, "g2", "alice", "", time.Now()) // m2 between it and the persister
+	waitFor(t, "m3 pushed", 20*time.Second, func() bool { return n1.has("bob", "g2", m3) })
+	wantPushes(t, n1, "bob", "g2", []int64{m3}, []string{"-1"})
+	wantPushes(t, n1, "bob", "g1", []int64{m1, m2}, []string{"-1", fmt.Sprint(m1)})
+
+	// A restarted fan-out starts after m3, where the persister is not:
+	// g3's first message might follow one it never saw.
+	waitFor(t, "every record handled", 20*time.Second, func() bool { return r.Stats().Records == first.Stats().Messages })
+	stopFanout() // commits what it handled
+	p.fanout(t, &Fanout{})
+	var m4 int64
+	waitFor(t, "a push from the new fan-out", 40*time.Second, func() bool {
+		m4 = p.say(t, "g3", "alice", "", time.Now())
+		time.Sleep(100 * time.Millisecond)
+		return n1.has("bob", "g3", m4)
+	})
+	got := n1.pushed("bob", "g3")
+	if first := got[0]; first.Prev != nil {
+		t.Errorf("the first push of g3 after the restart has prev %d, want unknown: the persister is behind the fan-out's start", *first.Prev)
+	}
+}
+
 func TestFanoutRouteSplitsLargeBatches(t *testing.T) {
 	big := func(id int64) outgoing {
 		return outgoing{msgid: id, json: []byte(`{"body":"` + strings.Repeat("x", 600<<10) + `"}`),

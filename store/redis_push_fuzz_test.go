@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -272,13 +273,17 @@ func TestPushRouteSurvivesRedisRestart(t *testing.T) {
 func testPersistedPrevs(t *testing.T, c redis.UniversalClient) {
 	r := newTestRedis(t, c, RedisConfig{WindowSize: 3})
 	ctx := context.Background()
-	prevs := func(before map[string]int64) map[string]int64 {
+	prevsSeen := func(seenFrom int64, before map[string]int64) map[string]int64 {
 		t.Helper()
-		got, err := r.PersistedPrevs(ctx, "persister", "chat.messages", 0, before)
+		got, err := r.PersistedPrevs(ctx, "persister", "chat.messages", 0, seenFrom, before)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return got
+	}
+	prevs := func(before map[string]int64) map[string]int64 {
+		t.Helper()
+		return prevsSeen(math.MaxInt64, before)
 	}
 	appendAll(t, r, batchOf("g1", 2, 5, 8)...)
 	appendAll(t, r, batchOf("g2", 1, 3, 4, 6)...) // 1 trimmed: floor 1
@@ -289,8 +294,30 @@ func testPersistedPrevs(t *testing.T, c redis.UniversalClient) {
 	if got := prevs(map[string]int64{"g3": 0}); got["g3"] != -1 {
 		t.Errorf("prev of the partition's first record: %v, want -1", got)
 	}
+	// A caller that read the partition from offset 0 on without meeting
+	// g3 before 5: g3 had nothing before it, whatever the persister did.
+	if got := prevsSeen(0, map[string]int64{"g3": 5}); !maps.Equal(got, map[string]int64{"g3": -1}) {
+		t.Errorf("g3 unseen since offset 0, nothing saved: %v, want -1", got)
+	}
+	if got := prevsSeen(1, map[string]int64{"g3": 5}); len(got) != 0 {
+		t.Errorf("g3 unseen since offset 1, nothing saved: %v, want nothing certain", got)
+	}
 	if err := r.SaveOffsets(ctx, "persister", "chat.messages", map[int]int64{0: 9, 1: 100}); err != nil {
 		t.Fatal(err)
+	}
+	// Unseen since an offset the persister has passed: its window is all
+	// there is before it.
+	for _, tc := range []struct {
+		seenFrom, before int64
+		want             map[string]int64
+	}{
+		{9, 12, map[string]int64{"g1": 8}},
+		{5, 12, map[string]int64{"g1": 8}},
+		{10, 12, map[string]int64{}}, // the persister may not have stored 9
+	} {
+		if got := prevsSeen(tc.seenFrom, map[string]int64{"g1": tc.before}); !maps.Equal(got, tc.want) {
+			t.Errorf("g1 before %d, unseen since %d: %v, want %v", tc.before, tc.seenFrom, got, tc.want)
+		}
 	}
 	for _, tc := range []struct {
 		gid    string

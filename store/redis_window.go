@@ -367,16 +367,22 @@ func (r *Redis) DedupWindow() time.Duration { return r.cfg.DedupWindow }
 
 // PersistedPrevs returns, for each gid, the msgid of the group's last
 // message before before[gid] as consumer (the persister) stored it from
-// partition part of topic, where that is certain: the consumer's saved
-// position is past every record before before[gid] (it saves it only once
-// they are in the window), and the window holds an earlier message of the
-// group, or holds none and never dropped one (then -1: the group had none
-// before). A message at offset 0 has prev -1 whatever was saved. Other
-// groups are absent. One pipeline for all.
+// partition part of topic, where that is certain: the window holds an
+// earlier message of the group, or holds none and never dropped one (then
+// -1: the group had none before), and the consumer's saved position shows
+// the window has every message that matters (it saves it only once they are
+// in the window). That is when the position is past every record before
+// before[gid], or past every record before seenFrom: the caller read every
+// record of the partition from seenFrom on and found none of the group's
+// before before[gid], so what the window holds before seenFrom is all
+// there is. Pass math.MaxInt64 as seenFrom when no such read is known. A
+// message at offset 0 has prev -1 whatever was saved. Other groups are
+// absent. One pipeline for all.
 //
-// The fan-out uses it for the prev of the first message of a group it
-// pushes, so that clients need not pull after each fan-out restart.
-func (r *Redis) PersistedPrevs(ctx context.Context, consumer, topic string, part int, before map[string]int64) (map[string]int64, error) {
+// The fan-out uses it for the prev of the first message of a group in its
+// assignment, so that clients need not pull after each fan-out restart, nor
+// for each new group's first message.
+func (r *Redis) PersistedPrevs(ctx context.Context, consumer, topic string, part int, seenFrom int64, before map[string]int64) (map[string]int64, error) {
 	out := make(map[string]int64, len(before))
 	if len(before) == 0 {
 		return out, nil
@@ -410,7 +416,7 @@ func (r *Redis) PersistedPrevs(ctx context.Context, consumer, topic string, part
 			out[gid] = -1 // nothing comes before a partition's first record
 			continue
 		}
-		if next < id {
+		if next < min(id, seenFrom) {
 			continue
 		}
 		win, floor := qs[gid].win.Val(), qs[gid].floor.Val()
