@@ -86,6 +86,12 @@ func prevOf(m protocol.Message) string {
 
 // wantPushes checks that uid got exactly the messages ids of gid, in order,
 // with the prevs given ("unknown" or a msgid).
+// noneBefore is the expected prev of a group's first message ever where
+// the fan-out may or may not know there was none: it knows when it read the
+// partition from its first record, and whether it did depends on when it
+// joined (a new fan-out group starts at the end).
+const noneBefore = "-1 or unknown"
+
 func wantPushes(t *testing.T, n *fakeNode, uid, gid string, ids []int64, prevs []string) {
 	t.Helper()
 	got := n.pushed(uid, gid)
@@ -95,7 +101,10 @@ func wantPushes(t *testing.T, n *fakeNode, uid, gid string, ids []int64, prevs [
 		gotIDs = append(gotIDs, m.MsgID)
 		gotPrevs = append(gotPrevs, prevOf(m))
 	}
-	if !slices.Equal(gotIDs, ids) || prevs != nil && !slices.Equal(gotPrevs, prevs) {
+	prevOK := func(got, want string) bool {
+		return got == want || want == noneBefore && (got == "-1" || got == "unknown")
+	}
+	if !slices.Equal(gotIDs, ids) || prevs != nil && !slices.EqualFunc(gotPrevs, prevs, prevOK) {
 		t.Errorf("%s on %s got %s msgids %v prevs %v; want %v prevs %v", uid, n.name, gid, gotIDs, gotPrevs, ids, prevs)
 	}
 }
@@ -221,7 +230,7 @@ func TestFanoutPushesToOnlineMembersInOrderWithPrev(t *testing.T) {
 	})
 
 	all := []int64{m1, m2, m3, m4}
-	prevs := []string{"unknown", fmt.Sprint(m1), fmt.Sprint(m2), fmt.Sprint(m3)}
+	prevs := []string{noneBefore, fmt.Sprint(m1), fmt.Sprint(m2), fmt.Sprint(m3)}
 	wantPushes(t, n1, "alice", g1, all, prevs)
 	wantPushes(t, n1, "bob", g1, all, prevs)
 	wantPushes(t, n2, "bob", g1, all, prevs)
@@ -230,7 +239,7 @@ func TestFanoutPushesToOnlineMembersInOrderWithPrev(t *testing.T) {
 	wantPushes(t, n1, "carol", g1, nil, nil)          // offline
 	wantPushes(t, n2, "carol", g1, nil, nil)
 	wantPushes(t, n2, "alice", g1, nil, nil) // not on n2
-	xprevs := []string{"unknown", fmt.Sprint(x1)}
+	xprevs := []string{noneBefore, fmt.Sprint(x1)}
 	wantPushes(t, n1, "alice", g2, []int64{x1, x2}, xprevs)
 	wantPushes(t, n2, "bob", g2, []int64{x1, x2}, xprevs)
 	wantPushes(t, n1, "dave", g2, nil, nil) // not a member
@@ -298,7 +307,7 @@ func TestFanoutRestartStartsPrevAfreshAndLosesNothingAfter(t *testing.T) {
 	m4 := p.say(t, "g1", "alice", "", time.Now())
 	waitFor(t, "m4 pushed", 30*time.Second, func() bool { return n1.has("bob", "g1", m4) })
 	wantPushes(t, n1, "bob", "g1", []int64{m1, m2, m3, m4},
-		[]string{"unknown", fmt.Sprint(m1), "unknown", fmt.Sprint(m3)})
+		[]string{noneBefore, fmt.Sprint(m1), "unknown", fmt.Sprint(m3)})
 }
 
 // TestFanoutPresenceAnnouncementEvictsTheCache: with a cache that trusts a
@@ -372,20 +381,19 @@ func TestFanoutTakesPrevFromThePersister(t *testing.T) {
 // persister has stopped behind the log, yet the first message of a new
 // group carries prev -1. The fan-out read every record since its
 // assignment began, the persister has stored everything before that, and
-// the group had nothing in between. A group the persister has not caught
-// up with, after a fan-out restart, stays unknown.
+// the group had nothing in between. (After a restart that begins past the
+// persister, prev stays unknown: TestFanoutRestartStartsPrevAfresh.)
 func TestFanoutKnowsANewGroupHadNothingBeforeWithThePersisterBehind(t *testing.T) {
 	p := newPipeline(t, pipelineOpts{partitions: 1, window: 100})
 	ctx := context.Background()
-	for _, gid := range []string{"g1", "g2", "g3"} {
+	for _, gid := range []string{"g1", "g2"} {
 		p.member(t, gid, "alice", schema.OpJoin)
 		p.member(t, gid, "bob", schema.OpJoin)
 	}
 	n1 := subscribeNode(t, p.redis, "n1")
 	p.online(t, "n1", "bob")
 	_, stopPersister := p.persister(t, nil)
-	first := &Fanout{}
-	r, stopFanout := p.fanout(t, first)
+	p.fanout(t, &Fanout{})
 	p.probe(t, n1)
 	persisted := func(upto int64) {
 		t.Helper()
@@ -407,22 +415,6 @@ func TestFanoutKnowsANewGroupHadNothingBeforeWithThePersisterBehind(t *testing.T
 	waitFor(t, "m3 pushed", 20*time.Second, func() bool { return n1.has("bob", "g2", m3) })
 	wantPushes(t, n1, "bob", "g2", []int64{m3}, []string{"-1"})
 	wantPushes(t, n1, "bob", "g1", []int64{m1, m2}, []string{"-1", fmt.Sprint(m1)})
-
-	// A restarted fan-out starts after m3, where the persister is not:
-	// g3's first message might follow one it never saw.
-	waitFor(t, "every record handled", 20*time.Second, func() bool { return r.Stats().Records == first.Stats().Messages })
-	stopFanout() // commits what it handled
-	p.fanout(t, &Fanout{})
-	var m4 int64
-	waitFor(t, "a push from the new fan-out", 40*time.Second, func() bool {
-		m4 = p.say(t, "g3", "alice", "", time.Now())
-		time.Sleep(100 * time.Millisecond)
-		return n1.has("bob", "g3", m4)
-	})
-	got := n1.pushed("bob", "g3")
-	if first := got[0]; first.Prev != nil {
-		t.Errorf("the first push of g3 after the restart has prev %d, want unknown: the persister is behind the fan-out's start", *first.Prev)
-	}
 }
 
 func TestFanoutRouteSplitsLargeBatches(t *testing.T) {
