@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
 
 	"github.com/groupchat/chatd/internal/testserver"
 )
@@ -301,6 +302,17 @@ func testPersistedPrevs(t *testing.T, c redis.UniversalClient) {
 	}
 	if got := prevsSeen(1, map[string]int64{"g3": 5}); len(got) != 0 {
 		t.Errorf("g3 unseen since offset 1, nothing saved: %v, want nothing certain", got)
+	}
+	// A persister that claimed the partition before its first record saved
+	// kafka.FirstOffset (-2): the same as nothing stored.
+	if err := r.SaveOffsets(ctx, "persister", "chat.messages", map[int]int64{0: kafka.FirstOffset}); err != nil {
+		t.Fatal(err)
+	}
+	if got := prevsSeen(0, map[string]int64{"g3": 5}); !maps.Equal(got, map[string]int64{"g3": -1}) {
+		t.Errorf("g3 unseen since offset 0, the first offset claimed: %v, want -1", got)
+	}
+	if got := prevsSeen(1, map[string]int64{"g3": 5}); len(got) != 0 {
+		t.Errorf("g3 unseen since offset 1, the first offset claimed: %v, want nothing certain", got)
 	}
 	if err := r.SaveOffsets(ctx, "persister", "chat.messages", map[int]int64{0: 9, 1: 100}); err != nil {
 		t.Fatal(err)

@@ -410,6 +410,8 @@ func (r *Redis) PersistedPrevs(ctx context.Context, consumer, topic string, part
 		next = 0 // nothing saved: only the partition's first record is certain
 	case err != nil:
 		return nil, fmt.Errorf("store: persisted prevs: %w: offset %q", ErrCorruptValue, pos.Val())
+	case next < 0:
+		next = 0 // claimed before its first record: kafka.FirstOffset (-2), nothing stored yet
 	}
 	for gid, id := range before {
 		if id <= 0 {
