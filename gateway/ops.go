@@ -6,10 +6,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/groupchat/chatd/consumers"
 	"github.com/groupchat/chatd/history"
 	"github.com/groupchat/chatd/protocol"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
+	"github.com/groupchat/chatd/topics"
 )
 
 // How long a send claim stays pending, and how long an accepted send's
@@ -47,15 +49,29 @@ func (g *Gateway) member(ctx context.Context, uid, gid string) (store.Membership
 	if err != nil {
 		return m, g.unavailable("membership", err)
 	}
-	return m, notMember(m, gid)
+	return m, g.notMember(ctx, m, gid)
 }
 
-// notMember refuses one who never joined gid.
-func notMember(m store.Membership, gid string) *protocol.Error {
-	if m.State == store.MemberNone {
-		return protocol.Errorf(protocol.CodeNotMember, "you are not a member of %s; ask an admin or a member to add you", gid)
+// notMember refuses one who never joined gid. Memberships that Redis lost
+// (restarted empty, flushed) read as never joined until the member
+// projector notices and replays chat.members, a few seconds; while its
+// saved position for gid's partition is missing, the answer is
+// unavailable, which clients retry, not not_member, which they give up on.
+func (g *Gateway) notMember(ctx context.Context, m store.Membership, gid string) *protocol.Error {
+	if m.State != store.MemberNone {
+		return nil
 	}
-	return nil
+	part, err := g.cfg.Producer.Partition(ctx, topics.Members, gid)
+	if err == nil {
+		err = g.cfg.Redis.CheckFence(ctx, store.Fence{Consumer: consumers.GroupMemberProjector, Topic: topics.Members, Partition: part})
+	}
+	switch {
+	case errors.Is(err, store.ErrStateLost):
+		return protocol.Errorf(protocol.CodeUnavailable, "the memberships of %s are being rebuilt (the server's Redis lost its data); retry in a few seconds", gid)
+	case err != nil:
+		return g.unavailable("membership", err)
+	}
+	return protocol.Errorf(protocol.CodeNotMember, "you are not a member of %s; ask an admin or a member to add you", gid)
 }
 
 func (g *Gateway) send(ctx context.Context, uid string, r *protocol.Request) (any, *protocol.Error) {
@@ -68,7 +84,7 @@ func (g *Gateway) send(ctx context.Context, uid string, r *protocol.Request) (an
 		if err != nil {
 			return nil, g.unavailable("send claim", err)
 		}
-		if perr := notMember(c.Member, r.Gid); perr != nil {
+		if perr := g.notMember(ctx, c.Member, r.Gid); perr != nil {
 			return nil, perr
 		}
 		if c.Member.State != store.MemberJoined {
@@ -159,7 +175,7 @@ func (g *Gateway) cursor(ctx context.Context, uid string, r *protocol.Request) (
 		return nil, g.unavailable("cursors", err)
 	}
 	m := cur.Member
-	if perr := notMember(m, r.Gid); perr != nil {
+	if perr := g.notMember(ctx, m, r.Gid); perr != nil {
 		return nil, perr
 	}
 	upto := *r.Upto

@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/groupchat/chatd/protocol"
 )
 
 // cut closes every connection of uid on gateway i, as a network drop or the
@@ -119,4 +122,48 @@ func tail(d []int64) []int64 {
 		return d[len(d)-5:]
 	}
 	return d
+}
+
+// TestMembershipsRedisLostAreUnavailableNotNotMember: after Redis lost its
+// data and before the member projector has replayed chat.members, a member
+// reads as never joined. The gateway says to retry (unavailable), which
+// clients do, rather than not_member, which they give up on; once the
+// projector has replayed, the member sends again and a stranger is told
+// not_member.
+func TestMembershipsRedisLostAreUnavailableNotNotMember(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g1", "alice", "bob")
+	alice, carol := e.login(0, "alice"), e.login(0, "carol")
+	send := func(r *raw, cmid string) map[string]any {
+		return r.call(map[string]any{"op": "send", "gid": "g1", "cmid": cmid, "body": "hi"})
+	}
+	if f := send(alice, "a1"); f["op"] != "accepted" {
+		t.Fatalf("alice's send before the loss: %v", f)
+	}
+
+	e.parts["members"].stop() // it would notice within 2 s and replay
+	if err := e.rc.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, who := range []struct {
+		r    *raw
+		cmid string
+	}{{alice, "a2"}, {carol, "c1"}} {
+		f := send(who.r, who.cmid)
+		if code(f) != string(protocol.CodeUnavailable) || !strings.Contains(fmt.Sprint(f["message"]), "being rebuilt") {
+			t.Errorf("send while the memberships are gone: %v, want unavailable saying they are being rebuilt", f)
+		}
+	}
+	if st, out := e.http("GET", "/v1/groups/g1/messages", e.token("alice"), nil); st != 503 {
+		t.Errorf("pull over HTTP while the memberships are gone: %d %v, want 503", st, out)
+	}
+
+	e.runConsumer("members", e.parts["members"].mk)
+	e.waitMembers("g1", "alice", "bob")
+	if f := send(alice, "a2"); f["op"] != "accepted" {
+		t.Errorf("alice's send after the replay: %v", f)
+	}
+	if f := send(carol, "c1"); code(f) != string(protocol.CodeNotMember) {
+		t.Errorf("carol's send after the replay: %v, want not_member", f)
+	}
 }

@@ -328,6 +328,15 @@ func (p *Producer) send(ctx context.Context, topic string, recs []kafka.Message)
 	return offsets, parts, nil
 }
 
+// Partition returns the partition of topic that gid's records go to.
+func (p *Producer) Partition(ctx context.Context, topic, gid string) (int, error) {
+	n, err := p.partitions(ctx, topic)
+	if err != nil {
+		return 0, err
+	}
+	return topics.Partition(gid, n), nil
+}
+
 func (p *Producer) partitions(ctx context.Context, topic string) (int, error) {
 	p.mu.Lock()
 	n := p.parts[topic]

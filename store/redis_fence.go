@@ -54,6 +54,11 @@ func (f *Fence) held(cmd *redis.BoolCmd) error {
 	return nil
 }
 
+// CheckFence reports whether f's position is there: nil when it is,
+// ErrStateLost when Redis lost it (and with it the state next to it), or
+// the error reading it.
+func (r *Redis) CheckFence(ctx context.Context, f Fence) error { return r.verify(ctx, &f) }
+
 // verify checks the fence in a round trip of its own.
 func (r *Redis) verify(ctx context.Context, f *Fence) error {
 	if f == nil {
