@@ -340,37 +340,51 @@ func TestFanoutPresenceAnnouncementEvictsTheCache(t *testing.T) {
 	}
 }
 
-// TestFanoutTakesPrevFromThePersister: with the persister caught up, the
-// first message of a group after the fan-out starts carries the exact prev,
-// and the first message of a new group prev -1, so no client has to pull.
-func TestFanoutTakesPrevFromThePersister(t *testing.T) {
+// prevPipeline is one partition, groups g1 and g2 of alice and bob, and bob
+// online on node n1.
+func prevPipeline(t *testing.T) (*pipeline, *fakeNode) {
 	p := newPipeline(t, pipelineOpts{partitions: 1, window: 100})
-	ctx := context.Background()
 	for _, gid := range []string{"g1", "g2"} {
 		p.member(t, gid, "alice", schema.OpJoin)
 		p.member(t, gid, "bob", schema.OpJoin)
 	}
 	n1 := subscribeNode(t, p.redis, "n1")
 	p.online(t, "n1", "bob")
-	p.persister(t, nil)
-	caughtUp := func() {
-		t.Helper()
-		end, err := p.prod.Head(ctx, "g1") // the one partition's last offset
-		if err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, "the persister to catch up", 20*time.Second, func() bool {
-			off, err := p.redis.Offsets(ctx, GroupPersister, topics.Messages)
-			return err == nil && off[0] > end
-		})
+	return p, n1
+}
+
+// end is the offset of the last record of a one-partition pipeline.
+func (p *pipeline) end(t *testing.T) int64 {
+	t.Helper()
+	end, err := p.prod.Head(context.Background(), "g1")
+	if err != nil {
+		t.Fatal(err)
 	}
+	return end
+}
+
+// persistedPast waits for the persister's saved position to pass offset.
+func (p *pipeline) persistedPast(t *testing.T, offset int64) {
+	t.Helper()
+	waitFor(t, fmt.Sprint("the persister past ", offset), 20*time.Second, func() bool {
+		off, err := p.redis.Offsets(context.Background(), GroupPersister, topics.Messages)
+		return err == nil && off[0] > offset
+	})
+}
+
+// TestFanoutTakesPrevFromThePersister: with the persister caught up, the
+// first message of a group after the fan-out starts carries the exact prev,
+// and the first message of a new group prev -1, so no client has to pull.
+func TestFanoutTakesPrevFromThePersister(t *testing.T) {
+	p, n1 := prevPipeline(t)
+	p.persister(t, nil)
 	m1 := p.say(t, "g1", "alice", "", time.Now())
 	p.fanout(t, &Fanout{})
 	p.probe(t, n1)
-	caughtUp()
+	p.persistedPast(t, p.end(t))
 	m2 := p.say(t, "g1", "alice", "", time.Now())
 	waitFor(t, "m2 pushed", 20*time.Second, func() bool { return n1.has("bob", "g1", m2) })
-	caughtUp()
+	p.persistedPast(t, p.end(t))
 	m3 := p.say(t, "g2", "alice", "", time.Now())
 	waitFor(t, "m3 pushed", 20*time.Second, func() bool { return n1.has("bob", "g2", m3) })
 	wantPushes(t, n1, "bob", "g1", []int64{m2}, []string{fmt.Sprint(m1)})
@@ -384,31 +398,13 @@ func TestFanoutTakesPrevFromThePersister(t *testing.T) {
 // the group had nothing in between. (After a restart that begins past the
 // persister, prev stays unknown: TestFanoutRestartStartsPrevAfresh.)
 func TestFanoutKnowsANewGroupHadNothingBeforeWithThePersisterBehind(t *testing.T) {
-	p := newPipeline(t, pipelineOpts{partitions: 1, window: 100})
-	ctx := context.Background()
-	for _, gid := range []string{"g1", "g2"} {
-		p.member(t, gid, "alice", schema.OpJoin)
-		p.member(t, gid, "bob", schema.OpJoin)
-	}
-	n1 := subscribeNode(t, p.redis, "n1")
-	p.online(t, "n1", "bob")
+	p, n1 := prevPipeline(t)
 	_, stopPersister := p.persister(t, nil)
 	p.fanout(t, &Fanout{})
 	p.probe(t, n1)
-	persisted := func(upto int64) {
-		t.Helper()
-		waitFor(t, fmt.Sprint("the persister past ", upto), 20*time.Second, func() bool {
-			off, err := p.redis.Offsets(ctx, GroupPersister, topics.Messages)
-			return err == nil && off[0] > upto
-		})
-	}
-	head, err := p.prod.Head(ctx, "g1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	persisted(head) // the probes, where the fan-out began
+	p.persistedPast(t, p.end(t)) // the probes, where the fan-out began
 	m1 := p.say(t, "g1", "alice", "", time.Now())
-	persisted(m1)
+	p.persistedPast(t, m1)
 	stopPersister()
 	m2 := p.say(t, "g1", "alice", "", time.Now())
 	m3 := p.say(t, "g2", "alice", "", time.Now()) // m2 between it and the persister
