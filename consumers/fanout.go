@@ -42,7 +42,8 @@ const maxPushPayload = 1 << 20
 // # State and its lifetime
 //
 // Per partition it holds the membership table and its follower, the last
-// msgid seen of each group (prev) and the recent sends (duplicates). They
+// msgid seen of each group (prev; of the most recently active groups, see
+// prevTable) and the recent sends (duplicates). They
 // live as long as the partition's assignment: Handle's ctx, which the
 // Runner cancels when the partition is revoked or the runner stops. A new
 // assignment starts afresh: the follower reads chat.members again, and
@@ -73,6 +74,7 @@ type Fanout struct {
 	MaxPushAge  time.Duration // messages older than this (by sent_at) are not pushed; default 30s
 	PresenceTTL time.Duration // how long a cached presence lookup is trusted; default 2s, <0 no cache
 	Logger      *slog.Logger  // default: the Base's, else slog.Default()
+	PrevGroups  int           // groups whose last msgid a partition keeps at least (twice at most); default DefaultPrevGroups
 
 	mu       sync.Mutex
 	brokers  []string
@@ -124,6 +126,12 @@ func (f *Fanout) Runner(b Base) (*Runner[schema.Message], error) {
 	}
 	if f.PresenceTTL == 0 {
 		f.PresenceTTL = 2 * time.Second
+	}
+	if f.PrevGroups < 0 {
+		return nil, fmt.Errorf("consumers: fan-out PrevGroups %d is negative", f.PrevGroups)
+	}
+	if f.PrevGroups == 0 {
+		f.PrevGroups = DefaultPrevGroups
 	}
 	if f.Logger == nil {
 		f.Logger = b.Logger
@@ -177,12 +185,8 @@ type fanPartition struct {
 	id      int
 	done    <-chan struct{} // the assignment's ctx.Done()
 	members *memberTable
-	prev    map[string]int64 // gid -> last msgid seen, pushed or not
+	prev    *prevTable // groups' last msgids seen, pushed or not
 	claims  claimSet
-
-	// Every record from seenFrom up to next has been handled in this
-	// assignment, so a group not in prev had none among them.
-	seenFrom, next int64
 }
 
 // partition returns the state of part for the assignment ctx belongs to,
@@ -193,7 +197,7 @@ func (f *Fanout) partition(ctx context.Context, part int) *fanPartition {
 	if p := f.parts[part]; p != nil && p.done == ctx.Done() {
 		return p
 	}
-	p := &fanPartition{id: part, done: ctx.Done(), members: newMemberTable(), prev: map[string]int64{}, next: -1}
+	p := &fanPartition{id: part, done: ctx.Done(), members: newMemberTable(), prev: newPrevTable(f.PrevGroups)}
 	f.parts[part] = p
 	f.stats.assignments.Add(1)
 	go f.follow(ctx, part, p.members)
@@ -231,23 +235,19 @@ func (f *Fanout) Handle(ctx context.Context, part int, recs []Record[schema.Mess
 	// The prev of the first message of a group in this assignment: the
 	// persister's, where it is certain, else unknown. The state changes of
 	// the batch are staged until it is published.
-	if recs[0].Offset != p.next {
-		// The assignment's first batch, or records skipped: only what
-		// comes from here on has been seen.
-		p.seenFrom = recs[0].Offset
-	}
+	p.prev.begin(recs[0].Offset)
 	prev := map[string]int64{}
 	first := map[string]int64{}
 	for i := range recs {
 		gid := recs[i].Event.Gid
-		if _, known := p.prev[gid]; !known {
+		if _, known := p.prev.lookup(gid); !known {
 			if _, ok := first[gid]; !ok {
 				first[gid] = recs[i].Offset
 			}
 		}
 	}
 	if len(first) > 0 {
-		got, err := f.Redis.PersistedPrevs(ctx, GroupPersister, topics.Messages, part, p.seenFrom, first)
+		got, err := f.Redis.PersistedPrevs(ctx, GroupPersister, topics.Messages, part, p.prev.unseenSince(), first)
 		if err != nil {
 			return fmt.Errorf("consumers: fan-out: %w", err)
 		}
@@ -278,7 +278,7 @@ func (f *Fanout) Handle(ctx context.Context, part int, recs []Record[schema.Mess
 		}
 		last, known := prev[m.Gid]
 		if !known {
-			last, known = p.prev[m.Gid]
+			last, known = p.prev.lookup(m.Gid)
 		}
 		prev[m.Gid] = msgid
 		if now-m.SentAt > maxAge {
@@ -313,10 +313,7 @@ func (f *Fanout) Handle(ctx context.Context, part int, recs []Record[schema.Mess
 		f.stats.unheard.Add(int64(unheard))
 	}
 
-	for gid, id := range prev {
-		p.prev[gid] = id
-	}
-	p.next = recs[len(recs)-1].Offset + 1
+	p.prev.commit(prev, recs[len(recs)-1].Offset)
 	for key, c := range claims {
 		p.claims.put(key, c, now, f.dedupWin)
 	}
