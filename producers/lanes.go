@@ -31,7 +31,7 @@ type lane struct {
 // job is the records one call hands to one lane. Its records go in one
 // request, so they get consecutive offsets.
 type job struct {
-	recs  []kafka.Record
+	msgs  []kafka.Message
 	bytes int64
 	done  chan struct{}
 	base  int64 // the first record's offset, once done without err
@@ -39,12 +39,22 @@ type job struct {
 }
 
 func newJob(msgs []kafka.Message) *job {
-	j := &job{recs: make([]kafka.Record, len(msgs)), done: make(chan struct{})}
-	for i, m := range msgs {
-		j.recs[i] = kafka.Record{Time: m.Time, Key: bytesOrNil(m.Key), Value: bytesOrNil(m.Value), Headers: m.Headers}
+	j := &job{msgs: msgs, done: make(chan struct{})}
+	for _, m := range msgs {
 		j.bytes += int64(len(m.Key) + len(m.Value))
 	}
 	return j
+}
+
+// records makes the request's records afresh: a kafka.Record's key and
+// value are readers, empty once a request has been encoded from them, so
+// a retry built from the same records would write empty ones.
+func records(msgs []kafka.Message) []kafka.Record {
+	recs := make([]kafka.Record, len(msgs))
+	for i, m := range msgs {
+		recs[i] = kafka.Record{Time: m.Time, Key: bytesOrNil(m.Key), Value: bytesOrNil(m.Value), Headers: m.Headers}
+	}
+	return recs
 }
 
 func bytesOrNil(b []byte) kafka.Bytes {
@@ -94,10 +104,10 @@ func (p *Producer) drain(l *lane) {
 		n, recs, bytes := 0, 0, int64(0)
 		for n < len(l.waiting) {
 			j := l.waiting[n]
-			if n > 0 && (recs+len(j.recs) > p.cfg.BatchSize || bytes+j.bytes > p.cfg.BatchBytes) {
+			if n > 0 && (recs+len(j.msgs) > p.cfg.BatchSize || bytes+j.bytes > p.cfg.BatchBytes) {
 				break
 			}
-			n, recs, bytes = n+1, recs+len(j.recs), bytes+j.bytes
+			n, recs, bytes = n+1, recs+len(j.msgs), bytes+j.bytes
 		}
 		if n == 0 {
 			l.waiting, l.busy = nil, false
@@ -108,14 +118,14 @@ func (p *Producer) drain(l *lane) {
 		l.waiting = l.waiting[n:]
 		l.mu.Unlock()
 
-		all := make([]kafka.Record, 0, recs)
+		all := make([]kafka.Message, 0, recs)
 		for _, j := range jobs {
-			all = append(all, j.recs...)
+			all = append(all, j.msgs...)
 		}
 		base, err := p.produce(l, all)
 		for _, j := range jobs {
 			j.base, j.err = base, err
-			base += int64(len(j.recs))
+			base += int64(len(j.msgs))
 			close(j.done)
 		}
 	}
@@ -124,14 +134,14 @@ func (p *Producer) drain(l *lane) {
 // produce sends one request, retrying errors the broker calls temporary
 // (a leader moving, say) with back-off, and returns the first record's
 // offset.
-func (p *Producer) produce(l *lane, recs []kafka.Record) (int64, error) {
+func (p *Producer) produce(l *lane, msgs []kafka.Message) (int64, error) {
 	var err error
 	for attempt := 0; attempt < p.cfg.MaxAttempts; attempt++ {
 		if attempt > 0 {
 			time.Sleep(min(backoffMin<<(attempt-1), backoffMax))
 		}
 		var base int64
-		if base, err = p.produceOnce(l, recs); err == nil {
+		if base, err = p.produceOnce(l, records(msgs)); err == nil {
 			return base, nil
 		}
 		if !temporary(err) {

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/groupchat/chatd/schema"
@@ -198,5 +201,59 @@ func TestCloseWaitsForSendsInFlight(t *testing.T) {
 	<-closed
 	if _, err := p.SendMessage(ctx, msg("g1", 2)); !errors.Is(err, ErrClosed) {
 		t.Fatalf("a send after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestARetriedRequestWritesTheWholeRecords: the broker refuses the first
+// request with a temporary error; the retry writes every record with its
+// key and value (a kafka.Record's are readers, drained by the first try).
+func TestARetriedRequestWritesTheWholeRecords(t *testing.T) {
+	b, p := setup(t, 1)
+	c := b.Cluster()
+	var refused atomic.Bool
+	c.ControlKey(int16(kmsg.Produce), func(kreq kmsg.Request) (kmsg.Response, error, bool) {
+		if !refused.CompareAndSwap(false, true) {
+			return nil, nil, false
+		}
+		req := kreq.(*kmsg.ProduceRequest)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		resp.Version = req.Version
+		for _, rt := range req.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.NotLeaderForPartition.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	ctx := context.Background()
+	want := msg("g1", 0)
+	id, err := p.SendMessage(ctx, want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !refused.Load() {
+		t.Fatal("the broker refused no request: the test tested nothing")
+	}
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{b.Addr()}, Topic: topics.Messages, Partition: 0, MaxWait: 100 * time.Millisecond})
+	defer r.Close()
+	if err := r.SetOffset(id); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := r.FetchMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := schema.DecodeMessage(rec.Value)
+	if err != nil {
+		t.Fatalf("the record at msgid %d after a retry: %v (%d bytes of value, key %q)", id, err, len(rec.Value), rec.Key)
+	}
+	if got.ClientMsgID != want.ClientMsgID || string(got.Body) != string(want.Body) || string(rec.Key) != string(schema.MessageKey("g1")) {
+		t.Fatalf("the record at msgid %d after a retry: %+v key %q, want %+v", id, got, rec.Key, want)
 	}
 }
