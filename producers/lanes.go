@@ -179,8 +179,10 @@ func (p *Producer) produceOnce(l *lane, recs []kafka.Record) (int64, error) {
 
 // temporary reports whether a produce that failed with err may succeed if
 // sent again: the errors kafka-go's own Writer retries. A retry after a
-// lost answer may write a record twice; every consumer drops or absorbs
-// duplicates (client_msg_id, cursors that only grow).
+// lost answer may write a record twice. Consumers drop or absorb the copy
+// (client_msg_id, cursors that only grow), but a message's sender is told
+// the second copy's msgid, and the persister keeps the first: an idempotent
+// producer would close that, which kafka-go does not offer.
 func temporary(err error) bool {
 	var t interface{ Temporary() bool }
 	if errors.As(err, &t) && t.Temporary() {
