@@ -130,9 +130,6 @@ func (f *Fanout) Runner(b Base) (*Runner[schema.Message], error) {
 	if f.PrevGroups < 0 {
 		return nil, fmt.Errorf("consumers: fan-out PrevGroups %d is negative", f.PrevGroups)
 	}
-	if f.PrevGroups == 0 {
-		f.PrevGroups = DefaultPrevGroups
-	}
 	if f.Logger == nil {
 		f.Logger = b.Logger
 	}

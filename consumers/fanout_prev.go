@@ -21,6 +21,7 @@ type prevTable struct {
 	evictedBelow int64 // every forgotten group's last msgid is below it
 }
 
+// newPrevTable keeps at least keep groups, DefaultPrevGroups when keep is 0.
 func newPrevTable(keep int) *prevTable {
 	if keep <= 0 {
 		keep = DefaultPrevGroups
