@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -32,12 +33,14 @@ const (
 	maxPushBytes = 256 << 10
 )
 
-// out is one queued outbound item: a whole frame, or the messages of one
+// out is one queued outbound item: a whole frame, the messages of one
 // fan-out batch for this connection (protocol.Message JSON each), which the
-// writer turns into push frames.
+// writer turns into push frames, or a ping or pong, written as the bytes of
+// a whole WebSocket control frame (see serve).
 type out struct {
 	frame []byte
 	msgs  [][]byte
+	ctl   []byte
 }
 
 // errAnswered is authenticate's error when the client has been answered
@@ -47,17 +50,21 @@ var errAnswered = protocol.Errorf(protocol.CodeUnauthenticated, "answered")
 type conn struct {
 	g      *Gateway
 	ws     *websocket.Conn
-	cork   *cork // under ws: corked while the writer writes
+	br     *bufio.Reader // under ws: serve peeks it while ws reads nothing
+	cork   *cork         // under ws: corked while the writer writes
 	uid    string
 	queue  outQueue
 	pinger *time.Timer
+	heard  atomic.Bool   // the client sent something since the last ping
 	sends  *rate.Limiter // nil until the first frame; then used by handle only
 	frames *rate.Limiter
 
 	ctx    context.Context
 	cancel context.CancelFunc
 	once   sync.Once
-	closed chan struct{} // closed when the close handshake is over
+	asked  atomic.Bool          // close was asked for
+	code   websocket.StatusCode // what for: set in once
+	reason string
 }
 
 // serveWS accepts a WebSocket and hands it to a goroutine of its own, so
@@ -77,13 +84,13 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	ws.SetReadLimit(int64(g.cfg.MaxBody) + 4096)
 	token := strings.Clone(bearer(r))
 	g.wg.Add(1)
-	go g.runConn(ws, sb.cork, token)
+	go g.runConn(ws, sb, token)
 }
 
 // runConn runs one connection until it closes.
-func (g *Gateway) runConn(ws *websocket.Conn, ck *cork, token string) {
+func (g *Gateway) runConn(ws *websocket.Conn, sb *smallBuffers, token string) {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &conn{g: g, ws: ws, cork: ck, queue: outQueue{limit: g.cfg.QueueSize}, ctx: ctx, cancel: cancel, closed: make(chan struct{})}
+	c := &conn{g: g, ws: ws, br: sb.br, cork: sb.cork, queue: outQueue{limit: g.cfg.QueueSize}, ctx: ctx, cancel: cancel}
 
 	uid, perr := c.authenticate(token)
 	if perr != nil {
@@ -91,13 +98,13 @@ func (g *Gateway) runConn(ws *websocket.Conn, ck *cork, token string) {
 			c.writeNow(perr.Frame(""))
 			c.close(CloseUnauthenticated, string(perr.Code)+": "+perr.Message)
 		}
-		<-c.closed
-		cancel()
+		c.end()
 		g.wg.Done()
 		return
 	}
 	c.uid = uid
 	g.connect(c)
+	c.heard.Store(true)
 	c.pinger = time.AfterFunc(g.cfg.PingInterval, c.ping)
 	// The read loop gets a fresh goroutine: authenticating grew this one's
 	// stack (JSON, the token's HMAC), and a goroutine blocked in a read
@@ -106,31 +113,90 @@ func (g *Gateway) runConn(ws *websocket.Conn, ck *cork, token string) {
 }
 
 // serve reads the connection's frames until it closes, then cleans up.
+//
+// An idle connection's goroutine waits in serve, for the client's next
+// bytes, in a shallow call that fits the smallest goroutine stack (2 KiB).
+// The WebSocket's read is far deeper (its stack grows to 4 KiB, and a
+// stack never shrinks below four times what its goroutine uses), so it
+// runs on a goroutine of its own, one frame at a time, only once a frame
+// is arriving. The WebSocket would answer pings and take pongs only from
+// inside such a read, which then waits on for the next frame; so serve
+// takes them itself when whole in the read buffer: a ping is answered
+// with a pong through the outbound queue, a pong (or anything else the
+// client sends) shows the client alive to the next ping.
 func (c *conn) serve() {
 	defer c.g.wg.Done()
-	defer c.cancel()
 	defer c.g.disconnect(c)
-	c.readLoop()
-	c.close(websocket.StatusNormalClosure, "")
-	<-c.closed
+	for c.awaitFrame() == nil && c.readFrame() {
+	}
+	c.end()
 	c.pinger.Stop()
 	c.queue.stop()
+}
+
+// WebSocket control frames a client sends: FIN set, masked, a payload of at
+// most 125 bytes (RFC 6455, 5.5), so the header is 2 bytes and a mask key 4.
+const (
+	finPing = 0x89
+	finPong = 0x8a
+)
+
+// awaitFrame waits until the client's next frame is one the WebSocket must
+// read (anything but a ping or a pong), handling pings and pongs meanwhile.
+func (c *conn) awaitFrame() error {
+	for {
+		h, err := c.br.Peek(2)
+		if err != nil {
+			return err
+		}
+		c.heard.Store(true)
+		n := int(h[1] & 0x7f)
+		if h[0] != finPing && h[0] != finPong || h[1]&0x80 == 0 || n > 125 {
+			return nil // the WebSocket reads it (and refuses what is wrong with it)
+		}
+		f, err := c.br.Peek(6 + n)
+		if err != nil {
+			return err
+		}
+		if f[0] == finPing {
+			pong := make([]byte, 2+n)
+			pong[0], pong[1] = finPong, byte(n)
+			for i := range n {
+				pong[2+i] = f[6+i] ^ f[2+i%4]
+			}
+			c.enqueue(out{ctl: pong})
+		}
+		c.br.Discard(6 + n)
+	}
+}
+
+// readFrame reads and handles one frame on a goroutine of its own (see
+// serve); it reports whether the connection still reads.
+func (c *conn) readFrame() bool {
+	done := make(chan bool)
+	go func() { done <- c.readOne() }()
+	return <-done
 }
 
 // smallBuffers hands the WebSocket smaller buffers than net/http's 4 KiB
 // each way: they live as long as the connection, idle or not. Client frames
 // are small; a frame larger than the read buffer is read past it. Writes go
 // through a cork (see cork), whose buffer comes from a pool while the
-// connection's writer writes, so the WebSocket's own write buffer is a few
-// bytes.
+// connection's writer writes, so the WebSocket's own write buffer holds
+// no more than a control frame.
 type smallBuffers struct {
 	http.ResponseWriter
-	cork *cork // set by Hijack
+	br   *bufio.Reader // set by Hijack
+	cork *cork
 }
 
+// The write buffer holds a whole control frame (2 + 125 bytes), so that
+// the WebSocket hands each ping, pong or close frame it writes to the cork
+// in one Write: the pings and pongs serve queues are written between two
+// of them, never into one.
 const (
-	readBuffer  = 512
-	writeBuffer = 16
+	readBuffer  = 512 // at least a whole control frame: serve peeks one
+	writeBuffer = 128
 )
 
 func (s *smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
@@ -149,7 +215,7 @@ func (s *smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	if _, err := br.Peek(len(early)); err != nil {
 		return nil, nil, fmt.Errorf("gateway: taking over a connection: %w", err)
 	}
-	s.cork = &cork{nc: nc}
+	s.br, s.cork = br, &cork{nc: nc}
 	return nc, bufio.NewReadWriter(br, bufio.NewWriterSize(s.cork, writeBuffer)), nil
 }
 
@@ -194,38 +260,29 @@ func (c *conn) authenticate(tok string) (string, *protocol.Error) {
 	return uid, perr
 }
 
-func (c *conn) readLoop() {
-	for {
-		// No ctx to end the read: closing the WebSocket does (c.close).
-		// The reads, writes and pings of a connection take no context
-		// derived from c.ctx: a child, even one long gone, leaves c.ctx
-		// holding a map and a channel for as long as the connection lives.
-		typ, data, err := c.ws.Read(context.Background())
-		if err != nil {
-			if s := websocket.CloseStatus(err); s == -1 && c.ctx.Err() == nil {
-				c.g.log.Debug("connection read ended", "uid", c.uid, "err", err)
-				if errors.Is(err, websocket.ErrMessageTooBig) || bytes.Contains([]byte(err.Error()), []byte("read limited")) {
-					c.close(websocket.StatusMessageTooBig, "frame larger than the limit")
-				}
+// readOne reads one message from the WebSocket and handles it; it reports
+// whether the connection still reads.
+func (c *conn) readOne() bool {
+	// No ctx to end the read: closing the WebSocket does (c.close).
+	// The reads, writes and pings of a connection take no context
+	// derived from c.ctx: a child, even one long gone, leaves c.ctx
+	// holding a map and a channel for as long as the connection lives.
+	typ, data, err := c.ws.Read(context.Background())
+	if err != nil {
+		if s := websocket.CloseStatus(err); s == -1 && !c.closing() {
+			c.g.log.Debug("connection read ended", "uid", c.uid, "err", err)
+			if errors.Is(err, websocket.ErrMessageTooBig) || bytes.Contains([]byte(err.Error()), []byte("read limited")) {
+				c.close(websocket.StatusMessageTooBig, "frame larger than the limit")
 			}
-			return
 		}
-		if typ != websocket.MessageText {
-			c.reply(protocol.Errorf(protocol.CodeBadFrame, "frames are JSON text, not binary").Frame(""))
-			continue
-		}
-		// Handled on a goroutine of its own, one frame at a time, in order:
-		// handling grows a stack past 4 KiB (JSON, Redis, Kafka), and this
-		// goroutine, blocked in the next read, would keep that stack for as
-		// long as the connection lives, mostly idle (8 KiB instead of 4 per
-		// connection at 10,000 idle ones).
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			c.handle(data)
-		}()
-		<-done
+		return false
 	}
+	if typ != websocket.MessageText {
+		c.reply(protocol.Errorf(protocol.CodeBadFrame, "frames are JSON text, not binary").Frame(""))
+		return true
+	}
+	c.handle(data)
+	return true
 }
 
 // handle answers one text frame.
@@ -285,7 +342,7 @@ func (c *conn) write(items []out) bool {
 	// and disarm a timer per frame for it), the release's write has it.
 	ok := c.writeItems(context.Background(), items)
 	if err := c.cork.release(ctx); err != nil {
-		if ok && c.ctx.Err() == nil {
+		if ok && !c.closing() {
 			c.close(CloseTooSlow, "write timed out; reconnect and pull what you missed")
 		}
 		return false
@@ -302,10 +359,21 @@ func (c *conn) writeItems(ctx context.Context, items []out) bool {
 			msgs = append(msgs, o.msgs...)
 			continue
 		}
-		if !c.writePushes(ctx, buf, msgs) || !c.writeFrame(ctx, o.frame, 0) {
+		if !c.writePushes(ctx, buf, msgs) {
 			return false
 		}
 		msgs = msgs[:0]
+		if o.ctl != nil {
+			// Between two of the WebSocket's frames (this goroutine wrote
+			// the last), and after none of its close: see writeBuffer.
+			if !c.closing() {
+				c.cork.Write(o.ctl) // corked: into the buffer
+			}
+			continue
+		}
+		if !c.writeFrame(ctx, o.frame, 0) {
+			return false
+		}
 	}
 	return c.writePushes(ctx, buf, msgs)
 }
@@ -338,7 +406,7 @@ func (c *conn) writePushes(ctx context.Context, buf *bytes.Buffer, msgs [][]byte
 
 func (c *conn) writeFrame(ctx context.Context, frame []byte, msgs int) bool {
 	if err := c.ws.Write(ctx, websocket.MessageText, frame); err != nil {
-		if c.ctx.Err() == nil {
+		if !c.closing() {
 			c.close(CloseTooSlow, "write timed out; reconnect and pull what you missed")
 		}
 		return false
@@ -358,35 +426,48 @@ func (c *conn) writeNow(frame []byte) {
 }
 
 // ping runs every PingInterval on a timer rather than a goroutine of its
-// own; a missing pong closes the connection.
+// own. It queues a ping; a client that sent nothing since the ping before,
+// not even its pong, is closed.
 func (c *conn) ping() {
 	if !c.queue.hold() {
 		return // the connection ended
 	}
 	defer c.queue.wg.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), c.g.cfg.PingInterval)
-	err := c.ws.Ping(ctx)
-	cancel()
-	if err != nil {
-		if c.ctx.Err() == nil {
-			c.close(websocket.StatusPolicyViolation, "no pong within the ping interval")
-		}
+	if !c.heard.Swap(false) {
+		c.close(websocket.StatusPolicyViolation, "no pong within the ping interval")
 		return
 	}
+	c.enqueue(out{ctl: pingFrame})
 	c.pinger.Reset(c.g.cfg.PingInterval)
 }
 
-// close ends the connection once, with a reason the client can act on. The
-// close handshake runs in the background (it waits for the peer, up to 5 s)
-// so that a pusher never blocks on a slow client; serveWS waits for it.
+// pingFrame is a WebSocket ping with no payload, as a server sends it.
+var pingFrame = []byte{finPing, 0}
+
+// close asks for the connection to end, once, with a reason the client can
+// act on, and returns at once, so that a pusher never blocks on a slow
+// client. It wakes the connection's reader (its read fails), which runs
+// the close handshake (end).
 func (c *conn) close(code websocket.StatusCode, reason string) {
 	c.once.Do(func() {
-		go func() {
-			defer close(c.closed)
-			defer c.cancel()
-			c.ws.Close(code, truncate(reason))
-		}()
+		c.code, c.reason = code, truncate(reason)
+		c.asked.Store(true)
+		c.cork.nc.SetReadDeadline(time.Unix(1, 0))
 	})
+}
+
+// closing reports whether close was asked for.
+func (c *conn) closing() bool { return c.asked.Load() }
+
+// end runs the close handshake with what close asked for (a normal
+// closure if nothing was): it sends the close frame and waits up to 5 s
+// for the client's. It runs on the goroutine that reads the connection,
+// and when no read is under way: the handshake reads the connection too.
+func (c *conn) end() {
+	c.close(websocket.StatusNormalClosure, "")
+	c.cork.nc.SetReadDeadline(time.Time{})
+	c.ws.Close(c.code, c.reason)
+	c.cancel()
 }
 
 func truncate(s string) string {

@@ -2,11 +2,13 @@ package gateway
 
 import (
 	"bufio"
-	"encoding/binary"
+	"bytes"
 	"encoding/json"
-	"io"
+	"fmt"
+	"github.com/coder/websocket"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +29,7 @@ func TestFrameSentWithTheUpgrade(t *testing.T) {
 	auth, _ := json.Marshal(map[string]string{"op": "auth", "id": "1", "token": e.token("early")})
 	req := "GET /v1/ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
 		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
-	if _, err := nc.Write(append([]byte(req), clientFrame(auth)...)); err != nil {
+	if _, err := nc.Write(append([]byte(req), frame(auth)...)); err != nil {
 		t.Fatal(err)
 	}
 	br := bufio.NewReader(nc)
@@ -35,55 +37,69 @@ func TestFrameSentWithTheUpgrade(t *testing.T) {
 	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("upgrade answered %v, %v", resp, err)
 	}
-	f := readServerFrame(t, br)
+	_, f, err := serverFrame(br)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var got map[string]any
 	if err := json.Unmarshal(f, &got); err != nil || got["op"] != "authed" || got["uid"] != "early" {
 		t.Fatalf("first frame %s (%v); want authed as early", f, err)
 	}
 }
 
-// clientFrame is a masked final text frame (RFC 6455 5.2).
-func clientFrame(payload []byte) []byte {
-	f := []byte{0x81}
-	switch n := len(payload); {
-	case n < 126:
-		f = append(f, 0x80|byte(n))
-	case n < 1<<16:
-		f = append(f, 0x80|126)
-		f = binary.BigEndian.AppendUint16(f, uint16(n))
-	default:
-		f = append(f, 0x80|127)
-		f = binary.BigEndian.AppendUint64(f, uint64(n))
-	}
-	mask := [4]byte{1, 2, 3, 4}
-	f = append(f, mask[:]...)
-	for i, b := range payload {
-		f = append(f, b^mask[i%4])
-	}
-	return f
-}
+// TestPingsAndPongs: the gateway pings every PingInterval and answers a
+// client's ping with its payload, while an idle connection waits outside
+// the WebSocket's read (its goroutine keeps the smallest stack); a client
+// that answers pings stays, one that does not is closed with 1008.
+func TestPingsAndPongs(t *testing.T) {
+	const interval = 300 * time.Millisecond
+	e := newEnv(t, envOpts{gateways: 1, tune: func(c *Config) { c.PingInterval = interval }})
+	answering, silent := e.wire(0, "answering"), e.wire(0, "silent")
+	answering.c.Write(clientFrame(0x89, []byte("are you there")))
 
-// readServerFrame reads one unmasked, unfragmented frame's payload.
-func readServerFrame(t *testing.T, r io.Reader) []byte {
-	t.Helper()
-	h := make([]byte, 2)
-	if _, err := io.ReadFull(r, h); err != nil {
-		t.Fatalf("frame header: %v", err)
+	// The answering client reads for four intervals, answering each ping.
+	pings, pong := 0, ""
+	answering.c.SetReadDeadline(time.Now().Add(4 * interval))
+	for {
+		b0, p, err := serverFrame(answering.rd)
+		if err != nil {
+			break
+		}
+		switch b0 {
+		case 0x89:
+			pings++
+			answering.c.Write(clientFrame(0x8a, p))
+		case 0x8a:
+			pong = string(p)
+		default:
+			t.Fatalf("an idle connection got frame %x %q", b0, p)
+		}
 	}
-	n := uint64(h[1] & 0x7f)
-	switch n {
-	case 126:
-		var b [2]byte
-		io.ReadFull(r, b[:])
-		n = uint64(binary.BigEndian.Uint16(b[:]))
-	case 127:
-		var b [8]byte
-		io.ReadFull(r, b[:])
-		n = binary.BigEndian.Uint64(b[:])
+	if pong != "are you there" {
+		t.Fatalf("a client's ping was answered with %q, want its payload", pong)
 	}
-	p := make([]byte, n)
-	if _, err := io.ReadFull(r, p); err != nil {
-		t.Fatalf("frame payload: %v", err)
+	if pings < 3 {
+		t.Fatalf("%d pings in %v, every %v", pings, 4*interval, interval)
 	}
-	return p
+
+	// The answering one is idle now (the silent one was cut after two
+	// intervals): it waits, and not in the WebSocket's read.
+	stacks := make([]byte, 1<<22)
+	stacks = stacks[:runtime.Stack(stacks, true)]
+	if n := bytes.Count(stacks, []byte("gateway.(*conn).awaitFrame(")); n != 1 {
+		t.Errorf("%d connections wait in awaitFrame, want 1", n)
+	}
+	if bytes.Contains(stacks, []byte("websocket.(*Conn).Read(")) {
+		t.Errorf("an idle connection waits in the WebSocket's read:\n%s", stacks)
+	}
+
+	// The answering one is still served; the silent one was closed.
+	answering.c.Write(frame([]byte(`{"op":"sync","id":"s"}`)))
+	if f := answering.read(); f["op"] != "synced" {
+		t.Fatalf("after answering pings: %v", f)
+	}
+	_, err := silent.tryRead(5 * time.Second)
+	if want := fmt.Sprintf("closed by the server: %04x", int(websocket.StatusPolicyViolation)); err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "no pong") {
+		t.Fatalf("a client that answers no ping: %v, want %s ... no pong", err, want)
+	}
 }

@@ -26,38 +26,51 @@ import (
 // wire is a WebSocket client written by hand, byte by byte, for what a
 // library client will not do: frames sent slowly or left half written.
 type wire struct {
-	t  *testing.T
+	t  testing.TB
 	c  net.Conn
 	rd *bufio.Reader
 }
 
 func (e *env) wire(gwi int, uid string) *wire {
 	e.t.Helper()
-	host := strings.TrimPrefix(e.gws[gwi].srv.URL, "http://")
+	w := dialWire(e.t, strings.TrimPrefix(e.gws[gwi].srv.URL, "http://"), e.token(uid))
+	e.t.Cleanup(func() { w.c.Close() })
+	return w
+}
+
+// dialWire upgrades a TCP connection to host's /v1/ws with token and reads
+// the authed frame.
+func dialWire(t testing.TB, host, token string) *wire {
+	t.Helper()
 	c, err := net.DialTimeout("tcp", host, 5*time.Second)
 	if err != nil {
-		e.t.Fatal(err)
+		t.Fatal(err)
 	}
-	e.t.Cleanup(func() { c.Close() })
 	key := make([]byte, 16)
 	rand.Read(key)
 	fmt.Fprintf(c, "GET /v1/ws?token=%s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n",
-		e.token(uid), host, base64.StdEncoding.EncodeToString(key))
-	w := &wire{t: e.t, c: c, rd: bufio.NewReader(c)}
+		token, host, base64.StdEncoding.EncodeToString(key))
+	w := &wire{t: t, c: c, rd: bufio.NewReader(c)}
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	resp, err := http.ReadResponse(w.rd, nil)
 	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
-		e.t.Fatalf("upgrade: %v %v", resp, err)
+		c.Close()
+		t.Fatalf("upgrade: %v %v", resp, err)
 	}
 	if f := w.read(); f["op"] != protocol.OpAuthed {
-		e.t.Fatalf("login over the wire: %v", f)
+		c.Close()
+		t.Fatalf("login over the wire: %v", f)
 	}
 	return w
 }
 
 // frame encodes a masked client text frame.
-func frame(payload []byte) []byte {
-	b := []byte{0x81}
+func frame(payload []byte) []byte { return clientFrame(0x81, payload) }
+
+// clientFrame encodes a masked client frame (RFC 6455 5.2) whose first
+// byte, FIN and opcode, is b0.
+func clientFrame(b0 byte, payload []byte) []byte {
+	b := []byte{b0}
 	switch n := len(payload); {
 	case n < 126:
 		b = append(b, 0x80|byte(n))
@@ -75,6 +88,35 @@ func frame(payload []byte) []byte {
 	return b
 }
 
+// serverFrame reads one unmasked frame: its first byte (FIN and opcode)
+// and its payload.
+func serverFrame(r io.Reader) (byte, []byte, error) {
+	var h [2]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return 0, nil, err
+	}
+	n := uint64(h[1] & 0x7f)
+	switch n {
+	case 126:
+		var l [2]byte
+		if _, err := io.ReadFull(r, l[:]); err != nil {
+			return 0, nil, err
+		}
+		n = uint64(binary.BigEndian.Uint16(l[:]))
+	case 127:
+		var l [8]byte
+		if _, err := io.ReadFull(r, l[:]); err != nil {
+			return 0, nil, err
+		}
+		n = binary.BigEndian.Uint64(l[:])
+	}
+	p := make([]byte, n)
+	if _, err := io.ReadFull(r, p); err != nil {
+		return 0, nil, err
+	}
+	return h[0], p, nil
+}
+
 // read returns the next text frame from the server as JSON, skipping
 // control frames; it fails the test on a close or after 5 s.
 func (w *wire) read() map[string]any {
@@ -89,30 +131,11 @@ func (w *wire) read() map[string]any {
 func (w *wire) tryRead(d time.Duration) (map[string]any, error) {
 	w.c.SetReadDeadline(time.Now().Add(d))
 	for {
-		var h [2]byte
-		if _, err := io.ReadFull(w.rd, h[:]); err != nil {
+		b0, p, err := serverFrame(w.rd)
+		if err != nil {
 			return nil, err
 		}
-		n := uint64(h[1] & 0x7f)
-		switch n {
-		case 126:
-			var l [2]byte
-			if _, err := io.ReadFull(w.rd, l[:]); err != nil {
-				return nil, err
-			}
-			n = uint64(binary.BigEndian.Uint16(l[:]))
-		case 127:
-			var l [8]byte
-			if _, err := io.ReadFull(w.rd, l[:]); err != nil {
-				return nil, err
-			}
-			n = binary.BigEndian.Uint64(l[:])
-		}
-		p := make([]byte, n)
-		if _, err := io.ReadFull(w.rd, p); err != nil {
-			return nil, err
-		}
-		switch h[0] & 0x0f {
+		switch b0 & 0x0f {
 		case 0x8:
 			return nil, fmt.Errorf("closed by the server: %x %q", p[:min(2, len(p))], p[min(2, len(p)):])
 		case 0x1:
