@@ -195,7 +195,7 @@ type smallBuffers struct {
 // in one Write: the pings and pongs serve queues are written between two
 // of them, never into one.
 const (
-	readBuffer  = 512 // at least a whole control frame: serve peeks one
+	readBuffer  = 256 // at least a whole control frame: serve peeks one
 	writeBuffer = 128
 )
 
@@ -210,10 +210,12 @@ func (s *smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	}
 	// Bytes the client sent early sit in net/http's reader: they must sit
 	// in ours, buffered, since the WebSocket resets it on its connection.
-	early, _ := brw.Reader.Peek(brw.Reader.Buffered())
-	br := bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(early)), nc), max(readBuffer, len(early)))
-	if _, err := br.Peek(len(early)); err != nil {
-		return nil, nil, fmt.Errorf("gateway: taking over a connection: %w", err)
+	br := bufio.NewReaderSize(nc, readBuffer)
+	if early, _ := brw.Reader.Peek(brw.Reader.Buffered()); len(early) > 0 {
+		br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(bytes.Clone(early)), nc), max(readBuffer, len(early)))
+		if _, err := br.Peek(len(early)); err != nil {
+			return nil, nil, fmt.Errorf("gateway: taking over a connection: %w", err)
+		}
 	}
 	s.br, s.cork = br, &cork{nc: nc}
 	return nc, bufio.NewReadWriter(br, bufio.NewWriterSize(s.cork, writeBuffer)), nil

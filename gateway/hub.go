@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -10,22 +11,21 @@ import (
 // hub knows this node's connections by user and keeps their presence in
 // Redis: a user's first connection here announces them online, the last one
 // gone takes them off, and a refresh keeps the entries from expiring.
+//
+// A user's connections are a slice, not a set: most users have one or two
+// devices, and a slice of one costs 8 bytes where a map costs hundreds.
 type hub struct {
 	mu    sync.RWMutex
-	users map[string]map[*conn]struct{}
+	users map[string][]*conn
 }
 
-func newHub() *hub { return &hub{users: map[string]map[*conn]struct{}{}} }
+func newHub() *hub { return &hub{users: map[string][]*conn{}} }
 
 func (h *hub) add(c *conn) (first bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	set := h.users[c.uid]
-	if set == nil {
-		set = map[*conn]struct{}{}
-		h.users[c.uid] = set
-	}
-	set[c] = struct{}{}
+	set := append(h.users[c.uid], c)
+	h.users[c.uid] = set
 	return len(set) == 1
 }
 
@@ -33,11 +33,14 @@ func (h *hub) remove(c *conn) (last bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	set := h.users[c.uid]
-	delete(set, c)
+	if i := slices.Index(set, c); i >= 0 {
+		set = slices.Delete(set, i, i+1)
+	}
 	if len(set) == 0 {
 		delete(h.users, c.uid)
 		return true
 	}
+	h.users[c.uid] = set
 	return false
 }
 
@@ -45,7 +48,7 @@ func (h *hub) remove(c *conn) (last bool) {
 func (h *hub) each(uid string, fn func(*conn)) {
 	h.mu.RLock()
 	defer h.mu.RUnlock()
-	for c := range h.users[uid] {
+	for _, c := range h.users[uid] {
 		fn(c)
 	}
 }
@@ -65,9 +68,7 @@ func (h *hub) all() []*conn {
 	defer h.mu.RUnlock()
 	var out []*conn
 	for _, set := range h.users {
-		for c := range set {
-			out = append(out, c)
-		}
+		out = append(out, set...)
 	}
 	return out
 }
