@@ -54,7 +54,7 @@ type conn struct {
 	cork   *cork         // under ws: corked while the writer writes
 	uid    string
 	queue  outQueue
-	pinger *time.Timer
+	slot   int           // when in the ping interval it is pinged (pingConns)
 	heard  atomic.Bool   // the client sent something since the last ping
 	sends  *rate.Limiter // nil until the first frame; then used by handle only
 	frames *rate.Limiter
@@ -105,7 +105,6 @@ func (g *Gateway) runConn(ws *websocket.Conn, sb *smallBuffers, token string) {
 	c.uid = uid
 	g.connect(c)
 	c.heard.Store(true)
-	c.pinger = time.AfterFunc(g.cfg.PingInterval, c.ping)
 	// The read loop gets a fresh goroutine: authenticating grew this one's
 	// stack (JSON, the token's HMAC), and a goroutine blocked in a read
 	// keeps its stack for as long as the connection lives, mostly idle.
@@ -130,7 +129,6 @@ func (c *conn) serve() {
 	for c.awaitFrame() == nil && c.readFrame() {
 	}
 	c.end()
-	c.pinger.Stop()
 	c.queue.stop()
 }
 
@@ -427,20 +425,14 @@ func (c *conn) writeNow(frame []byte) {
 	c.cork.release(ctx)
 }
 
-// ping runs every PingInterval on a timer rather than a goroutine of its
-// own. It queues a ping; a client that sent nothing since the ping before,
-// not even its pong, is closed.
+// ping queues a ping (see pingConns); a client that sent nothing since the
+// ping before, not even its pong, is closed.
 func (c *conn) ping() {
-	if !c.queue.hold() {
-		return // the connection ended
-	}
-	defer c.queue.wg.Done()
 	if !c.heard.Swap(false) {
 		c.close(websocket.StatusPolicyViolation, "no pong within the ping interval")
 		return
 	}
 	c.enqueue(out{ctl: pingFrame})
-	c.pinger.Reset(c.g.cfg.PingInterval)
 }
 
 // pingFrame is a WebSocket ping with no payload, as a server sends it.

@@ -13,9 +13,11 @@
 // in a call shallow enough for the smallest stack, answers pings and takes
 // pongs itself, and reads and handles every other frame on a goroutine of
 // its own, one at a time, in order. Its bounded outbound queue is drained by
-// a writer goroutine that runs only while the queue holds something; pings
-// run on a timer. An idle connection so costs one goroutine of 2 KiB. Pushes and answers are enqueued without
-// blocking: a connection whose queue is full is closed with a reason (it
-// resyncs by pull on reconnect), so a slow client never stalls anyone else.
+// a writer goroutine that runs only while the queue holds something; one
+// loop of the node's pings every connection. An idle connection so costs
+// one goroutine of 2 KiB and no timer. Pushes and answers are enqueued
+// without blocking: a connection whose queue is full is closed with a
+// reason (it resyncs by pull on reconnect), so a slow client never stalls
+// anyone else.
 // All exported methods are safe for concurrent use.
 package gateway

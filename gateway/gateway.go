@@ -20,9 +20,10 @@ type Gateway struct {
 	log *slog.Logger
 	hub *hub
 
-	wg      sync.WaitGroup // connections being served
-	closing atomic.Bool
-	metrics Metrics
+	wg       sync.WaitGroup // connections being served
+	closing  atomic.Bool
+	pingSlot atomic.Int64 // the last connection's (pingConns)
+	metrics  Metrics
 
 	// dropPush, when set, drops pushes to a user (tests of lost pushes).
 	dropPush func(uid string) bool
@@ -65,10 +66,11 @@ func (g *Gateway) Handler() http.Handler {
 	return mux
 }
 
-// Run delivers pushes to this node's connections and keeps their presence
-// fresh until ctx ends.
+// Run delivers pushes to this node's connections, pings them and keeps
+// their presence fresh until ctx ends.
 func (g *Gateway) Run(ctx context.Context) error {
 	go g.refreshPresence(ctx)
+	go g.pingConns(ctx)
 	return g.deliver(ctx)
 }
 

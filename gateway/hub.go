@@ -85,6 +85,7 @@ func (h *hub) count() int {
 
 // connect registers an authenticated connection.
 func (g *Gateway) connect(c *conn) {
+	c.slot = int(g.pingSlot.Add(1) % pingSlots)
 	if g.hub.add(c) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -123,6 +124,30 @@ func (g *Gateway) refreshPresence(ctx context.Context) {
 		if uids := g.hub.uids(); len(uids) > 0 {
 			if err := g.cfg.Redis.SetOnline(ctx, g.cfg.Node, uids, g.cfg.PresenceTTL, false); err != nil && ctx.Err() == nil {
 				g.log.Warn("presence refresh failed", "users", len(uids), "err", err)
+			}
+		}
+	}
+}
+
+// pingSlots spreads a node's pings over the ping interval: a connection is
+// pinged at one of pingSlots ticks of every interval, so that pings, and
+// the writer goroutines they start, do not leave all at once.
+const pingSlots = 10
+
+// pingConns pings every connection once a PingInterval, until ctx ends:
+// one loop for the node rather than a timer for each connection.
+func (g *Gateway) pingConns(ctx context.Context) {
+	t := time.NewTicker(g.cfg.PingInterval / pingSlots)
+	defer t.Stop()
+	for slot := 0; ; slot = (slot + 1) % pingSlots {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, c := range g.hub.all() {
+			if c.slot == slot {
+				c.ping()
 			}
 		}
 	}

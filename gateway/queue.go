@@ -60,18 +60,6 @@ func (q *outQueue) drain(write func(items []out) bool) {
 	}
 }
 
-// hold counts a goroutine of the connection's (a ping) that stop waits
-// for; it reports false once stopped.
-func (q *outQueue) hold() bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.stopped {
-		return false
-	}
-	q.wg.Add(1)
-	return true
-}
-
 // stop drops what is queued, refuses what comes, and waits for the writer.
 func (q *outQueue) stop() {
 	q.mu.Lock()
