@@ -54,8 +54,12 @@ func (r *Runner[E]) consume(ctx context.Context, gc *groupCommits, part int, sta
 		return false
 	}
 	log.Debug("consuming", "from", start)
+	marked := false // the partition's replay mark is written
 	if lag, err := reader.ReadLag(ctx); err == nil && lag <= 0 {
 		r.markCaughtUp(part) // nothing to replay: the state is current
+		if marked = r.markReplayed(ctx, log, part); !marked {
+			return false // ctx ended
+		}
 	}
 	// The buffers grow to the batches that come: a partition that sees one
 	// record at a time keeps small ones. (Full-size buffers on every
@@ -129,6 +133,35 @@ func (r *Runner[E]) consume(ctx context.Context, gc *groupCommits, part int, sta
 		r.mu.Unlock()
 		r.cfg.Metrics.Consumed(r.cfg.Group, len(recs))
 		r.cfg.Metrics.Lag(r.cfg.Group, part, lag)
+		if lag <= 0 && !marked {
+			if marked = r.markReplayed(ctx, log, part); !marked {
+				return gone.Load() // ctx ended
+			}
+		}
+	}
+}
+
+// markReplayed marks part replayed when the OffsetStore keeps such marks
+// (ReplayMarker), retrying until it can or ctx ends (it then reports
+// false). A position gone meanwhile marks nothing; the runner notices the
+// loss by itself and replays.
+func (r *Runner[E]) markReplayed(ctx context.Context, log *slog.Logger, part int) bool {
+	m, ok := r.cfg.Offsets.(ReplayMarker)
+	if !ok {
+		return true
+	}
+	for attempt := 0; ; attempt++ {
+		_, err := m.MarkReplayed(ctx, r.cfg.Group, r.cfg.Topic, part)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		log.Warn("marking the partition replayed failed; retrying", "err", err)
+		if !sleep(ctx, r.backoff(attempt)) {
+			return false
+		}
 	}
 }
 

@@ -42,6 +42,17 @@ type OffsetStore interface {
 	AdvanceOffset(ctx context.Context, consumer, topic string, part int, from, to int64) (bool, error)
 }
 
+// ReplayMarker is an OffsetStore that also keeps a mark, beside a
+// partition's position, that the state holds every record the partition had
+// when the runner caught up with it (store.Redis.MarkReplayed). The runner
+// marks each partition once an assignment, after handling the batch that
+// caught up, so that a state lost and replayed is marked again only once
+// it is whole; readers of the state tell "not there" from "not replayed
+// yet" by it.
+type ReplayMarker interface {
+	MarkReplayed(ctx context.Context, consumer, topic string, part int) (bool, error)
+}
+
 // Config of a Runner.
 type Config[E any] struct {
 	Brokers []string // required

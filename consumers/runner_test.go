@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -51,10 +52,13 @@ type memAcks struct {
 	// wipeAfter wipes the state and the offsets right after this many
 	// more successful batches (0: never), as Redis restarting empty would.
 	wipeAfter int
+	// marks[part] is what the partition had handled when it was marked
+	// replayed (ReplayMarker), once a mark; a wipe takes the marks too.
+	marks map[int][]int
 }
 
 func newMemAcks() *memAcks {
-	return &memAcks{cursors: map[string]int64{}, seen: map[int64]int{}, offsets: map[int]int64{}}
+	return &memAcks{cursors: map[string]int64{}, seen: map[int64]int{}, offsets: map[int]int64{}, marks: map[int][]int{}}
 }
 
 func (m *memAcks) Handle(ctx context.Context, part int, recs []Record[schema.Ack]) error {
@@ -72,10 +76,38 @@ func (m *memAcks) Handle(ctx context.Context, part int, recs []Record[schema.Ack
 	}
 	if m.wipeAfter > 0 {
 		if m.wipeAfter--; m.wipeAfter == 0 {
-			m.cursors, m.seen, m.offsets = map[string]int64{}, map[int64]int{}, map[int]int64{}
+			m.cursors, m.seen, m.offsets, m.marks = map[string]int64{}, map[int64]int{}, map[int]int64{}, map[int][]int{}
 		}
 	}
 	return nil
+}
+
+func (m *memAcks) MarkReplayed(ctx context.Context, consumer, topic string, part int) (bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.offsets[part]; !ok {
+		return false, nil
+	}
+	m.marks[part] = append(m.marks[part], m.handledIn(part))
+	return true, nil
+}
+
+// handledIn counts the records of part handled; m.mu held.
+func (m *memAcks) handledIn(part int) int {
+	n := 0
+	for k := range m.seen {
+		if int(k>>40) == part {
+			n++
+		}
+	}
+	return n
+}
+
+// marked returns what each partition had handled when marked replayed.
+func (m *memAcks) marked() map[int][]int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.marks)
 }
 
 func (m *memAcks) Offsets(ctx context.Context, consumer, topic string) (map[int]int64, error) {
@@ -299,7 +331,7 @@ func TestRunnerReplaysFromStoreWhenStateIsWiped(t *testing.T) {
 func (m *memAcks) wipe() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.cursors, m.seen, m.offsets = map[string]int64{}, map[int64]int{}, map[int]int64{}
+	m.cursors, m.seen, m.offsets, m.marks = map[string]int64{}, map[int64]int{}, map[int]int64{}, map[int][]int{}
 }
 
 func (m *memAcks) snapshot() string {
@@ -338,6 +370,31 @@ func TestRunnerReplaysWhenStateIsWipedWhileRunning(t *testing.T) {
 	if n := r.Stats().Replays; n < 2 {
 		t.Fatalf("%d partition replays counted, want at least 2", n)
 	}
+}
+
+// A partition is marked replayed once an assignment, after the batch that
+// caught up with it was handled, and again after a wipe only once the
+// replay has caught up: never while its state is partial.
+func TestRunnerMarksAPartitionReplayedOnlyOnceWhole(t *testing.T) {
+	k := newKafka(t, 2)
+	sendAcks(t, k, 100)
+	h := newMemAcks()
+	runAcks(t, k, "acks-marks", h)
+	check := func(when string) {
+		t.Helper()
+		waitFor(t, when, 20*time.Second, func() bool { return h.handled() == 100 && len(h.marked()) == 2 })
+		time.Sleep(300 * time.Millisecond) // a second mark, if any, would come now
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for part, at := range h.marks {
+			if want := []int{h.handledIn(part)}; fmt.Sprint(at) != fmt.Sprint(want) {
+				t.Fatalf("%s: partition %d marked replayed with %v records handled, want once with %v", when, part, at, want)
+			}
+		}
+	}
+	check("first pass")
+	h.wipe()
+	check("replay after a wipe")
 }
 
 func TestRunnerCaughtUpOnEmptyAndFullTopics(t *testing.T) {

@@ -54,19 +54,19 @@ func (g *Gateway) member(ctx context.Context, uid, gid string) (store.Membership
 
 // notMember refuses one who never joined gid. Memberships that Redis lost
 // (restarted empty, flushed) read as never joined until the member
-// projector notices and replays chat.members, a few seconds; while its
-// saved position for gid's partition is missing, the answer is
-// unavailable, which clients retry, not not_member, which they give up on.
+// projector notices and replays chat.members, a few seconds; until it has
+// marked gid's partition replayed again, the answer is unavailable, which
+// clients retry, not not_member, which they give up on.
 func (g *Gateway) notMember(ctx context.Context, m store.Membership, gid string) *protocol.Error {
 	if m.State != store.MemberNone {
 		return nil
 	}
 	part, err := g.cfg.Producer.Partition(ctx, topics.Members, gid)
 	if err == nil {
-		err = g.cfg.Redis.CheckFence(ctx, store.Fence{Consumer: consumers.GroupMemberProjector, Topic: topics.Members, Partition: part})
+		err = g.cfg.Redis.CheckReplayed(ctx, consumers.GroupMemberProjector, topics.Members, part)
 	}
 	switch {
-	case errors.Is(err, store.ErrStateLost):
+	case errors.Is(err, store.ErrReplaying):
 		return protocol.Errorf(protocol.CodeUnavailable, "the memberships of %s are being rebuilt (the server's Redis lost its data); retry in a few seconds", gid)
 	case err != nil:
 		return g.unavailable("membership", err)

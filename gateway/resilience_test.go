@@ -11,8 +11,11 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"github.com/segmentio/kafka-go"
 
+	"github.com/groupchat/chatd/consumers"
 	"github.com/groupchat/chatd/protocol"
+	"github.com/groupchat/chatd/topics"
 )
 
 // cut closes every connection of uid on gateway i, as a network drop or the
@@ -125,8 +128,9 @@ func tail(d []int64) []int64 {
 }
 
 // TestMembershipsRedisLostAreUnavailableNotNotMember: after Redis lost its
-// data and before the member projector has replayed chat.members, a member
-// reads as never joined. The gateway says to retry (unavailable), which
+// data and before the member projector has replayed chat.members (whether
+// or not it has claimed its partitions again), a member reads as never
+// joined. The gateway says to retry (unavailable), which
 // clients do, rather than not_member, which they give up on; once the
 // projector has replayed, the member sends again and a stranger is told
 // not_member.
@@ -144,6 +148,13 @@ func TestMembershipsRedisLostAreUnavailableNotNotMember(t *testing.T) {
 	e.parts["members"].stop() // it would notice within 2 s and replay
 	if err := e.rc.FlushAll(context.Background()).Err(); err != nil {
 		t.Fatal(err)
+	}
+	// As the projector does first when it notices: it claims the start of
+	// every partition, then replays. Claimed is not replayed.
+	for part := range 4 {
+		if ok, err := e.redis.AdvanceOffset(context.Background(), consumers.GroupMemberProjector, topics.Members, part, -1, kafka.FirstOffset); !ok || err != nil {
+			t.Fatalf("claiming partition %d: %v, %v", part, ok, err)
+		}
 	}
 	for _, who := range []struct {
 		r    *raw

@@ -59,3 +59,9 @@ func offsetsKey(consumer string) string { return "chat:offsets:" + consumer }
 func offsetField(topic string, partition int) string {
 	return topic + "/" + strconv.Itoa(partition)
 }
+
+// replayedField is the field of a partition's replay mark (MarkReplayed),
+// beside its position; Offsets skips it (its partition is no number).
+func replayedField(topic string, partition int) string {
+	return offsetField(topic, partition) + "/replayed"
+}

@@ -54,11 +54,6 @@ func (f *Fence) held(cmd *redis.BoolCmd) error {
 	return nil
 }
 
-// CheckFence reports whether f's position is there: nil when it is,
-// ErrStateLost when Redis lost it (and with it the state next to it), or
-// the error reading it.
-func (r *Redis) CheckFence(ctx context.Context, f Fence) error { return r.verify(ctx, &f) }
-
 // verify checks the fence in a round trip of its own.
 func (r *Redis) verify(ctx context.Context, f *Fence) error {
 	if f == nil {
@@ -85,4 +80,51 @@ func (r *Redis) undo(ctx context.Context, keys []string) error {
 			p.Del(ctx, k)
 		}
 	})
+}
+
+// ErrReplaying says that a consumer has not yet replayed its topic into
+// the state since it claimed or found its position there (see
+// MarkReplayed): what the state lacks may be on its way.
+var ErrReplaying = errors.New("store: the consumer has not replayed its topic into Redis yet; retry in a few seconds")
+
+// markReplayedScript sets a partition's replay mark, but only while the
+// partition's position is saved: a mark written into a Redis wiped under
+// its consumer would vouch for a state that is not there. KEYS[1] the
+// consumer's hash; ARGV the position's field, the mark's field.
+var markReplayedScript = redis.NewScript(`
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
+  redis.call('HSET', KEYS[1], ARGV[2], '1')
+  return 1
+end
+return 0
+`)
+
+// MarkReplayed records, next to consumer's position in partition part of
+// topic, that its state holds every record the partition had when the
+// consumer last caught up with it. It lives and dies with the position:
+// Redis losing its data takes both, and the consumer, replaying, marks
+// again once it has caught up. It reports false, marking nothing, when the
+// position is not saved.
+func (r *Redis) MarkReplayed(ctx context.Context, consumer, topic string, part int) (bool, error) {
+	n, err := markReplayedScript.Run(ctx, r.client, []string{offsetsKey(consumer)}, offsetField(topic, part), replayedField(topic, part)).Int()
+	if err != nil {
+		return false, fmt.Errorf("store: mark %q replayed on %s/%d: %w", consumer, topic, part, err)
+	}
+	return n == 1, nil
+}
+
+// CheckReplayed reports whether consumer's state holds what partition part
+// of topic held when it last caught up: nil when it does, ErrReplaying
+// when not yet (Redis lost its data and the consumer is replaying, or has
+// not noticed yet), or the error reading it. A reader that finds nothing
+// in the state tells "nothing there" from "not replayed yet" by it.
+func (r *Redis) CheckReplayed(ctx context.Context, consumer, topic string, part int) error {
+	ok, err := r.client.HExists(ctx, offsetsKey(consumer), replayedField(topic, part)).Result()
+	switch {
+	case err != nil:
+		return fmt.Errorf("store: replay mark of %q on %s/%d: %w", consumer, topic, part, err)
+	case !ok:
+		return fmt.Errorf("%s on %s/%d: %w", consumer, topic, part, ErrReplaying)
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -149,5 +150,41 @@ func TestFenceReportsAnUnreachableRedisAsSuch(t *testing.T) {
 	err = r.AppendWindow(context.Background(), f, []schema.Message{msg("g1", "u1", "c1", 0, 1000)})
 	if err == nil || errors.Is(err, ErrStateLost) {
 		t.Fatalf("AppendWindow with Redis down: %v, want a connection error", err)
+	}
+}
+
+// A replay mark lives and dies with its position: it is written only while
+// the position is saved, a wipe takes it, and Offsets does not mistake it
+// for a partition.
+func TestReplayMarkGoesWithThePosition(t *testing.T) {
+	r, other, f := fencedStore(t, nil)
+	ctx := context.Background()
+	if err := r.CheckReplayed(ctx, f.Consumer, f.Topic, f.Partition); !errors.Is(err, ErrReplaying) {
+		t.Fatalf("CheckReplayed before any mark = %v, want ErrReplaying", err)
+	}
+	if ok, err := r.MarkReplayed(ctx, f.Consumer, f.Topic, f.Partition); !ok || err != nil {
+		t.Fatalf("MarkReplayed with the position saved = %v, %v", ok, err)
+	}
+	if err := r.CheckReplayed(ctx, f.Consumer, f.Topic, f.Partition); err != nil {
+		t.Fatalf("CheckReplayed after the mark = %v", err)
+	}
+	if err := r.CheckReplayed(ctx, f.Consumer, f.Topic, f.Partition+1); !errors.Is(err, ErrReplaying) {
+		t.Fatalf("CheckReplayed of another partition = %v, want ErrReplaying", err)
+	}
+	if got, err := r.Offsets(ctx, f.Consumer, f.Topic); err != nil || fmt.Sprint(got) != "map[3:-2]" {
+		t.Fatalf("Offsets beside a mark = %v, %v; want map[3:-2]", got, err)
+	}
+
+	if err := other.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.CheckReplayed(ctx, f.Consumer, f.Topic, f.Partition); !errors.Is(err, ErrReplaying) {
+		t.Fatalf("CheckReplayed after a wipe = %v, want ErrReplaying", err)
+	}
+	if ok, err := r.MarkReplayed(ctx, f.Consumer, f.Topic, f.Partition); ok || err != nil {
+		t.Fatalf("MarkReplayed with the position gone = %v, %v; want false", ok, err)
+	}
+	if n := keyCount(t, other); n != 0 {
+		t.Fatalf("a mark without its position wrote %d keys", n)
 	}
 }
