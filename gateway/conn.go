@@ -103,8 +103,8 @@ func (g *Gateway) runConn(ws *websocket.Conn, sb *smallBuffers, token string) {
 		return
 	}
 	c.uid = uid
+	c.heard.Store(true) // before connect: pingConns may ping it from then on
 	g.connect(c)
-	c.heard.Store(true)
 	// The read loop gets a fresh goroutine: authenticating grew this one's
 	// stack (JSON, the token's HMAC), and a goroutine blocked in a read
 	// keeps its stack for as long as the connection lives, mostly idle.

@@ -103,3 +103,19 @@ func TestPingsAndPongs(t *testing.T) {
 		t.Fatalf("a client that answers no ping: %v, want %s ... no pong", err, want)
 	}
 }
+
+// TestAFreshConnectionIsNotCutByAPingAsItRegisters: a ping that comes
+// while a connection registers (its presence written to Redis) finds it
+// heard from: no connection is cut for a pong it could not have sent yet.
+// With a ping tick every 8 ms and a registration taking a Redis round
+// trip, some of the logins register across a tick.
+func TestAFreshConnectionIsNotCutByAPingAsItRegisters(t *testing.T) {
+	e := newEnv(t, envOpts{gateways: 1, tune: func(c *Config) { c.PingInterval = 80 * time.Millisecond }})
+	for i := range 120 {
+		r := e.login(0, fmt.Sprintf("fresh%d", i))
+		if f := r.call(map[string]any{"op": "sync"}); f["op"] != "synced" {
+			t.Fatalf("connection %d, right after its login: %v", i, f)
+		}
+		r.ws.CloseNow()
+	}
+}
