@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"golang.org/x/time/rate"
 
 	"github.com/groupchat/chatd/protocol"
 )
@@ -54,10 +53,10 @@ type conn struct {
 	cork   *cork         // under ws: corked while the writer writes
 	uid    string
 	queue  outQueue
-	slot   int           // when in the ping interval it is pinged (pingConns)
-	heard  atomic.Bool   // the client sent something since the last ping
-	sends  *rate.Limiter // nil until the first frame; then used by handle only
-	frames *rate.Limiter
+	slot   int         // when in the ping interval it is pinged (pingConns)
+	heard  atomic.Bool // the client sent something since the last ping
+	sends  bucket      // used by handle only
+	frames bucket
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -290,11 +289,7 @@ func (c *conn) handle(data []byte) {
 	// Decoded first, so that a refusal names the request it refuses
 	// (frames are bounded by the read limit).
 	req, err := protocol.Decode(data, c.g.cfg.MaxBody)
-	if c.frames == nil { // made at the first frame: idle connections never send one
-		c.sends = rate.NewLimiter(rate.Limit(c.g.cfg.SendRate), c.g.cfg.SendBurst)
-		c.frames = rate.NewLimiter(rate.Limit(max(c.g.cfg.SendRate*4, 100)), c.g.cfg.SendBurst*4)
-	}
-	if !c.frames.Allow() {
+	if !c.frames.take(max(c.g.cfg.SendRate*4, 100), c.g.cfg.SendBurst*4) {
 		c.reply(protocol.Errorf(protocol.CodeRateLimited, "too many frames; slow down and retry (a send with the same cmid)").Frame(req.ID))
 		return
 	}
@@ -302,7 +297,7 @@ func (c *conn) handle(data []byte) {
 		c.reply(asProtocol(err).Frame(req.ID))
 		return
 	}
-	if req.Op == protocol.OpSend && !c.sends.Allow() {
+	if req.Op == protocol.OpSend && !c.sends.take(c.g.cfg.SendRate, c.g.cfg.SendBurst) {
 		c.reply(protocol.Errorf(protocol.CodeRateLimited, "more than %.0f sends per second; retry later with the same cmid", c.g.cfg.SendRate).Frame(req.ID))
 		return
 	}
