@@ -155,13 +155,18 @@ func (c *conn) awaitFrame() error {
 		if err != nil {
 			return err
 		}
-		if f[0] == finPing {
+		// A ping counts as a frame against the frame rate (this goroutine
+		// and handle's never run at once). Its pong is left out when the
+		// client pings too often or its queue is full: a client reads
+		// what is queued, and RFC 6455 lets a pong answer only the last
+		// ping.
+		if f[0] == finPing && c.frames.take(c.frameRate()) {
 			pong := make([]byte, 2+n)
 			pong[0], pong[1] = finPong, byte(n)
 			for i := range n {
 				pong[2+i] = f[6+i] ^ f[2+i%4]
 			}
-			c.enqueue(out{ctl: pong})
+			c.queue.put(out{ctl: pong}, c.write)
 		}
 		c.br.Discard(6 + n)
 	}
@@ -284,12 +289,17 @@ func (c *conn) readOne() bool {
 	return true
 }
 
+// frameRate is the rate and burst of frames a connection may send.
+func (c *conn) frameRate() (float64, int) {
+	return max(c.g.cfg.SendRate*4, 100), c.g.cfg.SendBurst * 4
+}
+
 // handle answers one text frame.
 func (c *conn) handle(data []byte) {
 	// Decoded first, so that a refusal names the request it refuses
 	// (frames are bounded by the read limit).
 	req, err := protocol.Decode(data, c.g.cfg.MaxBody)
-	if !c.frames.take(max(c.g.cfg.SendRate*4, 100), c.g.cfg.SendBurst*4) {
+	if !c.frames.take(c.frameRate()) {
 		c.reply(protocol.Errorf(protocol.CodeRateLimited, "too many frames; slow down and retry (a send with the same cmid)").Frame(req.ID))
 		return
 	}
@@ -421,13 +431,19 @@ func (c *conn) writeNow(frame []byte) {
 }
 
 // ping queues a ping (see pingConns); a client that sent nothing since the
-// ping before, not even its pong, is closed.
+// ping before, not even its pong, is closed. A ping never cuts a client as
+// too slow: only pushes and answers do.
 func (c *conn) ping() {
 	if !c.heard.Swap(false) {
 		c.close(websocket.StatusPolicyViolation, "no pong within the ping interval")
 		return
 	}
-	c.enqueue(out{ctl: pingFrame})
+	if !c.queue.put(out{ctl: pingFrame}, c.write) {
+		// The queue is full, for the moment or for good (the client is
+		// then cut when the next push finds it so): no ping this round,
+		// and no pong owed for one.
+		c.heard.Store(true)
+	}
 }
 
 // pingFrame is a WebSocket ping with no payload, as a server sends it.

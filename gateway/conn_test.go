@@ -119,3 +119,53 @@ func TestAFreshConnectionIsNotCutByAPingAsItRegisters(t *testing.T) {
 		r.ws.CloseNow()
 	}
 }
+
+// TestAPingIntoAFullQueueIsSkipped: a ping never cuts a client as too slow
+// (only pushes and answers do); one that finds the outbound queue full is
+// skipped, and no pong is owed for it.
+func TestAPingIntoAFullQueueIsSkipped(t *testing.T) {
+	c := &conn{queue: outQueue{limit: 1, writing: true, items: []out{{frame: []byte("a push")}}}}
+	c.heard.Store(true)
+	for range 3 {
+		c.ping()
+	}
+	if len(c.queue.items) != 1 || c.asked.Load() || !c.heard.Load() {
+		t.Fatalf("pings into a full queue: %d items queued, close asked %v, heard %v; want 1, false, true",
+			len(c.queue.items), c.asked.Load(), c.heard.Load())
+	}
+}
+
+// TestAPingFloodIsAnsweredAtTheFrameRate: pings count against the frame
+// rate; past it they go unanswered, and the connection is still served.
+func TestAPingFloodIsAnsweredAtTheFrameRate(t *testing.T) {
+	e := newEnv(t, envOpts{gateways: 1, tune: func(c *Config) { c.SendRate, c.SendBurst = 20, 10 }})
+	w := e.wire(0, "pinger")
+	const n = 1000
+	var flood []byte
+	for i := range n {
+		flood = append(flood, clientFrame(0x89, []byte(fmt.Sprint(i)))...)
+	}
+	start := time.Now()
+	w.c.Write(flood)
+	w.c.Write(frame([]byte(`{"op":"sync","id":"after"}`)))
+	pongs := 0
+	w.c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	for {
+		b0, p, err := serverFrame(w.rd)
+		if err != nil {
+			t.Fatalf("after a ping flood: %v (%d pongs)", err, pongs)
+		}
+		if b0 == 0x8a {
+			pongs++
+			continue
+		}
+		if !strings.Contains(string(p), `"after"`) {
+			t.Fatalf("after a ping flood: %s", p)
+		}
+		break
+	}
+	// The frame rate is 100/s with a burst of 40 here.
+	if most := 40 + int(100*time.Since(start).Seconds()) + 1; pongs == 0 || pongs > most {
+		t.Fatalf("%d pings answered with %d pongs in %v; want 1 to %d", n, pongs, time.Since(start), most)
+	}
+}
