@@ -150,19 +150,13 @@ func (r *Runner[E]) markReplayed(ctx context.Context, log *slog.Logger, part int
 	if !ok {
 		return true
 	}
-	for attempt := 0; ; attempt++ {
+	_, ok = r.retry(ctx, func() error {
 		_, err := m.MarkReplayed(ctx, r.cfg.Group, r.cfg.Topic, part)
-		if err == nil {
-			return true
-		}
-		if ctx.Err() != nil {
-			return false
-		}
-		log.Warn("marking the partition replayed failed; retrying", "err", err)
-		if !sleep(ctx, r.backoff(attempt)) {
-			return false
-		}
-	}
+		return err
+	}, func(attempt int, retryIn time.Duration, err error) {
+		log.Warn("marking the partition replayed failed; retrying", "attempt", attempt+1, "retry_in", retryIn, "err", err)
+	})
+	return ok
 }
 
 // errCommitDue ends a fetch that waited until handled batches were due
