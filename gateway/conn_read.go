@@ -1,0 +1,139 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+
+	"github.com/coder/websocket"
+
+	"github.com/groupchat/chatd/protocol"
+)
+
+// serve reads the connection's frames until it closes, then cleans up.
+//
+// An idle connection's goroutine waits in serve, for the client's next
+// bytes, in a shallow call that fits the smallest goroutine stack (2 KiB).
+// The WebSocket's read is far deeper (its stack grows to 4 KiB, and a
+// stack never shrinks below four times what its goroutine uses), so it
+// runs on a goroutine of its own, one frame at a time, only once a frame
+// is arriving. The WebSocket would answer pings and take pongs only from
+// inside such a read, which then waits on for the next frame; so serve
+// takes them itself when whole in the read buffer: a ping is answered
+// with a pong through the outbound queue, a pong (or anything else the
+// client sends) shows the client alive to the next ping.
+func (c *conn) serve() {
+	defer c.g.wg.Done()
+	defer c.g.disconnect(c)
+	for c.awaitFrame() == nil && c.readFrame() {
+	}
+	c.end()
+	c.queue.stop()
+}
+
+// WebSocket control frames a client sends: FIN set, masked, a payload of at
+// most 125 bytes (RFC 6455, 5.5), so the header is 2 bytes and a mask key 4.
+const (
+	finPing = 0x89
+	finPong = 0x8a
+)
+
+// awaitFrame waits until the client's next frame is one the WebSocket must
+// read (anything but a ping or a pong), handling pings and pongs meanwhile.
+func (c *conn) awaitFrame() error {
+	for {
+		h, err := c.br.Peek(2)
+		if err != nil {
+			return err
+		}
+		c.heard.Store(true)
+		n := int(h[1] & 0x7f)
+		if h[0] != finPing && h[0] != finPong || h[1]&0x80 == 0 || n > 125 {
+			return nil // the WebSocket reads it (and refuses what is wrong with it)
+		}
+		f, err := c.br.Peek(6 + n)
+		if err != nil {
+			return err
+		}
+		// A ping counts as a frame against the frame rate (this goroutine
+		// and handle's never run at once). Its pong is left out when the
+		// client pings too often or its queue is full: a client reads
+		// what is queued, and RFC 6455 lets a pong answer only the last
+		// ping.
+		if f[0] == finPing && c.frames.take(c.frameRate()) {
+			pong := make([]byte, 2+n)
+			pong[0], pong[1] = finPong, byte(n)
+			for i := range n {
+				pong[2+i] = f[6+i] ^ f[2+i%4]
+			}
+			c.queue.put(out{ctl: pong}, c.write)
+		}
+		c.br.Discard(6 + n)
+	}
+}
+
+// readFrame reads and handles one frame on a goroutine of its own (see
+// serve); it reports whether the connection still reads.
+func (c *conn) readFrame() bool {
+	done := make(chan bool)
+	go func() { done <- c.readOne() }()
+	return <-done
+}
+
+// readOne reads one message from the WebSocket and handles it; it reports
+// whether the connection still reads.
+func (c *conn) readOne() bool {
+	// No ctx to end the read: closing the WebSocket does (c.close).
+	// The reads, writes and pings of a connection take no context
+	// derived from c.ctx: a child, even one long gone, leaves c.ctx
+	// holding a map and a channel for as long as the connection lives.
+	typ, data, err := c.ws.Read(context.Background())
+	if err != nil {
+		if s := websocket.CloseStatus(err); s == -1 && !c.closing() {
+			c.g.log.Debug("connection read ended", "uid", c.uid, "err", err)
+			if errors.Is(err, websocket.ErrMessageTooBig) || bytes.Contains([]byte(err.Error()), []byte("read limited")) {
+				c.close(websocket.StatusMessageTooBig, "frame larger than the limit")
+			}
+		}
+		return false
+	}
+	if typ != websocket.MessageText {
+		c.reply(protocol.Errorf(protocol.CodeBadFrame, "frames are JSON text, not binary").Frame(""))
+		return true
+	}
+	c.handle(data)
+	return true
+}
+
+// frameRate is the rate and burst of frames a connection may send.
+func (c *conn) frameRate() (float64, int) {
+	return max(c.g.cfg.SendRate*4, 100), c.g.cfg.SendBurst * 4
+}
+
+// handle answers one text frame.
+func (c *conn) handle(data []byte) {
+	// Decoded first, so that a refusal names the request it refuses
+	// (frames are bounded by the read limit).
+	req, err := protocol.Decode(data, c.g.cfg.MaxBody)
+	if !c.frames.take(c.frameRate()) {
+		c.reply(protocol.Errorf(protocol.CodeRateLimited, "too many frames; slow down and retry (a send with the same cmid)").Frame(req.ID))
+		return
+	}
+	if err != nil {
+		c.reply(asProtocol(err).Frame(req.ID))
+		return
+	}
+	if req.Op == protocol.OpSend && !c.sends.take(c.g.cfg.SendRate, c.g.cfg.SendBurst) {
+		c.reply(protocol.Errorf(protocol.CodeRateLimited, "more than %.0f sends per second; retry later with the same cmid", c.g.cfg.SendRate).Frame(req.ID))
+		return
+	}
+	ans, perr := c.g.do(c.ctx, c.uid, &req)
+	switch {
+	case perr != nil:
+		c.reply(perr.Frame(req.ID))
+	case req.ID == "" && (req.Op == protocol.OpAck || req.Op == protocol.OpRead):
+		// fire and forget: no answer unless it failed
+	default:
+		c.reply(protocol.Marshal(ans))
+	}
+}
