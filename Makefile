@@ -44,6 +44,9 @@ fuzz:
 	  $(GO) test ./schema -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; done
 	$(GO) test ./cmd/chatctl -run '^$$' -fuzz '^FuzzRecordJSON$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./client -run '^$$' -fuzz '^FuzzDecodeFrame$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./protocol -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./store -run '^$$' -fuzz '^FuzzDecodePushBatch$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./gateway -run '^$$' -fuzz '^FuzzAwaitFrame$$' -fuzztime $(FUZZTIME)
 
 clean:
 	rm -rf bin data
