@@ -36,6 +36,8 @@ bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./consumers ./store
 	$(GO) test -run '^$$' -bench . ./schema ./producers
 	$(GO) test -run '^$$' -bench 'RebuildAcks|Backfill' -benchtime 1x -timeout 30m ./cmd/chatctl
+	$(GO) test -run '^$$' -bench 'Pushes' -benchtime 500000x ./gateway
+	$(GO) test -run '^$$' -bench 'IdleConnection' -benchtime 1x -count 3 ./gateway
 
 ## fuzz: each decoder fuzzed for FUZZTIME (default 30s)
 FUZZTIME ?= 30s
