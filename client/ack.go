@@ -50,6 +50,12 @@ func (c *Client) deliverLoop() {
 				g.ackDue = time.Now().Add(c.cfg.AckInterval)
 				kick = true
 			}
+			if g.readWant > g.read && g.readDue.IsZero() {
+				// A read marked past what was delivered then: due now
+				// that more is.
+				g.readDue = time.Now().Add(c.cfg.AckInterval)
+				kick = true
+			}
 			c.mu.Unlock()
 			if kick {
 				c.kickAck()
@@ -122,9 +128,12 @@ func (c *Client) flush(ctx context.Context, all bool) error {
 		} else if g.delivered <= g.acked {
 			g.unacked, g.ackDue = 0, time.Time{}
 		}
-		// Never read past what was delivered; the rest stays pending.
-		if upto := min(g.readWant, g.delivered); upto > g.read && (all || !g.readDue.IsZero() && !now.Before(g.readDue)) {
-			reads = append(reads, cursorUpdate{g: g, op: protocol.OpRead, upto: upto})
+		// Never read past what was delivered: the rest waits for
+		// deliverLoop to hand it over, which makes the read due again.
+		if all || !g.readDue.IsZero() && !now.Before(g.readDue) {
+			if upto := min(g.readWant, g.delivered); upto > g.read {
+				reads = append(reads, cursorUpdate{g: g, op: protocol.OpRead, upto: upto})
+			}
 			g.readDue = time.Time{}
 		}
 	}
@@ -148,15 +157,7 @@ func (c *Client) sendCursors(ctx context.Context, s *session, ups []cursorUpdate
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
-	errs := make([]error, len(ups))
-	done := make(chan int, len(ups))
-	for i := range ups {
-		go func() {
-			u := ups[i]
-			_, errs[i] = s.request(ctx, protocol.Request{Op: u.op, Gid: u.g.gid, Upto: &u.upto})
-			done <- i
-		}()
-	}
+	// Counted before they are written: a server may answer at once.
 	c.mu.Lock()
 	for _, u := range ups {
 		if u.op == protocol.OpAck {
@@ -166,6 +167,15 @@ func (c *Client) sendCursors(ctx context.Context, s *session, ups []cursorUpdate
 		}
 	}
 	c.mu.Unlock()
+	errs := make([]error, len(ups))
+	done := make(chan int, len(ups))
+	for i := range ups {
+		go func() {
+			u := ups[i]
+			_, errs[i] = s.request(ctx, protocol.Request{Op: u.op, Gid: u.g.gid, Upto: &u.upto})
+			done <- i
+		}()
+	}
 	var failed []cursorUpdate
 	var all []error
 	for range ups {

@@ -184,3 +184,57 @@ func TestAckBeyondHeadRetried(t *testing.T) {
 		t.Fatalf("%d delivered, want 2", rec.len())
 	}
 }
+
+// A read marked from OnMessage, past what was delivered when the next flush
+// runs, is sent once OnMessage returns: the part not yet delivered waits for
+// delivery, it is not dropped.
+func TestMarkReadAheadOfDeliveryIsSentOnceDelivered(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	entered, release := make(chan struct{}), make(chan struct{})
+	var c *Client
+	c, _ = dial(t, p, "alice", func(cfg *Config) {
+		cfg.OnMessage = func(m protocol.Message) {
+			if m.Body == "two" {
+				if err := c.MarkRead(context.Background(), m.Gid, m.MsgID); err != nil {
+					t.Errorf("MarkRead: %v", err)
+				}
+				close(entered)
+				<-release // the app is still showing it
+			}
+		}
+	})
+	m1 := p.post("g1", "bob", "one")
+	m2 := p.post("g1", "bob", "two")
+	<-entered
+	waitFor(t, "the read of what was delivered", func() bool {
+		return slices.Contains(p.cursors("read", "g1", "alice"), m1.MsgID)
+	})
+	close(release)
+	waitFor(t, "the read of the message being shown", func() bool {
+		return slices.Contains(p.cursors("read", "g1", "alice"), m2.MsgID)
+	})
+}
+
+// A read that another device already covered is not due for ever: the ack
+// loop does not wake every millisecond to find nothing to send.
+func TestReadCoveredByAnotherDeviceIsNotDueForEver(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	c, rec := dial(t, p, "alice", nil)
+	m1 := p.post("g1", "bob", "one")
+	m2 := p.post("g1", "bob", "two")
+	waitFor(t, "two messages", func() bool { return rec.len() == 2 })
+	p.set(func(p *peer) { p.groups["g1"].reads["alice"] = m2.MsgID })
+	p.kill()
+	waitFor(t, "the reconnect", func() bool { return c.Stats().Reconnects == 1 })
+	if err := c.MarkRead(context.Background(), "g1", m1.MsgID); err != nil {
+		t.Fatal(err)
+	}
+	// Several AckIntervals of 50 ms, for the read to become due and go.
+	time.Sleep(300 * time.Millisecond)
+	if d := c.nextDue(); d < time.Minute {
+		t.Fatalf("the next flush is due in %v with nothing to send; want none due", d)
+	}
+	if got := p.cursors("read", "g1", "alice"); len(got) != 0 {
+		t.Fatalf("reads sent %v; the server's read cursor (%d) already covered them", got, m2.MsgID)
+	}
+}

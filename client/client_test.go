@@ -347,3 +347,24 @@ func TestDialBadToken(t *testing.T) {
 		t.Fatalf("Dial with a forged token: %v, want bad_token", err)
 	}
 }
+
+// A session that ends as its sync answer is applied never becomes the
+// ready session: sends would spin on it, and the next connection's sync
+// would close the ready channel a second time (a panic).
+func TestASessionEndedAsItSyncsIsNotMadeReady(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	c, _ := dial(t, p, "alice", nil)
+	c.mu.Lock()
+	ready := c.sess
+	c.mu.Unlock()
+	late := &session{c: c, done: make(chan struct{})}
+	c.detach(late) // it ended, its done not yet closed
+	if err := c.applySync(late, nil); !errors.Is(err, ErrDisconnected) {
+		t.Fatalf("applySync of an ended session: %v, want ErrDisconnected", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sess != ready {
+		t.Fatal("the ended session replaced the ready one")
+	}
+}

@@ -55,6 +55,7 @@ type session struct {
 
 	synced bool               // guarded by c.mu: the sync answer was applied
 	early  []protocol.Message // guarded by c.mu: pushes that arrived before it
+	ended  bool               // guarded by c.mu: the session ended (detach ran)
 }
 
 // connect dials, authenticates and syncs. The session lives on c.ctx; ctx
@@ -225,8 +226,10 @@ func (s *session) alive() bool {
 func (c *Client) applySync(s *session, groups []protocol.GroupState) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !s.alive() {
-		return s.err
+	// ended, not alive(): the session may end between here and its done
+	// being closed, and an ended session must never become the ready one.
+	if s.ended {
+		return fmt.Errorf("%w: the connection ended as it synced", ErrDisconnected)
 	}
 	c.lastSync = slices.Clone(groups)
 	for _, gs := range groups {
@@ -239,6 +242,7 @@ func (c *Client) applySync(s *session, groups []protocol.GroupState) error {
 		}
 		g.acked = max(g.acked, gs.Ack)
 		g.read = max(g.read, gs.Read)
+		g.readWant = max(g.readWant, g.read) // another device may have read further
 		g.head = max(g.head, gs.Head)
 	}
 	if c.everSynced {
@@ -255,10 +259,11 @@ func (c *Client) applySync(s *session, groups []protocol.GroupState) error {
 	return nil
 }
 
-// detach forgets s if it is the ready session.
+// detach marks s ended and forgets it if it is the ready session.
 func (c *Client) detach(s *session) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	s.ended = true
 	if c.sess == s {
 		c.sess = nil
 		c.ready = make(chan struct{})
