@@ -1,6 +1,9 @@
 package gateway
 
-import "time"
+import (
+	"sync"
+	"time"
+)
 
 // bucket is a token bucket used by one goroutine at a time (a connection's
 // frames are handled one after another): rate tokens a second up to burst,
@@ -32,4 +35,39 @@ func (b *bucket) takeAt(now int64, rate float64, burst int) bool {
 	}
 	b.tokens--
 	return true
+}
+
+// userBuckets are the send buckets of HTTP users, who have no connection to
+// hold one: one per user, as a connection's, shared by all of a user's
+// requests to this gateway. A bucket left full is forgotten, so the map
+// holds only the users who sent within the last burst/rate seconds.
+type userBuckets struct {
+	mu    sync.Mutex
+	m     map[string]*bucket
+	swept int64 // the last sweep, as bucket time
+}
+
+// take takes a token from uid's bucket if there is one now.
+func (u *userBuckets) take(uid string, rate float64, burst int) bool {
+	now := int64(time.Since(epoch)) + 1
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.m == nil {
+		u.m = map[string]*bucket{}
+	}
+	// A bucket refills in burst/rate seconds; sweep as often.
+	if full := int64(float64(burst) / rate * 1e9); now-u.swept > full {
+		for k, b := range u.m {
+			if now-b.last > full {
+				delete(u.m, k)
+			}
+		}
+		u.swept = now
+	}
+	b := u.m[uid]
+	if b == nil {
+		b = &bucket{}
+		u.m[uid] = b
+	}
+	return b.takeAt(now, rate, burst)
 }

@@ -39,7 +39,10 @@ type Config struct {
 	MaxBody      int           // bytes of a message body; default 16 KiB
 	SendRate     float64       // sends per second per connection; default 50
 	SendBurst    int           // default 100
+	SendTarget   time.Duration // a send that takes longer inside the gateway means overload; default 250ms, <0 no bound
+	MaxSending   int           // sends worked on at once, at most; default 1024 (the bound adapts below it, see admission)
 	QueueSize    int           // outbound frames per connection before it is cut; default 512
+	QueueBytes   int           // or outbound bytes; default 16 MiB (a pull page holds at most 1 MiB of bodies)
 	WriteTimeout time.Duration // what is queued for a client, written at once; default 10s
 	PingInterval time.Duration // default 20s
 	AuthTimeout  time.Duration // time to send auth after connecting; default 10s
@@ -64,8 +67,17 @@ func (c *Config) setDefaults() {
 	if c.SendBurst == 0 {
 		c.SendBurst = 100
 	}
+	if c.SendTarget == 0 {
+		c.SendTarget = 250 * time.Millisecond
+	}
+	if c.MaxSending == 0 {
+		c.MaxSending = 1024
+	}
 	if c.QueueSize == 0 {
 		c.QueueSize = 512
+	}
+	if c.QueueBytes == 0 {
+		c.QueueBytes = 16 << 20
 	}
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = 10 * time.Second
@@ -96,8 +108,10 @@ func (c Config) Validate() error {
 		return errors.New("gateway: the token secret must be at least 32 bytes; set CHAT_JWT_SECRET")
 	case c.MaxBody < 1 || c.MaxBody > schema.MaxBodyLen:
 		return fmt.Errorf("gateway: max body %d out of range 1..%d", c.MaxBody, schema.MaxBodyLen)
-	case c.SendRate < 0 || c.SendBurst < 1 || c.QueueSize < 1:
-		return errors.New("gateway: send rate, burst and queue size must be positive")
+	case c.SendRate < 0 || c.SendBurst < 1 || c.QueueSize < 1 || c.QueueBytes < 1:
+		return errors.New("gateway: send rate, burst, queue size and queue bytes must be positive")
+	case c.MaxSending < minSending:
+		return fmt.Errorf("gateway: max sending %d is below the floor of %d", c.MaxSending, minSending)
 	}
 	if c.Node != "" {
 		if err := schema.ValidID(c.Node); err != nil {
@@ -106,3 +120,8 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// maxFrame is the most bytes a client's frame or HTTP body may hold: a
+// message body of MaxBody bytes, each of which JSON may escape to six
+// (\u003c for <, as Go's encoder writes it), and room for the other fields.
+func (c Config) maxFrame() int64 { return 6*int64(c.MaxBody) + 4096 }

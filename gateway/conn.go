@@ -42,6 +42,15 @@ type out struct {
 	ctl   []byte
 }
 
+// size is the bytes o holds.
+func (o *out) size() int {
+	n := len(o.frame) + len(o.ctl)
+	for _, m := range o.msgs {
+		n += len(m)
+	}
+	return n
+}
+
 // errAnswered is authenticate's error when the client has been answered
 // and the connection closed already.
 var errAnswered = protocol.Errorf(protocol.CodeUnauthenticated, "answered")
@@ -80,7 +89,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		g.log.Debug("websocket accept failed", "err", err)
 		return // Accept has answered the client
 	}
-	ws.SetReadLimit(int64(g.cfg.MaxBody) + 4096)
+	ws.SetReadLimit(g.cfg.maxFrame())
 	token := strings.Clone(bearer(r))
 	g.wg.Add(1)
 	go g.runConn(ws, sb, token)
@@ -89,11 +98,13 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 // runConn runs one connection until it closes.
 func (g *Gateway) runConn(ws *websocket.Conn, sb *smallBuffers, token string) {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &conn{g: g, ws: ws, br: sb.br, cork: sb.cork, queue: outQueue{limit: g.cfg.QueueSize}, ctx: ctx, cancel: cancel}
+	c := &conn{g: g, ws: ws, br: sb.br, cork: sb.cork, queue: outQueue{limit: g.cfg.QueueSize, maxB: g.cfg.QueueBytes}, ctx: ctx, cancel: cancel}
 
+	g.authing.Store(c, true) // Shutdown closes it too
 	uid, perr := c.authenticate(token)
+	g.authing.Delete(c)
 	if perr != nil {
-		if perr != errAnswered {
+		if perr != errAnswered && !c.closing() {
 			c.writeNow(perr.Frame(""))
 			c.close(CloseUnauthenticated, string(perr.Code)+": "+perr.Message)
 		}
@@ -104,6 +115,11 @@ func (g *Gateway) runConn(ws *websocket.Conn, sb *smallBuffers, token string) {
 	c.uid = uid
 	c.heard.Store(true) // before connect: pingConns may ping it from then on
 	g.connect(c)
+	if g.closing.Load() {
+		// Shutdown began as it authenticated, and may have listed the
+		// connections before this one joined them.
+		c.close(websocket.StatusGoingAway, shutdownReason)
+	}
 	// The read loop gets a fresh goroutine: authenticating grew this one's
 	// stack (JSON, the token's HMAC), and a goroutine blocked in a read
 	// keeps its stack for as long as the connection lives, mostly idle.
@@ -201,7 +217,7 @@ func (c *conn) push(msgs [][]byte) { c.enqueue(out{msgs: msgs}) }
 func (c *conn) enqueue(o out) {
 	if !c.queue.put(o, c.write) {
 		c.g.metrics.slowCut.Add(1)
-		c.close(CloseTooSlow, fmt.Sprintf("too slow: %d frames queued; reconnect and pull what you missed", c.queue.limit))
+		c.close(CloseTooSlow, fmt.Sprintf("too slow: over %d frames or %d KiB queued; reconnect and pull what you missed", c.queue.limit, c.queue.maxB>>10))
 	}
 }
 

@@ -20,10 +20,13 @@ type Gateway struct {
 	log *slog.Logger
 	hub *hub
 
-	wg       sync.WaitGroup // connections being served
-	closing  atomic.Bool
-	pingSlot atomic.Int64 // the last connection's (pingConns)
-	metrics  Metrics
+	wg        sync.WaitGroup // connections being served
+	closing   atomic.Bool
+	pingSlot  atomic.Int64 // the last connection's (pingConns)
+	metrics   Metrics
+	admit     *admission
+	httpSends userBuckets // HTTP users' send rates
+	authing   sync.Map    // *conn → true: connections authenticating
 
 	// dropPush, when set, drops pushes to a user (tests of lost pushes).
 	dropPush func(uid string) bool
@@ -31,18 +34,21 @@ type Gateway struct {
 
 // Metrics are the gateway's counters since start.
 type Metrics struct {
-	conns, sends, acks, reads, pulls, pushes, slowCut atomic.Int64
+	conns, sends, acks, reads, pulls, pushes, slowCut, overloaded atomic.Int64
 }
 
 // Snapshot is a copy of the counters.
 type Snapshot struct {
 	Conns, Sends, Acks, Reads, Pulls, Pushes, SlowCut int64
+	Overloaded                                        int64 // sends refused as overloaded
+	SendBound                                         int   // the admission's bound now
 }
 
 // Stats returns the counters.
 func (g *Gateway) Stats() Snapshot {
 	m := &g.metrics
-	return Snapshot{m.conns.Load(), m.sends.Load(), m.acks.Load(), m.reads.Load(), m.pulls.Load(), m.pushes.Load(), m.slowCut.Load()}
+	return Snapshot{m.conns.Load(), m.sends.Load(), m.acks.Load(), m.reads.Load(), m.pulls.Load(), m.pushes.Load(), m.slowCut.Load(),
+		m.overloaded.Load(), g.admit.bound()}
 }
 
 // New checks cfg and returns a Gateway.
@@ -51,7 +57,8 @@ func New(cfg Config) (*Gateway, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Gateway{cfg: cfg, log: cfg.Logger.With("node", cfg.Node), hub: newHub()}, nil
+	return &Gateway{cfg: cfg, log: cfg.Logger.With("node", cfg.Node), hub: newHub(),
+		admit: newAdmission(cfg.SendTarget, cfg.MaxSending)}, nil
 }
 
 // Node is the name under which this gateway registers presence.
@@ -80,8 +87,12 @@ func (g *Gateway) Run(ctx context.Context) error {
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.closing.Store(true)
 	for _, c := range g.hub.all() {
-		c.close(websocket.StatusGoingAway, "server shutting down; reconnect")
+		c.close(websocket.StatusGoingAway, shutdownReason)
 	}
+	g.authing.Range(func(c, _ any) bool {
+		c.(*conn).close(websocket.StatusGoingAway, shutdownReason)
+		return true
+	})
 	done := make(chan struct{})
 	go func() { g.wg.Wait(); close(done) }()
 	select {
@@ -91,6 +102,8 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
+
+const shutdownReason = "server shutting down; reconnect"
 
 func sortGroups(gs []protocol.GroupState) {
 	sort.Slice(gs, func(i, j int) bool { return gs[i].Gid < gs[j].Gid })

@@ -220,8 +220,9 @@ func TestOversizedAndMalformedFrames(t *testing.T) {
 			t.Errorf("frame %.60q: %v, want %s with a message", c.frame, f, c.want)
 		}
 	}
-	// A frame over the read limit closes the connection with 1009.
-	alice.send([]byte(`{"op":"sync","pad":"` + strings.Repeat("z", 8000) + `"}`))
+	// A frame over the read limit (six times the body limit and 4 KiB)
+	// closes the connection with 1009.
+	alice.send([]byte(`{"op":"sync","pad":"` + strings.Repeat("z", 6*1024+4096) + `"}`))
 	var err error
 	for err == nil {
 		_, err = alice.tryRead(5 * time.Second)

@@ -40,8 +40,8 @@ func (g *Gateway) api(op string) http.HandlerFunc {
 		body := []byte("{}")
 		if r.Method == http.MethodPost {
 			var err error
-			if body, err = io.ReadAll(http.MaxBytesReader(nil, r.Body, int64(g.cfg.MaxBody)+4096)); err != nil {
-				return nil, protocol.Errorf(protocol.CodeBodyTooLarge, "the request body is over the limit of %d bytes", g.cfg.MaxBody+4096)
+			if body, err = io.ReadAll(http.MaxBytesReader(nil, r.Body, g.cfg.maxFrame())); err != nil {
+				return nil, protocol.Errorf(protocol.CodeBodyTooLarge, "the request body is over the limit of %d bytes (a message body of at most %d bytes, JSON-escaped)", g.cfg.maxFrame(), g.cfg.MaxBody)
 			}
 		}
 		if r.Method == http.MethodGet {
@@ -50,6 +50,9 @@ func (g *Gateway) api(op string) http.HandlerFunc {
 		req, err := protocol.Decode(withFields(body, op, r.PathValue("gid")), g.cfg.MaxBody)
 		if err != nil {
 			return nil, asProtocol(err)
+		}
+		if req.Op == protocol.OpSend && !g.httpSends.take(uid, g.cfg.SendRate, g.cfg.SendBurst) {
+			return nil, protocol.Errorf(protocol.CodeRateLimited, "more than %.0f sends per second; retry later with the same cmid", g.cfg.SendRate)
 		}
 		return g.do(ctx, uid, &req)
 	})

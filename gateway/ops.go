@@ -78,6 +78,13 @@ func (g *Gateway) send(ctx context.Context, uid string, r *protocol.Request) (an
 	accepted := func(id int64) *protocol.Accepted {
 		return &protocol.Accepted{Op: protocol.OpAccepted, ID: r.ID, Gid: r.Gid, Cmid: r.Cmid, MsgID: id}
 	}
+	if !g.admit.enter() {
+		g.metrics.overloaded.Add(1)
+		g.cfg.Metrics.Overloaded()
+		return nil, protocol.Errorf(protocol.CodeOverloaded, "the server has more sends than it can take in time; retry in a second with the same cmid")
+	}
+	start := time.Now()
+	defer func() { g.admit.leave(time.Since(start)) }()
 	var waited time.Duration
 	for wait := 0; ; wait++ {
 		c, err := g.cfg.Redis.BeginSend(ctx, r.Gid, uid, r.Cmid, sendInflight)
@@ -253,6 +260,9 @@ func (g *Gateway) pull(ctx context.Context, uid string, r *protocol.Request) (an
 		}
 		out.Msgs = append(out.Msgs, toProtocol(&msg, nil))
 	}
+	if cut := pageCut(out.Msgs, r.Before != nil); cut != nil {
+		out.Msgs, out.More = cut, true
+	}
 	if m.State == store.MemberLeft {
 		out.Head = min(out.Head, m.LeftAt)
 		if n := len(out.Msgs); r.Before == nil && n > 0 && out.Msgs[n-1].MsgID >= out.Head {
@@ -261,6 +271,32 @@ func (g *Gateway) pull(ctx context.Context, uid string, r *protocol.Request) (an
 	}
 	g.metrics.pulls.Add(1)
 	return out, nil
+}
+
+// maxPageBytes bounds the bodies of one page: a page of a thousand large
+// messages would be tens of megabytes to hold in a connection's queue and
+// for a client to read in one frame. A client asks again for the rest.
+const maxPageBytes = 1 << 20
+
+// pageCut returns msgs cut to maxPageBytes of bodies (one message at
+// least), or nil if they fit. A page after a cursor keeps its oldest
+// messages, a page before one (scrolling up) its newest, so either way the
+// page stays next to the cursor it was asked from.
+func pageCut(msgs []protocol.Message, before bool) []protocol.Message {
+	size := 0
+	for i := range msgs {
+		j := i
+		if before {
+			j = len(msgs) - 1 - i
+		}
+		if size += len(msgs[j].Body); size > maxPageBytes && i > 0 {
+			if before {
+				return msgs[j+1:]
+			}
+			return msgs[:j]
+		}
+	}
+	return nil
 }
 
 func (g *Gateway) sync(ctx context.Context, uid string, r *protocol.Request) (any, *protocol.Error) {

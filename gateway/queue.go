@@ -9,7 +9,9 @@ import "sync"
 type outQueue struct {
 	mu      sync.Mutex
 	items   []out
-	limit   int
+	limit   int  // items
+	bytes   int  // of the items queued
+	maxB    int  // bytes queued at most (but one item always fits); 0: no bound
 	writing bool // a writer goroutine runs
 	stopped bool // the connection ended: nothing more is queued or written
 	wg      sync.WaitGroup
@@ -24,10 +26,12 @@ func (q *outQueue) put(o out, write func(items []out) bool) bool {
 	if q.stopped {
 		return true
 	}
-	if len(q.items) >= q.limit {
+	n := o.size()
+	if len(q.items) >= q.limit || q.maxB > 0 && len(q.items) > 0 && q.bytes+n > q.maxB {
 		return false
 	}
 	q.items = append(q.items, o)
+	q.bytes += n
 	if !q.writing {
 		q.writing = true
 		q.wg.Add(1)
@@ -43,7 +47,7 @@ func (q *outQueue) drain(write func(items []out) bool) {
 	for {
 		q.mu.Lock()
 		items := q.items
-		q.items = nil
+		q.items, q.bytes = nil, 0
 		if len(items) == 0 || q.stopped {
 			q.writing = false
 			q.mu.Unlock()
@@ -53,7 +57,7 @@ func (q *outQueue) drain(write func(items []out) bool) {
 		if !write(items) {
 			q.mu.Lock()
 			q.writing = false
-			q.items = nil
+			q.items, q.bytes = nil, 0
 			q.mu.Unlock()
 			return
 		}
@@ -64,7 +68,7 @@ func (q *outQueue) drain(write func(items []out) bool) {
 func (q *outQueue) stop() {
 	q.mu.Lock()
 	q.stopped = true
-	q.items = nil
+	q.items, q.bytes = nil, 0
 	q.mu.Unlock()
 	q.wg.Wait()
 }

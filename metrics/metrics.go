@@ -10,6 +10,7 @@
 // The series:
 //
 //	chat_sends_total                         messages accepted from clients (gateway)
+//	chat_sends_overloaded_total              sends refused at once as overloaded (gateway)
 //	chat_pushes_total                        messages written to client connections (gateway)
 //	chat_e2e_latency_seconds                 histogram: a message's sent_at to its push written to a recipient
 //	chat_connections                         open, authenticated client connections (gateway)
@@ -32,6 +33,7 @@ import (
 // Set holds the series of one process.
 type Set struct {
 	sends       prometheus.Counter
+	overloaded  prometheus.Counter
 	pushes      prometheus.Counter
 	e2e         prometheus.Histogram
 	connections prometheus.Gauge
@@ -49,6 +51,9 @@ func New(reg prometheus.Registerer) (*Set, error) {
 	s := &Set{
 		sends: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "chat_sends_total", Help: "Messages accepted from clients and appended to chat.messages.",
+		}),
+		overloaded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "chat_sends_overloaded_total", Help: "Sends a gateway refused at once as overloaded (more in hand than it could take in time); clients resend them.",
 		}),
 		pushes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "chat_pushes_total", Help: "Messages written to client connections (one per message per recipient connection).",
@@ -84,12 +89,19 @@ func New(reg prometheus.Registerer) (*Set, error) {
 			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1, 5},
 		}, []string{"store", "op"}),
 	}
-	for _, c := range []prometheus.Collector{s.sends, s.pushes, s.e2e, s.connections, s.lag, s.records, s.batch, s.retries, s.deadletter, s.store} {
+	for _, c := range []prometheus.Collector{s.sends, s.overloaded, s.pushes, s.e2e, s.connections, s.lag, s.records, s.batch, s.retries, s.deadletter, s.store} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return s, nil
+}
+
+// Overloaded counts a send refused as overloaded.
+func (s *Set) Overloaded() {
+	if s != nil {
+		s.overloaded.Inc()
+	}
 }
 
 // Sent counts n accepted sends.

@@ -21,6 +21,7 @@ const (
 	CodeForbidden       Code = "forbidden"       // admin operation without the admin token
 	CodeNotFound        Code = "not_found"       // unknown group or route
 	CodeUnavailable     Code = "unavailable"     // a store or the broker is down; retry later
+	CodeOverloaded      Code = "overloaded"      // the server refuses work it cannot do in time; retry after a pause
 	CodeInternal        Code = "internal"        // a bug; retry later and report it
 )
 
@@ -55,7 +56,7 @@ func (c Code) HTTPStatus() int {
 		return 404
 	case CodeRateLimited:
 		return 429
-	case CodeUnavailable:
+	case CodeUnavailable, CodeOverloaded:
 		return 503
 	}
 	return 500

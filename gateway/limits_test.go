@@ -1,0 +1,133 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/groupchat/chatd/protocol"
+)
+
+// A body within MaxBody is taken however much JSON escapes it (Go's encoder
+// writes < as \u003c, six bytes for one), over WebSocket and HTTP; a body
+// past MaxBody is refused with a frame naming the request, not a closed
+// connection.
+func TestABodyWithinTheLimitIsTakenHoweverJSONEscapesIt(t *testing.T) {
+	e := newEnv(t, envOpts{gateways: 1, tune: func(c *Config) { c.MaxBody = 4096 }})
+	e.group("html", "alice", "bob")
+	a := e.login(0, "alice")
+	body := strings.Repeat("<b>", 4096/3) // 4,095 bytes, 16,380 escaped
+	if f := a.call(map[string]any{"op": "send", "gid": "html", "cmid": "c1", "body": body}); f["op"] != protocol.OpAccepted {
+		t.Fatalf("a %d-byte body over WebSocket: %v", len(body), f)
+	}
+	status, f := e.http("POST", "/v1/groups/html/messages", e.token("alice"), map[string]any{"cmid": "c2", "body": body})
+	if status != http.StatusOK || f["op"] != protocol.OpAccepted {
+		t.Fatalf("a %d-byte body over HTTP: %d %v", len(body), status, f)
+	}
+	f = a.call(map[string]any{"op": "send", "gid": "html", "cmid": "c3", "body": body + "<b>"})
+	if code(f) != string(protocol.CodeBodyTooLarge) {
+		t.Fatalf("a body past the limit: %v, want body_too_large", f)
+	}
+	if f := a.call(map[string]any{"op": "sync"}); f["op"] != protocol.OpSynced {
+		t.Fatalf("the connection after a refused body: %v", f)
+	}
+}
+
+// HTTP sends keep the same rate as a connection's: a user cannot go round
+// the limit by sending over HTTP.
+func TestHTTPSendsAreRateLimited(t *testing.T) {
+	e := newEnv(t, envOpts{gateways: 1, tune: func(c *Config) { c.SendRate, c.SendBurst = 1, 2 }})
+	e.group("http", "alice", "bob")
+	accepted, limited := 0, 0
+	for i := range 6 {
+		status, f := e.http("POST", "/v1/groups/http/messages", e.token("alice"), map[string]any{"cmid": fmt.Sprint("c", i), "body": "hi"})
+		switch {
+		case status == http.StatusOK:
+			accepted++
+		case status == http.StatusTooManyRequests && f["code"] == string(protocol.CodeRateLimited) && strings.Contains(f["message"].(string), "same cmid"):
+			limited++
+		default:
+			t.Fatalf("an HTTP send: %d %v", status, f)
+		}
+	}
+	if accepted != 2 || limited != 4 {
+		t.Fatalf("6 HTTP sends at once (1/s, burst 2): %d accepted, %d rate_limited; want 2 and 4", accepted, limited)
+	}
+	// Another user has a bucket of its own.
+	if status, f := e.http("POST", "/v1/groups/http/messages", e.token("bob"), map[string]any{"cmid": "b", "body": "hi"}); status != http.StatusOK {
+		t.Fatalf("another user's send: %d %v", status, f)
+	}
+}
+
+func TestPageCutKeepsThePageNextToItsCursor(t *testing.T) {
+	msgs := make([]protocol.Message, 10)
+	for i := range msgs {
+		msgs[i] = protocol.Message{MsgID: int64(i), Body: strings.Repeat("x", maxPageBytes/4)}
+	}
+	if got := pageCut(msgs[:4], false); got != nil {
+		t.Fatalf("4 bodies of a quarter of the limit cut to %d", len(got))
+	}
+	after := pageCut(msgs, false)
+	if len(after) != 4 || after[0].MsgID != 0 {
+		t.Fatalf("a page after a cursor cut to msgids %d..: %d messages, want the oldest 4", after[0].MsgID, len(after))
+	}
+	before := pageCut(msgs, true)
+	if len(before) != 4 || before[3].MsgID != 9 {
+		t.Fatalf("a page before a cursor cut to %d messages ending at %d, want the newest 4", len(before), before[len(before)-1].MsgID)
+	}
+	huge := []protocol.Message{{Body: strings.Repeat("x", 2*maxPageBytes)}, {Body: "y"}}
+	if got := pageCut(huge, false); len(got) != 1 {
+		t.Fatalf("a page whose first body is past the limit cut to %d messages, want that one", len(got))
+	}
+}
+
+func TestOutQueueBoundsItsBytes(t *testing.T) {
+	q := outQueue{limit: 100, maxB: 10, writing: true} // no writer: items stay queued
+	if !q.put(out{frame: make([]byte, 20)}, nil) {
+		t.Fatal("an item past the bound refused from an empty queue; one always fits")
+	}
+	q = outQueue{limit: 100, maxB: 10, writing: true}
+	if !q.put(out{frame: make([]byte, 6)}, nil) || !q.put(out{msgs: [][]byte{make([]byte, 4)}}, nil) {
+		t.Fatal("10 bytes refused by a bound of 10")
+	}
+	if q.put(out{ctl: []byte{1}}, nil) {
+		t.Fatal("an 11th byte taken by a bound of 10")
+	}
+}
+
+// Shutdown closes connections still authenticating too, and one that
+// authenticates as it begins: neither holds it up until its deadline.
+func TestShutdownClosesConnectionsStillAuthenticating(t *testing.T) {
+	e := newEnv(t, envOpts{gateways: 1, tune: func(c *Config) { c.AuthTimeout = time.Minute }})
+	silent := e.dial(0, "")
+	late := e.dial(0, "")
+	time.Sleep(50 * time.Millisecond) // both are waiting for their auth frame
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		done <- e.gws[0].g.Shutdown(ctx)
+	}()
+	_ = late.ws.Write(context.Background(), websocket.MessageText, []byte(`{"op":"auth","token":"`+e.token("alice")+`"}`))
+	for _, r := range []*raw{silent, late} {
+		for {
+			_, err := r.tryRead(10 * time.Second)
+			if err == nil {
+				continue // authed, before the close
+			}
+			if s := websocket.CloseStatus(err); s != websocket.StatusGoingAway {
+				t.Fatalf("a connection at shutdown ended with %v (%d), want 1001 going away", err, s)
+			}
+			break
+		}
+	}
+	if err := <-done; err != nil || time.Since(start) > 5*time.Second {
+		t.Fatalf("Shutdown: %v after %v", err, time.Since(start))
+	}
+}
