@@ -37,6 +37,7 @@ type Config struct {
 	MinBackoff     time.Duration                             // default 100ms: first reconnect delay, doubled up to MaxBackoff, with jitter
 	MaxBackoff     time.Duration                             // default 10s
 	PageSize       int                                       // default 200, at most protocol.MaxLimit: messages per pull
+	MaxSending     int                                       // default 32: sends in flight at once; more wait, and fewer after the server says overloaded
 	OnMessage      func(protocol.Message)                    // optional: once per message, msgid order per group, from one goroutine
 	OnError        func(error)                               // optional: asynchronous errors, serialised
 	OnReceipts     func(protocol.Receipts)                   // optional: new read counts of your messages; called from the reader goroutine, must not block
@@ -68,6 +69,9 @@ func (c *Config) setDefaults() {
 	if c.PageSize == 0 {
 		c.PageSize = 200
 	}
+	if c.MaxSending == 0 {
+		c.MaxSending = 32
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -89,6 +93,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("client: config: AckEvery %d: want at least 1", c.AckEvery)
 	case c.PageSize < 1 || c.PageSize > protocol.MaxLimit:
 		return fmt.Errorf("client: config: PageSize %d: want 1 to %d", c.PageSize, protocol.MaxLimit)
+	case c.MaxSending < 1:
+		return fmt.Errorf("client: config: MaxSending %d: want at least 1", c.MaxSending)
 	case c.AckInterval < 0 || c.SendTimeout < 0 || c.RequestTimeout < 0 || c.PingInterval < 0:
 		return errors.New("client: config: durations must not be negative")
 	case c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff:
@@ -108,6 +114,7 @@ type Stats struct {
 	Acks       int64 // ack frames sent
 	Reads      int64 // read frames sent
 	Resends    int64 // sends repeated with the same cmid
+	Overloaded int64 // sends the server refused as overloaded (each waited and was resent)
 	Reconnects int64 // connections made after the first
 }
 
@@ -130,6 +137,7 @@ type Client struct {
 	lastSync   []protocol.GroupState
 	queue      []protocol.Message // accepted, not yet handed to OnMessage
 	stats      Stats
+	sending    *window
 
 	deliverKick chan struct{}
 	stopDeliver chan struct{}
@@ -161,6 +169,8 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		ackKick:     make(chan struct{}, 1),
 		ackerDone:   make(chan struct{}),
 		closed:      make(chan struct{}),
+		// A refused send pauses the client's sends for 5 back-offs at first.
+		sending: newWindow(cfg.MaxSending, backoff{min: min(5*cfg.MinBackoff, cfg.MaxBackoff), max: cfg.MaxBackoff}),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.ackCtx, c.ackCancel = context.WithCancel(c.ctx)

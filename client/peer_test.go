@@ -34,12 +34,13 @@ type peer struct {
 	cursor []cursorRec        // every ack and read accepted
 
 	// knobs, guarded by mu
-	refuse       bool                        // answer upgrades with 503
-	dropPush     func(protocol.Message) bool // push not sent
-	prevUnknown  bool                        // pushes carry no prev
-	swallowSends int                         // send answers not sent (the message is stored)
-	lagTo        int64                       // if >= 0, pulls see msgids <= lagTo only (a lagging store)
-	earlyPush    []protocol.Message          // pushed right after authed, before the sync answer
+	refuse        bool                        // answer upgrades with 503
+	dropPush      func(protocol.Message) bool // push not sent
+	prevUnknown   bool                        // pushes carry no prev
+	swallowSends  int                         // send answers not sent (the message is stored)
+	overloadSends int                         // sends refused as overloaded (not stored)
+	lagTo         int64                       // if >= 0, pulls see msgids <= lagTo only (a lagging store)
+	earlyPush     []protocol.Message          // pushed right after authed, before the sync answer
 }
 
 type peerGroup struct {
@@ -209,6 +210,12 @@ func (p *peer) handle(pc *peerConn, req protocol.Request) bool {
 	case protocol.OpSend:
 		p.pushMu.Lock()
 		p.mu.Lock()
+		if p.overloadSends > 0 {
+			p.overloadSends--
+			p.mu.Unlock()
+			p.pushMu.Unlock()
+			return fail(protocol.CodeOverloaded, "overloaded")
+		}
 		g := p.groups[req.Gid]
 		if g == nil || !g.members[pc.uid] {
 			p.mu.Unlock()

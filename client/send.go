@@ -40,50 +40,12 @@ func (c *Client) SendWithID(ctx context.Context, gid, cmid, body string) (int64,
 	req := protocol.Request{Op: protocol.OpSend, Gid: gid, Cmid: cmid, Body: body}
 	bo := backoff{min: c.cfg.MinBackoff, max: c.cfg.MaxBackoff}
 	for attempt := 0; ; attempt++ {
-		s, err := c.waitSession(ctx)
-		if err != nil {
-			return 0, fmt.Errorf("client: send %s: %w", cmid, err)
+		if err := c.sending.enter(ctx); err != nil {
+			return 0, fmt.Errorf("client: send %s: waiting for a place among the sends in flight: %w", cmid, err)
 		}
-		if attempt > 0 {
-			c.mu.Lock()
-			c.stats.Resends++
-			c.mu.Unlock()
-			c.log.Debug("chat client: resend", "gid", gid, "cmid", cmid, "attempt", attempt)
-		}
-		rctx, cancel := context.WithTimeout(ctx, c.cfg.SendTimeout)
-		f, err := s.request(rctx, req)
-		cancel()
-		switch {
-		case err == nil && f.Op == protocol.OpAccepted && f.Cmid == cmid:
-			return f.MsgID, nil
-		case err == nil:
-			return 0, fmt.Errorf("client: send %s: unexpected answer %q (cmid %q)", cmid, f.Op, f.Cmid)
-		case ctx.Err() != nil:
-			return 0, fmt.Errorf("client: send %s: %w", cmid, ctx.Err())
-		}
-		var pe *protocol.Error
-		switch {
-		case errors.As(err, &pe):
-			if !retryable(pe.Code) {
-				return 0, fmt.Errorf("client: send %s: %w", cmid, err)
-			}
-			if !sleep(ctx, bo.next()) {
-				return 0, fmt.Errorf("client: send %s: %w (last: %v)", cmid, ctx.Err(), err)
-			}
-		case errors.Is(err, ErrDisconnected):
-			// Resend on the next connection, once this one has ended.
-			select {
-			case <-s.done:
-			case <-ctx.Done():
-				return 0, fmt.Errorf("client: send %s: %w (last: %v)", cmid, ctx.Err(), err)
-			}
-		default:
-			// A timeout: the answer was lost, or the server is overloaded
-			// and every client resending at once would keep it so. Resend
-			// after a back-off.
-			if !sleep(ctx, bo.next()) {
-				return 0, fmt.Errorf("client: send %s: %w (last: %v)", cmid, ctx.Err(), err)
-			}
+		id, again, err := c.sendOnce(ctx, &req, attempt, &bo)
+		if !again {
+			return id, err
 		}
 		if c.isClosing() {
 			return 0, ErrClosed
@@ -91,11 +53,74 @@ func (c *Client) SendWithID(ctx context.Context, gid, cmid, body string) (int64,
 	}
 }
 
+// sendOnce makes one attempt of a send within a place of the window, and
+// waits before the next if one is due (again).
+func (c *Client) sendOnce(ctx context.Context, req *protocol.Request, attempt int, bo *backoff) (id int64, again bool, err error) {
+	accepted := false
+	defer func() { c.sending.leave(accepted) }()
+	cmid := req.Cmid
+	s, err := c.waitSession(ctx)
+	if err != nil {
+		return 0, false, fmt.Errorf("client: send %s: %w", cmid, err)
+	}
+	if attempt > 0 {
+		c.mu.Lock()
+		c.stats.Resends++
+		c.mu.Unlock()
+		c.log.Debug("chat client: resend", "gid", req.Gid, "cmid", cmid, "attempt", attempt)
+	}
+	rctx, cancel := context.WithTimeout(ctx, c.cfg.SendTimeout)
+	f, err := s.request(rctx, *req)
+	cancel()
+	switch {
+	case err == nil && f.Op == protocol.OpAccepted && f.Cmid == cmid:
+		accepted = true
+		return f.MsgID, false, nil
+	case err == nil:
+		return 0, false, fmt.Errorf("client: send %s: unexpected answer %q (cmid %q)", cmid, f.Op, f.Cmid)
+	case ctx.Err() != nil:
+		return 0, false, fmt.Errorf("client: send %s: %w", cmid, ctx.Err())
+	}
+	var pe *protocol.Error
+	switch {
+	case errors.As(err, &pe) && pe.Code == protocol.CodeOverloaded:
+		// The pause holds every send of the client; this one waits
+		// for it in enter, out of the window.
+		c.mu.Lock()
+		c.stats.Overloaded++
+		c.mu.Unlock()
+		d := c.sending.overloaded()
+		c.log.Debug("chat client: server overloaded; sends paused", "cmid", cmid, "pause", d)
+	case errors.As(err, &pe):
+		if !retryable(pe.Code) {
+			return 0, false, fmt.Errorf("client: send %s: %w", cmid, err)
+		}
+		if !sleep(ctx, bo.next()) {
+			return 0, false, fmt.Errorf("client: send %s: %w (last: %v)", cmid, ctx.Err(), err)
+		}
+	case errors.Is(err, ErrDisconnected):
+		// Resend on the next connection, once this one has ended.
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+			return 0, false, fmt.Errorf("client: send %s: %w (last: %v)", cmid, ctx.Err(), err)
+		}
+	default:
+		// A timeout: the answer was lost, or the server is overloaded
+		// and every client resending at once would keep it so. Resend
+		// after a back-off.
+		if !sleep(ctx, bo.next()) {
+			return 0, false, fmt.Errorf("client: send %s: %w (last: %v)", cmid, ctx.Err(), err)
+		}
+	}
+	return 0, true, nil
+}
+
 // retryable reports whether a request refused with code may succeed later
 // unchanged.
 func retryable(code protocol.Code) bool {
 	switch code {
-	case protocol.CodeUnavailable, protocol.CodeRateLimited, protocol.CodeInternal,
+	case protocol.CodeUnavailable, protocol.CodeOverloaded, protocol.CodeRateLimited, protocol.CodeInternal,
 		protocol.CodeUnauthenticated, protocol.CodeTokenExpired:
 		return true
 	}

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -73,5 +74,60 @@ func TestResendsAfterTimeoutsBackOff(t *testing.T) {
 	n := len(p.requests(protocol.OpSend))
 	if n < 4 || n > 20 {
 		t.Fatalf("%d send frames in a second of timeouts: want a few, backing off", n)
+	}
+}
+
+// A send the server refuses as overloaded waits out a pause, which grows
+// while the refusals go on, and is then resent: it succeeds once the server
+// takes it, and the group gets one message.
+func TestOverloadedSendPausesAndIsResent(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	p.set(func(p *peer) { p.overloadSends = 2 })
+	c, _ := dial(t, p, "alice", func(c *Config) { c.MinBackoff, c.MaxBackoff = 20*time.Millisecond, time.Second })
+	start := time.Now()
+	id, err := c.Send(context.Background(), "g1", "hello")
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); st.Overloaded != 2 {
+		t.Fatalf("%d refused as overloaded, want 2", st.Overloaded)
+	}
+	if msgs := p.msgs("g1"); len(msgs) != 1 || msgs[0].MsgID != id {
+		t.Fatalf("log %+v: want one message, msgid %d", msgs, id)
+	}
+	// Pauses of 5 back-offs, jittered to half at least: 50 ms, then 100 ms.
+	if took < 150*time.Millisecond {
+		t.Fatalf("accepted %v after the first try: the refused sends did not wait", took)
+	}
+}
+
+// A client keeps at most MaxSending sends in flight; the others wait in the
+// client, where their ctx can still end them.
+func TestSendsInFlightAreBounded(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	p.set(func(p *peer) { p.swallowSends = 100 }) // no answers: every send stays in flight
+	c, _ := dial(t, p, "alice", func(c *Config) { c.MaxSending, c.SendTimeout = 2, time.Hour })
+	ctx, cancel := context.WithCancel(context.Background())
+	errs := make(chan error, 5)
+	for range 5 {
+		go func() {
+			_, err := c.Send(ctx, "g1", "hello")
+			errs <- err
+		}()
+	}
+	waitFor(t, "two sends", func() bool { return len(p.requests(protocol.OpSend)) == 2 })
+	time.Sleep(100 * time.Millisecond)
+	if n := len(p.requests(protocol.OpSend)); n != 2 {
+		t.Fatalf("%d sends reached the server, want MaxSending (2)", n)
+	}
+	cancel()
+	for range 5 {
+		if err := <-errs; !errors.Is(err, context.Canceled) {
+			t.Fatalf("Send after its ctx ended: %v, want context.Canceled", err)
+		}
+	}
+	if n := len(p.requests(protocol.OpSend)); n != 2 {
+		t.Fatalf("%d sends reached the server after the ctx ended, want 2", n)
 	}
 }

@@ -1,0 +1,80 @@
+package client
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// window bounds a client's sends in flight, as TCP's window bounds its
+// bytes: it grows by one for every window's worth of sends accepted and
+// halves when the server says it is overloaded. Then every send of the
+// client also waits out a pause, which doubles while the server keeps
+// refusing. So a client never queues more sends on its connection than the
+// server answers in time, and a refused server is not flooded with
+// resends: a send waits in the client, where its ctx can still end it
+// before the server spends anything on it.
+type window struct {
+	max   float64
+	pause backoff
+
+	mu     sync.Mutex
+	size   float64
+	used   int
+	until  time.Time     // no send before
+	change chan struct{} // closed and replaced when a place frees or the pause ends
+}
+
+func newWindow(max int, pause backoff) *window {
+	return &window{max: float64(max), size: float64(max), pause: pause, change: make(chan struct{})}
+}
+
+// enter waits for a place in the window, and for a pause to end.
+func (w *window) enter(ctx context.Context) error {
+	for {
+		w.mu.Lock()
+		wait, change := time.Until(w.until), w.change
+		if wait <= 0 && float64(w.used) < w.size {
+			w.used++
+			w.mu.Unlock()
+			return nil
+		}
+		w.mu.Unlock()
+		var t <-chan time.Time
+		if wait > 0 {
+			tm := time.NewTimer(wait)
+			defer tm.Stop()
+			t = tm.C
+		}
+		select {
+		case <-change:
+		case <-t:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// leave frees the place: accepted tells an accepted send, which grows the
+// window and ends the pauses' doubling.
+func (w *window) leave(accepted bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.used--
+	if accepted {
+		w.size = min(w.max, w.size+1/w.size)
+		w.pause.reset()
+	}
+	close(w.change)
+	w.change = make(chan struct{})
+}
+
+// overloaded halves the window and pauses every send; it returns the pause.
+func (w *window) overloaded() time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.size = max(1, w.size/2)
+	d := w.pause.next()
+	w.until = time.Now().Add(d)
+	return d
+}
