@@ -54,8 +54,22 @@ func (r *Runner[E]) consume(ctx context.Context, gc *groupCommits, part int, sta
 		return false
 	}
 	log.Debug("consuming", "from", start)
+	lag, err := reader.ReadLag(ctx)
+	if err == nil && lag < 0 {
+		// Records below the saved position were never handled here: they
+		// came after the topic was recreated or its log cut back (a broker
+		// that lost its tail). Waiting for the log to pass the position
+		// would skip them without a word.
+		log.Error("the saved position is past the end of the partition: the topic was recreated or its log lost its tail; handling it again from its start, onto the state as it is; if the state came from the old log, rebuild it (docs/operations.md, \"One projection is wrong\")",
+			"saved", start, "end", start+lag)
+		if err := reader.SetOffset(kafka.FirstOffset); err != nil {
+			log.Error("cannot position reader", "offset", "first", "err", err)
+			return false
+		}
+		lag, err = reader.ReadLag(ctx)
+	}
 	marked := false // the partition's replay mark is written
-	if lag, err := reader.ReadLag(ctx); err == nil && lag <= 0 {
+	if err == nil && lag <= 0 {
 		r.markCaughtUp(part) // nothing to replay: the state is current
 		if marked = r.markReplayed(ctx, log, part); !marked {
 			return false // ctx ended

@@ -1,6 +1,7 @@
 package consumers
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -195,6 +196,61 @@ func TestRunnerDeadLettersPoisonAndKeepsFlowing(t *testing.T) {
 		if hdr["source.topic"] != topics.Acks || hdr["error"] == "" || hdr["source.offset"] != fmt.Sprint(10+i) {
 			t.Fatalf("dead letter %d headers %v", i, hdr)
 		}
+	}
+}
+
+// A poison record near the broker's size limit (1 MiB by default) is
+// dead-lettered cut down, with its size in a header, instead of a copy past
+// the limit that the broker refuses for good while its partition waits.
+func TestAPoisonRecordNearTheSizeLimitIsDeadLetteredCut(t *testing.T) {
+	k := newKafka(t, 1)
+	cl := &kafka.Client{Addr: kafka.TCP(k.brokers()...), Timeout: 10 * time.Second}
+	garbage := bytes.Repeat([]byte{0xff}, 1_048_400)
+	res, err := cl.Produce(context.Background(), &kafka.ProduceRequest{
+		Topic: topics.Acks, Partition: 0, RequiredAcks: kafka.RequireAll,
+		Records: kafka.NewRecordReader(kafka.Record{Key: kafka.NewBytes([]byte("g1/u1")), Value: kafka.NewBytes(garbage)}),
+	})
+	if err != nil || res.Error != nil {
+		t.Fatalf("the broker refused the poison record: %v %v", err, res.Error)
+	}
+	sendAcks(t, k, 10)
+	h := newMemAcks()
+	r, _ := runAcks(t, k, "acks-bigpoison", h)
+	waitFor(t, "the 10 good acks behind the poison", 20*time.Second, func() bool { return h.handled() == 10 })
+	if n := r.Stats().DeadLettered; n != 1 {
+		t.Fatalf("%d dead-lettered, want 1", n)
+	}
+	dl := kafka.NewReader(kafka.ReaderConfig{Brokers: k.brokers(), Topic: topics.DeadLetter, Partition: 0, MaxWait: 100 * time.Millisecond})
+	defer dl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	m, err := dl.FetchMessage(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hdr := map[string]string{}
+	for _, h := range m.Headers {
+		hdr[h.Key] = string(h.Value)
+	}
+	if hdr["truncated.from"] != fmt.Sprint(len(garbage)+len("g1/u1")) || len(m.Value) >= len(garbage) || !bytes.Equal(m.Value, garbage[:len(m.Value)]) {
+		t.Fatalf("the copy: %d bytes of value, headers %v; want the start of the record and its size", len(m.Value), hdr)
+	}
+}
+
+// A saved position past the end of the partition (the topic recreated, or
+// a broker that lost its log's tail) does not skip the records below it:
+// they are handled from the partition's start, and only then is the
+// partition marked replayed.
+func TestASavedPositionPastTheEndIsNotASilentSkip(t *testing.T) {
+	k := newKafka(t, 1)
+	h := newMemAcks()
+	h.offsets[0] = 50
+	sendAcks(t, k, 10)
+	r, _ := runAcks(t, k, "acks-pastend", h)
+	waitFor(t, "the 10 records below the saved position", 20*time.Second, func() bool { return h.handled() == 10 })
+	waitFor(t, "caught up", 5*time.Second, func() bool { return r.CaughtUp() })
+	if m := h.marked(); len(m[0]) != 1 {
+		t.Fatalf("replay marks %v, want partition 0 marked once", m)
 	}
 }
 

@@ -251,8 +251,29 @@ func (p *Producer) DeadLetter(ctx context.Context, rec kafka.Message, consumer s
 		{Key: "consumer", Value: []byte(consumer)},
 		{Key: "error", Value: []byte(cause.Error())},
 	}
-	out := kafka.Message{Topic: topics.DeadLetter, Key: rec.Key, Value: rec.Value, Headers: append(hdr, rec.Headers...)}
+	key, value, headers := rec.Key, rec.Value, rec.Headers
+	if size := len(key) + len(value) + headersSize(headers); size > maxDeadLetter {
+		// A record near the broker's size limit would make a copy past it,
+		// refused for good, and its partition would wait on it for ever:
+		// keep the start of its key and value, and say so.
+		hdr = append(hdr, kafka.Header{Key: "truncated.from", Value: fmt.Appendf(nil, "%d", size)})
+		key, value, headers = key[:min(len(key), maxDeadLetter/4)], value[:min(len(value), maxDeadLetter/2)], nil
+	}
+	out := kafka.Message{Topic: topics.DeadLetter, Key: key, Value: value, Headers: append(hdr, headers...)}
 	return p.write(ctx, topics.DeadLetter, []kafka.Message{out})
+}
+
+// maxDeadLetter is the most bytes of a poison record a dead-letter copy
+// keeps whole: well within the broker's default limit of a record (1 MiB),
+// with room for the copy's headers.
+const maxDeadLetter = 512 << 10
+
+func headersSize(hs []kafka.Header) int {
+	n := 0
+	for _, h := range hs {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
 }
 
 // Close waits for the sends in flight and releases connections; sends
