@@ -34,9 +34,9 @@ type ReceiptNotifier struct {
 	Logger        *slog.Logger
 
 	mu    sync.Mutex
-	dirty map[string]span      // gid -> messages whose counts may have changed
-	last  map[string]int64     // "gid/uid" -> read cursor last seen
-	sent  map[string]time.Time // gid -> when its last update went out
+	dirty map[string]span             // gid -> messages whose counts may have changed
+	last  map[string]map[string]int64 // gid -> uid -> read cursor last seen; forgotten with a quiet group
+	sent  map[string]time.Time        // gid -> when its last update went out
 
 	frames atomic.Int64
 }
@@ -84,7 +84,7 @@ func (n *ReceiptNotifier) Runner(b Base) (*Runner[schema.Receipt], error) {
 	}
 	n.setDefaults()
 	n.mu.Lock()
-	n.dirty, n.last, n.sent = map[string]span{}, map[string]int64{}, map[string]time.Time{}
+	n.dirty, n.last, n.sent = map[string]span{}, map[string]map[string]int64{}, map[string]time.Time{}
 	n.mu.Unlock()
 	cfg := runnerConfig(b, GroupReceiptNotifier, topics.Receipts, schema.DecodeReceipt, Handler[schema.Receipt](n), nil)
 	cfg.StartAtEnd = true
@@ -100,12 +100,16 @@ func (n *ReceiptNotifier) Handle(ctx context.Context, part int, recs []Record[sc
 	defer n.mu.Unlock()
 	for _, r := range recs {
 		ev := &r.Event
-		key := ev.Gid + "/" + ev.Uid
-		old, seen := n.last[key]
+		last := n.last[ev.Gid]
+		if last == nil {
+			last = map[string]int64{}
+			n.last[ev.Gid] = last
+		}
+		old, seen := last[ev.Uid]
 		if seen && ev.Upto <= old {
 			continue
 		}
-		n.last[key] = ev.Upto
+		last[ev.Uid] = ev.Upto
 		lo := old
 		if !seen {
 			lo = -1 // unknown: the update covers the Recent newest messages up to Upto
@@ -146,31 +150,50 @@ func (n *ReceiptNotifier) flush(ctx context.Context, now time.Time) error {
 	for gid, at := range n.sent { // forget quiet groups
 		if now.Sub(at) > 10*n.Interval {
 			delete(n.sent, gid)
+			if _, busy := n.dirty[gid]; !busy {
+				// A cursor forgotten makes the next update cover the
+				// Recent newest messages: a little more work, once.
+				delete(n.last, gid)
+			}
 		}
 	}
 	n.mu.Unlock()
+	again := func(gid string, s span) { // try again at the next tick
+		n.mu.Lock()
+		n.dirty[gid] = n.dirty[gid].merge(s)
+		delete(n.sent, gid)
+		n.mu.Unlock()
+	}
 	frames := map[string][]byte{} // uid -> frame, per group below
 	var items []store.PushItem
+	var errs []error
+	rendered := map[string]span{}
 	for gid, s := range due {
 		clear(frames)
 		ready, err := n.group(ctx, gid, s, frames)
-		if err != nil || !ready { // try again at the next tick
-			n.mu.Lock()
-			n.dirty[gid] = n.dirty[gid].merge(s)
-			delete(n.sent, gid)
-			n.mu.Unlock()
+		if err != nil || !ready {
+			again(gid, s)
+			if err != nil {
+				errs = append(errs, err) // and on with the other groups
+			}
+			continue
 		}
-		if err != nil {
-			return err
+		if len(frames) > 0 {
+			rendered[gid] = s
 		}
 		for uid, f := range frames {
 			items = append(items, store.PushItem{Msg: f, Uids: []string{uid}})
 		}
 	}
-	if len(items) == 0 {
-		return nil
+	if len(items) > 0 {
+		if err := n.publish(ctx, items); err != nil {
+			for gid, s := range rendered {
+				again(gid, s)
+			}
+			errs = append(errs, err)
+		}
 	}
-	return n.publish(ctx, items)
+	return errors.Join(errs...)
 }
 
 // group renders one receipts frame per sender of the messages in s. It

@@ -3,8 +3,11 @@ package consumers
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/groupchat/chatd/schema"
 )
@@ -79,5 +82,94 @@ func TestReceiptNotifierCoalescesAndStaysQuietForLargeGroups(t *testing.T) {
 	}
 	if got := run(&ReceiptNotifier{Redis: p.redis, PollOnlyAbove: 3}); got != 0 {
 		t.Fatalf("a group over the poll-only size got %d receipt pushes", got)
+	}
+}
+
+// A group whose counts cannot be computed (here, a corrupt window) does not
+// cost the other groups of the same tick their updates: it is tried again,
+// and theirs go out.
+func TestReceiptNotifierPublishesTheHealthyGroupsWhenOneFails(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 1, window: 1000})
+	ctx := context.Background()
+	for _, gid := range []string{"ok", "bad"} {
+		if err := p.redis.ApplyMembers(ctx, []schema.Member{
+			{Gid: gid, Uid: "s", Op: schema.OpJoin, Pos: -1}, {Gid: gid, Uid: "r", Op: schema.OpJoin, Pos: -1}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.redis.AppendWindow(ctx, nil, []schema.Message{{Gid: gid, Sender: "s", ClientMsgID: "c-" + gid, SentAt: 1, Body: []byte("x"), MsgID: 0}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.redis.AdvanceReads(ctx, []schema.Receipt{{Gid: gid, Uid: "r", Upto: 0, At: 1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.rc.ZAdd(ctx, "chat:{bad}:win", redis.Z{Score: 0, Member: "not a window member"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.redis.SetOnline(ctx, "n1", []string{"s"}, time.Minute, false); err != nil {
+		t.Fatal(err)
+	}
+	pushes, err := p.redis.SubscribePushes(ctx, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Groups are visited in map order: several rounds, so that the bad
+	// group comes first in some.
+	for round := range 8 {
+		n := &ReceiptNotifier{Redis: p.redis}
+		if _, err := n.Runner(p.base); err != nil {
+			t.Fatal(err)
+		}
+		recs := []Record[schema.Receipt]{
+			{Offset: 0, Event: schema.Receipt{Gid: "bad", Uid: "r", Upto: 0, At: 1}},
+			{Offset: 1, Event: schema.Receipt{Gid: "ok", Uid: "r", Upto: 0, At: 1}},
+		}
+		if err := n.Handle(ctx, 0, recs); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.flush(ctx, time.Now()); err == nil || !strings.Contains(err.Error(), "bad") {
+			t.Fatalf("round %d: flush: %v, want the bad group's error", round, err)
+		}
+		select {
+		case b := <-pushes:
+			if len(b.Items) != 1 || !strings.Contains(string(b.Items[0].Msg), `"gid":"ok"`) {
+				t.Fatalf("round %d: pushed %+v, want the ok group's counts", round, b)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("round %d: the ok group's update was lost with the bad group's error", round)
+		}
+		n.mu.Lock()
+		_, retried := n.dirty["bad"]
+		n.mu.Unlock()
+		if !retried {
+			t.Fatalf("round %d: the bad group is not tried again", round)
+		}
+	}
+}
+
+// The read cursors the notifier remembers go with a quiet group, so its
+// memory follows the groups being read now, not every group ever read.
+func TestReceiptNotifierForgetsQuietGroups(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 1, window: 1000})
+	ctx := context.Background()
+	n := &ReceiptNotifier{Redis: p.redis, Interval: time.Second}
+	if _, err := n.Runner(p.base); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Handle(ctx, 0, []Record[schema.Receipt]{{Event: schema.Receipt{Gid: "q", Uid: "r", Upto: 3, At: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if err := n.flush(ctx, now); err != nil {
+		t.Fatal(err)
+	}
+	if len(n.last) != 1 {
+		t.Fatalf("%d groups remembered after a read, want 1", len(n.last))
+	}
+	if err := n.flush(ctx, now.Add(11*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if len(n.last) != 0 {
+		t.Fatalf("%d groups remembered after 11 quiet intervals, want 0", len(n.last))
 	}
 }
