@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/store"
 )
 
 func TestReceiptNotifierCoalescesAndStaysQuietForLargeGroups(t *testing.T) {
@@ -29,13 +30,7 @@ func TestReceiptNotifierCoalescesAndStaysQuietForLargeGroups(t *testing.T) {
 	if err := p.redis.AppendWindow(ctx, nil, msgs); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.redis.SetOnline(ctx, "n1", []string{"s"}, time.Minute, false); err != nil {
-		t.Fatal(err)
-	}
-	pushes, err := p.redis.SubscribePushes(ctx, "n1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	pushes := senderOnline(t, p)
 	// Five readers read everything: one receipts frame for the sender.
 	var rs []Record[schema.Receipt]
 	var evs []schema.Receipt
@@ -106,13 +101,7 @@ func TestReceiptNotifierPublishesTheHealthyGroupsWhenOneFails(t *testing.T) {
 	if err := p.rc.ZAdd(ctx, "chat:{bad}:win", redis.Z{Score: 0, Member: "not a window member"}).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.redis.SetOnline(ctx, "n1", []string{"s"}, time.Minute, false); err != nil {
-		t.Fatal(err)
-	}
-	pushes, err := p.redis.SubscribePushes(ctx, "n1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	pushes := senderOnline(t, p)
 	// Groups are visited in map order: several rounds, so that the bad
 	// group comes first in some.
 	for round := range 8 {
@@ -172,4 +161,18 @@ func TestReceiptNotifierForgetsQuietGroups(t *testing.T) {
 	if len(n.last) != 0 {
 		t.Fatalf("%d groups remembered after 11 quiet intervals, want 0", len(n.last))
 	}
+}
+
+// senderOnline puts the sender s online on node n1 and returns n1's pushes.
+func senderOnline(t *testing.T, p *pipeline) <-chan store.PushBatch {
+	t.Helper()
+	ctx := context.Background()
+	if err := p.redis.SetOnline(ctx, "n1", []string{"s"}, time.Minute, false); err != nil {
+		t.Fatal(err)
+	}
+	pushes, err := p.redis.SubscribePushes(ctx, "n1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pushes
 }
