@@ -40,17 +40,22 @@ func (w *window) enter(ctx context.Context) error {
 			return nil
 		}
 		w.mu.Unlock()
-		var t <-chan time.Time
+		var t *time.Timer
+		var tc <-chan time.Time
 		if wait > 0 {
-			tm := time.NewTimer(wait)
-			defer tm.Stop()
-			t = tm.C
+			t = time.NewTimer(wait)
+			tc = t.C
 		}
 		select {
 		case <-change:
-		case <-t:
+		case <-tc:
 		case <-ctx.Done():
-			return ctx.Err()
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if err := ctx.Err(); err != nil {
+			return err
 		}
 	}
 }
