@@ -22,7 +22,7 @@ export class Timeout extends Error {}
 export function retryable(err) {
   if (err instanceof Disconnected || err instanceof Timeout) return true;
   return err instanceof ProtocolError &&
-    ['unavailable', 'rate_limited', 'internal'].includes(err.code);
+    ['unavailable', 'overloaded', 'rate_limited', 'internal'].includes(err.code);
 }
 
 // Backoff doubles from min to max; each delay is jittered into [d/2, d].
