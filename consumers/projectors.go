@@ -3,9 +3,12 @@ package consumers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/groupchat/chatd/producers"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
@@ -19,9 +22,17 @@ import (
 // read; the ClickHouse rows of all partitions are buffered and inserted
 // together when a commit is due (Flusher). A position is committed only
 // when both stores hold what it covers; both writes are idempotent.
+//
+// chat.acks is compacted: it keeps a member's last record only. When that
+// record is below the member's cursor (two devices acked 100, then 90,
+// before the first was projected), a replay of the compacted topic would
+// move the cursor back; so Handle appends the cursor again, as a
+// correction, and a member's last record is their highest.
 type AckProjector struct {
 	Redis      *store.Redis      // required
 	ClickHouse *store.ClickHouse // optional
+
+	producer *producers.Producer // Base.DeadLetter's: writes corrections
 
 	lazyRows[store.AckRow] // Flusher
 }
@@ -36,12 +47,17 @@ func (a *AckProjector) Runner(b Base) (*Runner[schema.Ack], error) {
 	if a.Redis == nil {
 		return nil, errors.New("consumers: the ack projector needs Redis")
 	}
+	a.producer = b.DeadLetter
 	return NewRunner(runnerConfig(b, GroupAckProjector, topics.Acks, schema.DecodeAck, Handler[schema.Ack](a), a.Redis))
 }
 
 // Handle implements Handler.
 func (a *AckProjector) Handle(ctx context.Context, part int, recs []Record[schema.Ack]) error {
-	return project(ctx, a.get(a.ClickHouse, (*store.ClickHouse).InsertAcks), part, recs, a.Redis.AdvanceAcks, func(r *Record[schema.Ack]) store.AckRow {
+	apply := correcting(a.Redis.AdvanceAcksBehind, a.producer, (*producers.Producer).SendAcks, "ack",
+		func(c store.Cursor, at int64) schema.Ack {
+			return schema.Ack{Gid: c.Gid, Uid: c.Uid, Upto: c.Upto, At: at}
+		})
+	return project(ctx, a.get(a.ClickHouse, (*store.ClickHouse).InsertAcks), part, recs, apply, func(r *Record[schema.Ack]) store.AckRow {
 		return store.AckRow{Ack: r.Event, Partition: int32(part), Offset: r.Offset}
 	})
 }
@@ -104,6 +120,28 @@ func (l *lazyRows[R]) Durable(part int) int64 { return l.buf.Load().Durable(part
 // project is a projector's Handle: apply the batch's events to Redis, then
 // buffer their ClickHouse rows (when there is a buffer), after making room
 // in it first so that a failure leaves nothing half done.
+// correcting returns an apply for project that raises the cursors with
+// advance and appends again, with send, each cursor that the batch's last
+// record of its member left behind (see AckProjector).
+func correcting[E any](advance func(context.Context, []E) ([]store.Cursor, error), p *producers.Producer,
+	send func(*producers.Producer, context.Context, ...E) error, what string, mk func(c store.Cursor, at int64) E) func(context.Context, []E) error {
+	return func(ctx context.Context, events []E) error {
+		behind, err := advance(ctx, events)
+		if err != nil || len(behind) == 0 || p == nil {
+			return err
+		}
+		at := time.Now().UnixMilli()
+		fix := make([]E, len(behind))
+		for i, c := range behind {
+			fix[i] = mk(c, at)
+		}
+		if err := send(p, ctx, fix...); err != nil {
+			return fmt.Errorf("consumers: append %d %s cursors the log left behind: %w", len(fix), what, err)
+		}
+		return nil
+	}
+}
+
 func project[E, R any](ctx context.Context, buf *rowBuffer[R], part int, recs []Record[E],
 	apply func(context.Context, []E) error, row func(*Record[E]) R) error {
 	if err := buf.makeRoom(ctx); err != nil {

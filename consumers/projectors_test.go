@@ -7,8 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
+	"github.com/groupchat/chatd/topics"
 )
 
 func (p *pipeline) ackProjector(t *testing.T) (*Runner[schema.Ack], func()) {
@@ -169,4 +172,79 @@ func TestMembersJoinAtTheHeadAndLeaveAtTheirPosition(t *testing.T) {
 	}
 	p.memberProjector(t)
 	check() // rebuilt by replay
+}
+
+// A member's last ack or read in the log may be below their cursor: two
+// devices ack 100 and then 90 before the first is projected (the gateway
+// checks each against a projection that lags). The projector then appends
+// the cursor again, so that a compacted topic, which keeps only the last
+// record of a member, replays to the same cursor.
+func TestACursorLeftBehindInTheLogIsAppendedAgainAndSurvivesCompaction(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 1, window: 1000})
+	ctx := context.Background()
+	now := time.Now().UnixMilli()
+	for _, upto := range []int64{100, 90} {
+		if err := p.prod.SendAcks(ctx, schema.Ack{Gid: "g1", Uid: "u1", Upto: upto, At: now}); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.prod.SendReceipts(ctx, schema.Receipt{Gid: "g1", Uid: "u1", Upto: upto, At: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cursors := func() (ack, read int64) {
+		a, _, _ := p.redis.AckCursor(ctx, "g1", "u1")
+		r, _ := p.redis.ReadCursors(ctx, "g1")
+		return a, r["u1"]
+	}
+	projectors := func() (stop func()) {
+		_, stopA := p.ackProjector(t)
+		rr, err := (&ReceiptProjector{Redis: p.redis}).Runner(p.base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stopR := start(t, rr.Run)
+		return func() { stopA(); stopR() }
+	}
+	stop := projectors()
+	waitFor(t, "cursors at 100", 20*time.Second, func() bool { a, r := cursors(); return a == 100 && r == 100 })
+	waitFor(t, "the corrections in both topics", 10*time.Second, func() bool {
+		return p.topicEnd(t, topics.Acks) == 3 && p.topicEnd(t, topics.Receipts) == 3
+	})
+	stop()
+	// Records of another member close the segment: the active one is never
+	// cleaned.
+	if err := p.prod.SendAcks(ctx, schema.Ack{Gid: "g1", Uid: "u2", Upto: 1, At: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.prod.SendReceipts(ctx, schema.Receipt{Gid: "g1", Uid: "u2", Upto: 1, At: now}); err != nil {
+		t.Fatal(err)
+	}
+	p.broker.Cluster().Compact()
+	if err := p.rc.FlushAll(ctx).Err(); err != nil { // Redis restarted empty
+		t.Fatal(err)
+	}
+	projectors()
+	waitFor(t, "u2 replayed", 20*time.Second, func() bool {
+		c, _, _ := p.redis.AckCursor(ctx, "g1", "u2")
+		r, _ := p.redis.ReadCursors(ctx, "g1")
+		return c == 1 && r["u2"] == 1
+	})
+	if a, r := cursors(); a != 100 || r != 100 {
+		t.Fatalf("after compaction and a replay: ack %d, read %d; want 100 and 100, as before", a, r)
+	}
+}
+
+// topicEnd is the end offset of partition 0 of topic.
+func (p *pipeline) topicEnd(t *testing.T, topic string) int64 {
+	t.Helper()
+	cl := &kafka.Client{Addr: kafka.TCP(p.brokers()...), Timeout: 5 * time.Second}
+	resp, err := cl.ListOffsets(context.Background(), &kafka.ListOffsetsRequest{
+		Topics: map[string][]kafka.OffsetRequest{topic: {kafka.LastOffsetOf(0)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, po := range resp.Topics[topic] {
+		return po.LastOffset
+	}
+	return -1
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/groupchat/chatd/producers"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
@@ -20,9 +21,14 @@ const GroupReceiptProjector = "chat.receipt-projector"
 // Redis is written in Handle, so read counts move as soon as a batch is
 // read; ClickHouse's rows are buffered and inserted together when a commit
 // is due, as in AckProjector.
+//
+// chat.receipts is compacted like chat.acks, and a read cursor left behind
+// by its member's last record is corrected the same way (see AckProjector).
 type ReceiptProjector struct {
 	Redis      *store.Redis      // required
 	ClickHouse *store.ClickHouse // optional
+
+	producer *producers.Producer // Base.DeadLetter's: writes corrections
 
 	lazyRows[store.ReceiptRow] // Flusher
 }
@@ -37,12 +43,17 @@ func (p *ReceiptProjector) Runner(b Base) (*Runner[schema.Receipt], error) {
 	if p.Redis == nil {
 		return nil, errors.New("consumers: the receipt projector needs Redis")
 	}
+	p.producer = b.DeadLetter
 	return NewRunner(runnerConfig(b, GroupReceiptProjector, topics.Receipts, schema.DecodeReceipt, Handler[schema.Receipt](p), p.Redis))
 }
 
 // Handle implements Handler.
 func (p *ReceiptProjector) Handle(ctx context.Context, part int, recs []Record[schema.Receipt]) error {
-	return project(ctx, p.get(p.ClickHouse, (*store.ClickHouse).InsertReceipts), part, recs, p.Redis.AdvanceReads, func(r *Record[schema.Receipt]) store.ReceiptRow {
+	apply := correcting(p.Redis.AdvanceReadsBehind, p.producer, (*producers.Producer).SendReceipts, "read",
+		func(c store.Cursor, at int64) schema.Receipt {
+			return schema.Receipt{Gid: c.Gid, Uid: c.Uid, Upto: c.Upto, At: at}
+		})
+	return project(ctx, p.get(p.ClickHouse, (*store.ClickHouse).InsertReceipts), part, recs, apply, func(r *Record[schema.Receipt]) store.ReceiptRow {
 		return store.ReceiptRow{Receipt: r.Event, Partition: int32(part), Offset: r.Offset}
 	})
 }

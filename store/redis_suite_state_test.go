@@ -30,6 +30,34 @@ func ackCursors(t *testing.T, r *Redis, gid string) map[string]int64 {
 	return c
 }
 
+// A cursor is behind when its member's last ack of a batch is below the
+// cursor stored after it: within the batch or across batches.
+func testAcksBehind(t *testing.T, c redis.UniversalClient) {
+	r := newTestRedis(t, c, RedisConfig{})
+	ctx := context.Background()
+	steps := []struct {
+		acks []schema.Ack
+		want string
+	}{
+		{[]schema.Ack{{Gid: "g1", Uid: "u1", Upto: 100}, {Gid: "g1", Uid: "u1", Upto: 90}, {Gid: "g1", Uid: "u2", Upto: 5}}, "[{g1 u1 100}]"},
+		{[]schema.Ack{{Gid: "g1", Uid: "u1", Upto: 95}}, "[{g1 u1 100}]"}, // below what an earlier batch stored
+		{[]schema.Ack{{Gid: "g1", Uid: "u1", Upto: 100}}, "[]"},           // equal: the log's last word is the cursor
+		{[]schema.Ack{{Gid: "g1", Uid: "u1", Upto: 90}, {Gid: "g1", Uid: "u1", Upto: 120}}, "[]"},
+	}
+	for i, st := range steps {
+		behind, err := r.AdvanceAcksBehind(ctx, st.acks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(behind); got != st.want && !(st.want == "[]" && behind == nil) {
+			t.Errorf("step %d: behind %s, want %s", i, got, st.want)
+		}
+	}
+	if got := ackCursors(t, r, "g1"); !maps.Equal(got, map[string]int64{"u1": 120, "u2": 5}) {
+		t.Errorf("cursors %v", got)
+	}
+}
+
 func testAcks(t *testing.T, c redis.UniversalClient) {
 	r := newTestRedis(t, c, RedisConfig{})
 	ctx := context.Background()

@@ -37,6 +37,7 @@ func runRedisSuite(t *testing.T, newClient func(t *testing.T) redis.UniversalCli
 		{"Head", testHead},
 		{"Unread", testUnread},
 		{"Acks", testAcks},
+		{"AcksBehind", testAcksBehind},
 		{"AcksShuffled", testAcksShuffled},
 		{"Reads", testReads},
 		{"Membership", testMembership},
