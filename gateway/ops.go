@@ -83,9 +83,11 @@ func (g *Gateway) send(ctx context.Context, uid string, r *protocol.Request) (an
 		g.cfg.Metrics.Overloaded()
 		return nil, protocol.Errorf(protocol.CodeOverloaded, "the server has more sends than it can take in time; retry in a second with the same cmid")
 	}
-	start := time.Now()
-	defer func() { g.admit.leave(time.Since(start)) }()
+	// What the bound judges is the send's own work: not the wait for a
+	// send of the same cmid in flight, which one client's resends make.
 	var waited time.Duration
+	start := time.Now()
+	defer func() { g.admit.leave(time.Since(start) - waited) }()
 	for wait := 0; ; wait++ {
 		c, err := g.cfg.Redis.BeginSend(ctx, r.Gid, uid, r.Cmid, sendInflight)
 		if err != nil {
