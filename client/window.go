@@ -29,8 +29,9 @@ func newWindow(max int, pause backoff) *window {
 	return &window{max: float64(max), size: float64(max), pause: pause, change: make(chan struct{})}
 }
 
-// enter waits for a place in the window, and for a pause to end.
-func (w *window) enter(ctx context.Context) error {
+// enter waits for a place in the window, and for a pause to end, or
+// until ctx ends (its error) or closed is closed (ErrClosed).
+func (w *window) enter(ctx context.Context, closed <-chan struct{}) error {
 	for {
 		w.mu.Lock()
 		wait, change := time.Until(w.until), w.change
@@ -46,16 +47,22 @@ func (w *window) enter(ctx context.Context) error {
 			t = time.NewTimer(wait)
 			tc = t.C
 		}
+		shut := false
 		select {
 		case <-change:
 		case <-tc:
 		case <-ctx.Done():
+		case <-closed:
+			shut = true
 		}
 		if t != nil {
 			t.Stop()
 		}
 		if err := ctx.Err(); err != nil {
 			return err
+		}
+		if shut {
+			return ErrClosed
 		}
 	}
 }
