@@ -51,7 +51,10 @@
 //
 // Send, SendWithID and Open block until they succeed, fail for good, or
 // their ctx ends; while the client is disconnected they wait for the next
-// connection. Close flushes the pending acks and reads, closes the
+// connection. At most MaxSending sends are in flight at once; the others
+// wait in the client. A server that answers overloaded halves that number
+// and pauses every send of the client for a while (growing while the
+// refusals go on), after which they are resent with their cmid. Close flushes the pending acks and reads, closes the
 // connection and waits for every goroutine of the Client to end; messages
 // still queued for OnMessage are dropped (they were not acked and will be
 // delivered to the next Client).
