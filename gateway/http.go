@@ -248,6 +248,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeErr(w http.ResponseWriter, e *protocol.Error) {
+	switch e.Code {
+	case protocol.CodeOverloaded, protocol.CodeRateLimited, protocol.CodeUnavailable:
+		w.Header().Set("Retry-After", "1") // seconds; clients should back off further while it repeats
+	}
 	writeJSON(w, e.Code.HTTPStatus(), map[string]string{"code": string(e.Code), "message": e.Message})
 }
 

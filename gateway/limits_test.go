@@ -58,6 +58,17 @@ func TestHTTPSendsAreRateLimited(t *testing.T) {
 	if accepted != 2 || limited != 4 {
 		t.Fatalf("6 HTTP sends at once (1/s, burst 2): %d accepted, %d rate_limited; want 2 and 4", accepted, limited)
 	}
+	// A refusal to retry says when, as HTTP does.
+	req, _ := http.NewRequest("POST", e.gws[0].srv.URL+"/v1/groups/http/messages", strings.NewReader(`{"cmid":"c9","body":"hi"}`))
+	req.Header.Set("Authorization", "Bearer "+e.token("alice"))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "1" {
+		t.Fatalf("a rate-limited HTTP send: %d, Retry-After %q; want 429 and 1", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
 	// Another user has a bucket of its own.
 	if status, f := e.http("POST", "/v1/groups/http/messages", e.token("bob"), map[string]any{"cmid": "b", "body": "hi"}); status != http.StatusOK {
 		t.Fatalf("another user's send: %d %v", status, f)
