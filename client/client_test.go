@@ -321,6 +321,34 @@ func TestOpenPullsPages(t *testing.T) {
 	}
 }
 
+// Pushes that arrive while a page is on its way can bring all of the
+// page's messages first: the page then brings nothing new, and the pull
+// goes on from where the pushes left the cursor, without an error.
+func TestAPageThePushesOvertookIsNotAnError(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	var ms []protocol.Message
+	for i := range 5 {
+		ms = append(ms, p.post("g1", "bob", fmt.Sprint(i)))
+	}
+	p.set(func(p *peer) {
+		p.groups["g1"].acks["alice"] = ms[0].MsgID
+		p.pushBeforePage = func(after int64) []protocol.Message {
+			if after == ms[0].MsgID {
+				return ms[1:3] // the first page's two messages, with their prev
+			}
+			return nil
+		}
+	})
+	c, rec := dial(t, p, "alice", func(c *Config) { c.PageSize = 2 })
+	if err := c.Open(context.Background(), "g1"); err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	waitFor(t, "4 messages", func() bool { return rec.len() == 4 })
+	if got, want := rec.bodies("g1"), []string{"1", "2", "3", "4"}; !slices.Equal(got, want) {
+		t.Fatalf("delivered %q, want %q", got, want)
+	}
+}
+
 func TestPushBeforeSyncWaitsForCursor(t *testing.T) {
 	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
 	m1 := p.post("g1", "bob", "one")

@@ -242,21 +242,24 @@ func (c *Client) pullGroup(ctx context.Context, s *session, gid string) error {
 			return err
 		}
 		c.mu.Lock()
-		n := c.applyPageLocked(g, f)
+		c.applyPageLocked(g, f)
+		moved := g.contig > after // by the page, or by pushes that overtook it
 		c.mu.Unlock()
 		if !f.More {
 			return nil
 		}
-		if n == 0 {
-			return fmt.Errorf("client: pull %s after %d: the page says more but brings nothing new", gid, after)
+		if !moved {
+			return fmt.Errorf("client: pull %s after %d: the server said more messages follow but sent none after %d; a server fault: report it (the client tries again later)", gid, after, after)
 		}
 	}
 }
 
 // applyPageLocked accepts a page's messages past the contiguous cursor. A
 // page is a contiguous run of the group's messages after the cursor it was
-// asked for, and only the puller moves the cursor meanwhile.
-func (c *Client) applyPageLocked(g *group, f *frame) (accepted int) {
+// asked for. Pushes may have moved the cursor into the run or past it
+// meanwhile, but only in order, so what follows the cursor in the page
+// follows it in the group.
+func (c *Client) applyPageLocked(g *group, f *frame) {
 	g.seen = true
 	g.head = max(g.head, f.Head)
 	for _, m := range f.Msgs {
@@ -271,9 +274,7 @@ func (c *Client) applyPageLocked(g *group, f *frame) (accepted int) {
 		default:
 			c.stats.Pulled++
 			c.acceptLocked(g, m)
-			accepted++
 		}
 	}
 	c.drainLocked(g)
-	return accepted
 }

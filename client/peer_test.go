@@ -34,13 +34,14 @@ type peer struct {
 	cursor []cursorRec        // every ack and read accepted
 
 	// knobs, guarded by mu
-	refuse        bool                        // answer upgrades with 503
-	dropPush      func(protocol.Message) bool // push not sent
-	prevUnknown   bool                        // pushes carry no prev
-	swallowSends  int                         // send answers not sent (the message is stored)
-	overloadSends int                         // sends refused as overloaded (not stored)
-	lagTo         int64                       // if >= 0, pulls see msgids <= lagTo only (a lagging store)
-	earlyPush     []protocol.Message          // pushed right after authed, before the sync answer
+	refuse         bool                                 // answer upgrades with 503
+	dropPush       func(protocol.Message) bool          // push not sent
+	prevUnknown    bool                                 // pushes carry no prev
+	swallowSends   int                                  // send answers not sent (the message is stored)
+	overloadSends  int                                  // sends refused as overloaded (not stored)
+	pushBeforePage func(after int64) []protocol.Message // pushed to the puller just before its page
+	lagTo          int64                                // if >= 0, pulls see msgids <= lagTo only (a lagging store)
+	earlyPush      []protocol.Message                   // pushed right after authed, before the sync answer
 }
 
 type peerGroup struct {
@@ -268,7 +269,13 @@ func (p *peer) handle(pc *peerConn, req protocol.Request) bool {
 			m.Prev = nil
 			page.Msgs = append(page.Msgs, m)
 		}
+		before := p.pushBeforePage
 		p.mu.Unlock()
+		if before != nil {
+			if msgs := before(after); len(msgs) > 0 {
+				p.write(pc, protocol.Marshal(protocol.Push{Op: protocol.OpPush, Msgs: msgs}))
+			}
+		}
 		p.write(pc, protocol.Marshal(page))
 	case protocol.OpAck, protocol.OpRead:
 		p.mu.Lock()
