@@ -34,6 +34,9 @@ func (c *Client) deliverLoop() {
 			m := c.queue[0]
 			c.queue[0] = protocol.Message{}
 			c.queue = c.queue[1:]
+			if len(c.queue) == c.cfg.MaxQueued/2 {
+				c.resumePullsLocked()
+			}
 			c.mu.Unlock()
 
 			if c.cfg.OnMessage != nil {

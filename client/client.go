@@ -38,6 +38,7 @@ type Config struct {
 	MaxBackoff     time.Duration                             // default 10s
 	PageSize       int                                       // default 200, at most protocol.MaxLimit: messages per pull
 	MaxSending     int                                       // default 32: sends in flight at once; more wait, and fewer after the server says overloaded
+	MaxQueued      int                                       // default 10,000: pulls wait while this many messages wait for OnMessage
 	OnMessage      func(protocol.Message)                    // optional: once per message, msgid order per group, from one goroutine
 	OnError        func(error)                               // optional: asynchronous errors, serialised
 	OnReceipts     func(protocol.Receipts)                   // optional: new read counts of your messages; called from the reader goroutine, must not block
@@ -72,6 +73,9 @@ func (c *Config) setDefaults() {
 	if c.MaxSending == 0 {
 		c.MaxSending = 32
 	}
+	if c.MaxQueued == 0 {
+		c.MaxQueued = 10_000
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -95,6 +99,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("client: config: PageSize %d: want 1 to %d", c.PageSize, protocol.MaxLimit)
 	case c.MaxSending < 1:
 		return fmt.Errorf("client: config: MaxSending %d: want at least 1", c.MaxSending)
+	case c.MaxQueued < 2:
+		return fmt.Errorf("client: config: MaxQueued %d: want at least 2", c.MaxQueued)
 	case c.AckInterval < 0 || c.SendTimeout < 0 || c.RequestTimeout < 0 || c.PingInterval < 0:
 		return errors.New("client: config: durations must not be negative")
 	case c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff:

@@ -396,3 +396,46 @@ func TestASessionEndedAsItSyncsIsNotMadeReady(t *testing.T) {
 		t.Fatal("the ended session replaced the ready one")
 	}
 }
+
+// Open pulls no further than MaxQueued messages ahead of OnMessage; the
+// rest is pulled as OnMessage takes them, in order. An Open called from
+// OnMessage itself returns rather than wait for it.
+func TestOpenHoldsNoMoreThanMaxQueued(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}, "g2": {"alice", "bob"}})
+	var want []string
+	for i := range 3000 {
+		p.post("g1", "bob", fmt.Sprint(i))
+		want = append(want, fmt.Sprint(i))
+	}
+	p.post("g2", "bob", "x")
+	release := make(chan struct{})
+	var c *Client
+	var rec *recorder
+	c, rec = dial(t, p, "alice", func(cfg *Config) {
+		cfg.PageSize, cfg.MaxQueued = 100, 500
+		on := cfg.OnMessage
+		cfg.OnMessage = func(m protocol.Message) {
+			if m.Body == "0" {
+				<-release
+				if err := c.Open(context.Background(), "g2"); err != nil { // from OnMessage, with a full queue
+					t.Errorf("Open from OnMessage: %v", err)
+				}
+			}
+			on(m)
+		}
+	})
+	if err := c.Open(context.Background(), "g1"); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	queued := len(c.queue)
+	c.mu.Unlock()
+	if queued > 500+100 {
+		t.Fatalf("%d messages queued while OnMessage takes none; want at most MaxQueued and a page (600)", queued)
+	}
+	close(release)
+	waitFor(t, "every message of g1 and g2", func() bool { return rec.len() == 3001 })
+	if got := rec.bodies("g1"); !slices.Equal(got, want) {
+		t.Fatalf("g1: %d messages delivered, not the 3,000 in order", len(got))
+	}
+}

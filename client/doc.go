@@ -43,7 +43,8 @@
 // a time, in ascending msgid order per group. It may call any method of the
 // Client (Send, MarkRead, Open, Cursor...) except Close, which waits for
 // OnMessage to return. A slow OnMessage delays acks, not the connection:
-// messages wait in memory.
+// messages wait in memory, and pulls stop while MaxQueued of them wait
+// (pushes, which come at the pace of the conversation, do not).
 //
 // OnError receives asynchronous errors (connection lost, reconnect failed,
 // a pull or an ack refused). Calls are serialised; they come from the

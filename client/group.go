@@ -32,6 +32,7 @@ type group struct {
 	buf     map[int64]protocol.Message // pushes waiting for their predecessors
 	pulling bool                       // a pull holds the group: pushes wait in buf
 	gapping bool                       // a gap loop runs
+	later   bool                       // a pull stopped for a full queue: resumed as it drains
 	lock    chan struct{}              // one pull of the group at a time
 }
 
@@ -59,7 +60,8 @@ func (c *Client) groupLocked(gid string) *group {
 // Open pulls what is missing of group gid (everything after the client's
 // contiguous cursor, page by page) and keeps the group pulled on every
 // reconnect. It returns when the messages are queued for OnMessage, not
-// when OnMessage has seen them.
+// when OnMessage has seen them; when more than MaxQueued would be queued,
+// when the first of them are, and the rest is pulled as OnMessage takes them.
 func (c *Client) Open(ctx context.Context, gid string) error {
 	if err := schema.ValidID(gid); err != nil {
 		return fmt.Errorf("client: open: %w", err)
@@ -204,7 +206,9 @@ func (c *Client) gapLoop(g *group) {
 }
 
 // pullGroup pulls gid after the contiguous cursor until the server says
-// there is no more. Pushes of the group wait in its buffer meanwhile.
+// there is no more, or until MaxQueued messages wait for OnMessage: then
+// the group is pulled on once half of them are taken (resumePulls). Pushes
+// of the group wait in its buffer meanwhile.
 func (c *Client) pullGroup(ctx context.Context, s *session, gid string) error {
 	c.mu.Lock()
 	g := c.groupLocked(gid)
@@ -228,6 +232,11 @@ func (c *Client) pullGroup(ctx context.Context, s *session, gid string) error {
 	}()
 	for {
 		c.mu.Lock()
+		if len(c.queue) >= c.cfg.MaxQueued {
+			g.later = true
+			c.mu.Unlock()
+			return nil
+		}
 		after := g.contig
 		c.stats.Pulls++
 		c.mu.Unlock()
@@ -251,6 +260,28 @@ func (c *Client) pullGroup(ctx context.Context, s *session, gid string) error {
 		if !moved {
 			return fmt.Errorf("client: pull %s after %d: the server said more messages follow but sent none after %d; a server fault: report it (the client tries again later)", gid, after, after)
 		}
+	}
+}
+
+// resumePullsLocked pulls on, each on a goroutine of its own, the groups
+// whose pulls stopped for a full queue.
+func (c *Client) resumePullsLocked() {
+	for _, g := range c.groups {
+		if !g.later || c.closing {
+			continue
+		}
+		g.later = false
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			s, err := c.waitSession(c.ctx)
+			if err == nil {
+				err = c.pullGroup(c.ctx, s, g.gid)
+			}
+			if err != nil && c.ctx.Err() == nil && !errors.Is(err, ErrDisconnected) {
+				c.reportError(fmt.Errorf("client: pull %s: %w", g.gid, err))
+			}
+		}()
 	}
 }
 
