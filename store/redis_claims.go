@@ -126,7 +126,7 @@ func (r *Redis) ClaimSends(ctx context.Context, fence *Fence, msgs []schema.Mess
 	} else if rest, err = r.claimFree(ctx, fence, msgs, c, rest); err != nil {
 		return nil, fmt.Errorf("store: claim sends: %w", err)
 	}
-	if err := r.claimByScript(ctx, msgs, rest, c, dup); err != nil {
+	if err := r.claimByScript(ctx, fence, msgs, rest, c, dup); err != nil {
 		return nil, fmt.Errorf("store: claim sends: %w", err)
 	}
 	return dup, nil
@@ -142,7 +142,6 @@ func (r *Redis) claimFree(ctx context.Context, fence *Fence, msgs []schema.Messa
 	idx := make([]int, 0, len(msgs))
 	cmds := make([]*redis.Cmd, 0, len(msgs))
 	pipe := r.client.Pipeline()
-	fenced := fence.check(ctx, pipe)
 	var val []byte
 	for i := range msgs {
 		m := &msgs[i]
@@ -159,6 +158,9 @@ func (r *Redis) claimFree(ctx context.Context, fence *Fence, msgs []schema.Messa
 	if len(cmds) == 0 {
 		return rest, nil
 	}
+	// The check goes after the writes: a wipe before any of them is then
+	// seen, and one after them took them with it.
+	fenced := fence.check(ctx, pipe)
 	_, _ = pipe.Exec(ctx) // errors are read per command
 	if err := fence.held(fenced); err != nil {
 		if errors.Is(err, ErrStateLost) {
@@ -196,8 +198,12 @@ func claimedBy(v string, msgid int64) bool {
 	return ok && id == strconv.FormatInt(msgid, 10)
 }
 
-// claimByScript decides msgs[i] for i in idx with claimScript.
-func (r *Redis) claimByScript(ctx context.Context, msgs []schema.Message, idx []int, c claimClock, dup []bool) error {
+// claimByScript decides msgs[i] for i in idx with claimScript. With a
+// fence it checks the fence after the scripts ran, and deletes the claims
+// they made if it is gone: a Redis wiped since the first round trip would
+// keep a resend's claim with no claim before it, and a replay would then
+// let both the resend and its original through.
+func (r *Redis) claimByScript(ctx context.Context, fence *Fence, msgs []schema.Message, idx []int, c claimClock, dup []bool) error {
 	groups := groupIndexes(len(idx), func(j int) (string, bool) { return msgs[idx[j]].Gid, true })
 	if len(groups) == 0 {
 		return nil
@@ -227,6 +233,18 @@ func (r *Redis) claimByScript(ctx context.Context, msgs []schema.Message, idx []
 		for k, j := range js {
 			dup[idx[j]] = res[k] == 1
 		}
+	}
+	if err := r.verify(ctx, fence); err != nil {
+		if errors.Is(err, ErrStateLost) {
+			var claimed []string
+			for _, call := range calls {
+				claimed = append(claimed, call.keys...)
+			}
+			if uerr := r.undo(ctx, claimed); uerr != nil {
+				return fmt.Errorf("%w; deleting the claims that went into the wiped Redis failed: %v", err, uerr)
+			}
+		}
+		return err
 	}
 	return nil
 }

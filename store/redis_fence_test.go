@@ -135,6 +135,38 @@ func TestFencedWritesUndoWhatWentIntoARedisWipedUnderThem(t *testing.T) {
 	}
 }
 
+// A batch whose resend goes to the claim script (its original claimed the
+// key in the first round trip) does not leave the resend's claim in a Redis
+// wiped between the two: on the replay, that claim would let both the
+// original and the resend through.
+func TestAResendsClaimDoesNotOutliveAWipeBetweenTheRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	h := &wipeBefore{cmd: "evalsha"}
+	r, other, f := fencedStore(t, h)
+	h.other = other
+	original, resend := msg("g1", "u1", "c1", 0, 1000), msg("g1", "u1", "c1", 1, 1000)
+	h.armed.Store(true)
+	if _, err := r.ClaimSends(ctx, f, []schema.Message{original, resend}); !errors.Is(err, ErrStateLost) {
+		t.Fatalf("with Redis wiped before the claim script: %v, want ErrStateLost", err)
+	}
+	if h.armed.Load() {
+		t.Fatal("the wipe never happened; the test proves nothing")
+	}
+	if n := keyCount(t, other); n != 0 {
+		keys, _ := other.Keys(ctx, "*").Result()
+		t.Fatalf("%d keys left in the wiped Redis (%v), want none", n, keys)
+	}
+	// The replay after the wipe (the position claimed again): the resend
+	// is a duplicate of its original, as on the first pass.
+	if ok, err := r.AdvanceOffset(ctx, f.Consumer, f.Topic, f.Partition, -1, -2); !ok || err != nil {
+		t.Fatalf("claiming the position again: %v, %v", ok, err)
+	}
+	dup, err := r.ClaimSends(ctx, f, []schema.Message{original, resend})
+	if err != nil || !slicesEqual(dup, []bool{false, true}) {
+		t.Fatalf("the replay's claims = %v, %v; want the resend a duplicate", dup, err)
+	}
+}
+
 // The fence's check must not hide a Redis that is down behind ErrStateLost.
 func TestFenceReportsAnUnreachableRedisAsSuch(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
