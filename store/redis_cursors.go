@@ -18,7 +18,7 @@ import (
 // with one ZADD GT, all groups pipelined: a cursor never moves backwards,
 // whatever the order of the acks, and a replay gives the same cursors.
 func (r *Redis) AdvanceAcks(ctx context.Context, acks []schema.Ack) error {
-	_, err := r.advanceAcks(ctx, acks, false)
+	_, err := advance(ctx, r, ackKey, "acks", acks, ackCursor, false)
 	return err
 }
 
@@ -27,29 +27,24 @@ func (r *Redis) AdvanceAcks(ctx context.Context, acks []schema.Ack) error {
 // log is then lower than the projection, and a compacted topic keeps only
 // that word (see consumers.AckProjector).
 func (r *Redis) AdvanceAcksBehind(ctx context.Context, acks []schema.Ack) ([]Cursor, error) {
-	return r.advanceAcks(ctx, acks, true)
+	return advance(ctx, r, ackKey, "acks", acks, ackCursor, true)
 }
 
 // AdvanceReads raises read cursors (the read set of each group), like
 // AdvanceAcks.
 func (r *Redis) AdvanceReads(ctx context.Context, rs []schema.Receipt) error {
-	_, err := r.advanceReads(ctx, rs, false)
+	_, err := advance(ctx, r, readKey, "reads", rs, readCursor, false)
 	return err
 }
 
 // AdvanceReadsBehind is AdvanceReads, returning the read cursors left
 // behind as AdvanceAcksBehind does.
 func (r *Redis) AdvanceReadsBehind(ctx context.Context, rs []schema.Receipt) ([]Cursor, error) {
-	return r.advanceReads(ctx, rs, true)
+	return advance(ctx, r, readKey, "reads", rs, readCursor, true)
 }
 
-func (r *Redis) advanceAcks(ctx context.Context, acks []schema.Ack, behindToo bool) ([]Cursor, error) {
-	return advance(ctx, r, ackKey, "acks", acks, func(a *schema.Ack) (string, string, int64) { return a.Gid, a.Uid, a.Upto }, behindToo)
-}
-
-func (r *Redis) advanceReads(ctx context.Context, rs []schema.Receipt, behindToo bool) ([]Cursor, error) {
-	return advance(ctx, r, readKey, "reads", rs, func(e *schema.Receipt) (string, string, int64) { return e.Gid, e.Uid, e.Upto }, behindToo)
-}
+func ackCursor(a *schema.Ack) (gid, uid string, upto int64)      { return a.Gid, a.Uid, a.Upto }
+func readCursor(e *schema.Receipt) (gid, uid string, upto int64) { return e.Gid, e.Uid, e.Upto }
 
 // advance folds events into cursors and raises them (raiseCursors).
 func advance[E any](ctx context.Context, r *Redis, key func(gid string) string, what string, events []E,
