@@ -137,9 +137,18 @@ func (p *pipeline) say(t *testing.T, gid, sender, cmid string, sentAt time.Time)
 	return id
 }
 
+// member writes a join, or a leave naming the join member wrote last.
 func (p *pipeline) member(t *testing.T, gid, uid string, op schema.MemberOp) schema.Member {
 	t.Helper()
-	m, err := p.prod.ChangeMember(context.Background(), gid, uid, op, "test")
+	key := string(schema.MemberKey(gid, uid))
+	var m schema.Member
+	var err error
+	if op == schema.OpJoin {
+		m, err = p.prod.Join(context.Background(), gid, uid, "test")
+		p.joins[key] = m.Pos
+	} else {
+		m, err = p.prod.Leave(context.Background(), gid, uid, p.joins[key], "test")
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,7 @@ type pipeline struct {
 	chSrv    *testserver.ClickHouse
 	ch       *store.ClickHouse
 	base     Base
+	joins    map[string]int64 // gid/uid -> position of the join p.member wrote last
 }
 
 var dbSeq, cmidSeq atomic.Int64
@@ -40,7 +41,7 @@ type pipelineOpts struct {
 
 func newPipeline(t *testing.T, o pipelineOpts) *pipeline {
 	t.Helper()
-	p := &pipeline{kafkaEnv: newKafka(t, o.partitions)}
+	p := &pipeline{kafkaEnv: newKafka(t, o.partitions), joins: map[string]int64{}}
 	p.redisSrv = testserver.NewRedis(t)
 	p.rc = redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{p.redisSrv.Addr}})
 	t.Cleanup(func() { p.rc.Close() })

@@ -111,13 +111,7 @@ func TestAcksOutOfOrderNeverMoveACursorBackAndReplayRebuildsThem(t *testing.T) {
 func TestMembersJoinAtTheHeadAndLeaveAtTheirPosition(t *testing.T) {
 	p := newPipeline(t, pipelineOpts{partitions: 2, window: 1000, clickhouse: true})
 	ctx := context.Background()
-	change := func(uid string, op schema.MemberOp) schema.Member {
-		m, err := p.prod.ChangeMember(ctx, "g1", uid, op, "admin")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return m
-	}
+	change := func(uid string, op schema.MemberOp) schema.Member { return p.member(t, "g1", uid, op) }
 	sendOne := func() int64 {
 		id, err := p.prod.SendMessage(ctx, &schema.Message{Gid: "g1", Sender: "alice", Body: []byte("x")})
 		if err != nil {
@@ -247,4 +241,92 @@ func (p *pipeline) topicEnd(t *testing.T, topic string) int64 {
 		return po.LastOffset
 	}
 	return -1
+}
+
+// A leave names the join it ends, so a former member keeps the messages they
+// were a member for after compaction has dropped their join and the member
+// projection is rebuilt from the topic.
+func TestAFormerMembersStretchSurvivesCompactionOfTheirJoin(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 1, window: 1000})
+	ctx := context.Background()
+	send := func() int64 {
+		id, err := p.prod.SendMessage(ctx, &schema.Message{Gid: "g1", Sender: "bob", Body: []byte("x")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	p.member(t, "g1", "alice", schema.OpJoin)
+	p.member(t, "g1", "bob", schema.OpJoin)
+	m1 := send()
+	m2 := send()
+	p.member(t, "g1", "alice", schema.OpLeave)
+	m3 := send()
+	// carol's leave is of the form written before leaves named their join.
+	p.member(t, "g1", "carol", schema.OpJoin)
+	m4 := send()
+	if err := p.prod.SendMembers(ctx, schema.Member{Gid: "g1", Uid: "carol", Op: schema.OpLeave, Pos: m4}); err != nil {
+		t.Fatal(err)
+	}
+	p.member(t, "g1", "dave", schema.OpJoin) // closes the segment: the active one is never cleaned
+
+	p.broker.Cluster().Compact()
+	left := map[string]schema.Member{}
+	for _, m := range p.records(t, topics.Members) {
+		ev, err := schema.DecodeMember(m.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.Op == schema.OpJoin && (ev.Uid == "alice" || ev.Uid == "carol") {
+			t.Fatalf("%s's join survived compaction: the test proves nothing", ev.Uid)
+		}
+		left[ev.Uid] = ev
+	}
+	if a := left["alice"]; a.Op != schema.OpLeave || !a.HasJoined || a.Joined != -1 || a.Pos != m2 {
+		t.Fatalf("alice's leave after compaction: %+v, want a leave at %d naming her join at -1", a, m2)
+	}
+
+	if err := p.rc.FlushAll(ctx).Err(); err != nil { // Redis restarted empty
+		t.Fatal(err)
+	}
+	p.memberProjector(t)
+	waitFor(t, "dave replayed", 20*time.Second, func() bool {
+		d, _ := p.redis.Membership(ctx, "g1", "dave")
+		return d.State == store.MemberJoined
+	})
+	alice, err := p.redis.Membership(ctx, "g1", "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (store.Membership{State: store.MemberLeft, JoinedAt: -1, LeftAt: m2}); alice != want {
+		t.Fatalf("alice after compaction and a replay: %+v, want %+v", alice, want)
+	}
+	if !alice.Sees(m1) || !alice.Sees(m2) || alice.Sees(m3) {
+		t.Fatalf("alice must still see %d and %d, sent while she was a member, and not %d", m1, m2, m3)
+	}
+	// An old leave cannot say when its member joined: it grants nothing.
+	if carol, _ := p.redis.Membership(ctx, "g1", "carol"); carol.Sees(m4) {
+		t.Fatalf("carol %+v sees %d from a leave that names no join", carol, m4)
+	}
+}
+
+// records reads partition 0 of topic from its start to its end.
+func (p *pipeline) records(t *testing.T, topic string) []kafka.Message {
+	t.Helper()
+	end := p.topicEnd(t, topic)
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: p.brokers(), Topic: topic, Partition: 0, MaxWait: 100 * time.Millisecond})
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out []kafka.Message
+	for {
+		m, err := r.ReadMessage(ctx)
+		if err != nil {
+			t.Fatalf("reading %s: %v after %d records", topic, err, len(out))
+		}
+		out = append(out, m)
+		if m.Offset == end-1 {
+			return out
+		}
+	}
 }

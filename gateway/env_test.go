@@ -24,6 +24,7 @@ import (
 	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/producers"
 	"github.com/groupchat/chatd/protocol"
+	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
 )
@@ -276,6 +277,36 @@ func (e *env) topicEndsOf(names ...string) int64 {
 		}
 	}
 	return sum
+}
+
+// lastMemberEvent is the newest record of uid in gid in chat.members.
+func (e *env) lastMemberEvent(gid, uid string) schema.Member {
+	e.t.Helper()
+	part := topics.Partition(gid, 4)
+	client := &kafka.Client{Addr: kafka.TCP(e.broker.Addr())}
+	resp, err := client.ListOffsets(context.Background(), &kafka.ListOffsetsRequest{
+		Topics: map[string][]kafka.OffsetRequest{topics.Members: {kafka.LastOffsetOf(part)}}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	end := resp.Topics[topics.Members][0].LastOffset
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{e.broker.Addr()}, Topic: topics.Members, Partition: part,
+		MaxWait: 100 * time.Millisecond})
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var last schema.Member
+	for off := int64(0); off < end; {
+		m, err := r.ReadMessage(ctx)
+		if err != nil {
+			e.t.Fatalf("reading %s/%d: %v", topics.Members, part, err)
+		}
+		off = m.Offset + 1
+		if ev, err := schema.DecodeMember(m.Value); err == nil && ev.Gid == gid && ev.Uid == uid {
+			last = ev
+		}
+	}
+	return last
 }
 
 func waitFor(t *testing.T, what string, timeout time.Duration, ok func() bool) {

@@ -193,7 +193,7 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 		if current[uid].State == store.MemberJoined {
 			continue
 		}
-		if _, err := g.cfg.Producer.ChangeMember(ctx, gid, uid, schema.OpJoin, "admin"); err != nil {
+		if _, err := g.cfg.Producer.Join(ctx, gid, uid, "admin"); err != nil {
 			return nil, g.unavailable("membership change", err)
 		}
 		added = append(added, uid)
@@ -215,7 +215,7 @@ func (g *Gateway) removeMember(ctx context.Context, r *http.Request) (any, *prot
 	if m.State != store.MemberJoined {
 		return nil, protocol.Errorf(protocol.CodeNotFound, "%s is not a member of %s", uid, gid)
 	}
-	if _, err := g.cfg.Producer.ChangeMember(ctx, gid, uid, schema.OpLeave, "admin"); err != nil {
+	if _, err := g.cfg.Producer.Leave(ctx, gid, uid, m.JoinedAt, "admin"); err != nil {
 		return nil, g.unavailable("membership change", err)
 	}
 	return map[string]any{"gid": gid, "removed": uid}, nil

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
 )
 
@@ -39,6 +40,11 @@ func TestPullBeforePagesUpWithinMembership(t *testing.T) {
 		m, _ := e.redis.Membership(context.Background(), "g1", "dave")
 		return m.State == store.MemberLeft
 	})
+	// The leave names dave's join, at the empty group's -1, so compaction
+	// of the join cannot take his stretch from him.
+	if l := e.lastMemberEvent("g1", "dave"); l.Op != schema.OpLeave || !l.HasJoined || l.Joined != -1 || l.By != "admin" {
+		t.Fatalf("dave's leave %+v does not name his join at -1", l)
+	}
 	last := send("after-dave")
 	waitFor(t, "persisted", 10*time.Second, func() bool { h, _ := e.redis.Head(context.Background(), "g1"); return h == last })
 

@@ -157,7 +157,7 @@ func (p *Producer) SendReceipts(ctx context.Context, rs ...schema.Receipt) error
 }
 
 // SendMembers appends membership events to chat.members as they are; see
-// ChangeMember for the usual way, which fills in the position.
+// Join and Leave for the usual way, which fill in the position.
 func (p *Producer) SendMembers(ctx context.Context, ms ...schema.Member) error {
 	recs := make([]kafka.Message, len(ms))
 	for i := range ms {
@@ -167,20 +167,36 @@ func (p *Producer) SendMembers(ctx context.Context, ms ...schema.Member) error {
 	return p.write(ctx, topics.Members, recs)
 }
 
-// ChangeMember records a join or leave of uid in gid at the group's current
-// position (Head), so that a joiner starts at the group head and a leaver
-// sees nothing sent after the change.
-func (p *Producer) ChangeMember(ctx context.Context, gid, uid string, op schema.MemberOp, by string) (schema.Member, error) {
-	for _, id := range []string{gid, uid} {
+// Join records that uid joined gid at the group's current position (Head):
+// the joiner starts at the group's head. by names who made the change.
+func (p *Producer) Join(ctx context.Context, gid, uid, by string) (schema.Member, error) {
+	return p.changeMember(ctx, schema.Member{Gid: gid, Uid: uid, Op: schema.OpJoin, By: by})
+}
+
+// Leave records that uid left gid at the group's current position (Head):
+// the leaver sees nothing sent after it. joined is the position of the join
+// the leave ends (store.Membership.JoinedAt); the record carries it, so the
+// member's stretch survives compaction of their join.
+func (p *Producer) Leave(ctx context.Context, gid, uid string, joined int64, by string) (schema.Member, error) {
+	return p.changeMember(ctx, schema.Member{Gid: gid, Uid: uid, Op: schema.OpLeave, By: by, HasJoined: true, Joined: joined})
+}
+
+func (p *Producer) changeMember(ctx context.Context, m schema.Member) (schema.Member, error) {
+	for _, id := range []string{m.Gid, m.Uid} {
 		if err := schema.ValidID(id); err != nil {
 			return schema.Member{}, fmt.Errorf("producers: %w", err)
 		}
 	}
-	pos, err := p.Head(ctx, gid)
+	pos, err := p.Head(ctx, m.Gid)
 	if err != nil {
 		return schema.Member{}, err
 	}
-	m := schema.Member{Gid: gid, Uid: uid, Op: op, Pos: pos, At: time.Now().UnixMilli(), By: by}
+	if m.HasJoined && (m.Joined < -1 || m.Joined > pos) {
+		return schema.Member{}, fmt.Errorf("producers: %s leaving %s: their join at %d is outside -1 to the group's head %d; "+
+			"the membership store is ahead of %s (was the topic recreated?): rebuild it with `chatctl rebuild members`",
+			m.Uid, m.Gid, m.Joined, pos, topics.Messages)
+	}
+	m.Pos, m.At = pos, time.Now().UnixMilli()
 	return m, p.SendMembers(ctx, m)
 }
 

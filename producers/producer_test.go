@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -81,10 +82,10 @@ func TestSendRejectsInvalidIDs(t *testing.T) {
 	}
 }
 
-func TestChangeMemberRecordsTheHead(t *testing.T) {
+func TestJoinAndLeaveRecordTheHead(t *testing.T) {
 	_, p := setup(t, 2)
 	ctx := context.Background()
-	empty, err := p.ChangeMember(ctx, "g1", "u1", schema.OpJoin, "admin")
+	empty, err := p.Join(ctx, "g1", "u1", "admin")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,12 +96,24 @@ func TestChangeMemberRecordsTheHead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := p.ChangeMember(ctx, "g1", "u2", schema.OpJoin, "admin")
+	m, err := p.Join(ctx, "g1", "u2", "admin")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.Pos != id {
-		t.Fatalf("join after msgid %d recorded at %d", id, m.Pos)
+	if m.Pos != id || m.Op != schema.OpJoin || m.HasJoined {
+		t.Fatalf("join after msgid %d recorded as %+v", id, m)
+	}
+	l, err := p.Leave(ctx, "g1", "u1", empty.Pos, "admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (schema.Member{Gid: "g1", Uid: "u1", Op: schema.OpLeave, Pos: id, At: l.At, By: "admin", HasJoined: true, Joined: -1}); l != want {
+		t.Fatalf("leave after msgid %d recorded as %+v, want %+v", id, l, want)
+	}
+	// A join past the head means the store and the topic disagree: the
+	// leave is refused rather than written as a record no one can decode.
+	if _, err := p.Leave(ctx, "g1", "u2", id+1, "admin"); err == nil || !strings.Contains(err.Error(), "chatctl rebuild members") {
+		t.Fatalf("a leave naming a join past the head: %v, want a refusal saying what to do", err)
 	}
 }
 

@@ -74,7 +74,11 @@ func AppendMember(dst []byte, m *Member) []byte {
 	dst = append(dst, byte(m.Op))
 	dst = binary.AppendVarint(dst, m.Pos)
 	dst = binary.AppendVarint(dst, m.At)
-	return appendString(dst, m.By)
+	dst = appendString(dst, m.By)
+	if m.HasJoined {
+		dst = binary.AppendVarint(dst, m.Joined)
+	}
+	return dst
 }
 
 // DecodeMember decodes a chat.members record value.
@@ -96,6 +100,16 @@ func DecodeMember(b []byte) (Member, error) {
 	}
 	m.At = d.varint("at")
 	m.By = d.optionalID("by")
+	if d.err == nil && len(d.b) > 0 {
+		m.HasJoined, m.Joined = true, d.varint("joined")
+		switch {
+		case d.err != nil:
+		case m.Op != OpLeave:
+			d.fail(fmt.Sprintf("a %s carries a join position", m.Op))
+		case m.Joined < -1 || m.Joined > m.Pos:
+			d.fail(fmt.Sprintf("joined %d is outside -1 to pos %d", m.Joined, m.Pos))
+		}
+	}
 	return m, d.finish()
 }
 

@@ -198,6 +198,9 @@ func TestMemberRoundTrip(t *testing.T) {
 		{"golden", goldenMember()},
 		{"join empty group", Member{Gid: "g", Uid: "u", Op: OpJoin, Pos: -1, At: 5}},
 		{"no by", Member{Gid: "g", Uid: "u", Op: OpLeave, Pos: 0}},
+		{"leave with join", goldenMemberJoined()},
+		{"leave of a member who joined an empty group", Member{Gid: "g", Uid: "u", Op: OpLeave, Pos: 3, HasJoined: true, Joined: -1}},
+		{"leave at the join", Member{Gid: "g", Uid: "u", Op: OpLeave, Pos: 7, HasJoined: true, Joined: 7}},
 		{"extremes", Member{Gid: maxID, Uid: allID, Op: OpJoin, Pos: math.MaxInt64, At: math.MinInt64, By: maxID}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -238,8 +241,15 @@ func TestDecodeErrors(t *testing.T) {
 		}
 		add("empty", k, nil, "0 bytes, too short for a header")
 		add("one byte", k, []byte{Version}, "1 bytes, too short for a header")
-		add("trailing zero", k, append(bytes.Clone(rec), 0), k.String()+" event: 1 trailing bytes")
-		add("trailing junk", k, append(bytes.Clone(rec), "junk"...), "4 trailing bytes")
+		// A member record may end in a join position: the bytes after it
+		// are the trailing ones.
+		last := bytes.Clone(rec)
+		if k == KindMember {
+			m := goldenMemberJoined()
+			last = AppendMember(nil, &m)
+		}
+		add("trailing zero", k, append(bytes.Clone(last), 0), k.String()+" event: 1 trailing bytes")
+		add("trailing junk", k, append(bytes.Clone(last), "junk"...), "4 trailing bytes")
 	}
 
 	// Ids: too long, bad bytes, empty where required, bad length prefix.
@@ -321,6 +331,16 @@ func TestDecodeErrors(t *testing.T) {
 		"event: at is not a valid varint")
 	add("pos -2", KindMember, rawMember("g", "u", byte(OpJoin), -2, 1, ""), "event: pos -2 is below -1")
 	add("pos min", KindMember, rawMember("g", "u", byte(OpLeave), math.MinInt64, 1, ""), "event: pos -9223372036854775808 is below -1")
+	add("join with a join position", KindMember, cat(rawMember("g", "u", byte(OpJoin), 5, 1, ""), zz(3)),
+		"event: a join carries a join position")
+	add("joined past pos", KindMember, cat(rawMember("g", "u", byte(OpLeave), 5, 1, ""), zz(6)),
+		"event: joined 6 is outside -1 to pos 5")
+	add("joined -2", KindMember, cat(rawMember("g", "u", byte(OpLeave), 5, 1, ""), zz(-2)),
+		"event: joined -2 is outside -1 to pos 5")
+	add("joined padded", KindMember, cat(rawMember("g", "u", byte(OpLeave), 5, 1, ""), padded),
+		"event: joined is not a valid varint")
+	add("bytes after joined", KindMember, cat(rawMember("g", "u", byte(OpLeave), 5, 1, ""), zz(3), []byte{0}),
+		"event: 1 trailing bytes")
 
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,6 +7,10 @@
 // Every record value starts with two bytes: the encoding version (currently
 // 1) and the event kind. The fields follow in a fixed order per kind:
 // strings as a uvarint length and the bytes, integers as zig-zag varints.
+// A field added later goes at the end and is optional: a record written
+// before it ends where the field would start (a leave's join position is
+// such a field). A reader older than the field refuses the record as
+// malformed, so readers are upgraded before writers.
 // Decoders reject unknown versions with ErrUnknownVersion, a kind that does
 // not match the decoder with ErrWrongKind, and anything else that does not
 // parse or breaks a limit (IDs, body size) with ErrMalformed. A decoder never

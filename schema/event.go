@@ -102,13 +102,21 @@ func (o MemberOp) String() string {
 // Pos is the group's position when the change was made: the offset of the
 // last record in the group's partition of chat.messages (-1 when empty). A
 // joiner sees messages after Pos; a leaver sees nothing after Pos.
+//
+// A leave also carries the Pos of the join it ends (Joined), when its writer
+// knew it (HasJoined). Compaction keeps only a member's newest record, so
+// after it a leave is all that is left of a former member: without Joined a
+// replay could not tell which messages they had been a member for. Leaves
+// written before the field existed decode with HasJoined false.
 type Member struct {
-	Gid string
-	Uid string
-	Op  MemberOp
-	Pos int64
-	At  int64  // unix milliseconds
-	By  string // who made the change (an admin or the member), may be empty
+	Gid       string
+	Uid       string
+	Op        MemberOp
+	Pos       int64
+	At        int64  // unix milliseconds
+	By        string // who made the change (an admin or the member), may be empty
+	HasJoined bool   // only on a leave
+	Joined    int64  // when HasJoined: -1 <= Joined <= Pos
 }
 
 // ValidID reports whether s may be used as a gid, uid or client_msg_id:

@@ -29,7 +29,7 @@ func FuzzDecodeMember(f *testing.F) {
 // is the one encoding of its value, so re-encoding gives back the same bytes.
 func fuzzDecode[T any](f *testing.F, decode func([]byte) (T, error), appendT func([]byte, *T) []byte,
 	equal func(a, b T) bool, check func(T) error) {
-	for _, name := range []string{"message.golden", "ack.golden", "receipt.golden", "member.golden"} {
+	for _, name := range []string{"message.golden", "ack.golden", "receipt.golden", "member.golden", "member_joined.golden"} {
 		b := readGolden(f, name)
 		f.Add(b)
 		f.Add(b[:len(b)-1])
@@ -133,6 +133,9 @@ func checkMember(m Member) error {
 	}
 	if m.Pos < -1 {
 		return fmt.Errorf("pos %d", m.Pos)
+	}
+	if m.HasJoined && (m.Op != OpLeave || m.Joined < -1 || m.Joined > m.Pos) {
+		return fmt.Errorf("%v at pos %d with joined %d", m.Op, m.Pos, m.Joined)
 	}
 	return checkOptionalID(m.By)
 }

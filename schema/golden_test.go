@@ -41,6 +41,13 @@ func goldenMember() Member {
 	return Member{Gid: "g:team-42", Uid: "bob", Op: OpLeave, Pos: 1234567, At: 1767225603000, By: "alice@example.com"}
 }
 
+// goldenMemberJoined is a leave that carries the join it ends.
+func goldenMemberJoined() Member {
+	m := goldenMember()
+	m.HasJoined, m.Joined = true, 1200000
+	return m
+}
+
 func TestGolden(t *testing.T) {
 	t.Run("message", func(t *testing.T) {
 		testGolden(t, "message.golden", goldenMessage(), AppendMessage, DecodeMessage, eqMessage)
@@ -53,6 +60,9 @@ func TestGolden(t *testing.T) {
 	})
 	t.Run("member", func(t *testing.T) {
 		testGolden(t, "member.golden", goldenMember(), AppendMember, DecodeMember, eq[Member])
+	})
+	t.Run("member with join", func(t *testing.T) {
+		testGolden(t, "member_joined.golden", goldenMemberJoined(), AppendMember, DecodeMember, eq[Member])
 	})
 }
 

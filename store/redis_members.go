@@ -58,8 +58,9 @@ func (m Membership) Sees(msgid int64) bool {
 // Redis (membersScript): a join makes the user joined at Pos, whatever the
 // state (a join while joined moves the join position); a leave while joined
 // makes them left at Pos, keeping the join position; a leave while left
-// changes nothing; a leave with no known join makes them left at Pos:Pos,
-// which grants nothing. An event of another op changes nothing (ApplyMembers
+// changes nothing; a leave with no known join makes them left from the
+// join the leave names (Joined) to Pos, or at Pos:Pos, which grants nothing,
+// when it names none. An event of another op changes nothing (ApplyMembers
 // refuses it). The event's gid and uid are not checked.
 func (m Membership) Apply(ev schema.Member) Membership {
 	switch {
@@ -71,6 +72,8 @@ func (m Membership) Apply(ev schema.Member) Membership {
 		return Membership{State: MemberLeft, JoinedAt: m.JoinedAt, LeftAt: ev.Pos}
 	case m.State == MemberLeft:
 		return m
+	case ev.HasJoined:
+		return Membership{State: MemberLeft, JoinedAt: ev.Joined, LeftAt: ev.Pos}
 	}
 	return Membership{State: MemberLeft, JoinedAt: ev.Pos, LeftAt: ev.Pos}
 }
@@ -113,22 +116,24 @@ func parseMembership(s string) (Membership, error) {
 }
 
 // membersScript folds one group's member events in order. KEYS: members,
-// ack, read. ARGV: uid, op ("j" or "l") and pos of each event. It returns
-// uid, new value, ... for every uid it touched, for the user index.
+// ack, read. ARGV: uid, op ("j" or "l"), pos and joined ("" when the event
+// names no join) of each event. It returns uid, new value, ... for every uid
+// it touched, for the user index.
 //
 // join: joined at pos (whatever the state: the last join wins, as in the
 // compacted topic), ack and read cursors raised to pos; leave on joined:
 // left at pos, join kept; leave on left: nothing (a second leave must not
-// show what was sent after the first); leave on none: left at pos, joined at
-// pos (the join is unknown, e.g. compacted away, so it grants nothing).
+// show what was sent after the first); leave on none (the join was
+// compacted away): left at pos, joined where the leave says, or at pos,
+// which grants nothing, when it does not say.
 //
 // The result of a sequence depends only on its events from the last join
 // on, so replaying any suffix of it, on the state it produced, gives the
 // same state: that is what a consumer does after a crash.
 var membersScript = redis.NewScript(`
 local vals, order = {}, {}
-for i = 1, #ARGV, 3 do
-  local uid, op, pos = ARGV[i], ARGV[i+1], ARGV[i+2]
+for i = 1, #ARGV, 4 do
+  local uid, op, pos, from = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3]
   local cur = vals[uid]
   if cur == nil then
     cur = redis.call('HGET', KEYS[1], uid) or ''
@@ -142,7 +147,8 @@ for i = 1, #ARGV, 3 do
   elseif state == 'j' then
     cur = 'l:' .. joined .. ':' .. pos
   elseif state ~= 'l' then
-    cur = 'l:' .. pos .. ':' .. pos
+    if from == '' then from = pos end
+    cur = 'l:' .. from .. ':' .. pos
   end
   vals[uid] = cur
 end
@@ -160,7 +166,8 @@ return out
 // ApplyMembers folds member events, in order: a join makes the user a
 // member at Pos and raises their ack and read cursors to Pos (a joiner
 // starts at the group's head); a leave makes them left at Pos, keeping the
-// join position; a join after a leave makes them a member at the new Pos.
+// join position (or taking the leave's Joined when the join is not known);
+// a join after a leave makes them a member at the new Pos.
 // A leave while left changes nothing. A join while joined moves the join
 // position to the new Pos, so producers must not re-join a member.
 //
@@ -172,15 +179,18 @@ func (r *Redis) ApplyMembers(ctx context.Context, ms []schema.Member) error {
 	groups := groupIndexes(len(ms), func(i int) (string, bool) { return ms[i].Gid, true })
 	calls := make([]scriptCall, len(groups))
 	for g, idx := range groups {
-		args := make([]any, 0, 3*len(idx))
+		args := make([]any, 0, 4*len(idx))
 		for _, i := range idx {
-			op := "l"
+			op, from := "l", ""
 			if ms[i].Op == schema.OpJoin {
 				op = "j"
 			} else if ms[i].Op != schema.OpLeave {
 				return fmt.Errorf("store: apply members: %v of %q in %q: unknown op", ms[i].Op, ms[i].Uid, ms[i].Gid)
 			}
-			args = append(args, ms[i].Uid, op, ms[i].Pos)
+			if ms[i].HasJoined {
+				from = strconv.FormatInt(ms[i].Joined, 10)
+			}
+			args = append(args, ms[i].Uid, op, ms[i].Pos, from)
 		}
 		gid := ms[idx[0]].Gid
 		calls[g] = scriptCall{keys: []string{membersKey(gid), ackKey(gid), readKey(gid)}, args: args}

@@ -35,8 +35,11 @@ func testMembershipFold(t *testing.T, c redis.UniversalClient) {
 				pos += rng.Int64N(3) // repeats when no message came between
 			}
 			e := join(fmt.Sprint("g", rng.IntN(groups)), fmt.Sprint("u", rng.IntN(users)), pos)
-			if rng.IntN(2) == 0 {
+			switch rng.IntN(4) {
+			case 0:
 				e.Op = schema.OpLeave
+			case 1:
+				e = leaveJoined(e.Gid, e.Uid, pos, rng.Int64N(pos+2)-1)
 			}
 			ms = append(ms, e)
 			if want[e.Gid] == nil {
@@ -92,6 +95,9 @@ func TestMembershipApply(t *testing.T) {
 		{"leave", joined(5), leave("g", "u", 9), left(5, 9)},
 		{"leave while left", left(5, 9), leave("g", "u", 12), left(5, 9)},
 		{"leave without a join", Membership{}, leave("g", "u", 7), left(7, 7)},
+		{"leave naming its join, without a known join", Membership{}, leaveJoined("g", "u", 7, 3), left(3, 7)},
+		{"leave naming its join, joined", joined(5), leaveJoined("g", "u", 9, 2), left(5, 9)},
+		{"leave naming its join, left", left(5, 9), leaveJoined("g", "u", 12, 10), left(5, 9)},
 		{"rejoin", left(5, 9), join("g", "u", 12), joined(12)},
 		{"unknown op", joined(5), schema.Member{Op: 9, Pos: 12}, joined(5)},
 	} {

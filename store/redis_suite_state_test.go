@@ -173,6 +173,13 @@ func leave(gid, uid string, pos int64) schema.Member {
 	return schema.Member{Gid: gid, Uid: uid, Op: schema.OpLeave, Pos: pos}
 }
 
+// leaveJoined is a leave that names the join it ends, as writers do now.
+func leaveJoined(gid, uid string, pos, joined int64) schema.Member {
+	m := leave(gid, uid, pos)
+	m.HasJoined, m.Joined = true, joined
+	return m
+}
+
 func membership(t *testing.T, r *Redis, gid, uid string) Membership {
 	t.Helper()
 	m, err := r.Membership(context.Background(), gid, uid)
@@ -245,11 +252,23 @@ func testMembership(t *testing.T, c redis.UniversalClient) {
 		t.Errorf("leave without join: %+v, want %+v", m, left(7, 7))
 	}
 
+	// A leave that names its join, replayed after compaction dropped the
+	// join: the former member keeps their stretch. On a member whose join
+	// is known, the known join wins.
+	applyMembers(t, r, leaveJoined("g1", "u4", 12, 4))
+	if m := membership(t, r, "g1", "u4"); m != left(4, 12) || m.Sees(4) || !m.Sees(5) || !m.Sees(12) || m.Sees(13) {
+		t.Errorf("leave naming its join: %+v, want %+v", m, left(4, 12))
+	}
+	applyMembers(t, r, join("g1", "u5", 6), leaveJoined("g1", "u5", 9, 2))
+	if m := membership(t, r, "g1", "u5"); m != left(6, 9) {
+		t.Errorf("leave naming another join than the known one: %+v, want %+v", m, left(6, 9))
+	}
+
 	members, err := r.Members(ctx, "g1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantMembers := map[string]Membership{"u1": joined(40), "u2": joined(-1), "u3": left(7, 7)}
+	wantMembers := map[string]Membership{"u1": joined(40), "u2": joined(-1), "u3": left(7, 7), "u4": left(4, 12), "u5": left(6, 9)}
 	if !maps.Equal(members, wantMembers) {
 		t.Errorf("Members(g1) = %v, want %v", members, wantMembers)
 	}
@@ -306,8 +325,11 @@ func testMembershipReplay(t *testing.T, c redis.UniversalClient) {
 		for range 40 {
 			pos += rng.Int64N(3) // positions repeat when no message came between
 			e := join(fmt.Sprint("g", rng.IntN(2)), fmt.Sprint("u", rng.IntN(3)), pos)
-			if rng.IntN(2) == 0 {
+			switch rng.IntN(4) {
+			case 0:
 				e.Op = schema.OpLeave
+			case 1:
+				e = leaveJoined(e.Gid, e.Uid, pos, rng.Int64N(pos+2)-1)
 			}
 			ms = append(ms, e)
 		}

@@ -72,7 +72,12 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 			fmt.Fprintf(c.stdout, "%s: not a member of %s\n", uid, gid)
 			continue
 		}
-		m, err := prod.ChangeMember(ctx, gid, uid, op, "chatctl")
+		var m schema.Member
+		if op == schema.OpJoin {
+			m, err = prod.Join(ctx, gid, uid, "chatctl")
+		} else {
+			m, err = prod.Leave(ctx, gid, uid, current[uid].JoinedAt, "chatctl")
+		}
 		if err != nil {
 			return err
 		}

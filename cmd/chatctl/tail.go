@@ -163,6 +163,8 @@ type memberJSON struct {
 	Pos int64  `json:"pos"`
 	At  int64  `json:"at"`
 	By  string `json:"by,omitempty"`
+	// Joined is the join a leave ends, when the leave names it.
+	Joined *int64 `json:"joined,omitempty"`
 }
 
 func recordJSON(m *kafka.Message) []byte {
@@ -210,7 +212,11 @@ func decodeValue(v []byte, offset int64) (schema.Kind, any, error) {
 		return k, cursorJSON{e.Gid, e.Uid, e.Upto, e.At}, err
 	case schema.KindMember:
 		e, err := schema.DecodeMember(v)
-		return k, memberJSON{e.Gid, e.Uid, e.Op.String(), e.Pos, e.At, e.By}, err
+		mj := memberJSON{Gid: e.Gid, Uid: e.Uid, Op: e.Op.String(), Pos: e.Pos, At: e.At, By: e.By}
+		if e.HasJoined {
+			mj.Joined = &e.Joined
+		}
+		return k, mj, err
 	default:
 		return k, nil, fmt.Errorf("%w: %v", schema.ErrWrongKind, k)
 	}
