@@ -162,11 +162,17 @@ func (e *env) restartAll(wipe func()) {
 	}
 }
 
+// startFanout starts the fan-out and waits until it holds its partitions:
+// a fan-out with no saved position starts at the end of chat.messages, so
+// a message sent before that is not pushed.
 func (e *env) startFanout() {
+	var runner *consumers.Runner[schema.Message]
 	e.fanout = e.runConsumer("fanout", func() (func(context.Context) error, error) {
 		r, err := (&consumers.Fanout{Redis: e.redis, Logger: e.base.Logger}).Runner(e.base)
+		runner = r
 		return runOf(r, err)
 	})
+	waitFor(e.t, "the fan-out to hold its partitions", 20*time.Second, runner.CaughtUp)
 }
 
 func (e *env) addGateway(i int, tune func(*Config)) *gw {
