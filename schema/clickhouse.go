@@ -6,8 +6,10 @@ import "embed"
 // applied in name order by the ClickHouse store, which records each applied
 // file in its schema_migrations table. A file holds one or more statements
 // separated by ";" (none inside literals) and "--" line comments; every
-// statement is idempotent (CREATE ... IF NOT EXISTS), so a migration
-// interrupted half way is safe to run again.
+// statement is idempotent (CREATE ... IF NOT EXISTS, or ALTER TABLE ... ADD
+// COLUMN, which the store skips when the column exists: 18.16 has no
+// IF NOT EXISTS there), so a migration interrupted half way is safe to run
+// again.
 //
 // Table names are unqualified: the store connects with its database
 // selected. The DDL runs on ClickHouse 18.16 (Debian's package) and on

@@ -19,7 +19,8 @@ import (
 // each with its position, in the order the topics hold them.
 type analyticsData struct {
 	msgs     map[int32][]schema.Message // by partition, in offset order
-	members  []MemberRow
+	members  []MemberRow                // chat.members after compaction: what the stores get
+	history  []MemberRow                // every member event: what happened
 	acks     []AckRow
 	receipts []ReceiptRow
 }
@@ -55,7 +56,10 @@ func newAnalyticsData(seed uint64) *analyticsData {
 	change := func(gid, uid string, op schema.MemberOp) {
 		p := analyticsPartition(gid)
 		ev := schema.Member{Gid: gid, Uid: uid, Op: op, Pos: head(p), At: clock, By: "admin"}
-		d.members = append(d.members, MemberRow{ev, p, memberNext[p]})
+		if op == schema.OpLeave {
+			ev.HasJoined, ev.Joined = true, members[gid][uid].JoinedAt
+		}
+		d.history = append(d.history, MemberRow{ev, p, memberNext[p]})
 		memberNext[p]++
 		if members[gid] == nil {
 			members[gid] = make(map[string]Membership)
@@ -143,7 +147,38 @@ func newAnalyticsData(seed uint64) *analyticsData {
 			}
 		}
 	}
+	d.members = compactSome(d.history)
 	return d
+}
+
+// compactSome drops the join of every other member whose events are a join
+// and then a leave, as compaction of chat.members does (it keeps a key's
+// newest record): the stores then know such a member by their leave alone.
+func compactSome(history []MemberRow) []MemberRow {
+	type key struct{ gid, uid string }
+	events := map[key][]int{}
+	for i, ev := range history {
+		k := key{ev.Gid, ev.Uid}
+		events[k] = append(events[k], i)
+	}
+	drop := map[int]bool{}
+	n := 0
+	for _, ev := range history { // in history's order, so the choice is fixed
+		is := events[key{ev.Gid, ev.Uid}]
+		if len(is) == 2 && history[is[1]].Op == schema.OpLeave && !drop[is[0]] && ev.Op == schema.OpLeave {
+			if n%2 == 0 {
+				drop[is[0]] = true
+			}
+			n++
+		}
+	}
+	var kept []MemberRow
+	for i, ev := range history {
+		if !drop[i] {
+			kept = append(kept, ev)
+		}
+	}
+	return kept
 }
 
 // chunks calls f with consecutive runs of 1 to 40 rows of n, and, for about
@@ -264,7 +299,7 @@ func (d *analyticsData) truth() *analyticsTruth {
 			tr.msgs[m.Gid] = append(tr.msgs[m.Gid], m)
 		}
 	}
-	for _, ev := range d.members {
+	for _, ev := range d.history {
 		if tr.events[ev.Gid] == nil {
 			tr.events[ev.Gid] = make(map[string][]MemberRow)
 		}

@@ -208,6 +208,11 @@ func TestAnalyticsCookbook(t *testing.T) {
 	if rejoins == 0 {
 		t.Fatal("no member left and rejoined")
 	}
+	if compacted := len(d.history) - len(d.members); compacted == 0 {
+		t.Fatal("no former member is known by their leave alone")
+	} else {
+		t.Logf("%d former members known by their leave alone", compacted)
+	}
 
 	checkProjections(t, c, r, tr)
 

@@ -161,7 +161,11 @@ func (c *ClickHouse) migrate(ctx context.Context, fsys fs.FS, dir string) error 
 			return fmt.Errorf("clickhouse: migrate %s: %w", version, err)
 		}
 		for i, stmt := range splitStatements(string(text)) {
-			if err := c.conn.Exec(ctx, stmt); err != nil {
+			done, err := c.columnAdded(ctx, stmt)
+			if err == nil && !done {
+				err = c.conn.Exec(ctx, stmt)
+			}
+			if err != nil {
 				return fmt.Errorf("clickhouse: migrate %s: statement %d: %w", version, i+1, err)
 			}
 		}
@@ -202,6 +206,26 @@ func (c *ClickHouse) eachRow(ctx context.Context, scan func(driver.Rows) error, 
 func (c *ClickHouse) recordVersion(ctx context.Context, version string) error {
 	return c.sendBatch(ctx, "INSERT INTO schema_migrations (version, applied_at_ms)",
 		[]string{version}, []int64{time.Now().UnixMilli()})
+}
+
+// addColumn matches "ALTER TABLE t ADD COLUMN c ...", the one statement
+// 18.16 cannot make idempotent (it has no ADD COLUMN IF NOT EXISTS).
+var addColumn = regexp.MustCompile("(?is)^ALTER\\s+TABLE\\s+`?(\\w+)`?\\s+ADD\\s+COLUMN\\s+`?(\\w+)`?\\s")
+
+// columnAdded reports whether stmt adds a column that the table already
+// has: a migration interrupted after it runs again without failing there.
+func (c *ClickHouse) columnAdded(ctx context.Context, stmt string) (bool, error) {
+	m := addColumn.FindStringSubmatch(stmt)
+	if m == nil {
+		return false, nil
+	}
+	var n uint64
+	err := c.conn.QueryRow(ctx, "SELECT count() FROM system.columns WHERE database = currentDatabase() AND table = ? AND name = ?",
+		m[1], m[2]).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("look for column %s.%s: %w", m[1], m[2], err)
+	}
+	return n > 0, nil
 }
 
 // splitStatements drops "--" line comments and splits on ";".
@@ -332,6 +356,9 @@ func (c *ClickHouse) InsertMessageRows(ctx context.Context, rows []MessageRow) e
 	return nil
 }
 
+// NoJoin is member_events.joined of a row whose record names no join.
+const NoJoin = -2
+
 // InsertMembers appends rows to member_events. Inserting rows again is
 // harmless.
 func (c *ClickHouse) InsertMembers(ctx context.Context, rows []MemberRow) error {
@@ -340,7 +367,7 @@ func (c *ClickHouse) InsertMembers(ctx context.Context, rows []MemberRow) error 
 	}
 	n := len(rows)
 	gids, uids, bys := make([]string, n), make([]string, n), make([]string, n)
-	ops, poss, ats := make([]int8, n), make([]int64, n), make([]int64, n)
+	ops, poss, ats, joineds := make([]int8, n), make([]int64, n), make([]int64, n), make([]int64, n)
 	parts, offsets := make([]uint16, n), make([]uint64, n)
 	for i := range rows {
 		r := &rows[i]
@@ -351,12 +378,16 @@ func (c *ClickHouse) InsertMembers(ctx context.Context, rows []MemberRow) error 
 			return fmt.Errorf("clickhouse: insert members: row %d: unknown op %v", i, r.Op)
 		}
 		gids[i], uids[i], ops[i], poss[i], ats[i], bys[i] = r.Gid, r.Uid, int8(r.Op), r.Pos, r.At, r.By
+		joineds[i] = NoJoin
+		if r.HasJoined {
+			joineds[i] = r.Joined
+		}
 		parts[i], offsets[i] = uint16(r.Partition), uint64(r.Offset)
 	}
 	ctx, cancel := c.timeout(ctx)
 	defer cancel()
-	err := c.sendBatch(ctx, "INSERT INTO member_events (gid, uid, op, pos, at_ms, `by`, `partition`, `offset`)",
-		gids, uids, ops, poss, ats, bys, parts, offsets)
+	err := c.sendBatch(ctx, "INSERT INTO member_events (gid, uid, op, pos, at_ms, `by`, `partition`, `offset`, joined)",
+		gids, uids, ops, poss, ats, bys, parts, offsets, joineds)
 	if err != nil {
 		return fmt.Errorf("clickhouse: insert members: %w", err)
 	}

@@ -157,6 +157,34 @@ func TestClickHouseMigrateTwice(t *testing.T) {
 	}
 }
 
+// A migration that adds a column, interrupted after the ALTER but before
+// its version was recorded, runs again without failing on the column.
+func TestClickHouseMigrateAddColumnRunsAgain(t *testing.T) {
+	c := testClickHouse(t)
+	fsys := fstest.MapFS{
+		"m/0001_t.sql":   {Data: []byte("CREATE TABLE IF NOT EXISTS t (a UInt8) ENGINE = MergeTree ORDER BY a;")},
+		"m/0002_add.sql": {Data: []byte("-- a column\nALTER TABLE t ADD COLUMN b Int64 DEFAULT -2;\nalter table `t` add column `c` String")},
+	}
+	if err := c.migrate(t.Context(), fsys, "m"); err != nil {
+		t.Fatal(err)
+	}
+	// The same statements under a version not yet recorded: what a run
+	// interrupted after the ALTERs and before the record finds.
+	fsys["m/0003_add_again.sql"] = fsys["m/0002_add.sql"]
+	if err := c.migrate(t.Context(), fsys, "m"); err != nil {
+		t.Fatalf("migrating again after an interrupted ADD COLUMN: %v", err)
+	}
+	var cols string
+	err := c.conn.QueryRow(t.Context(), "SELECT arrayStringConcat(groupArray(name), ' ') FROM "+
+		"(SELECT name FROM system.columns WHERE database = currentDatabase() AND table = 't' ORDER BY name)").Scan(&cols)
+	if err != nil || cols != "a b c" {
+		t.Fatalf("columns of t: %q, %v; want a b c", cols, err)
+	}
+	if applied, _ := c.appliedVersions(t.Context()); !applied["0003_add_again.sql"] {
+		t.Fatal("0003_add_again.sql not recorded")
+	}
+}
+
 func TestClickHouseMigrateFailingFile(t *testing.T) {
 	c := testClickHouse(t)
 	fsys := fstest.MapFS{
