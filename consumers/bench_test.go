@@ -274,10 +274,11 @@ func checkPersisted(b *testing.B, e *benchEnv, ch *store.ClickHouse, per map[str
 	ctx := context.Background()
 	for g := 0; g < benchGroups; g += 97 {
 		gid := "g" + strconv.Itoa(g)
-		msgs, complete, err := e.redis.Window(ctx, gid, -1, 2*benchWindow)
+		wr, err := e.redis.Window(ctx, gid, -1, 2*benchWindow)
 		if err != nil {
 			b.Fatal(err)
 		}
+		msgs, complete := wr.Messages, wr.Floor == -1
 		want := min(per[gid], benchWindow)
 		if len(msgs) != want || complete != (per[gid] <= benchWindow) {
 			b.Fatalf("%s: window holds %d (complete %v), want %d of %d", gid, len(msgs), complete, want, per[gid])

@@ -3,6 +3,7 @@ package consumers
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -229,7 +230,7 @@ func TestPersisterCrashBetweenInsertAndCommit(t *testing.T) {
 		if n, _ := p.ch.CountMessages(ctx, gid); n != int64(len(ids)) {
 			t.Fatalf("%s: %d distinct messages in ClickHouse, want %d", gid, n, len(ids))
 		}
-		msgs, err := p.ch.Messages(ctx, gid, -1, 1000)
+		msgs, err := p.ch.Messages(ctx, gid, -1, math.MaxInt64, 1000)
 		if err != nil || len(msgs) != len(ids) {
 			t.Fatalf("%s: ClickHouse query returned %d rows (err %v), want %d, no duplicate", gid, len(msgs), err, len(ids))
 		}

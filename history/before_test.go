@@ -82,8 +82,13 @@ func TestPullBeforeWithoutClickHouse(t *testing.T) {
 	if err != nil || len(p.Messages) != 5 || p.Messages[4].MsgID != ids[29] || !p.More {
 		t.Fatalf("the newest page: %+v, %v", p, err)
 	}
-	if _, err := h.PullBefore(context.Background(), "g0", -1, ids[25], 5); !errors.Is(err, ErrNoHistory) {
-		t.Fatalf("a page reaching below the window without ClickHouse: %v, want ErrNoHistory", err)
+	// The window holds the newest of the range: they come, with more.
+	if p, err := h.PullBefore(context.Background(), "g0", -1, ids[25], 5); err != nil || len(p.Messages) != 5 ||
+		p.Messages[0].MsgID != ids[20] || !p.More {
+		t.Fatalf("a page reaching the window's floor: %+v, %v; want %v with more", p, err, ids[20:25])
+	}
+	if _, err := h.PullBefore(context.Background(), "g0", -1, ids[20], 5); !errors.Is(err, ErrNoHistory) {
+		t.Fatalf("a page below the window without ClickHouse: %v, want ErrNoHistory", err)
 	}
 	if p, err := h.PullBefore(context.Background(), "nobody", -1, 10, 5); err != nil || len(p.Messages) != 0 || p.More || p.Head != -1 {
 		t.Fatalf("an empty group: %+v %v", p, err)

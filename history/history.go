@@ -87,44 +87,50 @@ type Page struct {
 
 // Pull returns up to limit messages of gid with msgid > after (limit <= 0
 // asks for the default; above MaxLimit it is capped).
+//
+// What the window has trimmed comes from ClickHouse. ClickHouse must then
+// hold the floor, the newest message trimmed: when it does not (it was
+// attached to a deployment that ran without it, or is being backfilled),
+// the page would jump over messages, and Pull fails with ErrIncomplete
+// instead.
 func (h *History) Pull(ctx context.Context, gid string, after int64, limit int) (Page, error) {
 	if err := schema.ValidID(gid); err != nil {
 		return Page{}, fmt.Errorf("history: %w", err)
 	}
-	if after < -1 {
-		after = -1
-	}
-	if limit <= 0 {
-		limit = h.cfg.DefaultLimit
-	}
-	limit = min(limit, h.cfg.MaxLimit)
-	head, err := h.cfg.Redis.Head(ctx, gid)
+	after = max(after, -1)
+	limit = h.limit(limit)
+	// One more than the page, to know whether messages follow it: the head
+	// cannot tell, since the persister adds a batch to the window just
+	// before it raises the head.
+	wr, err := h.cfg.Redis.Window(ctx, gid, after, limit+1)
 	if err != nil {
-		return Page{}, fmt.Errorf("history: head of %s: %w", gid, err)
+		return Page{}, fmt.Errorf("history: %w", err)
 	}
-	page := Page{Gid: gid, Head: head, Source: FromWindow}
-	if after >= head {
-		return page, nil
-	}
-	msgs, complete, err := h.cfg.Redis.Window(ctx, gid, after, limit)
-	if err != nil {
-		return Page{}, fmt.Errorf("history: window of %s: %w", gid, err)
-	}
-	if !complete {
+	page := Page{Gid: gid, Head: wr.Head, Source: FromWindow}
+	msgs := wr.Messages
+	if after < wr.Floor {
 		if h.cfg.ClickHouse == nil {
 			return Page{}, ErrNoHistory
 		}
-		if msgs, err = h.cfg.ClickHouse.Messages(ctx, gid, after, limit); err != nil {
+		old, err := h.cfg.ClickHouse.Messages(ctx, gid, after, wr.Floor, limit)
+		if err != nil {
 			return Page{}, fmt.Errorf("history: %s from ClickHouse: %w", gid, err)
 		}
-		if len(msgs) == 0 {
-			return Page{}, fmt.Errorf("%w (group %s after %d, head %d)", ErrIncomplete, gid, after, head)
+		if n := len(old); n < limit && (n == 0 || old[n-1].MsgID != wr.Floor) {
+			return Page{}, fmt.Errorf("%w (group %s after %d: ClickHouse lacks %d, the newest message the window dropped)",
+				ErrIncomplete, gid, after, wr.Floor)
 		}
+		// The window starts right above the floor: the run goes on there.
+		msgs = append(old, msgs...)
 		page.Source = FromClickHouse
+	}
+	if len(msgs) > limit {
+		msgs, page.More = msgs[:limit], true
 	}
 	page.Messages = msgs
 	if n := len(msgs); n > 0 {
-		page.More = msgs[n-1].MsgID < head
+		page.More = page.More || msgs[n-1].MsgID < wr.Head
+		page.Head = max(wr.Head, msgs[n-1].MsgID)
 	}
 	return page, nil
 }
@@ -133,47 +139,57 @@ func (h *History) Pull(ctx context.Context, gid string, after int64, limit int) 
 // at most limit, in ascending order: the page a client scrolling up past
 // `before` loads next (after is the member's start, or -1). More says that
 // older messages of that range precede the page.
+//
+// A page is served from the window whenever the window holds the newest
+// messages of the range: near the floor it may then be shorter than limit
+// (More is set, since the floor itself is older and in the range). Only a
+// range wholly at or below the floor is read from ClickHouse.
 func (h *History) PullBefore(ctx context.Context, gid string, after, before int64, limit int) (Page, error) {
 	if err := schema.ValidID(gid); err != nil {
 		return Page{}, fmt.Errorf("history: %w", err)
 	}
 	after = max(after, -1)
-	if limit <= 0 {
-		limit = h.cfg.DefaultLimit
-	}
-	limit = min(limit, h.cfg.MaxLimit)
-	head, err := h.cfg.Redis.Head(ctx, gid)
-	if err != nil {
-		return Page{}, fmt.Errorf("history: head of %s: %w", gid, err)
-	}
-	page := Page{Gid: gid, Head: head, Source: FromWindow}
-	before = min(before, head+1)
-	if before <= after+1 {
-		return page, nil
-	}
+	limit = h.limit(limit)
 	// One more than the page, to know whether older messages precede it.
-	msgs, complete, err := h.cfg.Redis.WindowBefore(ctx, gid, after, before, limit+1)
+	wr, err := h.cfg.Redis.WindowBefore(ctx, gid, after, before, limit+1)
 	if err != nil {
-		return Page{}, fmt.Errorf("history: window of %s: %w", gid, err)
+		return Page{}, fmt.Errorf("history: %w", err)
 	}
-	if !complete {
-		if h.cfg.ClickHouse == nil {
-			return Page{}, ErrNoHistory
-		}
-		inWindow := len(msgs)
+	page := Page{Gid: gid, Head: wr.Head, Source: FromWindow}
+	msgs := wr.Messages
+	switch {
+	case len(msgs) > 0 || after >= wr.Floor:
+		// The newest of the range, all above the floor; older ones follow
+		// when the page is cut or the floor is in the range.
+		page.More = len(msgs) > limit || len(msgs) > 0 && after < wr.Floor
+	case h.cfg.ClickHouse == nil:
+		return Page{}, ErrNoHistory
+	default:
 		if msgs, err = h.cfg.ClickHouse.MessagesBefore(ctx, gid, after, before, limit+1); err != nil {
 			return Page{}, fmt.Errorf("history: %s from ClickHouse: %w", gid, err)
 		}
-		if len(msgs) < inWindow { // what the window holds must be there
-			return Page{}, fmt.Errorf("%w (group %s before %d, head %d)", ErrIncomplete, gid, before, head)
+		// The window holds nothing of the range: when the floor is in it,
+		// it is the range's newest message, and ClickHouse must have it.
+		if n := len(msgs); before > wr.Floor && (n == 0 || msgs[n-1].MsgID != wr.Floor) {
+			return Page{}, fmt.Errorf("%w (group %s before %d: ClickHouse lacks %d, the newest message the window dropped)",
+				ErrIncomplete, gid, before, wr.Floor)
 		}
+		page.More = len(msgs) > limit
 		page.Source = FromClickHouse
 	}
 	if len(msgs) > limit {
-		msgs, page.More = msgs[len(msgs)-limit:], true
+		msgs = msgs[len(msgs)-limit:]
 	}
 	page.Messages = msgs
 	return page, nil
+}
+
+// limit applies the default and the cap to a page size a caller asked for.
+func (h *History) limit(n int) int {
+	if n <= 0 {
+		n = h.cfg.DefaultLimit
+	}
+	return min(n, h.cfg.MaxLimit)
 }
 
 // Unread is an unread count. When Exact is false, Count is a lower bound

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -217,7 +218,7 @@ func TestClickHouseMessagesPaging(t *testing.T) {
 	var got []schema.Message
 	after := int64(-1)
 	for page := 0; ; page++ {
-		msgs, err := c.Messages(ctx, "g1", after, 10)
+		msgs, err := c.Messages(ctx, "g1", after, math.MaxInt64, 10)
 		if err != nil {
 			t.Fatalf("Messages(after %d): %v", after, err)
 		}
@@ -242,20 +243,27 @@ func TestClickHouseMessagesPaging(t *testing.T) {
 		}
 	}
 	// A page that starts in the middle is the contiguous run after it.
-	msgs, err := c.Messages(ctx, "g1", 9, 3)
+	msgs, err := c.Messages(ctx, "g1", 9, math.MaxInt64, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(msgs) != 3 || msgs[0].MsgID != 10 || msgs[1].MsgID != 12 || msgs[2].MsgID != 14 {
 		t.Errorf("Messages(after 9, limit 3): %v", msgids(msgs))
 	}
+	// An upper bound ends the run there, inclusive.
+	if msgs, err := c.Messages(ctx, "g1", 9, 14, 10); err != nil || fmt.Sprint(msgids(msgs)) != "[10 12 14]" {
+		t.Errorf("Messages(after 9, upto 14): %v, %v; want [10 12 14]", msgids(msgs), err)
+	}
+	if msgs, err := c.Messages(ctx, "g1", 9, 9, 10); err != nil || len(msgs) != 0 {
+		t.Errorf("Messages(after 9, upto 9): %v, %v; want none", msgids(msgs), err)
+	}
 	if n, err := c.CountMessages(ctx, "g2"); err != nil || n != 25 {
 		t.Errorf("CountMessages(g2) = %d, %v; want 25", n, err)
 	}
-	if msgs, err := c.Messages(ctx, "nobody", -1, 10); err != nil || len(msgs) != 0 {
+	if msgs, err := c.Messages(ctx, "nobody", -1, math.MaxInt64, 10); err != nil || len(msgs) != 0 {
 		t.Errorf("Messages of an unknown group: %v, %v", msgids(msgs), err)
 	}
-	if _, err := c.Messages(ctx, "g1", -1, 0); err == nil {
+	if _, err := c.Messages(ctx, "g1", -1, math.MaxInt64, 0); err == nil {
 		t.Error("Messages with limit 0: no error")
 	}
 }
@@ -300,7 +308,7 @@ func TestClickHouseReplay(t *testing.T) {
 		t.Fatalf("messages holds %d rows, want 60 unmerged duplicates", n)
 	}
 	check := func(when string) {
-		got, err := c.Messages(ctx, "g", -1, 100)
+		got, err := c.Messages(ctx, "g", -1, math.MaxInt64, 100)
 		if err != nil {
 			t.Fatal(err)
 		}

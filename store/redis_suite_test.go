@@ -191,11 +191,11 @@ func appendAll(t *testing.T, r *Redis, msgs ...schema.Message) {
 
 func window(t *testing.T, r *Redis, gid string, after int64, limit int) ([]int64, bool) {
 	t.Helper()
-	msgs, complete, err := r.Window(context.Background(), gid, after, limit)
+	wr, err := r.Window(context.Background(), gid, after, limit)
 	if err != nil {
 		t.Fatalf("Window(%q, %d, %d): %v", gid, after, limit, err)
 	}
-	return msgIDs(msgs), complete
+	return msgIDs(wr.Messages), after >= wr.Floor // complete: nothing of the range was trimmed
 }
 
 func msgIDs(msgs []schema.Message) []int64 {
@@ -246,17 +246,20 @@ func testWindowTrimFloor(t *testing.T, c redis.UniversalClient) {
 		}
 	}
 	// The messages come back whole.
-	msgs, _, err := r.Window(ctx, "g1", 6, 1)
+	wr, err := r.Window(ctx, "g1", 6, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := batchOf("g1", 7); !reflect.DeepEqual(msgs, want) {
-		t.Errorf("window message = %+v, want %+v", msgs, want)
+	if want := batchOf("g1", 7); !reflect.DeepEqual(wr.Messages, want) {
+		t.Errorf("window message = %+v, want %+v", wr.Messages, want)
+	}
+	if h, _ := r.Head(ctx, "g1"); wr.Head != h || h < 7 {
+		t.Errorf("Window's head = %d, want Head's %d", wr.Head, h)
 	}
 	if ids, complete := window(t, r, "nobody", -1, 10); len(ids) != 0 || !complete {
 		t.Errorf("unknown group: %v complete=%v, want nothing, complete", ids, complete)
 	}
-	if _, _, err := r.Window(ctx, "g1", -1, 0); !errors.Is(err, ErrInvalidLimit) {
+	if _, err := r.Window(ctx, "g1", -1, 0); !errors.Is(err, ErrInvalidLimit) {
 		t.Errorf("limit 0: err = %v, want ErrInvalidLimit", err)
 	}
 }

@@ -10,11 +10,13 @@ import (
 
 func windowBefore(t *testing.T, r *Redis, gid string, after, before int64, limit int) ([]int64, bool) {
 	t.Helper()
-	msgs, complete, err := r.WindowBefore(context.Background(), gid, after, before, limit)
+	wr, err := r.WindowBefore(context.Background(), gid, after, before, limit)
 	if err != nil {
 		t.Fatalf("WindowBefore(%q, %d, %d, %d): %v", gid, after, before, limit, err)
 	}
-	return msgIDs(msgs), complete
+	// complete: the page is what the whole history gives (nothing of the
+	// range trimmed, or a full page, all above the floor).
+	return msgIDs(wr.Messages), after >= wr.Floor || len(wr.Messages) == limit
 }
 
 func testWindowBefore(t *testing.T, c redis.UniversalClient) {
@@ -42,10 +44,13 @@ func testWindowBefore(t *testing.T, c redis.UniversalClient) {
 				tc.after, tc.before, tc.limit, ids, complete, tc.want, tc.complete)
 		}
 	}
+	if wr, err := r.WindowBefore(context.Background(), "g1", -1, 7, 3); err != nil || wr.Floor != 4 || wr.Head != 9 {
+		t.Errorf("floor and head = %d, %d, %v; want 4 and 9", wr.Floor, wr.Head, err)
+	}
 	if ids, complete := windowBefore(t, r, "nobody", -1, 10, 5); len(ids) != 0 || !complete {
 		t.Errorf("unknown group: %v complete=%v, want nothing, complete", ids, complete)
 	}
-	if _, _, err := r.WindowBefore(context.Background(), "g1", -1, 10, 0); !errors.Is(err, ErrInvalidLimit) {
+	if _, err := r.WindowBefore(context.Background(), "g1", -1, 10, 0); !errors.Is(err, ErrInvalidLimit) {
 		t.Errorf("limit 0: err = %v, want ErrInvalidLimit", err)
 	}
 

@@ -14,81 +14,97 @@ import (
 	"github.com/groupchat/chatd/schema"
 )
 
+// WindowRange is what a read of a group's window finds, in one
+// transaction.
+type WindowRange struct {
+	Messages []schema.Message // ascending msgid, MsgID set
+	// Floor is the highest msgid trimmed from the window, -1 when nothing
+	// was: the window holds every message of the group above Floor, and
+	// the ones at or below it must come from the history store. A floor
+	// is always one of the group's msgids.
+	Floor int64
+	// Head is the group's newest msgid, -1 when it has none. The persister
+	// raises it just after adding a batch, so Messages may end above it.
+	Head int64
+}
+
 // WindowBefore returns the newest messages of the group with after < msgid
 // < before, at most limit, in ascending order: what a client scrolling up
-// past msgid `before` loads next. complete reports that the result is what
-// the whole history would give: the window was never trimmed, or after >=
-// floor, or limit messages were found (all above the floor, and so the
-// newest below before). When it is false, the page must come from the
-// history store.
-func (r *Redis) WindowBefore(ctx context.Context, gid string, after, before int64, limit int) (msgs []schema.Message, complete bool, err error) {
+// past msgid `before` loads next. Messages at or below Floor are not there.
+func (r *Redis) WindowBefore(ctx context.Context, gid string, after, before int64, limit int) (WindowRange, error) {
 	if limit <= 0 {
-		return nil, false, fmt.Errorf("store: window of %q: %w, got %d", gid, ErrInvalidLimit, limit)
+		return WindowRange{}, fmt.Errorf("store: window of %q: %w, got %d", gid, ErrInvalidLimit, limit)
 	}
 	if before <= after+1 {
-		return nil, true, nil
+		before = after + 1 // an empty range; the floor and head are still read
 	}
-	var rng *redis.StringSliceCmd
-	var floor *redis.StringCmd
-	_, err = r.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		rng = p.ZRangeArgs(ctx, redis.ZRangeArgs{
-			Key:     windowKey(gid),
-			Start:   "(" + strconv.FormatInt(before, 10), // with Rev, Start is the high end
-			Stop:    "(" + strconv.FormatInt(after, 10),
-			ByScore: true,
-			Rev:     true,
-			Count:   int64(limit),
-		})
-		floor = p.Get(ctx, floorKey(gid))
-		return nil
+	wr, err := r.windowRange(ctx, gid, redis.ZRangeArgs{
+		Key:     windowKey(gid),
+		Start:   "(" + strconv.FormatInt(before, 10), // with Rev, Start is the high end
+		Stop:    "(" + strconv.FormatInt(after, 10),
+		ByScore: true,
+		Rev:     true,
+		Count:   int64(limit),
 	})
-	if err = cmp.Or(rng.Err(), floor.Err(), err); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, false, fmt.Errorf("store: window of %q before %d: %w", gid, before, err)
-	}
-	fl, trimmed, err := optionalMsgID(floor)
 	if err != nil {
-		return nil, false, fmt.Errorf("store: window of %q: floor: %w", gid, err)
+		return WindowRange{}, fmt.Errorf("store: window of %q before %d: %w", gid, before, err)
 	}
-	if msgs, err = decodeWindowMembers(rng.Val()); err != nil {
-		return nil, false, fmt.Errorf("store: window of %q: %w", gid, err)
-	}
-	slices.Reverse(msgs)
-	return msgs, !trimmed || after >= fl || len(msgs) == limit, nil
+	slices.Reverse(wr.Messages)
+	return wr, nil
 }
 
 // Window returns the group's messages with msgid > after, ascending, at
-// most limit. complete reports that the window holds every message of the
-// group after `after` (nothing was ever trimmed, or after >= floor); when it
-// is false, the messages in (after, floor] must come from the history store,
-// and msgs starts above the floor.
-func (r *Redis) Window(ctx context.Context, gid string, after int64, limit int) (msgs []schema.Message, complete bool, err error) {
+// most limit. Messages at or below Floor are not there: when after <
+// Floor, the messages in (after, Floor] must come from the history store,
+// and Messages starts above the floor.
+func (r *Redis) Window(ctx context.Context, gid string, after int64, limit int) (WindowRange, error) {
 	if limit <= 0 {
-		return nil, false, fmt.Errorf("store: window of %q: %w, got %d", gid, ErrInvalidLimit, limit)
+		return WindowRange{}, fmt.Errorf("store: window of %q: %w, got %d", gid, ErrInvalidLimit, limit)
 	}
+	wr, err := r.windowRange(ctx, gid, redis.ZRangeArgs{
+		Key:     windowKey(gid),
+		Start:   "(" + strconv.FormatInt(after, 10),
+		Stop:    "+inf",
+		ByScore: true,
+		Count:   int64(limit),
+	})
+	if err != nil {
+		return WindowRange{}, fmt.Errorf("store: window of %q: %w", gid, err)
+	}
+	return wr, nil
+}
+
+// windowRange reads a range of the window with the group's floor and head.
+func (r *Redis) windowRange(ctx context.Context, gid string, args redis.ZRangeArgs) (WindowRange, error) {
 	var rng *redis.StringSliceCmd
-	var floor *redis.StringCmd
-	_, err = r.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		rng = p.ZRangeArgs(ctx, redis.ZRangeArgs{
-			Key:     windowKey(gid),
-			Start:   "(" + strconv.FormatInt(after, 10),
-			Stop:    "+inf",
-			ByScore: true,
-			Count:   int64(limit),
-		})
+	var floor, head *redis.StringCmd
+	_, err := r.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		rng = p.ZRangeArgs(ctx, args)
 		floor = p.Get(ctx, floorKey(gid))
+		head = p.Get(ctx, headKey(gid))
 		return nil
 	})
-	if err = cmp.Or(rng.Err(), floor.Err(), err); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, false, fmt.Errorf("store: window of %q: %w", gid, err)
+	if err = cmp.Or(rng.Err(), floor.Err(), head.Err(), err); err != nil && !errors.Is(err, redis.Nil) {
+		return WindowRange{}, err
 	}
-	fl, trimmed, err := optionalMsgID(floor)
-	if err != nil {
-		return nil, false, fmt.Errorf("store: window of %q: floor: %w", gid, err)
+	wr := WindowRange{Floor: -1, Head: -1}
+	for _, v := range []struct {
+		name string
+		cmd  *redis.StringCmd
+		to   *int64
+	}{{"floor", floor, &wr.Floor}, {"head", head, &wr.Head}} {
+		id, ok, err := optionalMsgID(v.cmd)
+		if err != nil {
+			return WindowRange{}, fmt.Errorf("%s: %w", v.name, err)
+		}
+		if ok {
+			*v.to = id
+		}
 	}
-	if msgs, err = decodeWindowMembers(rng.Val()); err != nil {
-		return nil, false, fmt.Errorf("store: window of %q: %w", gid, err)
+	if wr.Messages, err = decodeWindowMembers(rng.Val()); err != nil {
+		return WindowRange{}, err
 	}
-	return msgs, !trimmed || after >= fl, nil
+	return wr, nil
 }
 
 // decodeWindowMembers decodes the members of a window range.

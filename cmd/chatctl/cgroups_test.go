@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +22,7 @@ func chQueries(t *testing.T, ch *store.ClickHouse, gids []string) map[string]str
 	ctx := context.Background()
 	out := map[string]string{}
 	for _, gid := range gids {
-		ms, err := ch.Messages(ctx, gid, -1, 1000)
+		ms, err := ch.Messages(ctx, gid, -1, math.MaxInt64, 1000)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,0 +1,155 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/groupchat/chatd/internal/testserver"
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/store"
+)
+
+func gapMsgs(gid string, ids ...int64) []schema.Message {
+	out := make([]schema.Message, len(ids))
+	for i, id := range ids {
+		out[i] = schema.Message{Gid: gid, Sender: "u", ClientMsgID: fmt.Sprint("c", id), SentAt: 1, Body: []byte("x"), MsgID: id}
+	}
+	return out
+}
+
+// ClickHouse attached late (a deployment that ran Redis-only, or CH
+// restored from an old backup): it holds only the newest messages. The
+// window still holds messages ClickHouse lacks. A pull from the start must
+// not silently jump over them.
+func TestPullRefusesToJumpOverWhatClickHouseLacks(t *testing.T) {
+	f := newFixture(t, 10, true)
+	ctx := context.Background()
+	var all []int64
+	for i := int64(0); i < 30; i++ {
+		all = append(all, i)
+	}
+	// window: 20..29 (floor 19); ClickHouse: only 25..29.
+	if err := f.redis.AppendWindow(ctx, nil, gapMsgs("g", all...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.ch.InsertMessages(ctx, 0, gapMsgs("g", all[25:]...)); err != nil {
+		t.Fatal(err)
+	}
+	h, _ := New(Config{Redis: f.redis, ClickHouse: f.ch})
+	p, err := h.Pull(ctx, "g", 19, 5) // the first page above the floor
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Messages[0].MsgID != 20 {
+		t.Fatalf("Pull(after 19) = %d.., want 20.. from the window", p.Messages[0].MsgID)
+	}
+	p, err = h.Pull(ctx, "g", -1, 5)
+	if !errors.Is(err, ErrIncomplete) || !strings.Contains(err.Error(), "lacks 19") {
+		t.Fatalf("Pull(after -1) = %v (source %s), %v: want ErrIncomplete naming 19, not a page that jumps over 0..24",
+			msgIDs(p.Messages), p.Source, err)
+	}
+}
+
+// Same for scrolling up: the page before 25 must end at 24 (in the window).
+func TestPullBeforeServesTheWindowAboveAClickHouseGap(t *testing.T) {
+	f := newFixture(t, 10, true)
+	ctx := context.Background()
+	var all []int64
+	for i := int64(0); i < 30; i++ {
+		all = append(all, i)
+	}
+	if err := f.redis.AppendWindow(ctx, nil, gapMsgs("g", all...)); err != nil {
+		t.Fatal(err)
+	}
+	// ClickHouse holds 0..9 (an old backfill) and 25..29, not 10..24.
+	if err := f.ch.InsertMessages(ctx, 0, gapMsgs("g", append(all[:10:10], all[25:]...)...)); err != nil {
+		t.Fatal(err)
+	}
+	h, _ := New(Config{Redis: f.redis, ClickHouse: f.ch})
+	p, err := h.PullBefore(ctx, "g", -1, 24, 5) // window holds 20..23
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := msgIDs(p.Messages); fmt.Sprint(got) != "[20 21 22 23]" || !p.More {
+		t.Fatalf("PullBefore(before 24, limit 5) = %v (source %s, more %v), want 20..23 from the window, with more", got, p.Source, p.More)
+	}
+	// Below the window ClickHouse must hold the floor, 19: it does not.
+	if p, err := h.PullBefore(ctx, "g", -1, 20, 5); !errors.Is(err, ErrIncomplete) {
+		t.Fatalf("PullBefore(before 20) = %v, %v; want ErrIncomplete", msgIDs(p.Messages), err)
+	}
+}
+
+// The page before 25 (limit 5) is 20..24, all in the window, and older
+// messages certainly exist (the floor, 19, is one). It must not need
+// ClickHouse.
+func TestPagesInTheWindowNeedNoClickHouse(t *testing.T) {
+	f := newFixture(t, 10, true)
+	ctx := context.Background()
+	var all []int64
+	for i := int64(0); i < 30; i++ {
+		all = append(all, i)
+	}
+	if err := f.ch.InsertMessages(ctx, 0, gapMsgs("g", all...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.redis.AppendWindow(ctx, nil, gapMsgs("g", all...)); err != nil {
+		t.Fatal(err)
+	}
+	h, _ := New(Config{Redis: f.redis, ClickHouse: f.ch})
+	f.ch.Close() // ClickHouse down
+	if p, err := h.Pull(ctx, "g", 19, 5); err != nil || len(p.Messages) != 5 {
+		t.Fatalf("Pull inside the window with ClickHouse down: %v", err)
+	}
+	p, err := h.PullBefore(ctx, "g", -1, 25, 5)
+	if err != nil {
+		t.Fatalf("PullBefore(before 25, limit 5), every message of the page in the window, ClickHouse down: %v", err)
+	}
+	if len(p.Messages) != 5 || p.Messages[0].MsgID != 20 || !p.More {
+		t.Fatalf("page %+v", p)
+	}
+}
+
+// The persister adds a batch to the window just before it raises the head
+// (a ZADD, then the trim script). A pull between the two sees messages past
+// the head, and must still say that more follow a full page.
+func TestPullSaysMoreWhileTheHeadLagsTheWindow(t *testing.T) {
+	srv := testserver.NewRedis(t)
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { rc.Close() })
+	r, err := store.NewRedis(rc, store.RedisConfig{WindowSize: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := r.AppendWindow(ctx, nil, gapMsgs("g", 0, 1, 2, 3, 4, 5, 6)); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Set(ctx, "chat:{g}:head", "2", 0).Err(); err != nil { // 3..6 added, the head not yet raised
+		t.Fatal(err)
+	}
+	h, _ := New(Config{Redis: r})
+	p, err := h.Pull(ctx, "g", 0, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids := msgIDs(p.Messages); fmt.Sprint(ids) != "[1 2 3]" || !p.More || p.Head != 3 {
+		t.Fatalf("Pull(after 0, limit 3) = %v, more=%v, head %d; want [1 2 3], more (4..6 follow), head 3", ids, p.More, p.Head)
+	}
+	p, err = h.Pull(ctx, "g", 3, 3)
+	if ids := msgIDs(p.Messages); err != nil || fmt.Sprint(ids) != "[4 5 6]" || p.More || p.Head != 6 {
+		t.Fatalf("Pull(after 3, limit 3) = %v, more=%v, head %d, %v; want [4 5 6], no more, head 6", ids, p.More, p.Head, err)
+	}
+}
+
+func msgIDs(msgs []schema.Message) []int64 {
+	ids := make([]int64, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.MsgID
+	}
+	return ids
+}
