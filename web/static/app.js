@@ -188,9 +188,21 @@ function reportSeen() {
 }
 document.addEventListener('visibilitychange', reportSeen);
 
+// watchShown starts the observer afresh on every message drawn: its first
+// report, made after the next layout, says what is on screen now. Reports
+// queued before (another group, or this one while it loaded and scrolled)
+// are dropped with the set they built.
+function watchShown() {
+  observer.takeRecords();
+  observer.disconnect();
+  visible.clear();
+  for (const li of $('messages').children) observer.observe(li);
+}
+
 async function openGroup(gid) {
   const g = chat.group(gid);
   view = { gid, readAtOpen: Math.max(g.read, g.readWant), loading: true };
+  observer.takeRecords();
   observer.disconnect();
   visible.clear();
   $('pick').hidden = true;
@@ -215,7 +227,7 @@ async function openGroup(gid) {
   if (first) first.scrollIntoView({ block: 'start' });
   else scroller.scrollTop = scroller.scrollHeight;
   olderStatus();
-  reportSeen();
+  watchShown(); // what loading scrolled past was never read
   $('composer').body.focus();
 }
 

@@ -20,6 +20,8 @@ const OLDER_PAGE = 50; // a page when scrolling up
 const FILL = 30; // an opened group shows at least this many messages when it has them
 const HEARTBEAT = 25000;
 const MAX_COUNTS = 200; // msgids per read_counts (protocol.MaxMsgIDs)
+const MAX_BUF = 1000; // pushes held back for a group that is not open; the rest is pulled when it opens
+const KEEP_CLOSED = 200; // messages kept of a group that is not open; older ones come back by scrolling up
 
 function newGroup(gid) {
   return {
@@ -112,6 +114,7 @@ export class Chat extends EventTarget {
       if (!(e instanceof Disconnected)) this.conn.drop(`sync failed: ${e.message}`);
       return;
     }
+    this.conn.healthy();
     this.online = true;
     this.emit('status', { state: 'online' });
     this.beat();
@@ -148,7 +151,9 @@ export class Chat extends EventTarget {
       try {
         await this.sync();
       } catch (e) {
-        if (e instanceof Timeout) this.conn.drop('no answer to sync');
+        if (e instanceof Disconnected) return; // the next session beats again
+        if (e instanceof Timeout) return this.conn.drop('no answer to sync');
+        this.beat(); // refused (unavailable, rate_limited, …): try at the next beat
         return;
       }
       const g = this.current && this.groups.get(this.current);
@@ -230,6 +235,7 @@ export class Chat extends EventTarget {
       return;
     }
     if (g.known && !g.pulling) this.stats.gaps++;
+    if (!g.opened && g.buf.size >= MAX_BUF) return; // counted; opening the group pulls it
     g.buf.set(m.msgid, m);
     this.drain(g);
   }
@@ -290,6 +296,18 @@ export class Chat extends EventTarget {
     this.cursors.received(g, msgs.length);
     this.emit('messages', { gid: g.gid, msgs, older: false });
     if (outbox) this.outbox.changed(g);
+    if (!g.opened) this.forgetOld(g, KEEP_CLOSED);
+  }
+
+  // forgetOld keeps the newest keep messages of g: the rest is below the
+  // contiguous cursor, and scrolling up pulls it again.
+  forgetOld(g, keep) {
+    if (g.order.length <= keep) return;
+    for (const id of g.order.splice(0, g.order.length - keep)) {
+      g.msgs.delete(id);
+      g.counts.delete(id);
+    }
+    g.olderMore = true;
   }
 
   // pullForward pulls everything after the contiguous cursor, page by page.
@@ -327,10 +345,13 @@ export class Chat extends EventTarget {
       this.stats.olderPulls++;
       const p = await this.conn.request({ op: 'pull', gid, before, limit: OLDER_PAGE });
       const fresh = p.msgs.filter((m) => m.msgid < before && !g.msgs.has(m.msgid));
+      let outbox = false;
       for (const m of fresh) {
         g.msgs.set(m.msgid, m);
         insertSorted(g.order, m.msgid);
+        if (m.sender === this.uid && g.pending.delete(m.cmid)) outbox = true;
       }
+      if (outbox) this.outbox.changed(g);
       g.olderMore = p.more;
       this.emit('messages', { gid, msgs: fresh, older: true });
       this.refreshCounts(g, fresh.map((m) => m.msgid));
@@ -363,6 +384,7 @@ export class Chat extends EventTarget {
   closeGroup(gid) {
     const g = this.group(gid);
     g.opened = false;
+    this.forgetOld(g, KEEP_CLOSED);
     if (this.current === gid) this.current = null;
     this.cursors.flush(true).then(() => this.syncSoon());
   }

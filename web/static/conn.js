@@ -37,6 +37,7 @@ export class Backoff {
 
 // Conn keeps one session open. Hooks:
 //   up(uid)             the server accepted the token: the session is usable
+//                       (call healthy() once it has done its first work)
 //   down({code, reason, retryIn, wasUp})  the session ended; a redial is due in retryIn ms
 //   authFailed(reason)  the server refused the token (close 4001); no redial
 //   frame(f)            a frame that answers no request: pushes, receipts, errors
@@ -88,6 +89,12 @@ export class Conn {
     }
   }
 
+  // healthy says the session did its first work (chat.js: the sync): the
+  // next redial starts from the shortest delay again. Being let in is not
+  // enough: a server that accepts the token and then refuses every sync
+  // would otherwise be dialled about twice a second by every client.
+  healthy() { this.backoff.reset(); }
+
   // drop ends the session now, without waiting for a closing handshake
   // that a dead network would never finish.
   drop(reason) {
@@ -108,7 +115,6 @@ export class Conn {
     }
     if (f.op === 'authed' && !this.isUp) {
       this.isUp = true;
-      this.backoff.reset();
       this.hooks.up(f.uid);
       return;
     }

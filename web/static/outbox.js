@@ -65,7 +65,9 @@ export class Outbox {
       chat.stats.sends++;
       p.msgid = f.msgid;
       p.state = 'sent';
-      if (g.msgs.has(f.msgid)) g.pending.delete(p.cmid);
+      // Held, or below the contiguous cursor (another device of the user
+      // acked past it): the group has it, by scrolling up if not on screen.
+      if (g.msgs.has(f.msgid) || f.msgid <= g.contig) g.pending.delete(p.cmid);
       this.changed(g);
       // It arrives by push; if that push is lost and nothing follows it,
       // pull it.

@@ -1,0 +1,199 @@
+package web
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	cdppage "github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+
+	"github.com/groupchat/chatd/internal/browsertest"
+)
+
+func signIn(t *testing.T, p *peer, b *browsertest.Tab) {
+	b.Run(chromedp.Navigate(p.srv.URL+"/"),
+		chromedp.SendKeys(chromedp.CSS(`#signin-form input[name=uid]`), "u"),
+		chromedp.Click(chromedp.CSS(`#signin-form button[type=submit]`)))
+}
+
+func synced(c *peerConn, f map[string]any, head, ack, read int64) {
+	c.answer(f, map[string]any{"op": "synced", "groups": []any{
+		map[string]any{"gid": "g", "head": head, "ack": ack, "read": read, "unread": head - read, "unread_exact": true}}})
+}
+
+// next returns the next frame of op within d, or nil.
+func (c *peerConn) next(op string, d time.Duration) map[string]any {
+	deadline := time.After(d)
+	for {
+		select {
+		case f := <-c.in:
+			if f["op"] == op {
+				return f
+			}
+		case <-deadline:
+			return nil
+		}
+	}
+}
+
+// Opening a group with 20 unread (tall) messages: the page first scrolls to
+// the bottom while loading, then to the first unread message. The read it
+// sends must not pass what is on screen.
+func TestOpeningReadsOnlyWhatIsOnScreenAfterLoading(t *testing.T) {
+	p := newPeer(t)
+	b := browsertest.NewTab(t, browsertest.Start(t), "u")
+	signIn(t, p, b)
+	c := p.nextConn()
+	synced(c, c.expect("sync", nil), 30, 10, 10)
+	b.WaitUntil("g listed", `document.querySelector('#groups li[data-gid=g] button')`)
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	long := strings.Repeat("a long line of text that wraps ", 40)
+	var unread []map[string]any
+	for id := int64(11); id <= 30; id++ {
+		unread = append(unread, msg(id, -2, "v", fmt.Sprint("m", id, " ", long)))
+	}
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	c.answer(f, page(f, false, 30, unread...))
+	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 11.0 })
+	time.Sleep(700 * time.Millisecond) // the older page takes a moment
+	var old []map[string]any
+	for id := int64(1); id <= 10; id++ {
+		old = append(old, msg(id, -2, "v", fmt.Sprint("m", id)))
+	}
+	c.answer(f, page(f, false, 30, old...))
+	b.WaitUntil("loaded", `document.querySelector('#messages .first-unread')`)
+	time.Sleep(2 * time.Second) // past the read interval
+	onScreen := browsertest.Eval[int](b, `(() => {
+		const r = document.getElementById('scroller').getBoundingClientRect();
+		let top = -1;
+		for (const li of document.querySelectorAll('#messages .msg')) {
+			const e = li.getBoundingClientRect();
+			if (e.bottom > r.top && e.top < r.bottom) top = Math.max(top, Number(li.dataset.msgid));
+		}
+		return top;
+	})()`)
+	if read := p.maxCursor("read"); read > int64(onScreen) {
+		t.Fatalf("the page sent read upto %d; the newest message ever on screen after loading is %d", read, onScreen)
+	}
+}
+
+// A sync refused after the session is up (Redis down: unavailable) makes
+// the page drop and redial. Backoff must grow; it restarts at 0.5 s for
+// each session because every session authenticates before its sync fails.
+func TestRefusedSyncsBackOff(t *testing.T) {
+	p := newPeer(t)
+	b := browsertest.NewTab(t, browsertest.Start(t), "u")
+	signIn(t, p, b)
+	n := 0
+	deadline := time.Now().Add(8 * time.Second)
+	for time.Now().Before(deadline) {
+		var c *peerConn
+		select {
+		case c = <-p.conns:
+		case <-time.After(time.Until(deadline)):
+			continue
+		}
+		n++
+		if f := c.next("sync", 5*time.Second); f != nil {
+			c.answer(f, map[string]any{"op": "error", "code": "unavailable", "message": "redis: connection refused"})
+		}
+	}
+	// Backoff 0.5, 1, 2, 4 s (each jittered to [d/2, d]) allows 5 sessions in 8 s.
+	if n > 6 {
+		t.Fatalf("%d sessions (WebSocket upgrades, auth, sync) in 8 s while the server's store is down", n)
+	}
+}
+
+// One heartbeat sync refused with a retryable error stops the heartbeat for
+// the rest of the session. HEARTBEAT (25 s) is shortened to 300 ms in the
+// page by wrapping setTimeout before the page's scripts run.
+func TestHeartbeatGoesOnAfterARefusedSync(t *testing.T) {
+	p := newPeer(t)
+	b := browsertest.NewTab(t, browsertest.Start(t), "u")
+	b.Run(func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, tg, cdppage.AddScriptToEvaluateOnNewDocument, cdppage.AddScriptToEvaluateOnNewDocumentParams{
+			Source: `{ const st = window.setTimeout; window.setTimeout = (f, d, ...a) => st(f, d === 25000 ? 300 : d, ...a); }`})
+		return chromedp.Void{}, err
+	})
+	signIn(t, p, b)
+	c := p.nextConn()
+	synced(c, c.expect("sync", nil), 10, 10, 10)
+	f := c.next("sync", 3*time.Second) // the first heartbeat
+	if f == nil {
+		t.Fatal("no heartbeat sync")
+	}
+	c.answer(f, map[string]any{"op": "error", "code": "unavailable", "message": "redis: i/o timeout"})
+	if f = c.next("sync", 5*time.Second); f == nil {
+		t.Fatalf("after one refused heartbeat sync, no heartbeat for 5 s (interval 300 ms): lost tail pushes and a dead connection go unnoticed; page %s", b.State())
+	}
+}
+
+// A message of mine that another device acked past (it is below my
+// cursor) while this tab still held it in its outbox: the resend gets its
+// msgid, scrolling up shows it, and the outbox keeps showing it too, for
+// good, and keeps it in sessionStorage to send again at the next load.
+func TestOutboxLetsGoOfAMessageBelowTheCursor(t *testing.T) {
+	p := newPeer(t)
+	b := browsertest.NewTab(t, browsertest.Start(t), "u")
+	b.Run(chromedp.Navigate(p.srv.URL + "/"))
+	browsertest.Eval[bool](b, `(sessionStorage.setItem('chatd.outbox.u', JSON.stringify([{gid: 'g', cmid: 'w-1', body: 'hi'}])), true)`)
+	b.Run(chromedp.SendKeys(chromedp.CSS(`#signin-form input[name=uid]`), "u"),
+		chromedp.Click(chromedp.CSS(`#signin-form button[type=submit]`)))
+	c := p.nextConn()
+	synced(c, c.expect("sync", nil), 10, 10, 10)
+	send := c.expect("send", nil)
+	if send["cmid"] != "w-1" {
+		t.Fatalf("resend %v", send)
+	}
+	c.answer(send, map[string]any{"op": "accepted", "gid": "g", "cmid": "w-1", "msgid": 5})
+	b.WaitUntil("g listed", `document.querySelector('#groups li[data-gid=g] button')`)
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	c.answer(f, page(f, false, 10))
+	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 11.0 })
+	own := msg(5, -2, "u", "hi")
+	own["cmid"] = "w-1"
+	c.answer(f, page(f, false, 10, msg(3, -2, "v", "m3"), own, msg(8, -2, "v", "m8")))
+	b.WaitUntil("history shown", `document.querySelectorAll('#messages .msg').length === 3`)
+	time.Sleep(500 * time.Millisecond)
+	outbox := browsertest.Eval[int](b, `document.querySelectorAll('#outbox .msg').length`)
+	stored := browsertest.Eval[string](b, `sessionStorage.getItem('chatd.outbox.u')`)
+	if outbox != 0 || stored != "[]" {
+		t.Fatalf("message 5 (hi) is in the history and still in the outbox (%d shown, stored %s): shown twice, resent at each load", outbox, stored)
+	}
+}
+
+// Pushes of a group the user never opens, after one lost push: none
+// connects, none is pulled (only an open group pulls gaps), all are kept.
+func TestPushesOfAGroupNotOpenAreBounded(t *testing.T) {
+	p := newPeer(t)
+	b := browsertest.NewTab(t, browsertest.Start(t), "u")
+	signIn(t, p, b)
+	c := p.nextConn()
+	synced(c, c.expect("sync", nil), 10, 10, 10)
+	b.WaitUntil("g listed", `document.querySelector('#groups li[data-gid=g] button')`)
+	body := strings.Repeat("x", 4000)
+	for batch := 0; batch < 20; batch++ {
+		var msgs []any
+		for i := 0; i < 250; i++ {
+			id := int64(12 + batch*250 + i) // 11 was lost
+			msgs = append(msgs, msg(id, id-1, "v", body))
+		}
+		c.write(map[string]any{"op": "push", "msgs": msgs})
+	}
+	b.WaitUntil("pushes in", `chat.stats.pushes === 5000`)
+	if n := browsertest.Eval[int](b, `chat.group('g').buf.size`); n > 1000 {
+		t.Fatalf("the page holds %d pushes (%d MB of bodies) of a group it never opened and will never connect them", n, n*4000>>20)
+	}
+	// The lost push comes: what was held connects, and only the newest 200
+	// messages of the closed group stay; the rest is pulled when it opens.
+	c.write(map[string]any{"op": "push", "msgs": []any{msg(11, 10, "v", body)}})
+	b.WaitUntil("the held pushes connect", `chat.group('g').contig === 1011 && chat.group('g').buf.size === 0`)
+	if n := browsertest.Eval[int](b, `chat.group('g').order.length + chat.group('g').msgs.size`); n != 400 {
+		t.Fatalf("the closed group keeps %d entries of messages, want 200 in order and 200 held", n)
+	}
+}
