@@ -65,7 +65,8 @@ func backfill(ctx context.Context, c *command, opts any, args []string) error {
 		}
 		prog := newProgress(c.stderr, "backfill "+t, total)
 		fill := filler(ch, t, o.dedup)
-		err = scan(ctx, scanConfig{brokers: brokers, topic: topic, batch: o.batch, parallel: o.parallel, onRecords: prog.add}, spans, fill.batch)
+		err = scan(ctx, scanConfig{brokers: brokers, topic: topic, batch: o.batch, parallel: o.parallel, onRecords: prog.add,
+			onSkip: skipNotice(c.stderr, topic, "ClickHouse")}, spans, fill.batch)
 		records, took := prog.finish()
 		if err != nil {
 			return fmt.Errorf("backfill %s from %s: %w", t, topic, err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/groupchat/chatd/broker"
 	"github.com/groupchat/chatd/consumers"
 	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/producers"
@@ -23,6 +24,7 @@ import (
 // variables that point chatctl at them.
 type env struct {
 	t       testing.TB
+	broker  *broker.Broker
 	brokers []string
 	prod    *producers.Producer
 	rc      redis.UniversalClient
@@ -39,7 +41,7 @@ func newEnvTB(t testing.TB, partitions int) *env {
 	b := testserver.NewBroker(t)
 	var err error
 	srv := testserver.NewRedis(t)
-	e := &env{t: t, brokers: []string{b.Addr()}, vars: map[string]string{
+	e := &env{t: t, broker: b, brokers: []string{b.Addr()}, vars: map[string]string{
 		"CHAT_KAFKA_BROKERS": b.Addr(),
 		"CHAT_PARTITIONS":    fmt.Sprint(partitions),
 		"CHAT_REDIS_ADDRS":   srv.Addr,

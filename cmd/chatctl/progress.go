@@ -13,16 +13,19 @@ import (
 )
 
 // progress shows how far a replay is: a bar with rate and ETA on a
-// terminal, a plain line every few seconds otherwise (logs, CI).
+// terminal, a plain line every few seconds otherwise (logs, CI). It counts
+// offsets, which end at the total even where compaction left gaps, and
+// records, for the summary.
 type progress struct {
-	bar   *progressbar.ProgressBar
-	w     io.Writer
-	title string
-	total int64
-	done  atomic.Int64
-	start time.Time
-	stop  chan struct{}
-	wg    sync.WaitGroup
+	bar     *progressbar.ProgressBar
+	w       io.Writer
+	title   string
+	total   int64 // offsets
+	done    atomic.Int64
+	records atomic.Int64
+	start   time.Time
+	stop    chan struct{}
+	wg      sync.WaitGroup
 }
 
 // plainEvery is how often the plain form prints a line.
@@ -36,7 +39,7 @@ func newProgress(w io.Writer, title string, total int64) *progress {
 			progressbar.OptionSetDescription(title),
 			progressbar.OptionShowCount(),
 			progressbar.OptionShowIts(),
-			progressbar.OptionSetItsString("records"),
+			progressbar.OptionSetItsString("offsets"),
 			progressbar.OptionSetPredictTime(true),
 			progressbar.OptionShowElapsedTimeOnFinish(),
 			progressbar.OptionThrottle(100*time.Millisecond),
@@ -61,10 +64,11 @@ func newProgress(w io.Writer, title string, total int64) *progress {
 	return p
 }
 
-func (p *progress) add(n int) {
-	p.done.Add(int64(n))
+func (p *progress) add(records int, offsets int64) {
+	p.records.Add(int64(records))
+	p.done.Add(offsets)
 	if p.bar != nil {
-		p.bar.Add(n)
+		p.bar.Add64(offsets)
 	}
 }
 
@@ -79,7 +83,7 @@ func (p *progress) line() {
 	if p.total > 0 {
 		pct = 100 * float64(done) / float64(p.total)
 	}
-	fmt.Fprintf(p.w, "%s: %d/%d records (%.1f%%), %.0f records/s, ETA %s\n", p.title, done, p.total, pct, rate, eta)
+	fmt.Fprintf(p.w, "%s: %d/%d offsets (%.1f%%), %d records, %.0f offsets/s, ETA %s\n", p.title, done, p.total, pct, p.records.Load(), rate, eta)
 }
 
 // finish ends the display and returns the records seen and the time taken.
@@ -92,5 +96,5 @@ func (p *progress) finish() (int64, time.Duration) {
 		p.wg.Wait()
 		p.line()
 	}
-	return p.done.Load(), el
+	return p.records.Load(), el
 }

@@ -91,12 +91,14 @@ func rebuild(ctx context.Context, c *command, opts any, args []string) error {
 	cfg := scanConfig{brokers: brokers, batch: o.batch, parallel: o.parallel, onRecords: prog.add}
 	if len(joins) > 0 {
 		cfg.topic = topics.Members
+		cfg.onSkip = skipNotice(c.stderr, topics.Members, "the rebuilt "+string(p))
 		if err := scan(ctx, cfg, joins, r.joins(p)); err != nil {
 			prog.finish()
 			return fmt.Errorf("replaying the joins of %s: %w", topics.Members, err)
 		}
 	}
 	cfg.topic = topic
+	cfg.onSkip = skipNotice(c.stderr, topic, "the rebuilt "+string(p))
 	if p != store.ProjectionMembers {
 		cfg.spanDone = r.flushCursors(p, group, topic)
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,15 +44,25 @@ func (a *admin) spans(ctx context.Context, topic string, from map[int]int64) ([]
 	return out, total, nil
 }
 
+// fetchDeadline bounds one fetch from a partition's leader.
+var fetchDeadline = 30 * time.Second
+
 // scanConfig says how to read spans.
 type scanConfig struct {
-	brokers   []string
-	topic     string
-	batch     int                                       // records per call of fn; default 50000
-	parallel  int                                       // partitions read at once; default 4
-	follow    bool                                      // wait for new records at the end instead of stopping
-	spanDone  func(ctx context.Context, part int) error // after a span's last call of fn
-	onRecords func(n int)
+	brokers  []string
+	topic    string
+	batch    int                                       // records per call of fn; default 50000
+	parallel int                                       // partitions read at once; default 4
+	follow   bool                                      // wait for new records at the end instead of stopping
+	spanDone func(ctx context.Context, part int) error // after a span's last call of fn
+	// onRecords is told, after each call of fn, how many records it had and
+	// how many offsets the span advanced (more than the records on a
+	// compacted topic); at the span's end, the offsets left (0 records).
+	onRecords func(records int, offsets int64)
+	// onSkip is told of offsets [from, to) of a partition that retention
+	// (or compaction moving the log start) removed while the scan ran:
+	// they are not read.
+	onSkip func(part int, from, to int64)
 }
 
 // scan reads every span and calls fn with its records in offset order, up
@@ -93,8 +104,29 @@ func scanOne(ctx context.Context, cfg scanConfig, s span, fn func(ctx context.Co
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Now()) })
 	defer stop()
-	if _, err := conn.Seek(s.from, kafka.SeekAbsolute); err != nil {
-		return fmt.Errorf("%s/%d: position at %d: %w", cfg.topic, s.part, s.from, err)
+	pos := s.from // the next offset not yet handed on or skipped
+	// skipTo moves past what the log no longer holds, when its start has
+	// passed pos; it reports whether it did.
+	skipTo := func() (bool, error) {
+		first, err := conn.ReadFirstOffset()
+		if err != nil || first <= pos {
+			return false, err
+		}
+		first = min(first, s.to)
+		if cfg.onSkip != nil {
+			cfg.onSkip(s.part, pos, first)
+		}
+		if cfg.onRecords != nil {
+			cfg.onRecords(0, first-pos)
+		}
+		pos = first
+		_, err = conn.Seek(pos, kafka.SeekAbsolute)
+		return err == nil, err
+	}
+	if _, err := conn.Seek(pos, kafka.SeekAbsolute); err != nil {
+		if skipped, serr := skipTo(); !skipped {
+			return fmt.Errorf("%s/%d: position at %d: %w", cfg.topic, s.part, pos, cmp.Or(serr, err))
+		}
 	}
 	batch := make([]kafka.Message, 0, cfg.batch)
 	flush := func() error {
@@ -104,19 +136,32 @@ func scanOne(ctx context.Context, cfg scanConfig, s span, fn func(ctx context.Co
 		if err := fn(ctx, s.part, batch); err != nil {
 			return err
 		}
+		next := batch[len(batch)-1].Offset + 1
 		if cfg.onRecords != nil {
-			cfg.onRecords(len(batch))
+			cfg.onRecords(len(batch), next-pos)
 		}
+		pos = next
 		batch = batch[:0]
+		return nil
+	}
+	finish := func() error {
+		if err := flush(); err != nil {
+			return err
+		}
+		if cfg.onRecords != nil && s.to > pos {
+			cfg.onRecords(0, s.to-pos) // compaction removed the span's tail
+		}
 		return nil
 	}
 	for {
 		// One fetch, read straight off the connection: no per-record
-		// hand-off between goroutines, which a kafka.Reader costs.
-		conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		// hand-off between goroutines, which a kafka.Reader costs. fn runs
+		// only between fetches, so however long it takes, it does not eat
+		// into a fetch's read deadline.
+		conn.SetReadDeadline(time.Now().Add(fetchDeadline))
 		b := conn.ReadBatchWith(kafka.ReadBatchConfig{MinBytes: 1, MaxBytes: 32 << 20, MaxWait: 500 * time.Millisecond})
 		got, done := 0, false
-		for {
+		for len(batch) < cap(batch) {
 			m, err := b.ReadMessage()
 			if err != nil {
 				break
@@ -127,23 +172,29 @@ func scanOne(ctx context.Context, cfg scanConfig, s span, fn func(ctx context.Co
 			}
 			got++
 			batch = append(batch, m)
-			if len(batch) == cap(batch) {
-				if err := flush(); err != nil {
-					b.Close()
-					return err
-				}
-			}
 			if m.Offset >= s.to-1 {
 				done = true
 				break
 			}
 		}
 		hwm := b.HighWaterMark()
+		// Closing a batch read only in part discards the rest of the
+		// fetch; the connection's offset is the next record not read.
 		if err := b.Close(); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, kafka.RequestTimedOut) { // timed out: nothing new within MaxWait
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
 			at, _ := conn.Offset()
+			if errors.Is(err, kafka.OffsetOutOfRange) && got == 0 {
+				if err := flush(); err != nil {
+					return err
+				}
+				if skipped, serr := skipTo(); skipped {
+					continue
+				} else if serr != nil {
+					err = serr
+				}
+			}
 			return fmt.Errorf("%s/%d: read at %d: %w", cfg.topic, s.part, at, err)
 		}
 		if ctx.Err() != nil {
@@ -153,13 +204,22 @@ func scanOne(ctx context.Context, cfg scanConfig, s span, fn func(ctx context.Co
 		// Done at the span's end; or, when nothing came and the log ends
 		// here, because compaction removed the span's tail.
 		if done || (got == 0 && next >= hwm && !cfg.follow) {
-			return flush()
+			return finish()
 		}
-		if cfg.follow || got == 0 {
+		if cfg.follow || got == 0 || len(batch) == cap(batch) {
 			if err := flush(); err != nil { // a follower prints what it has
 				return err
 			}
 		}
+	}
+}
+
+// skipNotice returns an onSkip that tells w what was removed under a
+// replay, and so is missing from its result (what).
+func skipNotice(w io.Writer, topic, what string) func(part int, from, to int64) {
+	return func(part int, from, to int64) {
+		fmt.Fprintf(w, "%s/%d: offsets %d to %d were removed (retention or compaction) while they waited to be read; they are not in %s\n",
+			topic, part, from, to-1, what)
 	}
 }
 
