@@ -10,6 +10,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/groupchat/chatd/consumers"
+	"github.com/groupchat/chatd/producers"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
@@ -62,6 +63,14 @@ func rebuild(ctx context.Context, c *command, opts any, args []string) error {
 	if err := checkInactive(ctx, a, group, o.force); err != nil {
 		return err
 	}
+	if p != store.ProjectionMembers {
+		// The member projector raises joiners' cursors in the same keys:
+		// running, it races the wipe, and the report counts its raises as
+		// unexpected. The projector role runs both; stop the role.
+		if err := checkInactive(ctx, a, consumers.GroupMemberProjector, o.force); err != nil {
+			return fmt.Errorf("rebuild %s also replays the joins of %s: %w", p, topics.Members, err)
+		}
+	}
 	rds, closeRedis, err := c.s.redis(ctx)
 	if err != nil {
 		return err
@@ -87,6 +96,12 @@ func rebuild(ctx context.Context, c *command, opts any, args []string) error {
 	fmt.Fprintf(c.stdout, "wiped %s: %d keys (with %s's saved offsets)\n", p, deleted, group)
 
 	r := &replay{rds: rds, expect: newExpectation(p)}
+	if p != store.ProjectionMembers {
+		if r.prod, err = producers.New(producers.Config{Brokers: brokers}); err != nil {
+			return err
+		}
+		defer r.prod.Close()
+	}
 	prog := newProgress(c.stderr, "rebuild "+string(p), total)
 	cfg := scanConfig{brokers: brokers, batch: o.batch, parallel: o.parallel, onRecords: prog.add}
 	if len(joins) > 0 {
@@ -100,7 +115,7 @@ func rebuild(ctx context.Context, c *command, opts any, args []string) error {
 	cfg.topic = topic
 	cfg.onSkip = skipNotice(c.stderr, topic, "the rebuilt "+string(p))
 	if p != store.ProjectionMembers {
-		cfg.spanDone = r.flushCursors(p, group, topic)
+		cfg.spanDone = r.finishCursors(p, group, topic)
 	}
 	err = scan(ctx, cfg, spans, r.records(p, group, topic))
 	records, took := prog.finish()
@@ -119,6 +134,9 @@ func rebuild(ctx context.Context, c *command, opts any, args []string) error {
 	}
 	fmt.Fprintf(c.stdout, "replayed %d records in %v (%.0f records/s); %d did not decode (the live consumer dead-letters them)\n",
 		records, took.Round(time.Millisecond), float64(records)/took.Seconds(), r.poison.Load())
+	if n := r.corrected.Load(); n > 0 {
+		fmt.Fprintf(c.stdout, "appended %d cursors to %s whose last record was below them, so that compaction keeps them\n", n, topic)
+	}
 	rep, err := r.expect.check(ctx, rds)
 	if err != nil {
 		return err
@@ -132,9 +150,11 @@ func rebuild(ctx context.Context, c *command, opts any, args []string) error {
 
 // replay applies records to Redis and folds what the state must be.
 type replay struct {
-	rds    *store.Redis
-	expect *expectation
-	poison counter
+	rds       *store.Redis
+	prod      *producers.Producer // cursor projections: appends the cursors the log left behind
+	expect    *expectation
+	poison    counter
+	corrected counter
 }
 
 // joins returns the scan function that folds the cursor raise of every
@@ -147,7 +167,7 @@ func (r *replay) joins(p store.Projection) func(context.Context, int, []kafka.Me
 			if err != nil || ev.Op != schema.OpJoin {
 				continue
 			}
-			f.add(ev.Gid, ev.Uid, ev.Pos)
+			f.addJoin(ev.Gid, ev.Uid, ev.Pos)
 		}
 		return nil
 	}
@@ -230,6 +250,40 @@ func (r *replay) flushCursors(p store.Projection, group, topic string) func(ctx 
 			return err
 		}
 		return r.rds.SaveOffsets(ctx, group, topic, map[int]int64{part: f.next})
+	}
+}
+
+// finishCursors ends a partition of a cursor projection: it writes the
+// cursors still unwritten, appends again each cursor whose member's last
+// record is below it (two devices acking 100 and then 90 leave 90 last, and
+// a compacted topic keeps only that), as the live projectors do, and then
+// saves the position.
+func (r *replay) finishCursors(p store.Projection, group, topic string) func(ctx context.Context, part int) error {
+	flush := r.flushCursors(p, group, topic)
+	return func(ctx context.Context, part int) error {
+		f := r.expect.fold(part)
+		behind := f.behind()
+		if len(behind) > 0 {
+			at := time.Now().UnixMilli()
+			var err error
+			if p == store.ProjectionAcks {
+				for i := range behind {
+					behind[i].At = at
+				}
+				err = r.prod.SendAcks(ctx, behind...)
+			} else {
+				rs := make([]schema.Receipt, len(behind))
+				for i, a := range behind {
+					rs[i] = schema.Receipt{Gid: a.Gid, Uid: a.Uid, Upto: a.Upto, At: at}
+				}
+				err = r.prod.SendReceipts(ctx, rs...)
+			}
+			if err != nil {
+				return fmt.Errorf("append %d cursors the log left behind to %s: %w", len(behind), topic, err)
+			}
+			r.corrected.Add(int64(len(behind)))
+		}
+		return flush(ctx, part)
 	}
 }
 

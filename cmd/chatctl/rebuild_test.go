@@ -13,6 +13,7 @@ import (
 
 	"github.com/groupchat/chatd/consumers"
 	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/store"
 )
 
 // workload writes groups, members (joins, a leave, a rejoin), messages,
@@ -252,5 +253,96 @@ func TestRebuildRefusesUnknownProjection(t *testing.T) {
 	delete(e.vars, "CHAT_REDIS_ADDRS")
 	if _, err := e.ctl("rebuild", "acks"); err == nil || !strings.Contains(err.Error(), "CHAT_REDIS_ADDRS") {
 		t.Fatalf("rebuild without Redis: %v, want one naming CHAT_REDIS_ADDRS", err)
+	}
+}
+
+// Two devices of bob read up to the newest and then to an older message,
+// while the projector was stopped. The rebuild gives the newest; it must
+// also append it again, as the live projector does, or once compaction has
+// kept only the older record a second rebuild moves the cursor back.
+func TestRebuildKeepsACursorTheLogLeftBehindThroughCompaction(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx := context.Background()
+	e.mustCtl("groups", "create", "g", "alice", "bob")
+	var last int64
+	for i := range 10 {
+		id, err := e.prod.SendMessage(ctx, &schema.Message{Gid: "g", Sender: "alice", SentAt: time.Now().UnixMilli(), Body: []byte(fmt.Sprint(i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = id
+	}
+	for _, upto := range []int64{last, last - 4} {
+		if err := e.prod.SendReceipts(ctx, schema.Receipt{Gid: "g", Uid: "bob", Upto: upto, At: time.Now().UnixMilli()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// another member's read, so that bob's records are not in the active
+	// segment, which compaction never cleans
+	if err := e.prod.SendReceipts(ctx, schema.Receipt{Gid: "g", Uid: "alice", Upto: last, At: time.Now().UnixMilli()}); err != nil {
+		t.Fatal(err)
+	}
+	e.mustCtl("rebuild", "members")
+	out := e.mustCtl("rebuild", "receipts")
+	if !strings.Contains(out, "appended 1 cursors") {
+		t.Fatalf("the rebuild appended nothing for bob:\n%s", out)
+	}
+	readOf := func() int64 {
+		t.Helper()
+		cur, err := e.rds.ReadCursors(ctx, "g")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cur["bob"]
+	}
+	if c := readOf(); c != last {
+		t.Fatalf("after the first rebuild bob's read cursor is %d, want %d", c, last)
+	}
+	e.broker.Cluster().Compact()
+	e.mustCtl("rebuild", "receipts")
+	if c := readOf(); c != last {
+		t.Fatalf("bob's read cursor moved back from %d to %d after compaction and a second rebuild", last, c)
+	}
+}
+
+// The members report must notice a user whose whole group index is gone,
+// not only one whose index lacks some groups.
+func TestMembersReportNoticesAMissingUserIndex(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx := context.Background()
+	e.mustCtl("groups", "create", "g", "alice", "bob")
+	e.mustCtl("rebuild", "members")
+	if err := e.rc.Del(ctx, "chat:{u:bob}:groups").Err(); err != nil {
+		t.Fatal(err)
+	}
+	ex := newExpectation(store.ProjectionMembers)
+	for _, uid := range []string{"alice", "bob"} {
+		ex.memberRecords(1, func(int) schema.Member { return schema.Member{Gid: "g", Uid: uid, Op: schema.OpJoin, Pos: -1} })
+	}
+	rep, err := ex.check(ctx, e.rds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.ok() || !strings.Contains(rep.String(), "user index of bob: none") {
+		t.Fatalf("bob's user index is gone, yet the report says:\n%s", rep)
+	}
+}
+
+// A cursor rebuild replays the joins too, and the member projector raises
+// joiners' cursors in the same keys: it must be stopped as well.
+func TestCursorRebuildWantsTheMemberProjectorStopped(t *testing.T) {
+	e := newEnv(t, 1)
+	e.mustCtl("groups", "create", "g", "alice")
+	m, err := (&consumers.MemberProjector{Redis: e.rds}).Runner(e.base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.start(m)
+	e.waitFor("the member projector to hold its partitions", m.CaughtUp)
+	for _, p := range []string{"acks", "receipts"} {
+		_, err := e.ctl("rebuild", p)
+		if !errors.Is(err, ErrGroupActive) || !strings.Contains(err.Error(), consumers.GroupMemberProjector) {
+			t.Fatalf("rebuild %s while the member projector runs: %v, want ErrGroupActive naming %s", p, err, consumers.GroupMemberProjector)
+		}
 	}
 }

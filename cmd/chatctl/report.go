@@ -51,22 +51,61 @@ type cursorFold struct {
 type cursor struct {
 	v       int64
 	pending bool // not written to Redis yet
+	// Of the projection's own records (not joins): whether there were any,
+	// the highest and the last, in offset order. A last below the highest
+	// is what compaction would keep, so the rebuild appends the highest
+	// again, as the live projector does.
+	recorded  bool
+	rec, last int64
 }
 
+// add folds a cursor record of the projection's topic.
 func (f *cursorFold) add(gid, uid string, upto int64) {
+	c := f.raise(gid, uid, upto)
+	if !c.recorded || upto > c.rec {
+		c.rec = upto
+	}
+	c.recorded, c.last = true, upto
+	f.groups[gid][uid] = c
+}
+
+// addJoin folds the cursor raise of a join.
+func (f *cursorFold) addJoin(gid, uid string, pos int64) {
+	f.groups[gid][uid] = f.raise(gid, uid, pos)
+}
+
+// raise returns uid's cursor in gid raised to at least v, counting it as
+// unwritten when it moved.
+func (f *cursorFold) raise(gid, uid string, v int64) cursor {
 	g := f.groups[gid]
 	if g == nil {
 		g = map[string]cursor{}
 		f.groups[gid] = g
 	}
 	c, ok := g[uid]
-	if ok && upto <= c.v {
-		return
+	if ok && v <= c.v {
+		return c
 	}
 	if !c.pending {
 		f.dirty++
 	}
-	g[uid] = cursor{v: upto, pending: true}
+	c.v, c.pending = v, true
+	g[uid] = c
+	return c
+}
+
+// behind returns the cursors whose last record is below their highest: the
+// records that must be appended again for a compacted topic to keep them.
+func (f *cursorFold) behind() []schema.Ack {
+	var out []schema.Ack
+	for gid, us := range f.groups {
+		for uid, c := range us {
+			if c.recorded && c.last < c.rec {
+				out = append(out, schema.Ack{Gid: gid, Uid: uid, Upto: c.rec})
+			}
+		}
+	}
+	return out
 }
 
 // flush hands the unwritten cursors to write, in chunks, and marks them
@@ -80,7 +119,8 @@ func (f *cursorFold) flush(write func([]schema.Ack) error) error {
 				continue
 			}
 			out = append(out, schema.Ack{Gid: gid, Uid: uid, Upto: c.v})
-			us[uid] = cursor{v: c.v}
+			c.pending = false
+			us[uid] = c
 			if len(out) == chunk {
 				if err := write(out); err != nil {
 					return err
@@ -278,7 +318,9 @@ func (e *expectation) checkMembers(ctx context.Context, rds *store.Redis) (*repo
 			r.example("%s: Redis has no members, the topic has %d", gid, len(us))
 		}
 	}
+	indexed := map[string]bool{}
 	err = rds.EachUserGroups(ctx, func(uid string, got map[string]store.Membership) error {
+		indexed[uid] = true
 		want := byUser[uid]
 		for gid, m := range got {
 			r.userIndex++
@@ -293,5 +335,14 @@ func (e *expectation) checkMembers(ctx context.Context, rds *store.Redis) (*repo
 		}
 		return nil
 	})
-	return r, err
+	if err != nil {
+		return nil, err
+	}
+	for uid, want := range byUser {
+		if !indexed[uid] {
+			r.userIndexMismatch += len(want)
+			r.example("user index of %s: none, the topic says %d groups", uid, len(want))
+		}
+	}
+	return r, nil
 }
