@@ -123,7 +123,7 @@ func resetFlags(c *command) any {
 	c.fs.StringVar(&o.to, "to", "", "earliest, latest, a time (RFC 3339, e.g. 2024-05-01T12:00:00Z) or an offset")
 	c.fs.StringVar(&o.topic, "topic", "", "the topic (default: the one the group reads)")
 	c.fs.BoolVar(&o.dryRun, "dry-run", false, "print the plan, change nothing")
-	c.fs.BoolVar(&o.force, "force", false, "reset although the group has active members (they overwrite it with their next commit unless restarted)")
+	c.fs.BoolVar(&o.force, "force", false, "reset although the group has active members: only for groups that keep their position in Redis (the projectors, the persister), whose running consumers then go on from the new position")
 	return o
 }
 
@@ -142,8 +142,20 @@ func consumerGroupsReset(ctx context.Context, c *command, opts any, args []strin
 		return err
 	}
 	a := newAdmin(brokers)
-	if err := checkInactive(ctx, a, group, o.force); err != nil {
+	info, err := a.describeGroup(ctx, group)
+	if err != nil {
 		return err
+	}
+	k := knownGroups[group]
+	active := len(info.Members) > 0
+	switch {
+	case active && !o.force:
+		return fmt.Errorf("%w: %s is %s with %d members; stop its consumers (e.g. the chatd role that runs it) and retry, or pass -force",
+			ErrGroupActive, group, info.State, len(info.Members))
+	case active && !k.inRedis:
+		// Kafka takes offsets for a group with members only from them.
+		return fmt.Errorf("%w: %s is %s with %d members, and it keeps its position in Kafka, which refuses offsets from outside a group that has members; stop its consumers and retry",
+			ErrGroupActive, group, info.State, len(info.Members))
 	}
 	topic := o.topic
 	if topic == "" {
@@ -168,7 +180,6 @@ func consumerGroupsReset(ctx context.Context, c *command, opts any, args []strin
 	if err != nil {
 		return err
 	}
-	k := knownGroups[group]
 	var rds *store.Redis
 	var pos map[int]int64
 	if k.inRedis {
@@ -202,7 +213,18 @@ func consumerGroupsReset(ctx context.Context, c *command, opts any, args []strin
 			return err
 		}
 	}
+	if active {
+		// Forced, with the position in Redis: the running consumers see it
+		// moved within seconds and go on from there; they mirror it to the
+		// group's offsets with their next commit.
+		fmt.Fprintf(c.stdout, "reset %s on %s: %d partitions, in Redis; its %d running consumers go on from there within seconds (the group's committed offsets follow with their next commit)\n",
+			group, topic, len(parts), len(info.Members))
+		return nil
+	}
 	if err := a.commit(ctx, group, topic, target); err != nil {
+		if rds != nil {
+			return fmt.Errorf("%w (the position in Redis, which the consumers read, is already reset; run the reset again to mirror it to the group)", err)
+		}
 		return err
 	}
 	fmt.Fprintf(c.stdout, "reset %s on %s: %d partitions; start the group's consumers to read from there\n", group, topic, len(parts))

@@ -223,3 +223,46 @@ func TestResetTargets(t *testing.T) {
 		t.Fatalf("reset of an unknown group without -topic: %v", err)
 	}
 }
+
+// -force resets a running group that keeps its position in Redis: the
+// runner goes on from the new position, and the command says so rather
+// than failing on the commit Kafka refuses from outside the group. A
+// group whose position is in Kafka cannot be reset while it runs.
+func TestForcedResetOfARunningGroup(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx := context.Background()
+	for i := range 5 {
+		if err := e.prod.SendAcks(ctx, schema.Ack{Gid: "g", Uid: fmt.Sprint("u", i), Upto: 1, At: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := (&consumers.AckProjector{Redis: e.rds}).Runner(e.base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.start(r)
+	e.waitFor("the ack projector to catch up", func() bool { return r.CaughtUp() && r.Stats().Records >= 5 })
+	e.waitFor("its saved position", func() bool {
+		o, err := e.rds.Offsets(ctx, consumers.GroupAckProjector, topics.Acks)
+		return err == nil && o[0] == 5
+	})
+	if _, err := e.ctl("consumer-groups", "reset", consumers.GroupAckProjector, "-to", "earliest"); !errors.Is(err, ErrGroupActive) {
+		t.Fatalf("reset of a running group without -force: %v, want ErrGroupActive", err)
+	}
+	out, err := e.ctl("consumer-groups", "reset", consumers.GroupAckProjector, "-to", "earliest", "-force")
+	if err != nil || !strings.Contains(out, "running consumers go on from there") {
+		t.Fatalf("reset -force of the running ack projector: %v\n%s", err, out)
+	}
+	e.waitFor("the projector to replay from the start", func() bool { return r.Stats().Records >= 10 })
+
+	f, err := (&consumers.Fanout{Redis: e.rds}).Runner(e.base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.start(f)
+	e.waitFor("the fan-out to hold its partitions", f.CaughtUp)
+	_, err = e.ctl("consumer-groups", "reset", consumers.GroupFanout, "-to", "latest", "-topic", topics.Messages, "-force")
+	if !errors.Is(err, ErrGroupActive) || !strings.Contains(err.Error(), "keeps its position in Kafka") {
+		t.Fatalf("reset -force of the running fan-out: %v, want a refusal saying why", err)
+	}
+}
