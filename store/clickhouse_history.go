@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
+
 	"github.com/groupchat/chatd/schema"
 )
 
@@ -27,4 +29,33 @@ func (c *ClickHouse) MessagesBefore(ctx context.Context, gid string, after, befo
 	}
 	slices.Reverse(msgs)
 	return msgs, nil
+}
+
+// SentBefore returns, of the messages stored in partition part with msgid <
+// before and sent_at_ms >= since, those whose client_msg_id is one of
+// cmids; the body is left out. A backfill asks it for the originals of
+// resends whose first send retention has already removed from the topic.
+func (c *ClickHouse) SentBefore(ctx context.Context, part int32, before, since int64, cmids []string) ([]schema.Message, error) {
+	if len(cmids) == 0 || before <= 0 {
+		return nil, nil
+	}
+	ctx, cancel := c.timeout(ctx)
+	defer cancel()
+	var out []schema.Message
+	err := c.eachRow(ctx, func(rows driver.Rows) error {
+		var m schema.Message
+		var msgid uint64
+		if err := rows.Scan(&m.Gid, &m.Sender, &m.ClientMsgID, &msgid, &m.SentAt); err != nil {
+			return err
+		}
+		m.MsgID = int64(msgid)
+		out = append(out, m)
+		return nil
+	}, "SELECT gid, sender, client_msg_id, msgid, any(sent_at_ms) FROM messages "+
+		"PREWHERE `partition` = ? AND msgid < ? AND sent_at_ms >= ? WHERE has(?, client_msg_id) "+
+		"GROUP BY gid, sender, client_msg_id, msgid", uint16(part), uint64(before), since, cmids)
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: messages of partition %d sent before %d: %w", part, before, err)
+	}
+	return out, nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -103,6 +104,11 @@ func filler(ch *store.ClickHouse, table string, dedupWin time.Duration) *fill {
 				}
 				keep = append(keep, m)
 			}
+			keep, dropped, err := claims.dropResends(ctx, ch, part, msgs[0].Offset, keep)
+			if err != nil {
+				return err
+			}
+			f.dups.Add(int64(dropped))
 			f.rows.Add(int64(len(keep)))
 			return ch.InsertMessages(ctx, int32(part), keep)
 		}
@@ -167,6 +173,11 @@ type partClaims struct {
 	last   map[claimKey]claim
 	newest int64 // highest sent_at seen, for eviction
 	limit  int   // evict when last grows past this
+	// The partition's first offset read and the sent_at of its first
+	// message: a message within the window of it may be the resend of one
+	// that retention removed before the backfill could claim it.
+	started      bool
+	start, first int64
 }
 
 type claim struct{ msgid, sentAt int64 }
@@ -215,6 +226,55 @@ func (c *claims) dup(part int, m *schema.Message) bool {
 		pc.limit = max(evictAbove, 2*len(pc.last))
 	}
 	return false
+}
+
+// lookupChunk is how many cmids one ClickHouse lookup names: the query
+// stays under ClickHouse's default max_query_size (256 KiB) with ids of
+// the longest allowed size.
+const lookupChunk = 1000
+
+// dropResends drops from msgs (one batch of partition part, claimed
+// already among themselves) the resends whose first send is stored in
+// ClickHouse but no longer in the topic: retention removed it before the
+// backfill began at offset from. Only messages sent within the window of
+// the partition's first message can be such resends; the rest of a
+// backfill costs nothing here.
+func (c *claims) dropResends(ctx context.Context, ch *store.ClickHouse, part int, from int64, msgs []schema.Message) ([]schema.Message, int, error) {
+	pc := c.part(part)
+	if !pc.started && len(msgs) > 0 {
+		pc.started, pc.start, pc.first = true, from, msgs[0].SentAt
+	}
+	if pc.start <= 0 {
+		return msgs, 0, nil // the topic still holds the partition's first record
+	}
+	var cmids []string
+	for i := range msgs {
+		if msgs[i].ClientMsgID != "" && msgs[i].SentAt <= pc.first+c.win {
+			cmids = append(cmids, msgs[i].ClientMsgID)
+		}
+	}
+	if len(cmids) == 0 {
+		return msgs, 0, nil
+	}
+	originals := map[claimKey][]int64{} // sent_at of each
+	for i := 0; i < len(cmids); i += lookupChunk {
+		found, err := ch.SentBefore(ctx, int32(part), pc.start, pc.first-c.win, cmids[i:min(i+lookupChunk, len(cmids))])
+		if err != nil {
+			return nil, 0, fmt.Errorf("look up the first sends of resends: %w", err)
+		}
+		for _, m := range found {
+			k := claimKey{m.Gid, m.Sender, m.ClientMsgID}
+			originals[k] = append(originals[k], m.SentAt)
+		}
+	}
+	keep := msgs[:0]
+	for _, m := range msgs {
+		if slices.ContainsFunc(originals[claimKey{m.Gid, m.Sender, m.ClientMsgID}], func(at int64) bool { return abs(m.SentAt-at) <= c.win }) {
+			continue
+		}
+		keep = append(keep, m)
+	}
+	return keep, len(msgs) - len(keep), nil
 }
 
 func abs(v int64) int64 {

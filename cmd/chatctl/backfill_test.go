@@ -3,13 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 
 	"github.com/groupchat/chatd/consumers"
+	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/topics"
 )
 
@@ -99,5 +102,37 @@ func TestBackfillTwiceEqualsOnceAndMatchesTheLiveConsumers(t *testing.T) {
 	}
 	if _, err := e.ctl("backfill", "-tables", "window"); err == nil || !strings.Contains(err.Error(), "want some of messages") {
 		t.Fatalf("backfill -tables window: %v", err)
+	}
+}
+
+// A resend whose first send retention has removed from the topic, though
+// ClickHouse holds it: a second backfill must drop the resend, as the
+// first did and as the persister does, not store the send twice.
+func TestBackfillDropsAResendWhoseFirstSendRetentionRemoved(t *testing.T) {
+	e := newEnv(t, 1)
+	ch := e.withClickHouse("resend")
+	ctx := context.Background()
+	now := time.Now().UnixMilli()
+	orig := schema.Message{Gid: "g", Sender: "alice", ClientMsgID: "c1", SentAt: now, Body: []byte("hello")}
+	resend := orig
+	resend.SentAt = now + 2000
+	other := schema.Message{Gid: "g", Sender: "bob", ClientMsgID: "c2", SentAt: now + 3000, Body: []byte("hi")}
+	var ids []int64
+	for _, m := range []schema.Message{orig, resend, other} {
+		id, err := e.prod.SendMessage(ctx, &m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	e.mustCtl("backfill", "-tables", "messages")
+	if n, err := ch.CountMessages(ctx, "g"); err != nil || n != 2 {
+		t.Fatalf("first backfill: %d messages (%v), want 2 (the resend dropped)", n, err)
+	}
+	deleteRecordsBefore(t, e.brokers, topics.Messages, 0, ids[1]) // retention removes the first send
+	out := e.mustCtl("backfill", "-tables", "messages")
+	if n, err := ch.CountMessages(ctx, "g"); err != nil || n != 2 || !strings.Contains(out, "1 duplicate sends dropped") {
+		ms, _ := ch.Messages(ctx, "g", -1, math.MaxInt64, 10)
+		t.Fatalf("second backfill after retention removed the first send: %d messages (%v), want 2:\n%+v\n%s", n, err, ms, out)
 	}
 }
