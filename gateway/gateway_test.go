@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -268,5 +269,19 @@ func TestResendWaitsForTheSendInFlight(t *testing.T) {
 	}
 	if n := e.topicEndsOf(topics.Messages); n != 0 {
 		t.Fatalf("%d records produced, want none: the resends must not produce again", n)
+	}
+}
+
+// A member named twice in one request joins once: a second join would move
+// their start past what was sent between the two.
+func TestAMemberNamedTwiceJoinsOnce(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	before := e.topicEndsOf(topics.Members)
+	st, out := e.http("POST", "/v1/admin/groups", adminToken, map[string]any{"gid": "dup", "members": []string{"a", "a", "b"}})
+	if st != 200 || fmt.Sprint(out["added"]) != "[a b]" {
+		t.Fatalf("create with a twice: %d %v, want a and b added", st, out)
+	}
+	if n := e.topicEndsOf(topics.Members) - before; n != 2 {
+		t.Fatalf("%d member records written, want 2", n)
 	}
 }

@@ -193,9 +193,11 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 		if current[uid].State == store.MemberJoined {
 			continue
 		}
-		if _, err := g.cfg.Producer.Join(ctx, gid, uid, "admin"); err != nil {
+		m, err := g.cfg.Producer.Join(ctx, gid, uid, "admin")
+		if err != nil {
 			return nil, g.unavailable("membership change", err)
 		}
+		current[uid] = current[uid].Apply(m) // a uid named twice joins once
 		added = append(added, uid)
 	}
 	return map[string]any{"gid": gid, "added": added}, nil

@@ -81,6 +81,7 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 		if err != nil {
 			return err
 		}
+		current[uid] = current[uid].Apply(m) // a uid named twice changes once
 		fmt.Fprintf(c.stdout, "%s: %s %s at position %d\n", uid, opName(op), gid, m.Pos)
 	}
 	return nil

@@ -41,6 +41,11 @@ func TestGroupAdministrationWritesMemberEvents(t *testing.T) {
 	if out := e.mustCtl("members", "add", "team", "bob", "carol"); !strings.Contains(out, "bob: already a member of team") {
 		t.Fatalf("adding a member twice:\n%s", out)
 	}
+	// A uid named twice joins once: a second join would move its start.
+	if out := e.mustCtl("members", "add", "team", "dave", "dave"); strings.Count(out, "dave: joined") != 1 ||
+		!strings.Contains(out, "dave: already a member of team") {
+		t.Fatalf("adding dave twice in one command:\n%s", out)
+	}
 	e.mustCtl("members", "remove", "team", "alice")
 	if out := e.mustCtl("members", "remove", "team", "alice"); !strings.Contains(out, "alice: not a member of team") {
 		t.Fatalf("removing a non-member:\n%s", out)
@@ -52,7 +57,7 @@ func TestGroupAdministrationWritesMemberEvents(t *testing.T) {
 		t.Fatalf("tail of %s: want alice's leave, naming her join at -1, and nothing else naming one:\n%s", topics.Members, tail)
 	}
 	show := strings.Join(strings.Fields(e.mustCtl("groups", "show", "team")), " ")
-	for _, want := range []string{"alice left -1 -1", "bob joined -1 -", "carol joined -1 -"} {
+	for _, want := range []string{"alice left -1 -1", "bob joined -1 -", "carol joined -1 -", "dave joined -1 -"} {
 		if !strings.Contains(show, want) {
 			t.Fatalf("groups show lacks %q: %s", want, show)
 		}

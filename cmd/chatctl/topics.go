@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 
@@ -88,7 +89,7 @@ func describe(ctx context.Context, c *command) ([]topics.Spec, []topics.State, e
 		return nil, nil, err
 	}
 	specs := topics.Specs(cfg)
-	states, err := topics.Describe(ctx, &kafka.Client{Addr: kafka.TCP(cfg.Brokers...)}, specs)
+	states, err := topics.Describe(ctx, &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 15 * time.Second}, specs)
 	return specs, states, err
 }
 
