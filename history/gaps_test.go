@@ -22,26 +22,44 @@ func gapMsgs(gid string, ids ...int64) []schema.Message {
 	return out
 }
 
+// thirty stores messages 0..29 of group g in a window of 10 (floor 19)
+// and the messages inCH in ClickHouse, and returns a History over both.
+func thirty(t *testing.T, inCH ...int64) (*fixture, *History) {
+	t.Helper()
+	f := newFixture(t, 10, true)
+	var all []int64
+	for i := int64(0); i < 30; i++ {
+		all = append(all, i)
+	}
+	if err := f.ch.InsertMessages(context.Background(), 0, gapMsgs("g", inCH...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.redis.AppendWindow(context.Background(), nil, gapMsgs("g", all...)); err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(Config{Redis: f.redis, ClickHouse: f.ch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f, h
+}
+
+func span(from, to int64) []int64 {
+	var ids []int64
+	for i := from; i <= to; i++ {
+		ids = append(ids, i)
+	}
+	return ids
+}
+
 // ClickHouse attached late (a deployment that ran Redis-only, or CH
 // restored from an old backup): it holds only the newest messages. The
 // window still holds messages ClickHouse lacks. A pull from the start must
 // not silently jump over them.
 func TestPullRefusesToJumpOverWhatClickHouseLacks(t *testing.T) {
-	f := newFixture(t, 10, true)
 	ctx := context.Background()
-	var all []int64
-	for i := int64(0); i < 30; i++ {
-		all = append(all, i)
-	}
-	// window: 20..29 (floor 19); ClickHouse: only 25..29.
-	if err := f.redis.AppendWindow(ctx, nil, gapMsgs("g", all...)); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.ch.InsertMessages(ctx, 0, gapMsgs("g", all[25:]...)); err != nil {
-		t.Fatal(err)
-	}
-	h, _ := New(Config{Redis: f.redis, ClickHouse: f.ch})
-	p, err := h.Pull(ctx, "g", 19, 5) // the first page above the floor
+	_, h := thirty(t, span(25, 29)...) // window: 20..29 (floor 19); ClickHouse: only 25..29
+	p, err := h.Pull(ctx, "g", 19, 5)  // the first page above the floor
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,22 +73,12 @@ func TestPullRefusesToJumpOverWhatClickHouseLacks(t *testing.T) {
 	}
 }
 
-// Same for scrolling up: the page before 25 must end at 24 (in the window).
+// Scrolling up over a ClickHouse that lacks 10..24: the page before 24 is
+// 20..23, from the window, and the page below the window is refused.
 func TestPullBeforeServesTheWindowAboveAClickHouseGap(t *testing.T) {
-	f := newFixture(t, 10, true)
 	ctx := context.Background()
-	var all []int64
-	for i := int64(0); i < 30; i++ {
-		all = append(all, i)
-	}
-	if err := f.redis.AppendWindow(ctx, nil, gapMsgs("g", all...)); err != nil {
-		t.Fatal(err)
-	}
 	// ClickHouse holds 0..9 (an old backfill) and 25..29, not 10..24.
-	if err := f.ch.InsertMessages(ctx, 0, gapMsgs("g", append(all[:10:10], all[25:]...)...)); err != nil {
-		t.Fatal(err)
-	}
-	h, _ := New(Config{Redis: f.redis, ClickHouse: f.ch})
+	_, h := thirty(t, append(span(0, 9), span(25, 29)...)...)
 	p, err := h.PullBefore(ctx, "g", -1, 24, 5) // window holds 20..23
 	if err != nil {
 		t.Fatal(err)
@@ -88,19 +96,8 @@ func TestPullBeforeServesTheWindowAboveAClickHouseGap(t *testing.T) {
 // messages certainly exist (the floor, 19, is one). It must not need
 // ClickHouse.
 func TestPagesInTheWindowNeedNoClickHouse(t *testing.T) {
-	f := newFixture(t, 10, true)
 	ctx := context.Background()
-	var all []int64
-	for i := int64(0); i < 30; i++ {
-		all = append(all, i)
-	}
-	if err := f.ch.InsertMessages(ctx, 0, gapMsgs("g", all...)); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.redis.AppendWindow(ctx, nil, gapMsgs("g", all...)); err != nil {
-		t.Fatal(err)
-	}
-	h, _ := New(Config{Redis: f.redis, ClickHouse: f.ch})
+	f, h := thirty(t, span(0, 29)...)
 	f.ch.Close() // ClickHouse down
 	if p, err := h.Pull(ctx, "g", 19, 5); err != nil || len(p.Messages) != 5 {
 		t.Fatalf("Pull inside the window with ClickHouse down: %v", err)

@@ -25,6 +25,19 @@ func synced(c *peerConn, f map[string]any, head, ack, read int64) {
 		map[string]any{"gid": "g", "head": head, "ack": ack, "read": read, "unread": head - read, "unread_exact": true}}})
 }
 
+// listed signs u in, answers the first sync with group g at head, ack and
+// read, and waits until the page lists g.
+func listed(t *testing.T, head, ack, read int64) (*peer, *browsertest.Tab, *peerConn) {
+	t.Helper()
+	p := newPeer(t)
+	b := browsertest.NewTab(t, browsertest.Start(t), "u")
+	signIn(t, p, b)
+	c := p.nextConn()
+	synced(c, c.expect("sync", nil), head, ack, read)
+	b.WaitUntil("g listed", `document.querySelector('#groups li[data-gid=g] button')`)
+	return p, b, c
+}
+
 // next returns the next frame of op within d, or nil.
 func (c *peerConn) next(op string, d time.Duration) map[string]any {
 	deadline := time.After(d)
@@ -44,12 +57,7 @@ func (c *peerConn) next(op string, d time.Duration) map[string]any {
 // the bottom while loading, then to the first unread message. The read it
 // sends must not pass what is on screen.
 func TestOpeningReadsOnlyWhatIsOnScreenAfterLoading(t *testing.T) {
-	p := newPeer(t)
-	b := browsertest.NewTab(t, browsertest.Start(t), "u")
-	signIn(t, p, b)
-	c := p.nextConn()
-	synced(c, c.expect("sync", nil), 30, 10, 10)
-	b.WaitUntil("g listed", `document.querySelector('#groups li[data-gid=g] button')`)
+	p, b, c := listed(t, 30, 10, 10)
 	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
 	long := strings.Repeat("a long line of text that wraps ", 40)
 	var unread []map[string]any
@@ -82,8 +90,8 @@ func TestOpeningReadsOnlyWhatIsOnScreenAfterLoading(t *testing.T) {
 }
 
 // A sync refused after the session is up (Redis down: unavailable) makes
-// the page drop and redial. Backoff must grow; it restarts at 0.5 s for
-// each session because every session authenticates before its sync fails.
+// the page drop and redial. The backoff must grow across such sessions:
+// being let in (authed) is not a healthy session, a sync is.
 func TestRefusedSyncsBackOff(t *testing.T) {
 	p := newPeer(t)
 	b := browsertest.NewTab(t, browsertest.Start(t), "u")
@@ -108,9 +116,9 @@ func TestRefusedSyncsBackOff(t *testing.T) {
 	}
 }
 
-// One heartbeat sync refused with a retryable error stops the heartbeat for
-// the rest of the session. HEARTBEAT (25 s) is shortened to 300 ms in the
-// page by wrapping setTimeout before the page's scripts run.
+// One heartbeat sync refused with a retryable error must not end the
+// heartbeat for the rest of the session. HEARTBEAT (25 s) is shortened to
+// 300 ms in the page by wrapping setTimeout before the page's scripts run.
 func TestHeartbeatGoesOnAfterARefusedSync(t *testing.T) {
 	p := newPeer(t)
 	b := browsertest.NewTab(t, browsertest.Start(t), "u")
@@ -134,8 +142,8 @@ func TestHeartbeatGoesOnAfterARefusedSync(t *testing.T) {
 
 // A message of mine that another device acked past (it is below my
 // cursor) while this tab still held it in its outbox: the resend gets its
-// msgid, scrolling up shows it, and the outbox keeps showing it too, for
-// good, and keeps it in sessionStorage to send again at the next load.
+// msgid and scrolling up shows it. The outbox must let it go, on screen and
+// in sessionStorage, or it shows twice and is resent at every load.
 func TestOutboxLetsGoOfAMessageBelowTheCursor(t *testing.T) {
 	p := newPeer(t)
 	b := browsertest.NewTab(t, browsertest.Start(t), "u")
@@ -168,14 +176,10 @@ func TestOutboxLetsGoOfAMessageBelowTheCursor(t *testing.T) {
 }
 
 // Pushes of a group the user never opens, after one lost push: none
-// connects, none is pulled (only an open group pulls gaps), all are kept.
+// connects and none is pulled (only an open group pulls gaps), so only a
+// bounded number may be held; opening the group pulls the rest.
 func TestPushesOfAGroupNotOpenAreBounded(t *testing.T) {
-	p := newPeer(t)
-	b := browsertest.NewTab(t, browsertest.Start(t), "u")
-	signIn(t, p, b)
-	c := p.nextConn()
-	synced(c, c.expect("sync", nil), 10, 10, 10)
-	b.WaitUntil("g listed", `document.querySelector('#groups li[data-gid=g] button')`)
+	_, b, c := listed(t, 10, 10, 10)
 	body := strings.Repeat("x", 4000)
 	for batch := 0; batch < 20; batch++ {
 		var msgs []any
