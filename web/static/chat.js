@@ -96,6 +96,7 @@ export class Chat extends EventTarget {
   }
 
   stop() {
+    this.online = false; // a stopped Conn reports no down: loops waiting on online end here
     removeEventListener('offline', this.onOffline);
     removeEventListener('online', this.onOnline);
     Object.values(this.timers).forEach(clearTimeout);

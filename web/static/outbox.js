@@ -78,7 +78,9 @@ export class Outbox {
       if (e instanceof Timeout) {
         again = 0;
       } else if (e instanceof ProtocolError && retryable(e)) {
-        again = 1000 * Math.min(p.attempts, 10);
+        // longer while it repeats, jittered so that clients refused
+        // together do not all come back together
+        again = Math.round(1000 * Math.min(p.attempts, 10) * (0.5 + Math.random() / 2));
       } else if (!(e instanceof Disconnected)) {
         p.state = 'failed';
         p.error = e.detail || e.message;
