@@ -10,6 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
+	"syscall"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 )
@@ -38,6 +41,7 @@ func (c *Config) setDefaults() {
 type Broker struct {
 	cluster *kfake.Cluster
 	addr    string
+	lock    *os.File // DataDir/.lock, held while the broker runs
 }
 
 // Start starts a broker. It fails when the listen address is taken.
@@ -47,9 +51,22 @@ func Start(cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("broker: listen on %s: %w; is another broker running there? set CHAT_KAFKA_LISTEN to a free address", cfg.Listen, err)
 	}
+	var lock *os.File
+	if cfg.DataDir != "" {
+		if lock, err = lockDir(cfg.DataDir); err != nil {
+			ln.Close()
+			return nil, err
+		}
+	}
 	used := false
 	opts := []kfake.Opt{
 		kfake.NumBrokers(1),
+		// kfake applies time retention to every topic, compacted ones too,
+		// and its default is 7 days: a member's join, or a cursor, older
+		// than that would vanish although it is its key's newest record.
+		// Topics that want time retention (chat.messages, chat.deadletter)
+		// set retention.ms themselves.
+		kfake.BrokerConfigs(map[string]string{"log.retention.ms": "-1"}),
 		kfake.ListenFn(func(network, address string) (net.Listener, error) {
 			if used {
 				return nil, errors.New("broker: one listener only")
@@ -67,9 +84,30 @@ func Start(cfg Config) (*Broker, error) {
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
 		ln.Close()
+		if lock != nil {
+			lock.Close()
+		}
 		return nil, fmt.Errorf("broker: start: %w", err)
 	}
-	return &Broker{cluster: c, addr: c.ListenAddrs()[0]}, nil
+	return &Broker{cluster: c, addr: c.ListenAddrs()[0], lock: lock}, nil
+}
+
+// lockDir takes DataDir/.lock for this process: two brokers writing one log
+// would hand out the same offsets and interleave their files.
+func lockDir(dir string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("broker: data dir: %w", err)
+	}
+	name := filepath.Join(dir, ".lock")
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("broker: data dir: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("broker: data dir %s is in use by another broker (%s is locked: %w); stop it, or give each broker a data directory of its own", dir, name, err)
+	}
+	return f, nil
 }
 
 // Addr is the host:port Kafka clients connect to.
@@ -78,5 +116,11 @@ func (b *Broker) Addr() string { return b.addr }
 // Cluster gives tests and tools the kfake cluster (compaction, retention).
 func (b *Broker) Cluster() *kfake.Cluster { return b.cluster }
 
-// Close stops the broker; with a data directory the log is flushed to disk.
-func (b *Broker) Close() { b.cluster.Close() }
+// Close stops the broker; with a data directory the log is flushed to disk
+// and the directory is free for another broker.
+func (b *Broker) Close() {
+	b.cluster.Close()
+	if b.lock != nil {
+		b.lock.Close()
+	}
+}

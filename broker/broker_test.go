@@ -1,0 +1,206 @@
+package broker_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/groupchat/chatd/broker"
+	"github.com/groupchat/chatd/producers"
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/topics"
+)
+
+// The test binary runs a broker of its own, to be killed, when these are set.
+const (
+	childDir    = "CHAT_TEST_BROKER_DIR"
+	childListen = "CHAT_TEST_BROKER_LISTEN"
+)
+
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(childDir); dir != "" {
+		b, err := broker.Start(broker.Config{Listen: os.Getenv(childListen), DataDir: dir, SyncWrites: true})
+		if err != nil {
+			fmt.Println("ERR", err)
+			os.Exit(1)
+		}
+		fmt.Println("ADDR", b.Addr())
+		select {}
+	}
+	os.Exit(m.Run())
+}
+
+// readTopic returns every record of partition 0 of topic.
+func readTopic(t *testing.T, addr, topic string) []kafka.Message {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	conn, err := kafka.DialLeader(ctx, "tcp", addr, topic, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, last, err := conn.ReadOffsets()
+	conn.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{addr}, Topic: topic, Partition: 0, MaxWait: 100 * time.Millisecond})
+	defer r.Close()
+	r.SetOffset(first)
+	var out []kafka.Message
+	for {
+		if len(out) > 0 && out[len(out)-1].Offset+1 >= last || first >= last {
+			return out
+		}
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, m)
+	}
+}
+
+func startChild(t *testing.T, dir, listen string) (*exec.Cmd, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childDir+"="+dir, childListen+"="+listen)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if a, ok := strings.CutPrefix(sc.Text(), "ADDR "); ok {
+			go func() {
+				for sc.Scan() {
+				}
+			}()
+			return cmd, a
+		}
+	}
+	cmd.Process.Kill()
+	t.Fatal("child broker did not start")
+	return nil, ""
+}
+
+// Acknowledged records of a broker with SyncWrites survive a kill -9 of
+// its process, and the log goes on at the same offsets.
+func TestSyncWritesSurviveAKill(t *testing.T) {
+	dir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := ln.Addr().String()
+	ln.Close()
+	child, addr := startChild(t, dir, listen)
+	ctx := context.Background()
+	if err := topics.Ensure(ctx, topics.Config{Brokers: []string{addr}, Partitions: 1}, nil); err != nil {
+		child.Process.Kill()
+		t.Fatal(err)
+	}
+	p, err := producers.New(producers.Config{Brokers: []string{addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for i := 0; i < 20; i++ {
+		id, err := p.SendMessage(ctx, &schema.Message{Gid: "g1", Sender: "u1", ClientMsgID: fmt.Sprint("c", i), Body: []byte("x")})
+		if err != nil {
+			child.Process.Kill()
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	if err := p.SendMembers(ctx, schema.Member{Gid: "g1", Uid: "u1", Op: schema.OpJoin, Pos: ids[19], By: "a"}); err != nil {
+		t.Fatal(err)
+	}
+	child.Process.Signal(syscall.SIGKILL)
+	child.Wait()
+
+	child, addr = startChild(t, dir, listen)
+	defer func() { child.Process.Kill(); child.Wait() }()
+	recs := readTopic(t, addr, topics.Messages)
+	if len(recs) != 20 || recs[19].Offset != ids[19] {
+		t.Fatalf("after kill -9 and restart chat.messages holds %d records; want the 20 acknowledged ones", len(recs))
+	}
+	if m := readTopic(t, addr, topics.Members); len(m) != 1 {
+		t.Fatalf("after kill -9 and restart chat.members holds %d records, want 1", len(m))
+	}
+	// A Join (Head) right after the restart: the producer's pooled
+	// connection to the killed broker must not fail it.
+	if _, err := p.Join(ctx, "g1", "u2", "admin"); err != nil {
+		t.Fatalf("Join right after a broker restart: %v", err)
+	}
+	h, err := p.Head(ctx, "g1")
+	if err != nil || h != ids[19] {
+		t.Fatalf("Head after restart = %d, %v; want %d", h, err, ids[19])
+	}
+	id, err := p.SendMessage(ctx, &schema.Message{Gid: "g1", Sender: "u1", ClientMsgID: "after", Body: []byte("x")})
+	if err != nil || id != ids[19]+1 {
+		t.Fatalf("send after restart: msgid %d, %v; want %d", id, err, ids[19]+1)
+	}
+	p.Close()
+}
+
+// A compacted topic keeps its keys' newest records however old they are:
+// kfake's compaction also applies time retention, by default 7 days, which
+// would delete a member's join or a cursor written a week ago.
+func TestCompactedTopicsKeepOldRecords(t *testing.T) {
+	b, err := broker.Start(broker.Config{DataDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	if err := topics.Ensure(ctx, topics.Config{Brokers: []string{b.Addr()}, Partitions: 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	w := &kafka.Writer{Addr: kafka.TCP(b.Addr()), Topic: topics.Members, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	defer w.Close()
+	joined := schema.Member{Gid: "g1", Uid: "u1", Op: schema.OpJoin, Pos: -1, By: "admin", At: time.Now().Add(-8 * 24 * time.Hour).UnixMilli()}
+	if err := w.WriteMessages(ctx, kafka.Message{Key: schema.MemberKey("g1", "u1"), Value: schema.AppendMember(nil, &joined),
+		Time: time.UnixMilli(joined.At)}); err != nil { // a join written 8 days ago
+		t.Fatal(err)
+	}
+	b.Cluster().Compact() // what kfake's hourly cleaner runs
+	if recs := readTopic(t, b.Addr(), topics.Members); len(recs) != 1 {
+		t.Fatalf("chat.members after compaction holds %d records; want the only (newest) record of g1/u1 kept", len(recs))
+	}
+}
+
+// Two brokers on one data dir would hand out the same offsets and write
+// the same files: the second is refused, with what to do, until the first
+// has stopped.
+func TestASecondBrokerOnADataDirInUseIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	b1, err := broker.Start(broker.Config{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b2, err := broker.Start(broker.Config{DataDir: dir}); err == nil {
+		b2.Close()
+		b1.Close()
+		t.Fatal("a second broker started on a data dir in use")
+	} else if !strings.Contains(err.Error(), "in use by another broker") {
+		t.Fatalf("the refusal: %v", err)
+	}
+	b1.Close()
+	b3, err := broker.Start(broker.Config{DataDir: dir})
+	if err != nil {
+		t.Fatalf("after the first stopped: %v", err)
+	}
+	b3.Close()
+}
