@@ -106,8 +106,8 @@ func (c Config) Validate() error {
 		return errors.New("gateway: Redis, Producer and History are required")
 	case len(c.Secret) < 32:
 		return errors.New("gateway: the token secret must be at least 32 bytes; set CHAT_JWT_SECRET")
-	case c.MaxBody < 1 || c.MaxBody > schema.MaxBodyLen:
-		return fmt.Errorf("gateway: max body %d out of range 1..%d", c.MaxBody, schema.MaxBodyLen)
+	case c.MaxBody < 1 || c.MaxBody > producers.MaxBody:
+		return fmt.Errorf("gateway: max body %d out of range 1..%d (what one Kafka record batch carries by default)", c.MaxBody, producers.MaxBody)
 	case c.SendRate < 0 || c.SendBurst < 1 || c.QueueSize < 1 || c.QueueBytes < 1:
 		return errors.New("gateway: send rate, burst, queue size and queue bytes must be positive")
 	case c.MaxSending < minSending:

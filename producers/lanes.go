@@ -41,7 +41,10 @@ type job struct {
 func newJob(msgs []kafka.Message) *job {
 	j := &job{msgs: msgs, done: make(chan struct{})}
 	for _, m := range msgs {
-		j.bytes += int64(len(m.Key) + len(m.Value))
+		j.bytes += int64(len(m.Key) + len(m.Value) + recordOverhead)
+		for _, h := range m.Headers {
+			j.bytes += int64(len(h.Key) + len(h.Value) + 10)
+		}
 	}
 	return j
 }
@@ -95,6 +98,20 @@ func (p *Producer) enqueue(l *lane, j *job) {
 	}
 }
 
+// withdraw takes j back when it still waits for a request, and reports
+// whether it did: a job already sent (or answered) stays.
+func (l *lane) withdraw(j *job) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, w := range l.waiting {
+		if w == j {
+			l.waiting = append(l.waiting[:i:i], l.waiting[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
 // drain sends l's waiting jobs, as many a request as the batch limits let
 // (at least one job), until none waits.
 func (p *Producer) drain(l *lane) {
@@ -118,16 +135,29 @@ func (p *Producer) drain(l *lane) {
 		l.waiting = l.waiting[n:]
 		l.mu.Unlock()
 
-		all := make([]kafka.Message, 0, recs)
+		p.sendJobs(l, jobs, recs)
+	}
+}
+
+// sendJobs sends jobs in one request. A broker that takes less per request
+// than the batch limits assumed (a topic's smaller max.message.bytes)
+// refuses it as too large: the jobs then go one request each, in order.
+func (p *Producer) sendJobs(l *lane, jobs []*job, recs int) {
+	all := make([]kafka.Message, 0, recs)
+	for _, j := range jobs {
+		all = append(all, j.msgs...)
+	}
+	base, err := p.produce(l, all)
+	if len(jobs) > 1 && errors.Is(err, kafka.MessageSizeTooLarge) {
 		for _, j := range jobs {
-			all = append(all, j.msgs...)
+			p.sendJobs(l, []*job{j}, len(j.msgs))
 		}
-		base, err := p.produce(l, all)
-		for _, j := range jobs {
-			j.base, j.err = base, err
-			base += int64(len(j.msgs))
-			close(j.done)
-		}
+		return
+	}
+	for _, j := range jobs {
+		j.base, j.err = base, err
+		base += int64(len(j.msgs))
+		close(j.done)
 	}
 }
 

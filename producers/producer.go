@@ -21,9 +21,10 @@ type Config struct {
 	// BatchSize is the most records in one produce request. Default 1000.
 	BatchSize int
 
-	// BatchBytes is the most bytes of keys and values in one produce
-	// request (a single larger send still goes, alone). Default 1 MiB,
-	// Kafka's default max.message.bytes.
+	// BatchBytes is the most bytes of records (keys, values and their
+	// framing) in one produce request; a single larger send still goes,
+	// alone. Default MaxBatchBytes less the batch header: what Kafka's
+	// default max.message.bytes lets one request carry.
 	BatchBytes int64
 
 	// WriteTimeout bounds one produce request. Default 10s.
@@ -44,7 +45,7 @@ func (c *Config) setDefaults() {
 		c.BatchSize = 1000
 	}
 	if c.BatchBytes == 0 {
-		c.BatchBytes = 1 << 20
+		c.BatchBytes = MaxBatchBytes - batchOverhead
 	}
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = 10 * time.Second
@@ -53,6 +54,19 @@ func (c *Config) setDefaults() {
 		c.MaxAttempts = 3
 	}
 }
+
+// Sizes of what the broker takes. A produce request's record batch may be
+// at most max.message.bytes (Kafka's default, and the embedded broker's,
+// is MaxBatchBytes): a 61-byte header and the records, each framed in up
+// to 36 bytes besides its key, value and headers.
+const (
+	MaxBatchBytes  = 1048588
+	batchOverhead  = 61
+	recordOverhead = 36
+	// MaxBody is the largest message body whose record fits a batch with
+	// ids of the longest allowed size, rounded down to 1 MiB less 1 KiB.
+	MaxBody = 1<<20 - 1<<10
+)
 
 // Validate reports the first setting that cannot work.
 func (c Config) Validate() error {
@@ -209,9 +223,12 @@ func (p *Producer) Head(ctx context.Context, gid string) (int64, error) {
 		return -1, err
 	}
 	part := topics.Partition(gid, n)
-	resp, err := p.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{
-		Topics: map[string][]kafka.OffsetRequest{topics.Messages: {kafka.LastOffsetOf(part)}},
-	})
+	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topics.Messages: {kafka.LastOffsetOf(part)}}}
+	resp, err := p.client.ListOffsets(ctx, req)
+	if err != nil && temporary(err) {
+		// A pooled connection to a broker that restarted answers EOF once.
+		resp, err = p.client.ListOffsets(ctx, req)
+	}
 	if err != nil {
 		return -1, fmt.Errorf("producers: head of %s/%d: %w", topics.Messages, part, err)
 	}
@@ -335,6 +352,7 @@ func (p *Producer) send(ctx context.Context, topic string, recs []kafka.Message)
 		byPart[parts[i]] = append(byPart[parts[i]], i)
 	}
 	type placed struct {
+		l   *lane
 		j   *job
 		idx []int
 	}
@@ -345,14 +363,25 @@ func (p *Producer) send(ctx context.Context, topic string, recs []kafka.Message)
 			msgs[k] = recs[i]
 		}
 		j := newJob(msgs)
-		p.enqueue(p.lane(topic, part), j)
-		jobs = append(jobs, placed{j, idx})
+		l := p.lane(topic, part)
+		p.enqueue(l, j)
+		jobs = append(jobs, placed{l, j, idx})
 	}
 	offsets = make([]int64, len(recs))
-	for _, pl := range jobs {
+	for k, pl := range jobs {
 		select {
 		case <-pl.j.done:
 		case <-ctx.Done():
+			// What still waits for its request is taken back: it would be
+			// written long after the caller was told it failed, and its
+			// resend written again.
+			withdrawn := true
+			for _, rest := range jobs[k:] {
+				withdrawn = rest.l.withdraw(rest.j) && withdrawn
+			}
+			if withdrawn && k == 0 {
+				return nil, nil, fmt.Errorf("producers: send to %s: %w (nothing was written)", topic, ctx.Err())
+			}
 			return nil, nil, fmt.Errorf("producers: send to %s: %w (the records may still be written)", topic, ctx.Err())
 		}
 		if pl.j.err != nil {
@@ -382,6 +411,9 @@ func (p *Producer) partitions(ctx context.Context, topic string) (int, error) {
 		return n, nil
 	}
 	md, err := p.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil && temporary(err) {
+		md, err = p.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	}
 	if err != nil {
 		return 0, fmt.Errorf("producers: metadata of %s: %w", topic, err)
 	}
@@ -407,8 +439,8 @@ func checkMessage(m *schema.Message) error {
 			return fmt.Errorf("producers: message client_msg_id: %w", err)
 		}
 	}
-	if len(m.Body) > schema.MaxBodyLen {
-		return fmt.Errorf("producers: message body is %d bytes, limit %d", len(m.Body), schema.MaxBodyLen)
+	if len(m.Body) > MaxBody {
+		return fmt.Errorf("producers: message body is %d bytes, limit %d (what one Kafka record batch carries by default)", len(m.Body), MaxBody)
 	}
 	return nil
 }

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/groupchat/chatd/producers"
 )
 
 // settings are every knob of chatd. Each has a flag and a CHAT_* variable;
@@ -127,8 +129,8 @@ func (s *settings) validate() error {
 	if s.Retention < 0 || s.ShutdownTimeout < 0 || s.EventRetention < 0 {
 		return fmt.Errorf("message-retention, event-retention and shutdown-timeout must be durations such as 168h or 10s")
 	}
-	if s.MaxBody < 1 || s.MaxBody > 1<<20 {
-		return fmt.Errorf("max-body must be 1 to 1048576 bytes (CHAT_MAX_BODY)")
+	if s.MaxBody < 1 || s.MaxBody > producers.MaxBody {
+		return fmt.Errorf("max-body must be 1 to %d bytes (CHAT_MAX_BODY): what one Kafka record batch carries by default", producers.MaxBody)
 	}
 	if _, err := parseLevel(s.LogLevel); err != nil {
 		return err
