@@ -165,6 +165,9 @@ func TestBadSettingsSayWhatToDo(t *testing.T) {
 		{[]string{"dev"}, map[string]string{"CHAT_LOG_LEVEL": "loud"}, "log-level"},
 		{[]string{"persister"}, nil, "CHAT_KAFKA_BROKERS"},
 		{[]string{"dev", "extra"}, nil, "flags go after the role"},
+		{[]string{"dev"}, map[string]string{"CHAT_KAFKA_BROKERS": "kafka1:9092"}, "unset it for dev"},
+		{[]string{"dev"}, map[string]string{"CHAT_MESSAGE_RETENTION": "1m"}, "is below 1h0m0s"},
+		{[]string{"dev"}, map[string]string{"CHAT_SHUTDOWN_TIMEOUT": "0s"}, "shutdown could drain nothing"},
 	} {
 		getenv := func(k string) string { return c.env[k] }
 		err := run(context.Background(), c.args, getenv)

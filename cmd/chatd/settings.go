@@ -97,6 +97,9 @@ var allSettings = []setting{
 	{"log-format", "CHAT_LOG_FORMAT", "text", "text or json", "all", str(func(s *settings) *string { return &s.LogFormat })},
 }
 
+// minRetention is the shortest chat.messages retention chatd takes.
+const minRetention = time.Hour
+
 // parseSettings reads flags after the role name, with CHAT_* variables as
 // defaults.
 func parseSettings(role string, args []string, getenv func(string) string, stderr io.Writer) (*settings, error) {
@@ -116,6 +119,12 @@ func parseSettings(role string, args []string, getenv func(string) string, stder
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q; flags go after the role: chatd %s -flag value", fs.Arg(0), role)
 	}
+	if role == "dev" && s.KafkaBrokers != "" {
+		// dev runs a broker of its own: with a deployment's settings it
+		// would mix its log with the deployment's Redis, and hand out
+		// tokens for anyone.
+		return nil, fmt.Errorf("chatd dev runs its own embedded broker, but CHAT_KAFKA_BROKERS (-kafka-brokers) is set to %q: unset it for dev, or run the production roles (gateway, fanout, persister, projector) against that Kafka", s.KafkaBrokers)
+	}
 	return s, s.validate()
 }
 
@@ -128,6 +137,15 @@ func (s *settings) validate() error {
 	}
 	if s.Retention < 0 || s.ShutdownTimeout < 0 || s.EventRetention < 0 {
 		return fmt.Errorf("message-retention, event-retention and shutdown-timeout must be durations such as 168h or 10s")
+	}
+	if s.Retention < minRetention {
+		// chat.messages is what the persister and ClickHouse catch up
+		// from: a short retention (1m is a minute, not a month) deletes
+		// accepted messages before they are stored.
+		return fmt.Errorf("message-retention %v is below %v (CHAT_MESSAGE_RETENTION): chat.messages must outlast any persister or ClickHouse outage; use e.g. 168h", s.Retention, minRetention)
+	}
+	if s.ShutdownTimeout < time.Second {
+		return fmt.Errorf("shutdown-timeout %v is below 1s (CHAT_SHUTDOWN_TIMEOUT): shutdown could drain nothing; use e.g. 10s", s.ShutdownTimeout)
 	}
 	if s.MaxBody < 1 || s.MaxBody > producers.MaxBody {
 		return fmt.Errorf("max-body must be 1 to %d bytes (CHAT_MAX_BODY): what one Kafka record batch carries by default", producers.MaxBody)
