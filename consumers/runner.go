@@ -154,6 +154,7 @@ type Runner[E any] struct {
 	log *slog.Logger
 
 	mu     sync.Mutex
+	joined bool          // a generation of the group has been joined
 	lag    map[int]int64 // per assigned partition, after the last batch
 	caught map[int]bool  // partition reached its end at least once
 	stats  Stats
@@ -194,13 +195,16 @@ func (r *Runner[E]) Lag() map[int]int64 {
 	return out
 }
 
-// CaughtUp reports whether the runner holds an assignment and every assigned
-// partition has been read to its end at least once since it was assigned.
+// CaughtUp reports whether the runner has joined its group and every
+// partition assigned to it has been read to its end at least once since it
+// was assigned. A runner the group gave no partition (more processes than
+// partitions, a spare, a surge during a rolling update) is caught up: it
+// has nothing to read, and a readiness probe must not hold it back.
 func (r *Runner[E]) CaughtUp() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.lag) == 0 {
-		return false
+		return r.joined
 	}
 	for p := range r.lag {
 		if !r.caught[p] {
@@ -260,6 +264,7 @@ func (r *Runner[E]) Run(ctx context.Context) error {
 func (r *Runner[E]) startGeneration(ctx context.Context, gen *kafka.Generation) {
 	assigned := gen.Assignments[r.cfg.Topic]
 	r.mu.Lock()
+	r.joined = true
 	r.lag, r.caught = map[int]int64{}, map[int]bool{}
 	for _, a := range assigned {
 		r.lag[a.ID] = -1

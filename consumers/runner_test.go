@@ -347,6 +347,21 @@ func TestRunnerCaughtUpOnEmptyAndFullTopics(t *testing.T) {
 	}
 }
 
+// A process the group gives no partition (more processes than partitions,
+// a surge during a rolling update) has nothing to read: it is caught up,
+// so that its readiness probe does not hold a rollout back.
+func TestARunnerWithoutPartitionsIsCaughtUp(t *testing.T) {
+	k := newKafka(t, 1)
+	sendAcks(t, k, 20)
+	h := newMemAcks()
+	first, _ := runAcks(t, k, "acks-spare", h)
+	waitFor(t, "the first runner caught up", 20*time.Second, first.CaughtUp)
+	second, _ := runAcks(t, k, "acks-spare", h)
+	waitFor(t, "both runners caught up after the rebalance", 40*time.Second, func() bool {
+		return first.CaughtUp() && second.CaughtUp() && len(first.Lag())+len(second.Lag()) == 1
+	})
+}
+
 // A state wiped right after a fresh partition's first batch, before its
 // first save, is rebuilt: the partition claimed its start before reading,
 // so the save finds that claim gone instead of mistaking the wiped store
