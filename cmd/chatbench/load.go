@@ -291,8 +291,13 @@ func (b *bench) sendLoop(ctx context.Context, end time.Time, atEnd func()) {
 }
 
 // send makes send k: from the k-th (member, group) pair of the plan, or
-// the next one whose member is connected (churn).
+// the next one whose member is connected (churn). A send with no connected
+// sender is scheduled and failed.
 func (b *bench) send(ctx context.Context, k int) {
+	b.rec.scheduled.Add(1)
+	if b.rec.measuredSend(k) {
+		b.rec.mScheduled.Add(1)
+	}
 	n := len(b.plan.senders)
 	for i := 0; i < n; i++ {
 		pr := b.plan.senders[(k+i)%n]
@@ -307,17 +312,18 @@ func (b *bench) send(ctx context.Context, k int) {
 		}
 		m.cmu.RUnlock()
 	}
+	b.rec.failed.Add(1)
 	b.rec.error(errNoSender)
 }
 
 var errNoSender = fmt.Errorf("no connected sender")
 
+// sendOn sends send k from m. Its latencies count from when it was due,
+// not from when this goroutine got to run: a generator that fell behind
+// (GC, the server holding the cores) must not hide its lateness from the
+// percentiles.
 func (b *bench) sendOn(ctx context.Context, m *member, c *client.Client, group, k int) {
-	sent := time.Now()
-	b.rec.scheduled.Add(1)
-	if b.rec.measuredSend(k) {
-		b.rec.mScheduled.Add(1)
-	}
+	sent := b.rec.due(k)
 	sctx, cancel := context.WithTimeout(ctx, b.cfg.SendTimeout)
 	msgid, err := c.Send(sctx, b.plan.gids[group], b.body(sent, k))
 	cancel()

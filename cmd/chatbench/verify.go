@@ -21,6 +21,7 @@ type lossCheck struct {
 	BodyDuplicates    int64 `json:"body_duplicates"`     // one send's body handed to a member under two msgids
 	OutOfOrder        int64 `json:"out_of_order"`        // a msgid handed by a client after a larger one of its group
 	Unexpected        int64 `json:"unexpected"`          // msgids handed over that no accepted send returned (a send that failed on the client yet got in, or a renumbered one)
+	Mismatched        int64 `json:"mismatched"`          // an accepted msgid handed over with another send's body
 	Foreign           int64 `json:"foreign"`             // bodies not written by this run
 	PullRounds        int   `json:"pull_rounds"`         // final Open rounds (each pulls the groups still missing messages)
 
@@ -63,7 +64,7 @@ func (b *bench) check() lossCheck {
 
 // verdict sets OK from the counts.
 func (l *lossCheck) verdict() {
-	l.OK = l.Missing == 0 && l.Duplicates == 0 && l.BodyDuplicates == 0 && l.OutOfOrder == 0
+	l.OK = l.Missing == 0 && l.Mismatched == 0 && l.Duplicates == 0 && l.BodyDuplicates == 0 && l.OutOfOrder == 0
 }
 
 // acceptedSorted is a copy of every group's accepted sends by msgid.
@@ -112,27 +113,36 @@ func (l *lossCheck) checkOne(gid, uid string, accepted, got []sendRef) {
 		byK[r.k] = r.msgid
 	}
 
+	// notHanded accounts for accepted send a, whose msgid did not come
+	// with its body: renumbered when the body came under another msgid,
+	// else missing.
+	notHanded := func(a sendRef) {
+		ex := missingExample{Gid: gid, Uid: uid, MsgID: a.msgid, Send: a.k}
+		if other, ok := byK[a.k]; ok && other != a.msgid {
+			l.Renumbered++
+			ex.GotMsgID = &other
+		} else {
+			l.Missing++
+			l.lastMissing = true
+		}
+		if len(l.Examples) < 5 {
+			l.Examples = append(l.Examples, ex)
+		}
+	}
 	i, j := 0, 0
 	for i < len(accepted) || j < len(uniq) {
 		switch {
 		case j == len(uniq) || i < len(accepted) && accepted[i].msgid < uniq[j].msgid:
-			a := accepted[i]
-			ex := missingExample{Gid: gid, Uid: uid, MsgID: a.msgid, Send: a.k}
-			if other, ok := byK[a.k]; ok {
-				l.Renumbered++
-				ex.GotMsgID = &other
-			} else {
-				l.Missing++
-				l.lastMissing = true
-			}
-			if len(l.Examples) < 5 {
-				l.Examples = append(l.Examples, ex)
-			}
+			notHanded(accepted[i])
 			i++
 		case i == len(accepted) || uniq[j].msgid < accepted[i].msgid:
 			l.Unexpected++
 			j++
-		default:
+		default: // the accepted msgid came: with the same send's body?
+			if uniq[j].k >= 0 && uniq[j].k != accepted[i].k {
+				l.Mismatched++
+				notHanded(accepted[i])
+			}
 			i++
 			j++
 		}
