@@ -83,6 +83,16 @@ func (st *stack) addGateway() error {
 	if len(secret) < 32 {
 		return errors.New("the gateway needs CHAT_JWT_SECRET (or -jwt-secret) of at least 32 bytes to verify client tokens")
 	}
+	if !dev {
+		// docker-compose.yml falls back to published placeholders so that
+		// it runs on a laptop as it is; its ports listen on 127.0.0.1
+		// only. Anywhere else they let anyone sign tokens or administer.
+		for name, v := range map[string]string{"CHAT_JWT_SECRET": secret, "CHAT_ADMIN_TOKEN": admin} {
+			if strings.Contains(v, "laptop-only") {
+				st.log.Warn(name+" is the placeholder docker-compose.yml publishes: anyone who has read that file can use it. Set your own (e.g. openssl rand -hex 32) before this gateway is reachable from other hosts", "setting", name)
+			}
+		}
+	}
 	g, err := gateway.New(gateway.Config{
 		Redis: st.redis, Producer: st.prod, History: st.hist,
 		Secret: []byte(secret), AdminToken: admin, DevTokens: dev,

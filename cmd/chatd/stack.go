@@ -51,6 +51,7 @@ type stack struct {
 
 	parts   []part
 	closers []func() // in reverse order of opening
+	stopBy  time.Time // when shutdown began, plus CHAT_SHUTDOWN_TIMEOUT
 }
 
 // part is a long-lived piece of a process.
@@ -247,6 +248,7 @@ func (st *stack) run(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	st.log.Info("shutting down", "deadline", st.s.ShutdownTimeout)
+	st.stopBy = time.Now().Add(st.s.ShutdownTimeout)
 	select {
 	case err := <-done:
 		st.log.Info("stopped")
@@ -286,9 +288,26 @@ func (st *stack) health(w http.ResponseWriter, r *http.Request) {
 	json.NewEncoder(w).Encode(map[string]any{"status": "ok", "role": st.role})
 }
 
+// close closes what openStack opened, within what is left of the shutdown
+// deadline (a second at least): a producer waiting on a broker that stopped
+// answering must not keep the process up past it, where an orchestrator
+// kills it anyway.
 func (st *stack) close() {
-	for i := len(st.closers) - 1; i >= 0; i-- {
-		st.closers[i]()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := len(st.closers) - 1; i >= 0; i-- {
+			st.closers[i]()
+		}
+	}()
+	left := st.s.ShutdownTimeout
+	if !st.stopBy.IsZero() {
+		left = max(time.Until(st.stopBy), time.Second)
+	}
+	select {
+	case <-done:
+	case <-time.After(left):
+		st.log.Error("closing the connections did not finish within the shutdown deadline (CHAT_SHUTDOWN_TIMEOUT); exiting without waiting for them", "waited", left.Round(time.Millisecond))
 	}
 }
 
