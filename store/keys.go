@@ -23,6 +23,8 @@ import "strconv"
 //	chat:offsets:<consumer>                HASH    "<topic>/<partition>" -> next offset to read
 //	chat:{u:<uid>}:nodes                   ZSET    member gateway node id, score expiry (unix ms): where the
 //	                                               user is online (one entry per node, several devices)
+//	chat:history                           STRING  "clickhouse" once a role with ClickHouse has run: the
+//	                                               window is trimmed, older history is in ClickHouse
 //
 // Pub/sub channels (not keys: on a cluster PUBLISH reaches every node):
 //

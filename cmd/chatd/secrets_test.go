@@ -1,10 +1,14 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"io"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/groupchat/chatd/internal/testserver"
 )
@@ -43,5 +47,33 @@ func TestTheComposePlaceholderSecretsAreLoopbackOnlyAndWarnedOf(t *testing.T) {
 		if !strings.Contains(log.String(), name+" is the placeholder docker-compose.yml publishes") {
 			t.Errorf("no warning about %s in the gateway's log:\n%s", name, log)
 		}
+	}
+}
+
+// A gateway without ClickHouse beside a persister that trims the window
+// into ClickHouse would answer every older pull `unavailable`: it refuses
+// to start, and says what to set.
+func TestAGatewayWithoutClickHouseBesideOneWithItIsRefused(t *testing.T) {
+	b := testserver.NewBroker(t)
+	redis := testserver.NewRedis(t)
+	ch := testserver.SharedClickHouse(t)
+	env := func(withCH bool) map[string]string {
+		e := map[string]string{
+			"CHAT_HTTP_ADDR": freeAddr(t), "CHAT_KAFKA_BROKERS": b.Addr(), "CHAT_REDIS_ADDRS": redis.Addr, "CHAT_PARTITIONS": "1",
+			"CHAT_JWT_SECRET": strings.Repeat("s", 32), "CHAT_LOG_LEVEL": "warn",
+		}
+		if withCH {
+			e["CHAT_CLICKHOUSE_ADDRS"] = ch.Addr
+			e["CHAT_CLICKHOUSE_DATABASE"] = fmt.Sprintf("hist%d", time.Now().UnixNano()%1e9)
+		}
+		return e
+	}
+	pe := env(true)
+	defer runRole(t, "persister", pe, io.Discard)()
+	waitHealthy(t, "http://"+pe["CHAT_HTTP_ADDR"]+"/readyz")
+	ge := env(false)
+	err := runTo(context.Background(), []string{"gateway"}, func(k string) string { return ge[k] }, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "set CHAT_CLICKHOUSE_ADDRS") {
+		t.Fatalf("a gateway without ClickHouse beside a persister with it: %v, want a refusal saying what to set", err)
 	}
 }

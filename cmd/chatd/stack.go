@@ -110,6 +110,9 @@ func openStack(ctx context.Context, role string, s *settings, log *slog.Logger) 
 	if st.redis, err = store.NewRedis(rc, store.RedisConfig{WindowSize: window}); err != nil {
 		return nil, err
 	}
+	if err := st.checkHistoryMode(ctx, role); err != nil {
+		return nil, err
+	}
 	if err := topics.Ensure(ctx, topics.Config{Brokers: st.brokers, Partitions: s.Partitions, MessageRetention: retention}, log); err != nil {
 		return nil, err
 	}
@@ -286,6 +289,27 @@ func (st *stack) health(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	json.NewEncoder(w).Encode(map[string]any{"status": "ok", "role": st.role})
+}
+
+// checkHistoryMode keeps the roles of one deployment agreeing on where the
+// history lives. A role with ClickHouse records it in Redis; a gateway,
+// persister or projector without ClickHouse then refuses to start: beside
+// a persister that trims the window into ClickHouse, a gateway without it
+// answers every older pull `unavailable`, and a projector without it
+// leaves the analysts' tables without its rows.
+func (st *stack) checkHistoryMode(ctx context.Context, role string) error {
+	if st.ch != nil {
+		return st.redis.SetHistoryMode(ctx, store.HistoryInClickHouse)
+	}
+	if role == "fanout" || role == "dev" {
+		return nil // the fan-out reads no history; dev has a Redis of its own
+	}
+	mode, err := st.redis.HistoryMode(ctx)
+	if err != nil || mode != store.HistoryInClickHouse {
+		return err
+	}
+	return fmt.Errorf("this deployment keeps its history in ClickHouse (a role with CHAT_CLICKHOUSE_ADDRS has run on this Redis), but this %s has none: "+
+		"set CHAT_CLICKHOUSE_ADDRS (and CHAT_CLICKHOUSE_DATABASE) as the other roles have them; if the deployment no longer uses ClickHouse, delete the Redis key chat:history", role)
 }
 
 // close closes what openStack opened, within what is left of the shutdown
