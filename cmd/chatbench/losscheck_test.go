@@ -9,32 +9,26 @@ import (
 	"time"
 )
 
-// Send 0 was accepted as msgid 10 and never reached the member; what the
-// member got at msgid 10 is another send's body (send 1, whose own answer
-// was lost to a client timeout, so it is not among the accepted). Send 0's
-// body never came: the check must not pass.
-func TestTheLossCheckMatchesBodiesNotOnlyMsgids(t *testing.T) {
-	accepted := []sendRef{{msgid: 10, k: 0}}
-	got := []sendRef{{msgid: 10, k: 1, gen: 1}}
-	var l lossCheck
-	l.checkOne("g", "u", accepted, got)
-	l.verdict()
-	if l.OK {
-		t.Fatalf("send 0 (accepted as msgid 10) never reached the member, yet the loss check passes: %+v", l)
-	}
-}
-
-// The same with both sends accepted: the sender of send 0 was told 10, the
-// sender of send 1 was told 11; the member got send 1's body at 10 and
-// nothing else. Send 0 is lost.
-func TestTheLossCheckFindsALostSendAmongRenumberedOnes(t *testing.T) {
-	accepted := []sendRef{{msgid: 10, k: 0}, {msgid: 11, k: 1}}
-	got := []sendRef{{msgid: 10, k: 1, gen: 1}}
-	var l lossCheck
-	l.checkOne("g", "u", accepted, got)
-	l.verdict()
-	if l.OK {
-		t.Fatalf("send 0's body never reached the member, yet the loss check passes: %+v", l)
+// The loss check must compare what came at an accepted msgid with the send
+// accepted under it, not only the msgid.
+func TestTheLossCheckComparesBodiesNotOnlyMsgids(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		accepted []sendRef
+	}{
+		// Send 0 was accepted as msgid 10; the member got another send's
+		// body at 10 (send 1, whose own answer a client timeout lost, so
+		// it is not among the accepted). Send 0's body never came.
+		{"the other send not accepted", []sendRef{{msgid: 10, k: 0}}},
+		// The same with send 1 accepted as 11: send 0 is still lost.
+		{"the other send accepted too", []sendRef{{msgid: 10, k: 0}, {msgid: 11, k: 1}}},
+	} {
+		var l lossCheck
+		l.checkOne("g", "u", c.accepted, []sendRef{{msgid: 10, k: 1, gen: 1}})
+		l.verdict()
+		if l.OK || l.Mismatched != 1 || l.Missing != 1 {
+			t.Errorf("%s: send 0's body never reached the member, yet the check says %+v", c.name, l)
+		}
 	}
 }
 
