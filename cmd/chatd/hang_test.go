@@ -33,7 +33,9 @@ func TestShutdownWithAHungBrokerKeepsTheDeadline(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- runTo(ctx, []string{"gateway"}, func(k string) string { return env(gw)[k] }, io.Discard) }()
+	go func() {
+		done <- runTo(ctx, []string{"gateway"}, func(k string) string { return env(gw)[k] }, io.Discard)
+	}()
 	waitHealthy(t, "http://"+pr+"/readyz")
 	waitHealthy(t, "http://"+gw+"/readyz")
 

@@ -50,7 +50,7 @@ type stack struct {
 	metrics *metrics.Set
 
 	parts   []part
-	closers []func() // in reverse order of opening
+	closers []func()  // in reverse order of opening
 	stopBy  time.Time // when shutdown began, plus CHAT_SHUTDOWN_TIMEOUT
 }
 
