@@ -1,15 +1,18 @@
 package producers
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
 )
 
 // A lane sends the records of one partition of one topic, one produce
@@ -22,6 +25,9 @@ import (
 type lane struct {
 	topic string
 	part  int
+	// id is used by the lane's sender goroutine only (one at a time).
+	id    identity
+	hasID bool
 
 	mu      sync.Mutex
 	waiting []*job
@@ -47,24 +53,6 @@ func newJob(msgs []kafka.Message) *job {
 		}
 	}
 	return j
-}
-
-// records makes the request's records afresh: a kafka.Record's key and
-// value are readers, empty once a request has been encoded from them, so
-// a retry built from the same records would write empty ones.
-func records(msgs []kafka.Message) []kafka.Record {
-	recs := make([]kafka.Record, len(msgs))
-	for i, m := range msgs {
-		recs[i] = kafka.Record{Time: m.Time, Key: bytesOrNil(m.Key), Value: bytesOrNil(m.Value), Headers: m.Headers}
-	}
-	return recs
-}
-
-func bytesOrNil(b []byte) kafka.Bytes {
-	if b == nil {
-		return nil
-	}
-	return kafka.NewBytes(b)
 }
 
 // lane returns the lane of (topic, part), made on first use.
@@ -163,22 +151,83 @@ func (p *Producer) sendJobs(l *lane, jobs []*job, recs int) {
 
 // produce sends one request, retrying errors the broker calls temporary
 // (a leader moving, say) with back-off, and returns the first record's
-// offset.
+// offset. Every attempt carries the same producer id, epoch and sequence,
+// so a retry of a request the broker appended but whose answer was lost
+// is not appended again: the broker answers with the first offsets. When
+// the lane gives up, it moves to the next epoch, so that the request it
+// gave up on, should it still arrive, is refused rather than appended
+// after later ones.
 func (p *Producer) produce(l *lane, msgs []kafka.Message) (int64, error) {
 	var err error
+	var batch []byte
 	for attempt := 0; attempt < p.cfg.MaxAttempts; attempt++ {
 		if attempt > 0 {
 			time.Sleep(min(backoffMin<<(attempt-1), backoffMax))
 		}
+		if !l.hasID {
+			if err = p.identify(l); err != nil {
+				if temporary(err) {
+					continue
+				}
+				break
+			}
+			batch = nil
+		}
+		if batch == nil {
+			batch = encodeBatch(msgs, l.id)
+		}
 		var base int64
-		if base, err = p.produceOnce(l, records(msgs)); err == nil {
+		if base, err = p.produceOnce(l, batch); err == nil {
+			l.id.seq = nextSequence(l.id.seq, len(msgs))
 			return base, nil
+		}
+		if errors.Is(err, kafka.OutOfOrderSequenceNumber) || errors.Is(err, kafka.UnknownProducerId) {
+			// The broker has no state of this lane's sequence (its state
+			// was lost, the partition recreated): this batch was not
+			// appended; it goes again from a new epoch.
+			l.bumpEpoch()
+			batch = nil
+			continue
 		}
 		if !temporary(err) {
 			break
 		}
 	}
+	l.bumpEpoch()
 	return 0, err
+}
+
+// identify gets the lane a producer id. Each lane has its own: a broker
+// may keep one epoch per producer id, and a lane moves its epoch alone.
+func (p *Producer) identify(l *lane) error {
+	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.WriteTimeout)
+	defer cancel()
+	res, err := p.client.InitProducerID(ctx, &kafka.InitProducerIDRequest{})
+	if err == nil && res.Error != nil {
+		err = res.Error
+	}
+	if err != nil {
+		return fmt.Errorf("get a producer id: %w", err)
+	}
+	l.id, l.hasID = identity{pid: int64(res.Producer.ProducerID), epoch: int16(res.Producer.ProducerEpoch)}, true
+	return nil
+}
+
+// bumpEpoch starts the lane's next epoch at sequence 0; past the last
+// epoch it asks for a new producer id.
+func (l *lane) bumpEpoch() {
+	if !l.hasID || l.id.epoch == math.MaxInt16 {
+		l.hasID = false
+		return
+	}
+	l.id.epoch++
+	l.id.seq = 0
+}
+
+// nextSequence is the sequence after a batch of n records at seq; it wraps
+// at the largest int32, as the broker's does.
+func nextSequence(seq int32, n int) int32 {
+	return int32((int64(seq) + int64(n)) % (math.MaxInt32 + 1))
 }
 
 const (
@@ -186,14 +235,14 @@ const (
 	backoffMax = time.Second
 )
 
-func (p *Producer) produceOnce(l *lane, recs []kafka.Record) (int64, error) {
+func (p *Producer) produceOnce(l *lane, batch []byte) (int64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.cfg.WriteTimeout)
 	defer cancel()
-	res, err := p.client.Produce(ctx, &kafka.ProduceRequest{
+	res, err := p.client.RawProduce(ctx, &kafka.RawProduceRequest{
 		Topic:        l.topic,
 		Partition:    l.part,
 		RequiredAcks: kafka.RequireAll,
-		Records:      kafka.NewRecordReader(recs...),
+		RawRecords:   protocol.RawRecordSet{Reader: bytes.NewReader(batch)},
 	})
 	if err != nil {
 		return 0, err
@@ -208,11 +257,9 @@ func (p *Producer) produceOnce(l *lane, recs []kafka.Record) (int64, error) {
 }
 
 // temporary reports whether a produce that failed with err may succeed if
-// sent again: the errors kafka-go's own Writer retries. A retry after a
-// lost answer may write a record twice. Consumers drop or absorb the copy
-// (client_msg_id, cursors that only grow), but a message's sender is told
-// the second copy's msgid, and the persister keeps the first: an idempotent
-// producer would close that, which kafka-go does not offer.
+// sent again: the errors kafka-go's own Writer retries. A retry carries the
+// batch's producer id and sequence, so the broker does not append what it
+// already has.
 func temporary(err error) bool {
 	var t interface{ Temporary() bool }
 	if errors.As(err, &t) && t.Temporary() {

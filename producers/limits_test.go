@@ -3,12 +3,16 @@ package producers
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/groupchat/chatd/broker"
@@ -154,5 +158,91 @@ func TestSendsAbandonedWhileQueuedAreNotWritten(t *testing.T) {
 	if queued != 0 || len(recs) != 1 {
 		t.Fatalf("%d sends gave up before leaving: %d jobs still queued after they returned, and %d records written; want 0 queued, 1 written",
 			n, queued, len(recs))
+	}
+}
+
+func cmidsOf(t *testing.T, recs []kafka.Message) []string {
+	t.Helper()
+	var out []string
+	for _, r := range recs {
+		m, err := schema.DecodeMessage(r.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, fmt.Sprintf("%d:%s", r.Offset, m.ClientMsgID))
+	}
+	return out
+}
+
+// The broker appends a batch and answers "timed out" (a real broker does
+// with acks=all when followers are slow): the retry carries the same
+// producer id and sequence, so it is not appended again, and the sender is
+// told the offset of the one record.
+func TestARetryOfAnAppendedBatchIsNotAppendedAgain(t *testing.T) {
+	b, p := setup(t, 1)
+	h := b.Cluster().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topics.Messages, Err: kerr.RequestTimedOut, Count: 1})
+	id, err := p.SendMessage(context.Background(), msg("g1", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Hits() != 1 {
+		t.Fatal("fault not hit")
+	}
+	recs := cmidsOf(t, readAll(t, b, 0))
+	if len(recs) != 1 || id != 0 {
+		t.Fatalf("one acknowledged send: log holds %v, sender told msgid %d; want exactly one record, at the msgid returned", recs, id)
+	}
+}
+
+// A request slower than the write timeout is retried on a new connection
+// while the first may still land, after the send queued behind it: with
+// the same sequence the late copy is a duplicate the broker drops, and the
+// log holds each send once, in order.
+func TestARequestThatLandsAfterItsRetryIsDropped(t *testing.T) {
+	b, p := setup(t, 1)
+	p.cfg.WriteTimeout = 300 * time.Millisecond
+	c := b.Cluster()
+	release := make(chan struct{})
+	var n atomic.Int32
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if n.Add(1) == 1 {
+			c.SleepControl(func() { <-release })
+		}
+		return nil, nil, false
+	})
+	ctx := context.Background()
+	a, errA := p.SendMessage(ctx, msg("g1", 0)) // A: times out once, retried
+	bID, errB := p.SendMessage(ctx, msg("g1", 1))
+	close(release)
+	time.Sleep(300 * time.Millisecond)
+	if errA != nil || errB != nil {
+		t.Fatalf("sends: %v, %v", errA, errB)
+	}
+	recs := cmidsOf(t, readAll(t, b, 0))
+	if len(recs) != 2 {
+		t.Fatalf("two acknowledged sends (A at %d, B at %d): the log holds %v; want [0:c0 1:c1]", a, bID, recs)
+	}
+}
+
+// A lane that gives up on a request moves to its next epoch: the sends
+// after it go on at once (the broker takes the new epoch from sequence 0),
+// and the one given up on is in the log at most once.
+func TestSendsGoOnAfterALaneGaveUpOnARequest(t *testing.T) {
+	b, p := setup(t, 1)
+	h := b.Cluster().Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topics.Messages, Err: kerr.RequestTimedOut, Count: p.cfg.MaxAttempts})
+	if _, err := p.SendMessage(context.Background(), msg("g1", 0)); err == nil {
+		t.Fatal("a send whose every attempt timed out succeeded")
+	}
+	if h.Hits() != p.cfg.MaxAttempts {
+		t.Fatalf("fault hit %d times, want %d", h.Hits(), p.cfg.MaxAttempts)
+	}
+	id, err := p.SendMessage(context.Background(), msg("g1", 1))
+	if err != nil {
+		t.Fatalf("the send after the lane gave up: %v", err)
+	}
+	recs := cmidsOf(t, readAll(t, b, 0))
+	if fmt.Sprint(recs) != fmt.Sprintf("[0:c0 %d:c1]", id) || id != 1 {
+		t.Fatalf("log %v, second send at %d; want c0 once, then c1", recs, id)
 	}
 }
