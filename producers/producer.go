@@ -224,11 +224,8 @@ func (p *Producer) Head(ctx context.Context, gid string) (int64, error) {
 	}
 	part := topics.Partition(gid, n)
 	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topics.Messages: {kafka.LastOffsetOf(part)}}}
-	resp, err := p.client.ListOffsets(ctx, req)
-	if err != nil && temporary(err) {
-		// A pooled connection to a broker that restarted answers EOF once.
-		resp, err = p.client.ListOffsets(ctx, req)
-	}
+	var resp *kafka.ListOffsetsResponse
+	err = p.again(func() (err error) { resp, err = p.client.ListOffsets(ctx, req); return err })
 	if err != nil {
 		return -1, fmt.Errorf("producers: head of %s/%d: %w", topics.Messages, part, err)
 	}
@@ -410,10 +407,11 @@ func (p *Producer) partitions(ctx context.Context, topic string) (int, error) {
 	if n > 0 {
 		return n, nil
 	}
-	md, err := p.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
-	if err != nil && temporary(err) {
+	var md *kafka.MetadataResponse
+	err := p.again(func() (err error) {
 		md, err = p.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
-	}
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("producers: metadata of %s: %w", topic, err)
 	}
@@ -426,6 +424,18 @@ func (p *Producer) partitions(ctx context.Context, topic string) (int, error) {
 		}
 	}
 	return 0, fmt.Errorf("producers: topic %s not found; run chatd once or `chatctl topics create`", topic)
+}
+
+// again runs call, and once more after each temporary error, up to three
+// times, dropping the pooled connections first: connections to a broker
+// that restarted each answer EOF once.
+func (p *Producer) again(call func() error) error {
+	err := call()
+	for i := 0; i < 2 && err != nil && temporary(err); i++ {
+		p.transport.CloseIdleConnections()
+		err = call()
+	}
+	return err
 }
 
 func checkMessage(m *schema.Message) error {
