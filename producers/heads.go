@@ -1,0 +1,149 @@
+package producers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/topics"
+)
+
+// Join records that uid joined gid at the group's current position (Head):
+// the joiner starts at the group's head. by names who made the change.
+func (p *Producer) Join(ctx context.Context, gid, uid, by string) (schema.Member, error) {
+	return p.changeMember(ctx, schema.Member{Gid: gid, Uid: uid, Op: schema.OpJoin, By: by})
+}
+
+// Leave records that uid left gid at the group's current position (Head):
+// the leaver sees nothing sent after it. joined is the position of the join
+// the leave ends (store.Membership.JoinedAt); the record carries it, so the
+// member's stretch survives compaction of their join.
+func (p *Producer) Leave(ctx context.Context, gid, uid string, joined int64, by string) (schema.Member, error) {
+	return p.changeMember(ctx, schema.Member{Gid: gid, Uid: uid, Op: schema.OpLeave, By: by, HasJoined: true, Joined: joined})
+}
+
+func (p *Producer) changeMember(ctx context.Context, m schema.Member) (schema.Member, error) {
+	for _, id := range []string{m.Gid, m.Uid} {
+		if err := schema.ValidID(id); err != nil {
+			return schema.Member{}, fmt.Errorf("producers: %w", err)
+		}
+	}
+	pos, err := p.Head(ctx, m.Gid)
+	if err != nil {
+		return schema.Member{}, err
+	}
+	if m.HasJoined && (m.Joined < -1 || m.Joined > pos) {
+		return schema.Member{}, fmt.Errorf("producers: %s leaving %s: their join at %d is outside -1 to the group's head %d; "+
+			"the membership store is ahead of %s (was the topic recreated?): rebuild it with `chatctl rebuild members`",
+			m.Uid, m.Gid, m.Joined, pos, topics.Messages)
+	}
+	m.Pos, m.At = pos, time.Now().UnixMilli()
+	return m, p.SendMembers(ctx, m)
+}
+
+// Head returns the offset of the newest record in gid's partition of
+// chat.messages (-1 when it is empty): every message of gid sent before the
+// call has a msgid <= Head.
+func (p *Producer) Head(ctx context.Context, gid string) (int64, error) {
+	n, err := p.partitions(ctx, topics.Messages)
+	if err != nil {
+		return -1, err
+	}
+	part := topics.Partition(gid, n)
+	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topics.Messages: {kafka.LastOffsetOf(part)}}}
+	var resp *kafka.ListOffsetsResponse
+	err = p.again(func() (err error) { resp, err = p.client.ListOffsets(ctx, req); return err })
+	if err != nil {
+		return -1, fmt.Errorf("producers: head of %s/%d: %w", topics.Messages, part, err)
+	}
+	for _, po := range resp.Topics[topics.Messages] {
+		if po.Partition == part {
+			if po.Error != nil {
+				return -1, fmt.Errorf("producers: head of %s/%d: %w", topics.Messages, part, po.Error)
+			}
+			p.sawHead(part, po.LastOffset-1)
+			return po.LastOffset - 1, nil
+		}
+	}
+	return -1, fmt.Errorf("producers: head of %s/%d: partition missing from the answer", topics.Messages, part)
+}
+
+// HeadAtLeast returns a head of gid's partition of chat.messages that is
+// at least upto when the log has reached upto, without asking the broker
+// when this producer already knows: from its own sends and earlier heads
+// (a log head never goes back). Otherwise it returns Head. Gateways check
+// acks against it: the acks of a busy group arrive before the persister has
+// moved the group's head in Redis, and a broker round trip for each of them
+// cost more than the ack.
+func (p *Producer) HeadAtLeast(ctx context.Context, gid string, upto int64) (int64, error) {
+	n, err := p.partitions(ctx, topics.Messages)
+	if err != nil {
+		return -1, err
+	}
+	p.mu.Lock()
+	h, ok := p.heads[topics.Partition(gid, n)]
+	p.mu.Unlock()
+	if ok && h >= upto {
+		return h, nil
+	}
+	return p.Head(ctx, gid)
+}
+
+// sawHead notes that offset exists in partition part of chat.messages.
+func (p *Producer) sawHead(part int, offset int64) {
+	p.mu.Lock()
+	if h, ok := p.heads[part]; !ok || offset > h {
+		p.heads[part] = offset
+	}
+	p.mu.Unlock()
+}
+
+// Partition returns the partition of topic that gid's records go to.
+func (p *Producer) Partition(ctx context.Context, topic, gid string) (int, error) {
+	n, err := p.partitions(ctx, topic)
+	if err != nil {
+		return 0, err
+	}
+	return topics.Partition(gid, n), nil
+}
+
+func (p *Producer) partitions(ctx context.Context, topic string) (int, error) {
+	p.mu.Lock()
+	n := p.parts[topic]
+	p.mu.Unlock()
+	if n > 0 {
+		return n, nil
+	}
+	var md *kafka.MetadataResponse
+	err := p.again(func() (err error) {
+		md, err = p.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("producers: metadata of %s: %w", topic, err)
+	}
+	for _, t := range md.Topics {
+		if t.Name == topic && t.Error == nil && len(t.Partitions) > 0 {
+			p.mu.Lock()
+			p.parts[topic] = len(t.Partitions)
+			p.mu.Unlock()
+			return len(t.Partitions), nil
+		}
+	}
+	return 0, fmt.Errorf("producers: topic %s not found; run chatd once or `chatctl topics create`", topic)
+}
+
+// again runs call, and once more after each temporary error, up to three
+// times, dropping the pooled connections first: connections to a broker
+// that restarted each answer EOF once.
+func (p *Producer) again(call func() error) error {
+	err := call()
+	for i := 0; i < 2 && err != nil && temporary(err); i++ {
+		p.transport.CloseIdleConnections()
+		err = call()
+	}
+	return err
+}
