@@ -150,8 +150,7 @@ func consumerGroupsReset(ctx context.Context, c *command, opts any, args []strin
 	active := len(info.Members) > 0
 	switch {
 	case active && !o.force:
-		return fmt.Errorf("%w: %s is %s with %d members; stop its consumers (e.g. the chatd role that runs it) and retry, or pass -force",
-			ErrGroupActive, group, info.State, len(info.Members))
+		return activeErr(group, info)
 	case active && !k.inRedis:
 		// Kafka takes offsets for a group with members only from them.
 		return fmt.Errorf("%w: %s is %s with %d members, and it keeps its position in Kafka, which refuses offsets from outside a group that has members; stop its consumers and retry",
@@ -240,6 +239,11 @@ func checkInactive(ctx context.Context, a *admin, group string, force bool) erro
 	if len(info.Members) == 0 || force {
 		return nil
 	}
+	return activeErr(group, info)
+}
+
+// activeErr refuses to touch a group that has members.
+func activeErr(group string, info groupInfo) error {
 	return fmt.Errorf("%w: %s is %s with %d members; stop its consumers (e.g. the chatd role that runs it) and retry, or pass -force",
 		ErrGroupActive, group, info.State, len(info.Members))
 }
