@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
@@ -18,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/groupchat/chatd/broker"
@@ -89,7 +92,7 @@ func openStack(ctx context.Context, role string, s *settings, log *slog.Logger) 
 		st.closers = append(st.closers, func() { rc.Close() })
 	}
 	rc.AddHook(st.metrics.RedisHook())
-	if err := waitRedis(ctx, rc); err != nil {
+	if err := waitRedis(ctx, rc, log); err != nil {
 		return nil, err
 	}
 
@@ -113,7 +116,7 @@ func openStack(ctx context.Context, role string, s *settings, log *slog.Logger) 
 	if err := st.checkHistoryMode(ctx, role); err != nil {
 		return nil, err
 	}
-	if err := topics.Ensure(ctx, topics.Config{Brokers: st.brokers, Partitions: s.Partitions, MessageRetention: retention}, log); err != nil {
+	if err := waitKafka(ctx, topics.Config{Brokers: st.brokers, Partitions: s.Partitions, MessageRetention: retention}, log); err != nil {
 		return nil, err
 	}
 	if st.prod, err = producers.New(producers.Config{Brokers: st.brokers,
@@ -154,47 +157,72 @@ func (st *stack) openEmbedded() (redis.UniversalClient, error) {
 	return rc, nil
 }
 
-func waitRedis(ctx context.Context, rc redis.UniversalClient) error {
-	var err error
-	for i := 0; i < 30; i++ {
-		if err = rc.Ping(ctx).Err(); err == nil {
-			return nil
+// startWait is how long a role waits at start for Redis, ClickHouse or
+// Kafka, so that a role restarted during a short outage of one of them (a
+// restart, an upgrade, a deployment that starts everything at once) waits
+// for it instead of exiting in a loop.
+const startWait = 60 * time.Second
+
+// waitStart calls try every 2 s until it succeeds, for up to startWait,
+// saying each time that it waits. An error that waiting cannot mend (a
+// setting, a topic that differs from its spec) ends it at once. hint says
+// what to check when the wait runs out.
+func waitStart(ctx context.Context, log *slog.Logger, what, hint string, try func() error, lasting func(error) bool) error {
+	deadline := time.Now().Add(startWait)
+	for {
+		err := try()
+		if err == nil || lasting(err) || ctx.Err() != nil {
+			return err
 		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: %w; waited %v; %s", what, err, startWait, hint)
+		}
+		log.Warn(what+" is not ready; waiting for it", "err", err, "gives_up_in", time.Until(deadline).Round(time.Second))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(time.Second):
-		}
-	}
-	return fmt.Errorf("Redis does not answer PING after 30 s: %w; check CHAT_REDIS_ADDRS", err)
-}
-
-// clickHouseWait is how long a role waits at start for ClickHouse, so that
-// a role restarted during a short ClickHouse outage (a restart, an upgrade)
-// waits for it instead of exiting in a loop.
-const clickHouseWait = 60 * time.Second
-
-// waitClickHouse opens ClickHouse (and applies the migrations), retrying
-// every 2 s for up to clickHouseWait.
-func waitClickHouse(ctx context.Context, cfg store.ClickHouseConfig, log *slog.Logger) (*store.ClickHouse, error) {
-	deadline := time.Now().Add(clickHouseWait)
-	for {
-		ch, err := store.OpenClickHouse(ctx, cfg)
-		if err == nil {
-			return ch, nil
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("ClickHouse at %s: %w; waited %v; check CHAT_CLICKHOUSE_ADDRS and that clickhouse-server runs",
-				strings.Join(cfg.Addrs, ","), err, clickHouseWait)
-		}
-		log.Warn("ClickHouse is not ready; waiting for it", "addrs", cfg.Addrs, "err", err,
-			"gives_up_in", time.Until(deadline).Round(time.Second))
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
 		case <-time.After(2 * time.Second):
 		}
 	}
+}
+
+func never(error) bool { return false }
+
+func waitRedis(ctx context.Context, rc redis.UniversalClient, log *slog.Logger) error {
+	return waitStart(ctx, log, "Redis", "check CHAT_REDIS_ADDRS and that redis-server runs",
+		func() error { return rc.Ping(ctx).Err() }, never)
+}
+
+// waitClickHouse opens ClickHouse and applies the migrations.
+func waitClickHouse(ctx context.Context, cfg store.ClickHouseConfig, log *slog.Logger) (ch *store.ClickHouse, err error) {
+	err = waitStart(ctx, log, "ClickHouse at "+strings.Join(cfg.Addrs, ","),
+		"check CHAT_CLICKHOUSE_ADDRS and that clickhouse-server runs",
+		func() (err error) { ch, err = store.OpenClickHouse(ctx, cfg); return err }, never)
+	return ch, err
+}
+
+// waitKafka creates or checks the topics. Only a broker that cannot be
+// reached, or that is not ready to answer, is waited for: a topic that
+// differs from its spec, or a refused request, ends the start at once.
+func waitKafka(ctx context.Context, cfg topics.Config, log *slog.Logger) error {
+	return waitStart(ctx, log, "Kafka at "+strings.Join(cfg.Brokers, ","),
+		"check CHAT_KAFKA_BROKERS and that the brokers run",
+		func() error { return topics.Ensure(ctx, cfg, log) }, func(err error) bool { return !brokerUnreachable(err) })
+}
+
+// brokerUnreachable tells a network failure, or a broker still starting,
+// from an answer that waiting does not change.
+func brokerUnreachable(err error) bool {
+	var ne net.Error
+	var ke kafka.Error
+	switch {
+	case errors.As(err, &ke):
+		return ke.Temporary()
+	case errors.As(err, &ne), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.ECONNRESET), errors.Is(err, context.DeadlineExceeded):
+		return true
+	}
+	return false
 }
 
 func (st *stack) base() consumers.Base {

@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/groupchat/chatd/broker"
+	"github.com/groupchat/chatd/internal/testserver"
+)
+
+// A role started while ClickHouse is down waits for it instead of exiting,
+// and the fan-out, which never uses ClickHouse, starts without it.
+func TestRolesStartWhileClickHouseIsDown(t *testing.T) {
+	b := testserver.NewBroker(t)
+	redis := testserver.NewRedis(t)
+	ch := testserver.NewClickHouse(t)
+	if err := ch.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	env := func(addr string) map[string]string {
+		return map[string]string{
+			"CHAT_HTTP_ADDR": addr, "CHAT_KAFKA_BROKERS": b.Addr(), "CHAT_REDIS_ADDRS": redis.Addr,
+			"CHAT_CLICKHOUSE_ADDRS": ch.Addr, "CHAT_PARTITIONS": "2",
+			"CHAT_JWT_SECRET": strings.Repeat("s", 32), "CHAT_ADMIN_TOKEN": "admin",
+		}
+	}
+	start := func(role string) (addr string, logs *testserver.Output, stop func()) {
+		addr, logs = freeAddr(t), &testserver.Output{}
+		return addr, logs, runRole(t, role, env(addr), logs)
+	}
+
+	fanAddr, _, stopFanout := start("fanout")
+	defer stopFanout()
+	waitHealthy(t, "http://"+fanAddr+"/healthz")
+
+	gwAddr, gwLog, stopGateway := start("gateway")
+	defer stopGateway()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(gwLog.String(), "ClickHouse at "+ch.Addr+" is not ready; waiting for it") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway did not say it waits for ClickHouse:\n%s", gwLog)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := ch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitHealthy(t, "http://"+gwAddr+"/healthz")
+}
+
+// A role started before its broker (a deployment that starts everything at
+// once) waits for it instead of exiting; a topic that differs from its
+// spec still ends the start at once, with what to do.
+func TestRolesStartWhileKafkaIsDown(t *testing.T) {
+	redis := testserver.NewRedis(t)
+	kafkaAddr := freeAddr(t)
+	env := func(addr, partitions string) map[string]string {
+		return map[string]string{
+			"CHAT_HTTP_ADDR": addr, "CHAT_KAFKA_BROKERS": kafkaAddr, "CHAT_REDIS_ADDRS": redis.Addr, "CHAT_PARTITIONS": partitions,
+			"CHAT_JWT_SECRET": strings.Repeat("s", 32), "CHAT_ADMIN_TOKEN": "admin",
+		}
+	}
+	gwAddr, gwLog := freeAddr(t), &testserver.Output{}
+	defer runRole(t, "gateway", env(gwAddr, "2"), gwLog)()
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(gwLog.String(), "Kafka at "+kafkaAddr+" is not ready; waiting for it") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway did not say it waits for Kafka:\n%s", gwLog)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	b, err := broker.Start(broker.Config{Listen: kafkaAddr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	waitHealthy(t, "http://"+gwAddr+"/readyz")
+
+	// The topics now have 2 partitions: a role that asks for 3 is told so.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	settings := env(freeAddr(t), "3")
+	start := time.Now()
+	err = runTo(ctx, []string{"projector"}, func(k string) string { return settings[k] }, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "partitions") {
+		t.Fatalf("a projector asking for 3 partitions of 2-partition topics: %v", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("the mismatch was waited on for %v instead of refused at once", took.Round(time.Second))
+	}
+}
