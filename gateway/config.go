@@ -47,6 +47,7 @@ type Config struct {
 	PingInterval time.Duration // default 20s
 	AuthTimeout  time.Duration // time to send auth after connecting; default 10s
 	PresenceTTL  time.Duration // presence entries expire unless refreshed; default 30s
+	NodeLease    time.Duration // this gateway's hold on its Node name, renewed every third of it; default 10s
 	TokenTTL     time.Duration // lifetime of dev tokens; default 24h
 
 	Logger  *slog.Logger
@@ -90,6 +91,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.PresenceTTL == 0 {
 		c.PresenceTTL = 30 * time.Second
+	}
+	if c.NodeLease == 0 {
+		c.NodeLease = 10 * time.Second
 	}
 	if c.TokenTTL == 0 {
 		c.TokenTTL = 24 * time.Hour

@@ -27,6 +27,8 @@ type Gateway struct {
 	admit     *admission
 	httpSends userBuckets // HTTP users' send rates
 	authing   sync.Map    // *conn → true: connections authenticating
+	instance  string      // this process's claim on cfg.Node (see node.go)
+	ready     atomic.Bool // the node's name is held and its pushes are subscribed to
 
 	// dropPush, when set, drops pushes to a user (tests of lost pushes).
 	dropPush func(uid string) bool
@@ -58,7 +60,7 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	return &Gateway{cfg: cfg, log: cfg.Logger.With("node", cfg.Node), hub: newHub(),
-		admit: newAdmission(cfg.SendTarget, cfg.MaxSending)}, nil
+		admit: newAdmission(cfg.SendTarget, cfg.MaxSending), instance: newInstance()}, nil
 }
 
 // Node is the name under which this gateway registers presence.
@@ -73,13 +75,22 @@ func (g *Gateway) Handler() http.Handler {
 	return mux
 }
 
-// Run delivers pushes to this node's connections, pings them and keeps
-// their presence fresh until ctx ends.
+// Run takes the node's name (see holdNode), then delivers pushes to this
+// node's connections, pings them and keeps their presence fresh until ctx
+// ends.
 func (g *Gateway) Run(ctx context.Context) error {
+	if err := g.holdNode(ctx); err != nil {
+		return err
+	}
+	defer g.releaseNode()
+	go g.keepNode(ctx)
 	go g.refreshPresence(ctx)
 	go g.pingConns(ctx)
 	return g.deliver(ctx)
 }
+
+// Ready tells whether Run holds the node's name and gets its pushes.
+func (g *Gateway) Ready() bool { return g.ready.Load() }
 
 // Shutdown stops accepting connections, closes the open ones with "going
 // away" (clients reconnect elsewhere and resync) and waits for them, or

@@ -160,6 +160,8 @@ func (g *Gateway) deliver(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	g.ready.Store(true)
+	defer g.ready.Store(false)
 	for b := range batches {
 		if len(b.Items) == 0 {
 			// The subscription reconnected: Redis may have restarted and

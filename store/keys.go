@@ -23,6 +23,8 @@ import "strconv"
 //	chat:offsets:<consumer>                HASH    "<topic>/<partition>" -> next offset to read
 //	chat:{u:<uid>}:nodes                   ZSET    member gateway node id, score expiry (unix ms): where the
 //	                                               user is online (one entry per node, several devices)
+//	chat:node:<node>                       STRING  the gateway instance that holds the node's name, expiring
+//	                                               (a lease: one running gateway per name)
 //	chat:history                           STRING  "clickhouse" once a role with ClickHouse has run: the
 //	                                               window is trimmed, older history is in ClickHouse
 //
@@ -51,6 +53,8 @@ func claimKey(gid, sender, clientMsgID string) string {
 func userGroupsKey(uid string) string { return "chat:{u:" + uid + "}:groups" }
 
 func presenceKey(uid string) string { return "chat:{u:" + uid + "}:nodes" }
+
+func nodeKey(node string) string { return "chat:node:" + node }
 
 func pushChannel(node string) string { return "chat:push:" + node }
 

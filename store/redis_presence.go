@@ -173,3 +173,50 @@ func checkPresence(node string, uids []string) error {
 	}
 	return nil
 }
+
+// nodeScript holds a gateway node's name for one instance. KEYS: the
+// node's lease. ARGV: instance, ttl (ms). It returns the holder: the
+// instance itself when the lease was free, expired or its own.
+var nodeScript = redis.NewScript(`
+local holder = redis.call('GET', KEYS[1])
+if holder and holder ~= ARGV[1] then
+  return holder
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return ARGV[1]
+`)
+
+// HoldNode takes or renews the lease on a gateway node's name for ttl and
+// returns who holds it: instance, or the other instance that does. Two
+// gateways under one name would share its push channel, and each would take
+// the other's users offline when its own last connection of them closed.
+func (r *Redis) HoldNode(ctx context.Context, node, instance string, ttl time.Duration) (holder string, err error) {
+	if err := schema.ValidID(node); err != nil {
+		return "", fmt.Errorf("store: hold node: %w", err)
+	}
+	if ttl < time.Millisecond {
+		return "", fmt.Errorf("store: hold node: %w: ttl %v, want at least 1ms", ErrInvalidConfig, ttl)
+	}
+	holder, err = nodeScript.Run(ctx, r.client, []string{nodeKey(node)}, instance, ttl.Milliseconds()).Text()
+	if err != nil {
+		return "", fmt.Errorf("store: hold node %q: %w", node, err)
+	}
+	return holder, nil
+}
+
+// releaseNodeScript ends a lease if instance (ARGV[1]) still holds it.
+var releaseNodeScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+`)
+
+// ReleaseNode ends instance's lease on node, so that a gateway restarted
+// under the same name takes it at once.
+func (r *Redis) ReleaseNode(ctx context.Context, node, instance string) error {
+	if err := releaseNodeScript.Run(ctx, r.client, []string{nodeKey(node)}, instance).Err(); err != nil {
+		return fmt.Errorf("store: release node %q: %w", node, err)
+	}
+	return nil
+}

@@ -103,7 +103,7 @@ func (st *stack) addGateway() error {
 		return err
 	}
 	st.gateway = g
-	st.parts = append(st.parts, part{name: "gateway", run: func(ctx context.Context) error {
+	st.parts = append(st.parts, part{name: "gateway", ready: g.Ready, run: func(ctx context.Context) error {
 		err := g.Run(ctx)
 		sctx, cancel := context.WithTimeout(context.Background(), st.s.ShutdownTimeout)
 		defer cancel()
