@@ -46,7 +46,7 @@ func (st *stack) addProjectors() error {
 		part{name: "ack-projector", run: acks.Run, ready: acks.CaughtUp},
 		part{name: "member-projector", run: members.Run, ready: members.CaughtUp},
 		part{name: "receipt-projector", run: receipts.Run, ready: receipts.CaughtUp},
-		part{name: "receipt-notifier", run: notes.Run},
+		part{name: "receipt-notifier", run: notes.Run, ready: notes.CaughtUp},
 		part{name: "receipt-pushes", run: notifier.Run})
 	if st.ch != nil && st.s.EventRetention > 0 {
 		st.parts = append(st.parts, part{name: "event-retention", run: st.dropOldEvents})
@@ -59,7 +59,7 @@ func (st *stack) addFanout() error {
 	if err != nil {
 		return err
 	}
-	st.parts = append(st.parts, part{name: "fanout", run: r.Run})
+	st.parts = append(st.parts, part{name: "fanout", run: r.Run, ready: r.CaughtUp})
 	return nil
 }
 

@@ -3,9 +3,14 @@ package main
 import (
 	"context"
 	"io"
+	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/groupchat/chatd/broker"
 	"github.com/groupchat/chatd/internal/testserver"
@@ -91,4 +96,43 @@ func TestRolesStartWhileKafkaIsDown(t *testing.T) {
 	if took := time.Since(start); took > 10*time.Second {
 		t.Fatalf("the mismatch was waited on for %v instead of refused at once", took.Round(time.Second))
 	}
+}
+
+// The fan-out is ready once it holds its partitions, not before: a rolling
+// update that moves on while no fan-out reads chat.messages leaves online
+// members without pushes.
+func TestTheFanoutIsReadyOnceItHoldsItsPartitions(t *testing.T) {
+	b := testserver.NewBroker(t)
+	redis := testserver.NewRedis(t)
+	var refuse atomic.Bool
+	refuse.Store(true)
+	b.Cluster().ControlKey(int16(kmsg.JoinGroup), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		b.Cluster().KeepControl()
+		if !refuse.Load() {
+			return nil, nil, false
+		}
+		resp := req.(*kmsg.JoinGroupRequest).ResponseKind().(*kmsg.JoinGroupResponse)
+		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
+		return resp, nil, true
+	})
+	addr := freeAddr(t)
+	defer runRole(t, "fanout", map[string]string{
+		"CHAT_HTTP_ADDR": addr, "CHAT_KAFKA_BROKERS": b.Addr(), "CHAT_REDIS_ADDRS": redis.Addr, "CHAT_PARTITIONS": "2",
+	}, io.Discard)()
+	ready := func() (int, string) {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	waitFor(t, "the fan-out's HTTP", func() bool { code, _ := ready(); return code != 0 })
+	time.Sleep(2 * time.Second) // joins refused meanwhile
+	if code, body := ready(); code != http.StatusServiceUnavailable || !strings.Contains(body, "fanout") {
+		t.Fatalf("/readyz of a fan-out that holds no partition: %d %s", code, body)
+	}
+	refuse.Store(false)
+	waitHealthy(t, "http://"+addr+"/readyz")
 }
