@@ -68,3 +68,34 @@ func TestLatencyCountsFromWhenTheSendWasDue(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Throughput counts the sends accepted within the measured span, whatever
+// their due time: under overload, sends due in the span are accepted long
+// after it (they wait in the clients), and counting them by due time made
+// the rate what was offered rather than what was taken.
+func TestAcceptedPerSecondCountsAcceptancesWithinTheSpan(t *testing.T) {
+	r := newRecorder()
+	now := time.Now()
+	r.start, r.interval = now.Add(-20*time.Second), time.Second
+	r.from, r.to = now.Add(-10*time.Second), now // sends 10..19 are measured
+	for k := 10; k < 20; k++ {
+		r.scheduled.Add(1)
+		r.mScheduled.Add(1)
+	}
+	r.sendDone(0, 5, now.Add(-15*time.Second), nil) // a warm-up send, accepted after the span
+	if got := r.acceptedIn.Load(); got != 0 {
+		t.Fatalf("a send accepted after the span counted as accepted within it: %d", got)
+	}
+	if got := r.mAccepted.Load(); got != 0 {
+		t.Fatalf("a warm-up send counted as measured: %d", got)
+	}
+	r.sendDone(0, 12, now.Add(-8*time.Second), nil) // due in the span, accepted after it
+	if in, m := r.acceptedIn.Load(), r.mAccepted.Load(); in != 0 || m != 1 {
+		t.Fatalf("a measured send accepted after the span: within the span %d (want 0), measured accepted %d (want 1)", in, m)
+	}
+	r.to = time.Now().Add(time.Minute) // the span lasts: acceptances now fall in it
+	r.sendDone(0, 5, now.Add(-15*time.Second), nil)
+	if got := r.acceptedIn.Load(); got != 1 {
+		t.Fatalf("a warm-up send accepted within the span: counted %d, want 1", got)
+	}
+}

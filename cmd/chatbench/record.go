@@ -77,7 +77,8 @@ type recorder struct {
 	lag    *hist // how late the scheduler issued sends (the generator's own health)
 
 	scheduled, accepted, failed atomic.Int64 // all sends
-	mScheduled, mAccepted       atomic.Int64 // measured sends
+	mScheduled, mAccepted       atomic.Int64 // measured sends (due within [from, to)), whenever accepted
+	acceptedIn                  atomic.Int64 // sends accepted within [from, to) by the clock, whenever due: the throughput
 	delivered                   atomic.Int64 // every OnMessage call
 	mDelivered                  atomic.Int64 // OnMessage calls within [from, to) by the clock
 	late                        atomic.Int64 // measured messages delivered after the final pull began
@@ -137,6 +138,9 @@ func (r *recorder) sendDone(shard, k int, sent time.Time, err error) {
 		return
 	}
 	r.accepted.Add(1)
+	if r.measured(time.Now()) {
+		r.acceptedIn.Add(1)
+	}
 	if r.measuredSend(k) {
 		r.mAccepted.Add(1)
 		r.accept.record(shard, time.Since(sent))
