@@ -272,7 +272,7 @@ func (r *Runner[E]) startGeneration(ctx context.Context, gen *kafka.Generation) 
 	r.mu.Unlock()
 	r.cfg.Metrics.ForgetLag(r.cfg.Group)
 	r.log.Info("assigned partitions", "generation", gen.ID, "partitions", len(assigned))
-	gc := &groupCommits{gen: gen, topic: r.cfg.Topic, interval: r.cfg.CommitInterval, log: r.log}
+	gc := &groupCommits{commit: gen.CommitOffsets, topic: r.cfg.Topic, interval: r.cfg.CommitInterval, log: r.log}
 	gen.Start(gc.run)
 
 	var stored map[int]int64
