@@ -3,6 +3,7 @@ package consumers
 import (
 	"context"
 	"errors"
+	"math"
 	"sync"
 	"time"
 
@@ -97,5 +98,30 @@ func (p *Persister) Handle(ctx context.Context, part int, recs []Record[schema.M
 			return err
 		}
 	}
-	return p.Redis.AppendWindow(ctx, fence, keep)
+	var older store.OlderFloors
+	if p.ClickHouse != nil {
+		older = p.olderFloors
+	}
+	return p.Redis.AppendWindowOver(ctx, fence, keep, older)
+}
+
+// olderFloors gives a group whose window starts with the batch the floor
+// ClickHouse holds below it. The window starts with the batch for a new
+// group, and for every group when Redis is rebuilt by a replay: then, once
+// retention has moved the log's start above 0, ClickHouse may hold older
+// messages of the group that the window, with no floor, would disown. Not
+// only on a replay's first batches: a group silent since before the log's
+// start shows up at any point of the replay, or after it.
+//
+// One query for the batch, below the lowest bound: the batch is a run of
+// one partition's log, so between that and a group's own bound there is
+// none of the group's messages stored (only resends dropped, or poison).
+func (p *Persister) olderFloors(ctx context.Context, below map[string]int64) (map[string]int64, error) {
+	gids := make([]string, 0, len(below))
+	before := int64(math.MaxInt64)
+	for gid, b := range below {
+		gids = append(gids, gid)
+		before = min(before, b)
+	}
+	return p.ClickHouse.NewestBefore(ctx, gids, before)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
 	"github.com/groupchat/chatd/schema"
@@ -56,6 +57,36 @@ func (c *ClickHouse) SentBefore(ctx context.Context, part int32, before, since i
 		"GROUP BY gid, sender, client_msg_id, msgid", uint16(part), uint64(before), since, cmids)
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: messages of partition %d sent before %d: %w", part, before, err)
+	}
+	return out, nil
+}
+
+// NewestBefore returns, of each group in gids, its newest msgid below
+// before that is stored; groups with none are absent. The persister asks it
+// for the floor of a group whose older messages the topic no longer holds
+// (retention removed them) when the window is rebuilt without them.
+func (c *ClickHouse) NewestBefore(ctx context.Context, gids []string, before int64) (map[string]int64, error) {
+	out := make(map[string]int64)
+	if len(gids) == 0 || before <= 0 {
+		return out, nil
+	}
+	set := clickhouse.GroupSet{Value: make([]any, len(gids))}
+	for i, gid := range gids {
+		set.Value[i] = gid
+	}
+	ctx, cancel := c.timeout(ctx)
+	defer cancel()
+	err := c.eachRow(ctx, func(rows driver.Rows) error {
+		var gid string
+		var msgid uint64
+		if err := rows.Scan(&gid, &msgid); err != nil {
+			return err
+		}
+		out[gid] = int64(msgid)
+		return nil
+	}, "SELECT gid, max(msgid) FROM messages PREWHERE gid IN ? AND msgid < ? GROUP BY gid", set, uint64(before))
+	if err != nil {
+		return nil, fmt.Errorf("clickhouse: newest messages of %d groups before %d: %w", len(gids), before, err)
 	}
 	return out, nil
 }

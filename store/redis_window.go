@@ -117,15 +117,27 @@ end
 // and checks it again once written: if Redis lost its data meanwhile, it
 // deletes what it wrote. Either way it returns ErrStateLost.
 func (r *Redis) AppendWindow(ctx context.Context, fence *Fence, msgs []schema.Message) error {
+	return r.AppendWindowOver(ctx, fence, msgs, nil)
+}
+
+// AppendWindowOver is AppendWindow over history that the window may never
+// have held: a group whose window has no floor and holds nothing below
+// the group's first message in msgs is given the floor older finds for it
+// (nil: none is looked for; see OlderFloors).
+func (r *Redis) AppendWindowOver(ctx context.Context, fence *Fence, msgs []schema.Message, older OlderFloors) error {
 	groups := groupIndexes(len(msgs), func(i int) (string, bool) { return msgs[i].Gid, true })
 	if len(groups) == 0 {
 		return nil
 	}
-	floors, err := r.floors(ctx, fence, msgs, groups)
+	floors, lowest, err := r.floors(ctx, fence, msgs, groups, older != nil)
 	if err != nil {
 		return fmt.Errorf("store: append window: %w", err)
 	}
-	if err := r.appendWindow(ctx, msgs, groups, floors); err != nil {
+	raise, err := olderFloors(ctx, msgs, groups, floors, lowest, older)
+	if err != nil {
+		return fmt.Errorf("store: append window: %w", err)
+	}
+	if err := r.appendWindow(ctx, msgs, groups, floors, raise); err != nil {
 		return err
 	}
 	if err := r.verify(ctx, fence); err != nil {
@@ -144,8 +156,9 @@ func (r *Redis) AppendWindow(ctx context.Context, fence *Fence, msgs []schema.Me
 	return nil
 }
 
-// appendWindow writes the batch, given the floors of its groups.
-func (r *Redis) appendWindow(ctx context.Context, msgs []schema.Message, groups [][]int, floors []int64) error {
+// appendWindow writes the batch, given the floors of its groups and the
+// floor to give each (raise, nil or -1: none) besides what trimming sets.
+func (r *Redis) appendWindow(ctx context.Context, msgs []schema.Message, groups [][]int, floors, raise []int64) error {
 	// One buffer for every member: 8-byte big-endian msgid ++ encoding.
 	size := 0
 	for i := range msgs {
@@ -172,6 +185,9 @@ func (r *Redis) appendWindow(ctx context.Context, msgs []schema.Message, groups 
 	pipe := r.client.Pipeline()
 	for g, idx := range groups {
 		pre, keep := r.pretrim(msgs, idx)
+		if raise != nil {
+			pre = max(pre, raise[g])
+		}
 		head, low := int64(-1), int64(math.MaxInt64)
 		for _, i := range idx {
 			head = max(head, msgs[i].MsgID)
@@ -228,34 +244,48 @@ func (r *Redis) appendWindow(ctx context.Context, msgs []schema.Message, groups 
 }
 
 // floors returns the floor of each group (-1: nothing trimmed), one GET per
-// group, pipelined with the fence's check.
-func (r *Redis) floors(ctx context.Context, fence *Fence, msgs []schema.Message, groups [][]int) ([]int64, error) {
+// group, pipelined with the fence's check; with withLowest, also the lowest
+// msgid in each group's window (-1: empty).
+func (r *Redis) floors(ctx context.Context, fence *Fence, msgs []schema.Message, groups [][]int, withLowest bool) (floors, lowest []int64, err error) {
 	cmds := make([]*redis.StringCmd, len(groups))
+	var lows []*redis.ZSliceCmd
 	var fenced *redis.BoolCmd
-	err := r.execPipe(ctx, func(p redis.Pipeliner) {
+	err = r.execPipe(ctx, func(p redis.Pipeliner) {
 		fenced = fence.check(ctx, p)
 		for g, idx := range groups {
 			cmds[g] = p.Get(ctx, floorKey(msgs[idx[0]].Gid))
+			if withLowest {
+				lows = append(lows, p.ZRangeWithScores(ctx, windowKey(msgs[idx[0]].Gid), 0, 0))
+			}
 		}
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := fence.held(fenced); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	floors := make([]int64, len(groups))
+	floors = make([]int64, len(groups))
 	for g, cmd := range cmds {
 		f, ok, err := optionalMsgID(cmd)
 		if err != nil {
-			return nil, fmt.Errorf("floor of %q: %w", msgs[groups[g][0]].Gid, err)
+			return nil, nil, fmt.Errorf("floor of %q: %w", msgs[groups[g][0]].Gid, err)
 		}
 		if !ok {
 			f = -1
 		}
 		floors[g] = f
 	}
-	return floors, nil
+	if withLowest {
+		lowest = make([]int64, len(groups))
+		for g, cmd := range lows {
+			lowest[g] = -1
+			if z := cmd.Val(); len(z) > 0 {
+				lowest[g] = int64(z[0].Score)
+			}
+		}
+	}
+	return floors, lowest, nil
 }
 
 // pretrim leaves out of one group's batch the messages that trimming would
@@ -364,70 +394,3 @@ func parseMsgID(s string) (int64, error) {
 // sender, client_msg_id) may be for the later one to be a duplicate: the
 // fan-out decides duplicates as ClaimSends does.
 func (r *Redis) DedupWindow() time.Duration { return r.cfg.DedupWindow }
-
-// PersistedPrevs returns, for each gid, the msgid of the group's last
-// message before before[gid] as consumer (the persister) stored it from
-// partition part of topic, where that is certain: the window holds an
-// earlier message of the group, or holds none and never dropped one (then
-// -1: the group had none before), and the consumer's saved position shows
-// the window has every message that matters (it saves it only once they are
-// in the window). That is when the position is past every record before
-// before[gid], or past every record before seenFrom: the caller read every
-// record of the partition from seenFrom on and found none of the group's
-// before before[gid], so what the window holds before seenFrom is all
-// there is. Pass math.MaxInt64 as seenFrom when no such read is known. A
-// message at offset 0 has prev -1 whatever was saved. Other groups are
-// absent. One pipeline for all.
-//
-// The fan-out uses it for the prev of the first message of a group in its
-// assignment, so that clients need not pull after each fan-out restart, nor
-// for each new group's first message.
-func (r *Redis) PersistedPrevs(ctx context.Context, consumer, topic string, part int, seenFrom int64, before map[string]int64) (map[string]int64, error) {
-	out := make(map[string]int64, len(before))
-	if len(before) == 0 {
-		return out, nil
-	}
-	type q struct {
-		win   *redis.ZSliceCmd
-		floor *redis.IntCmd
-	}
-	pipe := r.client.Pipeline()
-	pos := pipe.HGet(ctx, offsetsKey(consumer), offsetField(topic, part))
-	qs := make(map[string]q, len(before))
-	for gid, id := range before {
-		qs[gid] = q{
-			win: pipe.ZRevRangeByScoreWithScores(ctx, windowKey(gid),
-				&redis.ZRangeBy{Max: "(" + strconv.FormatInt(id, 10), Min: "-inf", Count: 1}),
-			floor: pipe.Exists(ctx, floorKey(gid)),
-		}
-	}
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("store: persisted prevs: %w", err)
-	}
-	next, err := pos.Int64()
-	switch {
-	case errors.Is(err, redis.Nil):
-		next = 0 // nothing saved: only the partition's first record is certain
-	case err != nil:
-		return nil, fmt.Errorf("store: persisted prevs: %w: offset %q", ErrCorruptValue, pos.Val())
-	case next < 0:
-		next = 0 // claimed before its first record: kafka.FirstOffset (-2), nothing stored yet
-	}
-	for gid, id := range before {
-		if id <= 0 {
-			out[gid] = -1 // nothing comes before a partition's first record
-			continue
-		}
-		if next < min(id, seenFrom) {
-			continue
-		}
-		win, floor := qs[gid].win.Val(), qs[gid].floor.Val()
-		switch {
-		case len(win) > 0:
-			out[gid] = int64(win[0].Score)
-		case floor == 0:
-			out[gid] = -1
-		}
-	}
-	return out, nil
-}

@@ -132,3 +132,70 @@ func decodeWindowMember(s string) (schema.Message, error) {
 	m.MsgID = int64(binary.BigEndian.Uint64(b[:8]))
 	return m, nil
 }
+
+// PersistedPrevs returns, for each gid, the msgid of the group's last
+// message before before[gid] as consumer (the persister) stored it from
+// partition part of topic, where that is certain: the window holds an
+// earlier message of the group, or holds none and never dropped one (then
+// -1: the group had none before), and the consumer's saved position shows
+// the window has every message that matters (it saves it only once they are
+// in the window). That is when the position is past every record before
+// before[gid], or past every record before seenFrom: the caller read every
+// record of the partition from seenFrom on and found none of the group's
+// before before[gid], so what the window holds before seenFrom is all
+// there is. Pass math.MaxInt64 as seenFrom when no such read is known. A
+// message at offset 0 has prev -1 whatever was saved. Other groups are
+// absent. One pipeline for all.
+//
+// The fan-out uses it for the prev of the first message of a group in its
+// assignment, so that clients need not pull after each fan-out restart, nor
+// for each new group's first message.
+func (r *Redis) PersistedPrevs(ctx context.Context, consumer, topic string, part int, seenFrom int64, before map[string]int64) (map[string]int64, error) {
+	out := make(map[string]int64, len(before))
+	if len(before) == 0 {
+		return out, nil
+	}
+	type q struct {
+		win   *redis.ZSliceCmd
+		floor *redis.IntCmd
+	}
+	pipe := r.client.Pipeline()
+	pos := pipe.HGet(ctx, offsetsKey(consumer), offsetField(topic, part))
+	qs := make(map[string]q, len(before))
+	for gid, id := range before {
+		qs[gid] = q{
+			win: pipe.ZRevRangeByScoreWithScores(ctx, windowKey(gid),
+				&redis.ZRangeBy{Max: "(" + strconv.FormatInt(id, 10), Min: "-inf", Count: 1}),
+			floor: pipe.Exists(ctx, floorKey(gid)),
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("store: persisted prevs: %w", err)
+	}
+	next, err := pos.Int64()
+	switch {
+	case errors.Is(err, redis.Nil):
+		next = 0 // nothing saved: only the partition's first record is certain
+	case err != nil:
+		return nil, fmt.Errorf("store: persisted prevs: %w: offset %q", ErrCorruptValue, pos.Val())
+	case next < 0:
+		next = 0 // claimed before its first record: kafka.FirstOffset (-2), nothing stored yet
+	}
+	for gid, id := range before {
+		if id <= 0 {
+			out[gid] = -1 // nothing comes before a partition's first record
+			continue
+		}
+		if next < min(id, seenFrom) {
+			continue
+		}
+		win, floor := qs[gid].win.Val(), qs[gid].floor.Val()
+		switch {
+		case len(win) > 0:
+			out[gid] = int64(win[0].Score)
+		case floor == 0:
+			out[gid] = -1
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,97 @@
+package consumers
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/groupchat/chatd/history"
+	"github.com/groupchat/chatd/topics"
+)
+
+// The persister's replays over a log whose start retention has moved
+// above 0: ClickHouse holds what the topic no longer does.
+
+// deleteRecordsBefore moves the log start of topic/part to off, as
+// retention does.
+func deleteRecordsBefore(t *testing.T, brokers []string, topic string, part int32, off int64) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrDeleteRecordsRequest()
+	rt := kmsg.NewDeleteRecordsRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewDeleteRecordsRequestTopicPartition()
+	rp.Partition, rp.Offset = part, off
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = 5000
+	resp, err := req.RequestWith(context.Background(), cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, rt := range resp.Topics {
+		for _, p := range rt.Partitions {
+			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}
+
+// When Redis is lost, the persister rebuilds the window from what the
+// topic still holds. The window must then say that older messages exist (a
+// floor that ClickHouse holds), so that a member whose cursor is below the
+// rebuilt window gets them from ClickHouse, never a page that jumps over
+// them, and the fan-out does not say the group had nothing before.
+func TestPersisterRebuildingAfterRetentionKeepsTheOlderHistoryReachable(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 1, window: 1000, clickhouse: true})
+	ctx := context.Background()
+	s := sent{}
+	p.send(t, 1, 10, s) // g0: msgids 0..9
+	ids := s["g0"]
+	_, stop := p.persister(t, nil)
+	p.waitPersisted(t, s, 30*time.Second)
+	stop()
+
+	// Retention removes the first five records; then Redis loses its data.
+	deleteRecordsBefore(t, p.brokers(), topics.Messages, 0, ids[5])
+	if err := p.rc.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	p.persister(t, nil) // replays what the topic holds
+	p.waitPersisted(t, s, 30*time.Second)
+
+	if n, _ := p.ch.CountMessages(ctx, "g0"); n != int64(len(ids)) {
+		t.Fatalf("ClickHouse holds %d messages of g0, want %d", n, len(ids))
+	}
+	h, _ := history.New(history.Config{Redis: p.redis, ClickHouse: p.ch})
+	// A member who received up to ids[2] pulls the rest.
+	page, err := h.Pull(ctx, "g0", ids[2], 100)
+	if err != nil {
+		t.Fatalf("pull of g0 after %d: %v; ClickHouse holds every message", ids[2], err)
+	}
+	var got []int64
+	for _, m := range page.Messages {
+		got = append(got, m.MsgID)
+	}
+	if !slices.Equal(got, ids[3:]) || page.More {
+		t.Fatalf("pull of g0 after %d returned %v (more=%v, source=%s), want %v: a page that jumps over messages only ClickHouse holds makes the client ack past them",
+			ids[2], got, page.More, page.Source, ids[3:])
+	}
+	prevs, err := p.redis.PersistedPrevs(ctx, GroupPersister, topics.Messages, 0, ids[5], map[string]int64{"g0": ids[5]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if prev, ok := prevs["g0"]; ok && prev != ids[4] {
+		t.Fatalf("prev of %d is %d, want %d or unknown", ids[5], prev, ids[4])
+	}
+}
