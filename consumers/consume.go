@@ -31,6 +31,9 @@ func (r *Runner[E]) consume(ctx context.Context, gc *groupCommits, part int, sta
 			return saved.Load() == lostPos
 		}
 	}
+	if s, ok := r.cfg.Handler.(Starter); ok && r.cfg.Offsets != nil {
+		s.Start(part, saved.Load())
+	}
 	if r.cfg.Offsets != nil {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)

@@ -3,9 +3,12 @@ package consumers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"sync"
 	"time"
+
+	"github.com/segmentio/kafka-go"
 
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
@@ -42,13 +45,19 @@ type Persister struct {
 	// Runner, whose runner claims it before handling a record).
 	fenced bool
 
+	mu      sync.Mutex
+	replays map[int]*replay // partitions handled from a claimed start, by Start
+
 	// afterInsert runs between the ClickHouse insert and the Redis write;
 	// an error aborts the batch. Tests use it to crash the persister at the
 	// worst moment.
 	afterInsert func() error
 }
 
-var _ Handler[schema.Message] = (*Persister)(nil)
+var (
+	_ Handler[schema.Message] = (*Persister)(nil)
+	_ Starter                 = (*Persister)(nil)
+)
 
 // Runner returns the persister's runner on chat.messages.
 func (p *Persister) Runner(b Base) (*Runner[schema.Message], error) {
@@ -69,6 +78,9 @@ func (p *Persister) Handle(ctx context.Context, part int, recs []Record[schema.M
 	var fence *store.Fence
 	if p.fenced {
 		fence = &store.Fence{Consumer: GroupPersister, Topic: topics.Messages, Partition: part}
+	}
+	if err := p.claimOriginals(ctx, part, fence, msgs); err != nil {
+		return err
 	}
 	dup, err := p.Redis.ClaimSends(ctx, fence, msgs)
 	if err != nil {
@@ -124,4 +136,71 @@ func (p *Persister) olderFloors(ctx context.Context, below map[string]int64) (ma
 		before = min(before, b)
 	}
 	return p.ClickHouse.NewestBefore(ctx, gids, before)
+}
+
+// replay is a partition the persister handles from a claimed start: Redis
+// holds none of its claims. start is the offset of the first record
+// handled, first that record's sent_at.
+type replay struct {
+	begun        bool
+	start, first int64
+}
+
+// Start implements Starter.
+func (p *Persister) Start(part int, saved int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if saved != kafka.FirstOffset {
+		delete(p.replays, part)
+		return
+	}
+	if p.replays == nil {
+		p.replays = map[int]*replay{}
+	}
+	p.replays[part] = &replay{}
+}
+
+// lookupChunk is how many client_msg_ids one ClickHouse lookup names: the
+// query stays under ClickHouse's default max_query_size (256 KiB) with ids
+// of the longest allowed size.
+const lookupChunk = 1000
+
+// claimOriginals claims again, before ClaimSends, the first sends of the
+// batch's resends that retention removed from the topic: a partition
+// handled from a claimed start whose first record is past offset 0 (Redis
+// lost its data and the log no longer starts at 0) meets a resend whose
+// first send it never sees, and whose claim went with Redis. ClickHouse
+// holds those first sends (they were stored before retention removed
+// them); chatctl backfill finds them the same way. Only messages sent
+// within the dedup window of the first record handled can be such resends,
+// so the rest of a replay, and every batch outside one, costs nothing.
+func (p *Persister) claimOriginals(ctx context.Context, part int, fence *store.Fence, msgs []schema.Message) error {
+	if p.ClickHouse == nil {
+		return nil
+	}
+	p.mu.Lock()
+	r := p.replays[part]
+	if r != nil && !r.begun {
+		r.begun, r.start, r.first = true, msgs[0].MsgID, msgs[0].SentAt
+	}
+	p.mu.Unlock()
+	if r == nil || r.start <= 0 {
+		return nil // not a replay, or the topic holds the partition's first record
+	}
+	win := p.Redis.DedupWindow().Milliseconds()
+	var cmids []string
+	for i := range msgs {
+		if msgs[i].ClientMsgID != "" && msgs[i].SentAt <= r.first+win {
+			cmids = append(cmids, msgs[i].ClientMsgID)
+		}
+	}
+	var originals []schema.Message
+	for i := 0; i < len(cmids); i += lookupChunk {
+		found, err := p.ClickHouse.SentBefore(ctx, int32(part), r.start, r.first-win, cmids[i:min(i+lookupChunk, len(cmids))])
+		if err != nil {
+			return fmt.Errorf("consumers: look up the first sends of resends: %w", err)
+		}
+		originals = append(originals, found...)
+	}
+	return p.Redis.ClaimOriginals(ctx, fence, originals)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/groupchat/chatd/history"
+	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/topics"
 )
 
@@ -93,5 +94,62 @@ func TestPersisterRebuildingAfterRetentionKeepsTheOlderHistoryReachable(t *testi
 	}
 	if prev, ok := prevs["g0"]; ok && prev != ids[4] {
 		t.Fatalf("prev of %d is %d, want %d or unknown", ids[5], prev, ids[4])
+	}
+}
+
+// The persister drops a resend (same gid, sender and client_msg_id within
+// the dedup window) by its first send's claim in Redis. When Redis is lost
+// and retention has already removed the first send from chat.messages, the
+// replay meets the resend without it: the first send, in ClickHouse, must
+// still make it a duplicate rather than a second visible message.
+func TestPersisterRebuildingAfterRetentionDropsAResendOfARemovedSend(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 1, window: 1000, clickhouse: true})
+	ctx := context.Background()
+	now := time.Now().UnixMilli()
+	send := func(cmid string) int64 {
+		id, err := p.prod.SendMessage(ctx, &schema.Message{Gid: "g0", Sender: "u1", ClientMsgID: cmid, SentAt: now, Body: []byte(cmid)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	orig := send("c-1")
+	send("c-2")
+	resend := send("c-1") // the gateway's resend after a lost answer
+	last := send("c-3")
+	_, stop := p.persister(t, nil)
+	p.waitPersisted(t, sent{"g0": {last}}, 30*time.Second)
+	stop()
+	if n, _ := p.ch.CountMessages(ctx, "g0"); n != 3 {
+		t.Fatalf("ClickHouse holds %d messages of g0 before the replay, want 3 (the resend dropped)", n)
+	}
+
+	deleteRecordsBefore(t, p.brokers(), topics.Messages, 0, orig+1) // retention removes the first send
+	if err := p.rc.FlushAll(ctx).Err(); err != nil {                // Redis restarts empty
+		t.Fatal(err)
+	}
+	p.persister(t, nil)
+	p.waitPersisted(t, sent{"g0": {last}}, 30*time.Second)
+
+	msgs, err := p.ch.Messages(ctx, "g0", -1, last, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for _, m := range msgs {
+		ids = append(ids, m.MsgID)
+	}
+	if len(msgs) != 3 {
+		t.Fatalf("after the replay ClickHouse holds g0 msgids %v: the resend %d of %d (client_msg_id c-1) is now a second visible message",
+			ids, resend, orig)
+	}
+	wr, err := p.redis.Window(ctx, "g0", -1, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range wr.Messages {
+		if m.MsgID == resend {
+			t.Fatalf("the window holds the resend %d of %d after the replay", resend, orig)
+		}
 	}
 }

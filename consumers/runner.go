@@ -28,6 +28,16 @@ type Handler[E any] interface {
 	Handle(ctx context.Context, partition int, recs []Record[E]) error
 }
 
+// Starter is a Handler that is told where the runner starts a partition,
+// before its first batch: saved is the position saved next to the state,
+// kafka.FirstOffset when the runner claimed the partition's start (the
+// state holds nothing of it: a first run, or a replay after the state was
+// lost). Only with an OffsetStore. Start is called from the partition's
+// goroutine, before any Handle of the partition it tells about.
+type Starter interface {
+	Start(part int, saved int64)
+}
+
 // OffsetStore keeps a consumer's positions next to its state, so that
 // wiping the state also forgets the positions and the consumer replays its
 // topic from the start. *store.Redis is one.

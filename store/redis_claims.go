@@ -249,6 +249,60 @@ func (r *Redis) claimByScript(ctx context.Context, fence *Fence, msgs []schema.M
 	return nil
 }
 
+// ClaimOriginals claims the key of each message as ClaimSends did when it
+// claimed it, unless the key holds a claim already. The messages are first
+// sends that a replay no longer meets (retention removed them from the
+// topic) and whose claims Redis lost: claimed again, ClaimSends finds
+// their resends duplicates. Of several messages with one key, the highest
+// msgid is claimed (the claim ClaimSends left last). With a fence, it
+// claims nothing once the fence is gone and returns ErrStateLost, deleting
+// the claims that went into a Redis wiped under it.
+func (r *Redis) ClaimOriginals(ctx context.Context, fence *Fence, msgs []schema.Message) error {
+	newest := make(map[string]*schema.Message, len(msgs))
+	for i := range msgs {
+		m := &msgs[i]
+		if m.ClientMsgID == "" {
+			continue
+		}
+		k := claimKey(m.Gid, m.Sender, m.ClientMsgID)
+		if o := newest[k]; o == nil || o.MsgID < m.MsgID {
+			newest[k] = m
+		}
+	}
+	if len(newest) == 0 {
+		return nil
+	}
+	win, least, now := r.cfg.DedupWindow.Milliseconds(), min(claimReplayTTL, r.cfg.DedupWindow).Milliseconds(), time.Now().UnixMilli()
+	cmds := make(map[string]*redis.BoolCmd, len(newest))
+	pipe := r.client.Pipeline()
+	for k, m := range newest {
+		ttl := time.Duration(max(m.SentAt+win-now, least)) * time.Millisecond
+		cmds[k] = pipe.SetNX(ctx, k, strconv.FormatInt(m.MsgID, 10)+":"+strconv.FormatInt(m.SentAt, 10), ttl)
+	}
+	fenced := fence.check(ctx, pipe) // after the writes, as in claimFree
+	_, _ = pipe.Exec(ctx)            // errors are read per command
+	if err := fence.held(fenced); err != nil {
+		if errors.Is(err, ErrStateLost) {
+			var taken []string
+			for k, cmd := range cmds {
+				if cmd.Val() {
+					taken = append(taken, k)
+				}
+			}
+			if uerr := r.undo(ctx, taken); uerr != nil {
+				return fmt.Errorf("store: claim originals: %w; deleting the claims that went into the wiped Redis failed: %v", err, uerr)
+			}
+		}
+		return fmt.Errorf("store: claim originals: %w", err)
+	}
+	for _, cmd := range cmds {
+		if err := cmd.Err(); err != nil {
+			return fmt.Errorf("store: claim originals: %w", err)
+		}
+	}
+	return nil
+}
+
 // groupIndexes groups the indexes 0..n-1 by gid, leaving out those for which
 // of returns false. Groups come in order of their first index; each group's
 // indexes stay in order.
