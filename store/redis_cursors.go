@@ -142,9 +142,10 @@ func (r *Redis) raiseCursors(ctx context.Context, key func(gid string) string, f
 		return nil, err
 	}
 	type check struct {
-		gid    string
-		uids   []string
-		scores *redis.FloatSliceCmd
+		gid     string
+		uids    []string
+		scores  *redis.FloatSliceCmd
+		members *redis.SliceCmd
 	}
 	var checks []check
 	for _, g := range groups {
@@ -163,22 +164,47 @@ func (r *Redis) raiseCursors(ctx context.Context, key func(gid string) string, f
 	if len(checks) == 0 {
 		return behind, nil
 	}
-	err = r.execPipe(ctx, func(p redis.Pipeliner) {
+	// One transaction: a join between the two reads would pair a cursor
+	// with a join it has not seen.
+	_, err = r.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range checks {
 			checks[i].scores = p.ZMScore(ctx, key(checks[i].gid), checks[i].uids...)
+			checks[i].members = p.HMGet(ctx, membersKey(checks[i].gid), checks[i].uids...)
 		}
+		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, err
 	}
 	for _, c := range checks {
+		joins := c.members.Val()
 		for i, stored := range c.scores.Val() {
-			if last := f[c.gid][c.uids[i]].last; int64(stored) > last {
-				behind = append(behind, Cursor{Gid: c.gid, Uid: c.uids[i], Upto: int64(stored)})
+			last := f[c.gid][c.uids[i]].last
+			if int64(stored) <= last || i < len(joins) && raisedByJoin(joins[i], int64(stored)) {
+				continue
 			}
+			behind = append(behind, Cursor{Gid: c.gid, Uid: c.uids[i], Upto: int64(stored)})
 		}
 	}
 	return behind, nil
+}
+
+// raisedByJoin reports whether a stored cursor is the position of the
+// member's last join (membership is the member's value in the group's
+// members hash, nil when absent): the member projector raises both cursors
+// of a member who joins to the join's position (membersScript), which is
+// no ack or receipt of theirs, so a record below it was not left behind
+// by a higher one. The records this leaves out are at or below the join,
+// which every replay raises the cursor to again (chat.members keeps the
+// join, or a leave that names it), so no cursor moves back after
+// compaction either.
+func raisedByJoin(membership any, stored int64) bool {
+	v, ok := membership.(string)
+	if !ok {
+		return false
+	}
+	m, err := parseMembership(v)
+	return err == nil && m.JoinedAt == stored
 }
 
 // cursorFold is the highest and the last cursor per gid and uid of a batch.
