@@ -146,7 +146,7 @@ type Client struct {
 	sending    *window
 
 	deliverKick chan struct{}
-	stopDeliver chan struct{}
+	stopDeliver chan struct{} // closed as Close begins: ends delivery, and the waits of Send and Open
 	deliverDone chan struct{}
 	ackKick     chan struct{}
 	ackCtx      context.Context

@@ -271,6 +271,8 @@ func (c *Client) detach(s *session) {
 }
 
 // waitSession returns the ready session, waiting for a reconnect if needed.
+// The wait ends with ErrClosed as soon as Close begins: Close waits for
+// OnMessage, which may be waiting here, in a Send or an Open.
 func (c *Client) waitSession(ctx context.Context) (*session, error) {
 	for {
 		c.mu.Lock()
@@ -283,7 +285,7 @@ func (c *Client) waitSession(ctx context.Context) (*session, error) {
 		case <-ready:
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-c.ctx.Done():
+		case <-c.stopDeliver: // closed first thing by Close
 			return nil, ErrClosed
 		}
 	}

@@ -40,7 +40,7 @@ func (c *Client) SendWithID(ctx context.Context, gid, cmid, body string) (int64,
 	req := protocol.Request{Op: protocol.OpSend, Gid: gid, Cmid: cmid, Body: body}
 	bo := backoff{min: c.cfg.MinBackoff, max: c.cfg.MaxBackoff}
 	for attempt := 0; ; attempt++ {
-		if err := c.sending.enter(ctx, c.ctx.Done()); err != nil {
+		if err := c.sending.enter(ctx, c.stopDeliver); err != nil {
 			return 0, fmt.Errorf("client: send %s: waiting for a place among the sends in flight: %w", cmid, err)
 		}
 		id, again, err := c.sendOnce(ctx, &req, attempt, &bo)

@@ -131,3 +131,43 @@ func TestSendsInFlightAreBounded(t *testing.T) {
 		t.Fatalf("%d sends reached the server after the ctx ended, want 2", n)
 	}
 }
+
+// Close ends the wait of a Send from OnMessage for an overload pause to end
+// with ErrClosed: Close waits for OnMessage, and the pause may be long.
+func TestCloseEndsASendOfOnMessageWaitingOutAnOverloadPause(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	p.set(func(p *peer) { p.overloadSends = 1 })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	replied := make(chan error, 1)
+	var c *Client
+	c, _ = dial(t, p, "alice", func(cfg *Config) {
+		cfg.MinBackoff, cfg.MaxBackoff = time.Hour, time.Hour // a pause of half an hour at least
+		cfg.OnMessage = func(m protocol.Message) {
+			if m.Body == "reply to me" {
+				_, err := c.Send(ctx, m.Gid, "auto-reply")
+				replied <- err
+			}
+		}
+	})
+	refused := make(chan error, 1)
+	go func() { _, err := c.Send(ctx, "g1", "refused"); refused <- err }()
+	waitFor(t, "the refusal", func() bool { return c.Stats().Overloaded == 1 })
+	p.post("g1", "bob", "reply to me")
+	time.Sleep(50 * time.Millisecond) // the reply waits out the pause
+
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(3 * time.Second):
+		cancel() // let it end
+		<-closed
+		t.Fatal("Close still blocked after 3 s: it waits for OnMessage, whose Send waits out the overload pause")
+	}
+	for _, ch := range []chan error{replied, refused} {
+		if err := <-ch; !errors.Is(err, ErrClosed) {
+			t.Fatalf("Send waiting out a pause during Close: %v, want ErrClosed", err)
+		}
+	}
+}
