@@ -292,9 +292,14 @@ func (c *Client) waitSession(ctx context.Context) (*session, error) {
 }
 
 // run serves the current session and reconnects when it ends, until Close.
+// The back-off restarts only after a session that lasted MaxBackoff: a
+// server that ends every session at once (shutting down behind a load
+// balancer, or cutting the client on every resync) gets reconnects further
+// and further apart, not one per MinBackoff from each of its clients.
 func (c *Client) run(s *session) {
 	defer c.wg.Done()
 	bo := backoff{min: c.cfg.MinBackoff, max: c.cfg.MaxBackoff}
+	began := time.Now() // of s
 	for {
 		if s != nil {
 			c.serve(s)
@@ -302,6 +307,9 @@ func (c *Client) run(s *session) {
 				return
 			}
 			c.reportError(s.err)
+			if time.Since(began) >= c.cfg.MaxBackoff {
+				bo.reset()
+			}
 		}
 		if !sleep(c.ctx, bo.next()) {
 			return
@@ -314,7 +322,7 @@ func (c *Client) run(s *session) {
 			c.reportError(err)
 			continue
 		}
-		bo.reset()
+		began = time.Now()
 		c.kickAck()
 		c.resync(s)
 	}

@@ -3,8 +3,14 @@ package client
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/groupchat/chatd/protocol"
 )
@@ -56,5 +62,66 @@ func TestCloseEndsASendOrOpenOfOnMessageWaitingForAConnection(t *testing.T) {
 				t.Fatalf("%s from OnMessage during Close: %v, want ErrClosed", tc.name, err)
 			}
 		})
+	}
+}
+
+// cuttingGateway answers auth and sync, then closes every connection 20 ms
+// later with code and reason: a gateway that is shutting down, or one that
+// cuts the client as too slow on every resync. It counts the connections.
+func cuttingGateway(t *testing.T, code websocket.StatusCode, reason string) (url string, conns *atomic.Int64) {
+	conns = new(atomic.Int64)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ws, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer ws.CloseNow()
+		conns.Add(1)
+		ctx := context.Background()
+		for {
+			_, b, err := ws.Read(ctx)
+			if err != nil {
+				return
+			}
+			req, err := protocol.Decode(b, 1<<16)
+			if err != nil {
+				return
+			}
+			switch req.Op {
+			case protocol.OpAuth:
+				_ = ws.Write(ctx, websocket.MessageText, protocol.Marshal(protocol.Authed{Op: protocol.OpAuthed, ID: req.ID, Uid: req.Token}))
+			case protocol.OpSync:
+				_ = ws.Write(ctx, websocket.MessageText, protocol.Marshal(protocol.Synced{Op: protocol.OpSynced, ID: req.ID, Groups: []protocol.GroupState{}}))
+				time.Sleep(20 * time.Millisecond)
+				_ = ws.Close(code, reason)
+				return
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return "ws" + strings.TrimPrefix(srv.URL, "http") + "/v1/ws", conns
+}
+
+// A connection the server ends right after the sync does not restart the
+// reconnect back-off: else every client of a gateway that keeps cutting
+// them reconnects every MinBackoff for ever, all in step.
+func TestReconnectsBackOffWhileTheServerEndsEveryConnectionAtOnce(t *testing.T) {
+	url, conns := cuttingGateway(t, websocket.StatusGoingAway, "server shutting down")
+	c, err := Dial(context.Background(), Config{
+		URL:        url,
+		Token:      func(context.Context) (string, error) { return "alice", nil },
+		MinBackoff: 10 * time.Millisecond,
+		MaxBackoff: 500 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	n := conns.Load()
+	_ = c.Close()
+	// Backing off 5-10, 10-20, ... 250-500 ms: 8 to 14 connections in 2 s;
+	// at MinBackoff each time, about 70.
+	if n < 2 || n > 25 {
+		t.Fatalf("%d connections in 2 s to a gateway that ends each one after its sync; want the reconnects backing off towards MaxBackoff (500 ms)", n)
 	}
 }

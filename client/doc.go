@@ -35,6 +35,11 @@
 // its cursor. Login alone fetches counts only: a group's backlog is pulled
 // when the group is opened (or when a push reveals a gap).
 //
+// Reconnects wait Config.MinBackoff at first, doubling to MaxBackoff, with
+// jitter. The wait starts over only after a connection that lasted
+// MaxBackoff, so a server that ends every connection at once is not
+// reconnected to every MinBackoff by all its clients.
+//
 // # Concurrency
 //
 // All methods of Client are safe for concurrent use.
