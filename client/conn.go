@@ -352,7 +352,8 @@ func (c *Client) serve(s *session) {
 }
 
 // resync pulls, after a reconnect, every opened group and every group the
-// client has messages of whose head moved past its cursor.
+// client has messages of whose head moved past its cursor. A pull refused
+// for a while (unavailable...) is left to the group's puller.
 func (c *Client) resync(s *session) {
 	c.mu.Lock()
 	var gids []string
@@ -364,10 +365,17 @@ func (c *Client) resync(s *session) {
 	c.mu.Unlock()
 	slices.Sort(gids)
 	for _, gid := range gids {
-		if err := c.pullGroup(c.ctx, s, gid); err != nil {
-			if !s.alive() || c.ctx.Err() != nil {
-				return
-			}
+		err := c.pullGroup(c.ctx, s, gid)
+		switch {
+		case err == nil:
+		case !s.alive() || c.ctx.Err() != nil:
+			return // the next connection resyncs
+		case mayPass(err):
+			c.reportError(fmt.Errorf("client: resync %s: %w; pulling it again after a back-off", gid, err))
+			c.mu.Lock()
+			c.pullLaterLocked(c.groups[gid], true)
+			c.mu.Unlock()
+		default:
 			c.reportError(fmt.Errorf("client: resync %s: %w", gid, err))
 		}
 	}

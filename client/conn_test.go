@@ -125,3 +125,33 @@ func TestReconnectsBackOffWhileTheServerEndsEveryConnectionAtOnce(t *testing.T) 
 		t.Fatalf("%d connections in 2 s to a gateway that ends each one after its sync; want the reconnects backing off towards MaxBackoff (500 ms)", n)
 	}
 }
+
+// After a reconnect the client pulls its opened groups. A pull refused with
+// a code that says "try again" is pulled again after a back-off: else the
+// messages missed while offline wait for the group's next message or the
+// next reconnect.
+func TestAResyncPullRefusedForAWhileIsPulledAgain(t *testing.T) {
+	for _, code := range []protocol.Code{protocol.CodeUnavailable, protocol.CodeInternal, protocol.CodeRateLimited} {
+		t.Run(string(code), func(t *testing.T) {
+			p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+			c, rec := dial(t, p, "alice", nil)
+			if err := c.Open(context.Background(), "g1"); err != nil {
+				t.Fatal(err)
+			}
+			p.post("g1", "bob", "one")
+			waitFor(t, "the first message", func() bool { return rec.len() == 1 })
+
+			p.set(func(p *peer) { p.refuse = true })
+			p.kill()
+			waitFor(t, "the disconnect", func() bool { c.mu.Lock(); defer c.mu.Unlock(); return c.sess == nil })
+			p.post("g1", "bob", "two, sent while alice was offline")
+			p.set(func(p *peer) { p.refuse, p.refusePulls, p.pullRefusal = false, 2, code })
+			waitFor(t, "the reconnect", func() bool { return c.Stats().Reconnects == 1 })
+			waitFor(t, "the message sent while offline", func() bool { return rec.len() == 2 })
+			if n := len(p.requests(protocol.OpPull)); n < 4 {
+				t.Fatalf("%d pulls, want 4 or more: Open's, the resync's (refused), the next one (refused), and the one that got the message", n)
+			}
+			rec.check(t)
+		})
+	}
+}

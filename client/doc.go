@@ -33,7 +33,10 @@
 // syncs the per-group counts, and pulls every group that was opened with
 // Open, and every group it has received messages of whose head moved past
 // its cursor. Login alone fetches counts only: a group's backlog is pulled
-// when the group is opened (or when a push reveals a gap).
+// when the group is opened (or when a push reveals a gap). A pull the server
+// refuses for a while (unavailable, internal, rate_limited) or that times
+// out is made again with back-off, until it completes or the connection
+// ends.
 //
 // Reconnects wait Config.MinBackoff at first, doubling to MaxBackoff, with
 // jitter. The wait starts over only after a connection that lasted

@@ -34,6 +34,9 @@ type group struct {
 	gapping bool                       // a gap loop runs
 	later   bool                       // a pull stopped for a full queue: resumed as it drains
 	lock    chan struct{}              // one pull of the group at a time
+
+	pullDue bool // a pull is due from the group's puller
+	puller  bool // the group's puller runs (pullLaterLocked)
 }
 
 func newGroup(gid string, cursor int64) *group {
@@ -263,26 +266,86 @@ func (c *Client) pullGroup(ctx context.Context, s *session, gid string) error {
 	}
 }
 
-// resumePullsLocked pulls on, each on a goroutine of its own, the groups
-// whose pulls stopped for a full queue.
+// resumePullsLocked pulls on the groups whose pulls stopped for a full
+// queue.
 func (c *Client) resumePullsLocked() {
 	for _, g := range c.groups {
-		if !g.later || c.closing {
-			continue
+		if g.later && !c.closing {
+			g.later = false
+			c.pullLaterLocked(g, false)
 		}
-		g.later = false
-		c.wg.Add(1)
-		go func() {
-			defer c.wg.Done()
-			s, err := c.waitSession(c.ctx)
-			if err == nil {
-				err = c.pullGroup(c.ctx, s, g.gid)
-			}
-			if err != nil && c.ctx.Err() == nil && !errors.Is(err, ErrDisconnected) {
-				c.reportError(fmt.Errorf("client: pull %s: %w", g.gid, err))
-			}
-		}()
 	}
+}
+
+// pullLaterLocked makes a pull of g due from the group's puller, a
+// goroutine started if none runs, which pulls g (after a back-off if
+// backOff) and again with back-off while the pulls fail in a way that may
+// pass: a refusal with a retryable code (unavailable, internal,
+// rate_limited...), a timeout. A connection that ends leaves the group to
+// the next connection's resync.
+func (c *Client) pullLaterLocked(g *group, backOff bool) {
+	g.pullDue = true
+	if g.puller || c.closing {
+		return
+	}
+	g.puller = true
+	c.wg.Add(1)
+	go c.puller(g, backOff)
+}
+
+func (c *Client) puller(g *group, backOff bool) {
+	defer c.wg.Done()
+	bo := backoff{min: c.cfg.MinBackoff, max: c.cfg.MaxBackoff}
+	for {
+		if backOff {
+			sleep(c.ctx, bo.next()) // ended early only by Close, which takeDuePull sees
+		}
+		if !c.takeDuePull(g) {
+			return
+		}
+		s, err := c.waitSession(c.ctx)
+		if err == nil {
+			err = c.pullGroup(c.ctx, s, g.gid)
+		}
+		backOff = false
+		switch {
+		case err == nil:
+			bo.reset()
+		case mayPass(err):
+			backOff = true
+			c.mu.Lock()
+			g.pullDue = true
+			c.mu.Unlock()
+			c.reportError(fmt.Errorf("client: pull %s: %w; pulling it again after a back-off", g.gid, err))
+		case errors.Is(err, ErrDisconnected), errors.Is(err, ErrClosed), errors.Is(err, context.Canceled):
+			// The next connection's resync pulls the group, or the client closes.
+		default:
+			c.reportError(fmt.Errorf("client: pull %s: %w", g.gid, err))
+		}
+	}
+}
+
+// takeDuePull clears g's due pull and returns true; if none is due, or
+// the client closes, it ends g's puller and returns false.
+func (c *Client) takeDuePull(g *group) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !g.pullDue || c.closing {
+		g.puller = false
+		return false
+	}
+	g.pullDue = false
+	return true
+}
+
+// mayPass reports whether a pull that failed with err may succeed if tried
+// again unchanged on the same connection.
+func mayPass(err error) bool {
+	var pe *protocol.Error
+	if errors.As(err, &pe) {
+		return retryable(pe.Code)
+	}
+	return !errors.Is(err, ErrDisconnected) && !errors.Is(err, ErrClosed) && !errors.Is(err, context.Canceled)
 }
 
 // applyPageLocked accepts a page's messages past the contiguous cursor. A

@@ -39,6 +39,8 @@ type peer struct {
 	prevUnknown    bool                                 // pushes carry no prev
 	swallowSends   int                                  // send answers not sent (the message is stored)
 	overloadSends  int                                  // sends refused as overloaded (not stored)
+	refusePulls    int                                  // pulls refused with pullRefusal
+	pullRefusal    protocol.Code                        // their code
 	pushBeforePage func(after int64) []protocol.Message // pushed to the puller just before its page
 	lagTo          int64                                // if >= 0, pulls see msgids <= lagTo only (a lagging store)
 	earlyPush      []protocol.Message                   // pushed right after authed, before the sync answer
@@ -245,6 +247,12 @@ func (p *peer) handle(pc *peerConn, req protocol.Request) bool {
 		}
 	case protocol.OpPull:
 		p.mu.Lock()
+		if p.refusePulls > 0 {
+			p.refusePulls--
+			code := p.pullRefusal
+			p.mu.Unlock()
+			return fail(code, "try again later")
+		}
 		g := p.groups[req.Gid]
 		if g == nil || !g.members[pc.uid] {
 			p.mu.Unlock()
