@@ -34,7 +34,7 @@ type Config struct {
 	SendTimeout    time.Duration                             // default 5s: resend with the same cmid after this (and a back-off)
 	RequestTimeout time.Duration                             // default 10s: dial, auth, sync, pull, ack and read answers
 	PingInterval   time.Duration                             // default 30s: a connection that misses a pong is dropped
-	MinBackoff     time.Duration                             // default 100ms: first reconnect delay, doubled up to MaxBackoff, with jitter
+	MinBackoff     time.Duration                             // default 100ms: first reconnect delay (and a fifth of the first overload pause), doubled up to MaxBackoff, with jitter
 	MaxBackoff     time.Duration                             // default 10s; the reconnect delay restarts at MinBackoff only after a connection that lasted this long
 	PageSize       int                                       // default 200, at most protocol.MaxLimit: messages per pull
 	MaxSending     int                                       // default 32: sends in flight at once; more wait, and fewer after the server says overloaded

@@ -64,8 +64,10 @@
 // their ctx ends; while the client is disconnected they wait for the next
 // connection. At most MaxSending sends are in flight at once; the others
 // wait in the client. A server that answers overloaded halves that number
-// and pauses every send of the client for a while (growing while the
-// refusals go on), after which they are resent with their cmid. Close flushes the pending acks and reads, closes the
+// and pauses every send of the client: for 5 × MinBackoff at first, with
+// jitter down to half (0.25–0.5 s with the defaults), doubling while the
+// refusals go on, up to MaxBackoff (5–10 s); then they are resent with
+// their cmid. Close flushes the pending acks and reads, closes the
 // connection and waits for every goroutine of the Client to end; messages
 // still queued for OnMessage are dropped (they were not acked and will be
 // delivered to the next Client).

@@ -3,6 +3,8 @@ package client
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,6 +101,56 @@ func TestOverloadedSendPausesAndIsResent(t *testing.T) {
 	// Pauses of 5 back-offs, jittered to half at least: 50 ms, then 100 ms.
 	if took < 150*time.Millisecond {
 		t.Fatalf("accepted %v after the first try: the refused sends did not wait", took)
+	}
+}
+
+// pauseLog is a slog handler that keeps the pauses the client logs as it
+// pauses its sends after an overloaded refusal.
+type pauseLog struct {
+	mu     sync.Mutex
+	pauses []time.Duration
+}
+
+func (l *pauseLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *pauseLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *pauseLog) WithGroup(string) slog.Handler            { return l }
+
+func (l *pauseLog) Handle(_ context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "pause" {
+			l.mu.Lock()
+			l.pauses = append(l.pauses, a.Value.Duration())
+			l.mu.Unlock()
+		}
+		return true
+	})
+	return nil
+}
+
+// With the default back-off, an overloaded refusal pauses the client's
+// sends for 0.25-0.5 s, and a refusal of the resend for 0.5-1 s, as
+// client/doc.go, PROTOCOL.md and docs/operations.md say.
+func TestOverloadedPausesWithTheDefaultsAreAQuarterToHalfASecondThenDouble(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	p.set(func(p *peer) { p.overloadSends = 2 })
+	log := &pauseLog{}
+	c, _ := dial(t, p, "alice", func(c *Config) { c.MinBackoff, c.MaxBackoff, c.Logger = 0, 0, slog.New(log) })
+	start := time.Now()
+	if _, err := c.Send(context.Background(), "g1", "hello"); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	log.mu.Lock()
+	defer log.mu.Unlock()
+	if len(log.pauses) != 2 {
+		t.Fatalf("pauses %v, want 2", log.pauses)
+	}
+	first, second := log.pauses[0], log.pauses[1]
+	if first < 250*time.Millisecond || first > 500*time.Millisecond || second < 500*time.Millisecond || second > time.Second {
+		t.Fatalf("pauses %v, %v after two overloaded refusals; want 0.25-0.5 s, then 0.5-1 s", first, second)
+	}
+	if took < first+second {
+		t.Fatalf("accepted %v after the first try, within the pauses (%v, %v)", took, first, second)
 	}
 }
 
