@@ -303,8 +303,8 @@ func (c *Client) run(s *session) {
 	for {
 		if s != nil {
 			c.serve(s)
-			if c.ctx.Err() != nil {
-				return
+			if c.ctx.Err() != nil || c.isClosing() {
+				return // the end of the connection is Close's doing
 			}
 			c.reportError(s.err)
 			if time.Since(began) >= c.cfg.MaxBackoff {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -153,5 +154,27 @@ func TestAResyncPullRefusedForAWhileIsPulledAgain(t *testing.T) {
 			}
 			rec.check(t)
 		})
+	}
+}
+
+// Close is the app's own doing: OnError hears nothing of the connection it
+// closes, least of all that the server closed it. (Close and the run loop
+// race, hence the rounds.)
+func TestCloseReportsNoDisconnect(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	for range 20 {
+		var mu sync.Mutex
+		var errs []error
+		c, _ := dial(t, p, "alice", func(c *Config) {
+			c.OnError = func(err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() }
+		})
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		if len(errs) > 0 {
+			t.Fatalf("OnError during a clean Close: %v", errs)
+		}
+		mu.Unlock()
 	}
 }
