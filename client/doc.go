@@ -67,7 +67,9 @@
 // and pauses every send of the client: for 5 × MinBackoff at first, with
 // jitter down to half (0.25–0.5 s with the defaults), doubling while the
 // refusals go on, up to MaxBackoff (5–10 s); then they are resent with
-// their cmid. Close flushes the pending acks and reads, closes the
+// their cmid. The refusals of sends that were in flight together count as
+// one: a server that refuses a burst of them halves the number and pauses
+// the client once. Close flushes the pending acks and reads, closes the
 // connection and waits for every goroutine of the Client to end; messages
 // still queued for OnMessage are dropped (they were not acked and will be
 // delivered to the next Client).

@@ -40,10 +40,11 @@ func (c *Client) SendWithID(ctx context.Context, gid, cmid, body string) (int64,
 	req := protocol.Request{Op: protocol.OpSend, Gid: gid, Cmid: cmid, Body: body}
 	bo := backoff{min: c.cfg.MinBackoff, max: c.cfg.MaxBackoff}
 	for attempt := 0; ; attempt++ {
-		if err := c.sending.enter(ctx, c.stopDeliver); err != nil {
+		episode, err := c.sending.enter(ctx, c.stopDeliver)
+		if err != nil {
 			return 0, fmt.Errorf("client: send %s: waiting for a place among the sends in flight: %w", cmid, err)
 		}
-		id, again, err := c.sendOnce(ctx, &req, attempt, &bo)
+		id, again, err := c.sendOnce(ctx, &req, attempt, episode, &bo)
 		if !again {
 			return id, err
 		}
@@ -53,9 +54,9 @@ func (c *Client) SendWithID(ctx context.Context, gid, cmid, body string) (int64,
 	}
 }
 
-// sendOnce makes one attempt of a send within a place of the window, and
-// waits before the next if one is due (again).
-func (c *Client) sendOnce(ctx context.Context, req *protocol.Request, attempt int, bo *backoff) (id int64, again bool, err error) {
+// sendOnce makes one attempt of a send within a place of the window, entered
+// in episode, and waits before the next if one is due (again).
+func (c *Client) sendOnce(ctx context.Context, req *protocol.Request, attempt, episode int, bo *backoff) (id int64, again bool, err error) {
 	accepted := false
 	defer func() { c.sending.leave(accepted) }()
 	cmid := req.Cmid
@@ -89,7 +90,7 @@ func (c *Client) sendOnce(ctx context.Context, req *protocol.Request, attempt in
 		c.mu.Lock()
 		c.stats.Overloaded++
 		c.mu.Unlock()
-		d := c.sending.overloaded()
+		d := c.sending.overloaded(episode)
 		c.log.Debug("chat client: server overloaded; sends paused", "cmid", cmid, "pause", d)
 	case errors.As(err, &pe):
 		if !retryable(pe.Code) {

@@ -223,3 +223,34 @@ func TestCloseEndsASendOfOnMessageWaitingOutAnOverloadPause(t *testing.T) {
 		}
 	}
 }
+
+// A gateway refuses the 32 sends a client has in flight at once, in one
+// burst: one refusal of the server's, answered 32 times. The client pauses
+// once (0.05-0.1 s here), as for one refusal, not 32 times longer each time
+// up to MaxBackoff (5 s).
+func TestOneBurstOfOverloadedRefusalsPausesOnce(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	c, _ := dial(t, p, "alice", func(c *Config) { c.MinBackoff, c.MaxBackoff, c.OnError = 20*time.Millisecond, 5*time.Second, nil })
+	p.set(func(p *peer) { p.overloadSends = 32 })
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := c.Send(ctx, "g1", "hello"); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	// A pause doubled per refused send: 2.5-5 s before the resends.
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("32 sends refused once each in one burst, all accepted after %v; want one pause of 0.05-0.1 s", took.Round(time.Millisecond))
+	}
+	if n := c.Stats().Overloaded; n != 32 {
+		t.Fatalf("%d sends refused as overloaded, want 32", n)
+	}
+}

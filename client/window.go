@@ -10,7 +10,9 @@ import (
 // bytes: it grows by one for every window's worth of sends accepted and
 // halves when the server says it is overloaded. Then every send of the
 // client also waits out a pause, which doubles while the server keeps
-// refusing. So a client never queues more sends on its connection than the
+// refusing. As TCP halves its window once per round trip, the refusals of
+// the sends that were in flight when an episode of overload began belong
+// to it: a server that refuses a burst of them at once is answered once. So a client never queues more sends on its connection than the
 // server answers in time, and a refused server is not flooded with
 // resends: a send waits in the client, where its ctx can still end it
 // before the server spends anything on it.
@@ -18,11 +20,12 @@ type window struct {
 	max   float64
 	pause backoff
 
-	mu     sync.Mutex
-	size   float64
-	used   int
-	until  time.Time     // no send before
-	change chan struct{} // closed and replaced when a place frees or the pause ends
+	mu      sync.Mutex
+	size    float64
+	used    int
+	episode int           // episodes of overload so far
+	until   time.Time     // no send before
+	change  chan struct{} // closed and replaced when a place frees or the pause ends
 }
 
 func newWindow(max int, pause backoff) *window {
@@ -30,15 +33,17 @@ func newWindow(max int, pause backoff) *window {
 }
 
 // enter waits for a place in the window, and for a pause to end, or
-// until ctx ends (its error) or closed is closed (ErrClosed).
-func (w *window) enter(ctx context.Context, closed <-chan struct{}) error {
+// until ctx ends (its error) or closed is closed (ErrClosed). It returns
+// the episode of overload the send is made in, for overloaded.
+func (w *window) enter(ctx context.Context, closed <-chan struct{}) (episode int, err error) {
 	for {
 		w.mu.Lock()
 		wait, change := time.Until(w.until), w.change
 		if wait <= 0 && float64(w.used) < w.size {
 			w.used++
+			episode = w.episode
 			w.mu.Unlock()
-			return nil
+			return episode, nil
 		}
 		w.mu.Unlock()
 		var t *time.Timer
@@ -59,10 +64,10 @@ func (w *window) enter(ctx context.Context, closed <-chan struct{}) error {
 			t.Stop()
 		}
 		if err := ctx.Err(); err != nil {
-			return err
+			return 0, err
 		}
 		if shut {
-			return ErrClosed
+			return 0, ErrClosed
 		}
 	}
 }
@@ -81,10 +86,19 @@ func (w *window) leave(accepted bool) {
 	w.change = make(chan struct{})
 }
 
-// overloaded halves the window and pauses every send; it returns the pause.
-func (w *window) overloaded() time.Duration {
+// overloaded takes the server's refusal as overloaded of a send made in
+// episode (enter's). A send made since the latest episode began starts a
+// new one: the window halves and every send pauses, twice as long as in the
+// last episode unless a send was accepted since. The refusal of a send made
+// before belongs to the latest episode, already answered. It returns the
+// pause left.
+func (w *window) overloaded(episode int) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if episode != w.episode {
+		return max(0, time.Until(w.until))
+	}
+	w.episode++
 	w.size = max(1, w.size/2)
 	d := w.pause.next()
 	w.until = time.Now().Add(d)
