@@ -14,7 +14,10 @@ import (
 // client message id (cmid) for the call and resends with it after
 // SendTimeout or a reconnect, until the server accepts, refuses for good, or
 // ctx ends: however many resends, the group gets one message. The message
-// itself reaches OnMessage by push like any other.
+// itself reaches OnMessage by push like any other. The error of a Send whose
+// ctx ended wraps ctx's error, and says whether the server had refused the
+// send as overloaded: such a send may be made again later with its cmid
+// (SendWithID).
 func (c *Client) Send(ctx context.Context, gid, body string) (int64, error) {
 	return c.SendWithID(ctx, gid, NewCmid(), body)
 }
@@ -39,14 +42,21 @@ func (c *Client) SendWithID(ctx context.Context, gid, cmid, body string) (int64,
 	}
 	req := protocol.Request{Op: protocol.OpSend, Gid: gid, Cmid: cmid, Body: body}
 	bo := backoff{min: c.cfg.MinBackoff, max: c.cfg.MaxBackoff}
+	var refused error // the server's last refusal of the send as overloaded
 	for attempt := 0; ; attempt++ {
 		episode, err := c.sending.enter(ctx, c.stopDeliver)
 		if err != nil {
-			return 0, fmt.Errorf("client: send %s: waiting for a place among the sends in flight: %w", cmid, err)
+			return 0, sendError(cmid, err, refused)
 		}
 		id, again, err := c.sendOnce(ctx, &req, attempt, episode, &bo)
 		if !again {
-			return id, err
+			if err != nil {
+				return 0, sendError(cmid, err, refused)
+			}
+			return id, nil
+		}
+		if err != nil {
+			refused = err
 		}
 		if c.isClosing() {
 			return 0, ErrClosed
@@ -54,15 +64,27 @@ func (c *Client) SendWithID(ctx context.Context, gid, cmid, body string) (int64,
 	}
 }
 
+// sendError words the end of send cmid with err. A send the server refused
+// as overloaded (refused) whose ctx then ended says so: it can be resent
+// later.
+func sendError(cmid string, err, refused error) error {
+	if refused == nil || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("client: send %s: %w", cmid, err)
+	}
+	return fmt.Errorf("client: send %s: refused by the server as overloaded (%v), then %w; "+
+		"resend it later with the same cmid (SendWithID): the group gets one message however often it is sent", cmid, refused, err)
+}
+
 // sendOnce makes one attempt of a send within a place of the window, entered
-// in episode, and waits before the next if one is due (again).
+// in episode, and waits before the next if one is due (again; with the
+// server's refusal as err if it refused the send as overloaded).
 func (c *Client) sendOnce(ctx context.Context, req *protocol.Request, attempt, episode int, bo *backoff) (id int64, again bool, err error) {
 	accepted := false
 	defer func() { c.sending.leave(accepted) }()
 	cmid := req.Cmid
 	s, err := c.waitSession(ctx)
 	if err != nil {
-		return 0, false, fmt.Errorf("client: send %s: %w", cmid, err)
+		return 0, false, err
 	}
 	if attempt > 0 {
 		c.mu.Lock()
@@ -78,9 +100,9 @@ func (c *Client) sendOnce(ctx context.Context, req *protocol.Request, attempt, e
 		accepted = true
 		return f.MsgID, false, nil
 	case err == nil:
-		return 0, false, fmt.Errorf("client: send %s: unexpected answer %q (cmid %q)", cmid, f.Op, f.Cmid)
+		return 0, false, fmt.Errorf("unexpected answer %q (cmid %q)", f.Op, f.Cmid)
 	case ctx.Err() != nil:
-		return 0, false, fmt.Errorf("client: send %s: %w", cmid, ctx.Err())
+		return 0, false, ctx.Err()
 	}
 	var pe *protocol.Error
 	switch {
@@ -92,26 +114,27 @@ func (c *Client) sendOnce(ctx context.Context, req *protocol.Request, attempt, e
 		c.mu.Unlock()
 		d := c.sending.overloaded(episode)
 		c.log.Debug("chat client: server overloaded; sends paused", "cmid", cmid, "pause", d)
+		return 0, true, err
 	case errors.As(err, &pe):
 		if !retryable(pe.Code) {
-			return 0, false, fmt.Errorf("client: send %s: %w", cmid, err)
+			return 0, false, err
 		}
 		if !sleep(ctx, bo.next()) {
-			return 0, false, fmt.Errorf("client: send %s: %w (last: %v)", cmid, ctx.Err(), err)
+			return 0, false, fmt.Errorf("%w (last: %v)", ctx.Err(), err)
 		}
 	case errors.Is(err, ErrDisconnected):
 		// Resend on the next connection, once this one has ended.
 		select {
 		case <-s.done:
 		case <-ctx.Done():
-			return 0, false, fmt.Errorf("client: send %s: %w (last: %v)", cmid, ctx.Err(), err)
+			return 0, false, fmt.Errorf("%w (last: %v)", ctx.Err(), err)
 		}
 	default:
 		// A timeout: the answer was lost, or the server is overloaded
 		// and every client resending at once would keep it so. Resend
 		// after a back-off.
 		if !sleep(ctx, bo.next()) {
-			return 0, false, fmt.Errorf("client: send %s: %w (last: %v)", cmid, ctx.Err(), err)
+			return 0, false, fmt.Errorf("%w (last: %v)", ctx.Err(), err)
 		}
 	}
 	return 0, true, nil

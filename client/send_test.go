@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -252,5 +253,26 @@ func TestOneBurstOfOverloadedRefusalsPausesOnce(t *testing.T) {
 	}
 	if n := c.Stats().Overloaded; n != 32 {
 		t.Fatalf("%d sends refused as overloaded, want 32", n)
+	}
+}
+
+// A Send whose ctx ends while the server keeps refusing it as overloaded
+// says so, and that it can be resent with the same cmid: not only that it
+// waited for a place among the sends in flight.
+func TestASendEndedDuringAnOverloadPauseSaysTheServerRefusedIt(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	p.set(func(p *peer) { p.overloadSends = 1 << 30 })
+	c, _ := dial(t, p, "alice", func(c *Config) { c.MinBackoff, c.MaxBackoff = 20*time.Millisecond, 200*time.Millisecond })
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	_, err := c.SendWithID(ctx, "g1", "c-42", "hello")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Send refused for ever: %v, want context.DeadlineExceeded", err)
+	}
+	t.Logf("Send: %v", err)
+	for _, want := range []string{"c-42", "refused by the server as overloaded", "same cmid"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("Send: %v\nwant it to say %q", err, want)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -33,7 +34,8 @@ func newWindow(max int, pause backoff) *window {
 }
 
 // enter waits for a place in the window, and for a pause to end, or
-// until ctx ends (its error) or closed is closed (ErrClosed). It returns
+// until ctx ends (its error, saying what it waited for) or closed is
+// closed (ErrClosed). It returns
 // the episode of overload the send is made in, for overloaded.
 func (w *window) enter(ctx context.Context, closed <-chan struct{}) (episode int, err error) {
 	for {
@@ -64,7 +66,10 @@ func (w *window) enter(ctx context.Context, closed <-chan struct{}) (episode int
 			t.Stop()
 		}
 		if err := ctx.Err(); err != nil {
-			return 0, err
+			if wait > 0 {
+				return 0, fmt.Errorf("waiting out the pause of the sends after an overloaded refusal: %w", err)
+			}
+			return 0, fmt.Errorf("waiting for a place among the sends in flight: %w", err)
 		}
 		if shut {
 			return 0, ErrClosed
