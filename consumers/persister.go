@@ -111,10 +111,22 @@ func (p *Persister) Handle(ctx context.Context, part int, recs []Record[schema.M
 		}
 	}
 	var older store.OlderFloors
-	if p.ClickHouse != nil {
+	if p.ClickHouse != nil && !p.wholeLog(part) {
 		older = p.olderFloors
 	}
 	return p.Redis.AppendWindowOver(ctx, fence, keep, older)
+}
+
+// wholeLog reports whether this run of the partition began at its offset 0:
+// then every message of the partition passed through this run, and no
+// group's window can lack older messages, so olderFloors is not needed (a
+// replay of a log that retention never cut, as the embedded default makes
+// at every start, pays nothing for it).
+func (p *Persister) wholeLog(part int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r := p.replays[part]
+	return r != nil && r.begun && r.start == 0
 }
 
 // olderFloors gives a group whose window starts with the batch the floor
