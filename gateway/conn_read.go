@@ -27,6 +27,13 @@ func (c *conn) serve() {
 	defer c.g.disconnect(c)
 	for c.awaitFrame() == nil && c.readFrame() {
 	}
+	// Answers queued already (to sends taken before Shutdown closed the
+	// connection: their messages are accepted) go out before the close
+	// frame, unless the client is too slow to take them.
+	c.close(websocket.StatusNormalClosure, "") // a no-op if asked before; c.code is set after it
+	if c.code != CloseTooSlow {
+		c.queue.flush()
+	}
 	c.end()
 	c.queue.stop()
 }

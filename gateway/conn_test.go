@@ -3,15 +3,19 @@ package gateway
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/coder/websocket"
 	"net"
 	"net/http"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/groupchat/chatd/topics"
 )
 
 // TestFrameSentWithTheUpgrade: a client that sends its first frame in the
@@ -167,5 +171,47 @@ func TestAPingFloodIsAnsweredAtTheFrameRate(t *testing.T) {
 	// The frame rate is 100/s with a burst of 40 here.
 	if most := 40 + int(100*time.Since(start).Seconds()) + 1; pongs == 0 || pongs > most {
 		t.Fatalf("%d pings answered with %d pongs in %v; want 1 to %d", n, pongs, time.Since(start), most)
+	}
+}
+
+// TestShutdownAnswersTheSendsItTook: connections closed by Shutdown while
+// their sends are being produced get the answers to those sends before the
+// close frame: every message produced is one its sender learns the msgid of.
+func TestShutdownAnswersTheSendsItTook(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	const n = 20
+	var uids []string
+	for i := range n {
+		uids = append(uids, fmt.Sprint("u", i))
+	}
+	e.group("g1", uids...)
+	var rs []*raw
+	for _, u := range uids {
+		rs = append(rs, e.login(0, u))
+	}
+	before := e.topicEndsOf(topics.Messages)
+	for i, r := range rs {
+		r.send(map[string]any{"op": "send", "id": "s", "gid": "g1", "cmid": fmt.Sprint("c", i), "body": "at shutdown"})
+	}
+	time.Sleep(2 * time.Millisecond) // the frames have arrived; the sends are being produced
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.gws[0].g.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	answered := 0
+	for _, r := range rs {
+		for {
+			f, err := r.tryRead(5 * time.Second)
+			if err != nil {
+				break // the close frame
+			}
+			if f["op"] == "accepted" {
+				answered++
+			}
+		}
+	}
+	if produced := e.topicEndsOf(topics.Messages) - before; int64(answered) != produced {
+		t.Fatalf("%d sends produced at shutdown, %d of them answered: the others' senders were cut without their msgid", produced, answered)
 	}
 }

@@ -7,23 +7,24 @@ import "sync"
 // writes until the queue is empty again and then ends. An idle connection
 // so costs its reader alone.
 type outQueue struct {
-	mu      sync.Mutex
-	items   []out
-	limit   int  // items
-	bytes   int  // of the items queued
-	maxB    int  // bytes queued at most (but one item always fits); 0: no bound
-	writing bool // a writer goroutine runs
-	stopped bool // the connection ended: nothing more is queued or written
-	wg      sync.WaitGroup
+	mu       sync.Mutex
+	items    []out
+	limit    int  // items
+	bytes    int  // of the items queued
+	maxB     int  // bytes queued at most (but one item always fits); 0: no bound
+	writing  bool // a writer goroutine runs
+	stopped  bool // the connection ended: nothing more is queued or written
+	flushing bool // the connection is ending: nothing more is queued, what is queued is written
+	wg       sync.WaitGroup
 }
 
 // put queues o and starts a writer with write if none runs. It reports
-// false when the queue is full (the caller cuts the connection); after stop
-// it drops o and reports true.
+// false when the queue is full (the caller cuts the connection); after
+// flush or stop it drops o and reports true.
 func (q *outQueue) put(o out, write func(items []out) bool) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.stopped {
+	if q.stopped || q.flushing {
 		return true
 	}
 	n := o.size()
@@ -69,6 +70,15 @@ func (q *outQueue) stop() {
 	q.mu.Lock()
 	q.stopped = true
 	q.items, q.bytes = nil, 0
+	q.mu.Unlock()
+	q.wg.Wait()
+}
+
+// flush refuses what comes and waits until the writer has written what is
+// queued (or given up: its writes are bounded by WriteTimeout).
+func (q *outQueue) flush() {
+	q.mu.Lock()
+	q.flushing = true
 	q.mu.Unlock()
 	q.wg.Wait()
 }
