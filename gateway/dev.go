@@ -38,6 +38,13 @@ func (g *Gateway) devCreateGroup(ctx context.Context, uid string, r *http.Reques
 	if err != nil {
 		return nil, g.unavailable("members", err)
 	}
+	if current[uid].State != store.MemberJoined {
+		// Whether the group has members, and uid among them, is known
+		// only once its memberships are whole.
+		if perr := g.rebuilding(ctx, req.Gid); perr != nil {
+			return nil, perr
+		}
+	}
 	if current[uid].State != store.MemberJoined && slices.ContainsFunc(slices.Collect(maps.Values(current)),
 		func(m store.Membership) bool { return m.State == store.MemberJoined }) {
 		return nil, protocol.Errorf(protocol.CodeForbidden, "group %s exists; ask one of its members to add you", req.Gid)

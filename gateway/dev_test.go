@@ -14,6 +14,7 @@ func TestDevGroupsOnlyWhenDevTokens(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	prod := e.addGateway(1, func(c *Config) { c.DevTokens = false })
 	alice, bob, carol := e.token("alice"), e.token("bob"), e.token("carol")
+	e.waitReplayed("team")
 
 	st, out := e.http("POST", "/v1/dev/groups", alice, map[string]any{"gid": "team", "members": []string{"bob", "alice"}})
 	if st != 200 || fmt.Sprint(out["added"]) != "[alice bob]" {

@@ -235,10 +235,22 @@ func (e *env) http(method, path, bearer string, body any) (int, map[string]any) 
 // member projector has applied it.
 func (e *env) group(gid string, members ...string) {
 	e.t.Helper()
+	e.waitReplayed(gid)
 	if st, out := e.http("POST", "/v1/admin/groups", adminToken, map[string]any{"gid": gid, "members": members}); st != 200 {
 		e.t.Fatalf("create group: %d %v", st, out)
 	}
 	e.waitMembers(gid, members...)
+}
+
+// waitReplayed waits until the member projector has replayed gid's
+// partition of chat.members, as a deployment is ready (/readyz) only once
+// its projections have: until then administration of gid is unavailable.
+func (e *env) waitReplayed(gid string) {
+	e.t.Helper()
+	part := topics.Partition(gid, 4)
+	waitFor(e.t, "memberships of "+gid+" replayed", 20*time.Second, func() bool {
+		return e.redis.CheckReplayed(context.Background(), consumers.GroupMemberProjector, topics.Members, part) == nil
+	})
 }
 
 func (e *env) waitMembers(gid string, uids ...string) {

@@ -276,6 +276,7 @@ func TestResendWaitsForTheSendInFlight(t *testing.T) {
 // their start past what was sent between the two.
 func TestAMemberNamedTwiceJoinsOnce(t *testing.T) {
 	e := newEnv(t, envOpts{})
+	e.waitReplayed("dup")
 	before := e.topicEndsOf(topics.Members)
 	st, out := e.http("POST", "/v1/admin/groups", adminToken, map[string]any{"gid": "dup", "members": []string{"a", "a", "b"}})
 	if st != 200 || fmt.Sprint(out["added"]) != "[a b]" {

@@ -176,7 +176,9 @@ func (g *Gateway) addMember(ctx context.Context, r *http.Request) (any, *protoco
 }
 
 // join adds members who are not members yet; adding a member twice is a
-// no-op (a second join would move their start forward).
+// no-op (a second join would move their start forward). While the
+// memberships of gid are being rebuilt, a member may read as not one yet:
+// no join is written then.
 func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *protocol.Error) {
 	if err := schema.ValidID(gid); err != nil {
 		return nil, protocol.Errorf(protocol.CodeInvalid, "gid: %v", err)
@@ -192,6 +194,11 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 		}
 		if current[uid].State == store.MemberJoined {
 			continue
+		}
+		if len(added) == 0 {
+			if perr := g.rebuilding(ctx, gid); perr != nil {
+				return nil, perr
+			}
 		}
 		m, err := g.cfg.Producer.Join(ctx, gid, uid, "admin")
 		if err != nil {
@@ -213,6 +220,12 @@ func (g *Gateway) removeMember(ctx context.Context, r *http.Request) (any, *prot
 	m, err := g.cfg.Redis.Membership(ctx, gid, uid)
 	if err != nil {
 		return nil, g.unavailable("membership", err)
+	}
+	// While the memberships of gid are being rebuilt, uid may read as not
+	// a member, or as one who has not left yet: a leave written then would
+	// end their stretch later than it ended.
+	if perr := g.rebuilding(ctx, gid); perr != nil {
+		return nil, perr
 	}
 	if m.State != store.MemberJoined {
 		return nil, protocol.Errorf(protocol.CodeNotFound, "%s is not a member of %s", uid, gid)

@@ -52,15 +52,25 @@ func (g *Gateway) member(ctx context.Context, uid, gid string) (store.Membership
 	return m, g.notMember(ctx, m, gid)
 }
 
-// notMember refuses one who never joined gid. Memberships that Redis lost
-// (restarted empty, flushed) read as never joined until the member
-// projector notices and replays chat.members, a few seconds; until it has
-// marked gid's partition replayed again, the answer is unavailable, which
+// notMember refuses one who never joined gid, unless gid's memberships are
+// being rebuilt (see rebuilding): then the answer is unavailable, which
 // clients retry, not not_member, which they give up on.
 func (g *Gateway) notMember(ctx context.Context, m store.Membership, gid string) *protocol.Error {
 	if m.State != store.MemberNone {
 		return nil
 	}
+	if perr := g.rebuilding(ctx, gid); perr != nil {
+		return perr
+	}
+	return protocol.Errorf(protocol.CodeNotMember, "you are not a member of %s; ask an admin or a member to add you", gid)
+}
+
+// rebuilding answers unavailable while the memberships of gid are being
+// rebuilt. Memberships that Redis lost (restarted empty, flushed) read as
+// never joined, or as they stood earlier in chat.members, until the member
+// projector notices and replays it, a few seconds; until it has marked
+// gid's partition replayed again, no answer may rest on them.
+func (g *Gateway) rebuilding(ctx context.Context, gid string) *protocol.Error {
 	part, err := g.cfg.Producer.Partition(ctx, topics.Members, gid)
 	if err == nil {
 		err = g.cfg.Redis.CheckReplayed(ctx, consumers.GroupMemberProjector, topics.Members, part)
@@ -71,7 +81,7 @@ func (g *Gateway) notMember(ctx context.Context, m store.Membership, gid string)
 	case err != nil:
 		return g.unavailable("membership", err)
 	}
-	return protocol.Errorf(protocol.CodeNotMember, "you are not a member of %s; ask an admin or a member to add you", gid)
+	return nil
 }
 
 func (g *Gateway) send(ctx context.Context, uid string, r *protocol.Request) (any, *protocol.Error) {

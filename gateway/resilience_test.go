@@ -178,3 +178,57 @@ func TestMembershipsRedisLostAreUnavailableNotNotMember(t *testing.T) {
 		t.Errorf("carol's send after the replay: %v, want not_member", f)
 	}
 }
+
+// TestMembershipsBeingRebuiltAreNotChangedByAdministration: while Redis's
+// memberships are being rebuilt, a member reads as absent; adding them
+// again (an admin's tool retrying, a group created again) would write a
+// second join at the group's head, and once replayed they would have lost
+// every message from before it. Administration answers unavailable then,
+// writes nothing, and the member keeps their history.
+func TestMembershipsBeingRebuiltAreNotChangedByAdministration(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g1", "alice", "bob")
+	bob := e.login(0, "bob")
+	if f := bob.call(map[string]any{"op": "send", "gid": "g1", "cmid": "b1", "body": "for alice"}); f["op"] != "accepted" {
+		t.Fatalf("send: %v", f)
+	}
+
+	e.parts["members"].stop()
+	if err := e.rc.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for part := range 4 { // as the projector does when it notices the wipe
+		if ok, err := e.redis.AdvanceOffset(context.Background(), consumers.GroupMemberProjector, topics.Members, part, -1, kafka.FirstOffset); !ok || err != nil {
+			t.Fatalf("claiming partition %d: %v, %v", part, ok, err)
+		}
+	}
+	ends := e.topicEndsOf(topics.Members)
+	for _, c := range []struct {
+		method, path, token string
+		body                any
+	}{
+		{"POST", "/v1/admin/groups/g1/members", adminToken, map[string]any{"uid": "alice"}},
+		{"POST", "/v1/admin/groups", adminToken, map[string]any{"gid": "g1", "members": []string{"alice", "bob"}}},
+		{"DELETE", "/v1/admin/groups/g1/members/bob", adminToken, nil},
+		{"POST", "/v1/dev/groups", e.token("carol"), map[string]any{"gid": "g1"}},
+	} {
+		st, out := e.http(c.method, c.path, c.token, c.body)
+		if st != 503 || code(out) != string(protocol.CodeUnavailable) || !strings.Contains(fmt.Sprint(out["message"]), "being rebuilt") {
+			t.Errorf("%s %s while the memberships are rebuilt: %d %v, want 503 unavailable saying they are being rebuilt", c.method, c.path, st, out)
+		}
+	}
+	if got := e.topicEndsOf(topics.Members); got != ends {
+		t.Errorf("administration while the memberships are rebuilt wrote %d membership changes", got-ends)
+	}
+
+	e.runConsumer("members", e.parts["members"].mk)
+	e.waitMembers("g1", "alice")
+	alice := e.login(0, "alice")
+	var page map[string]any
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if page = alice.call(map[string]any{"op": "pull", "gid": "g1"}); len(page["msgs"].([]any)) == 1 {
+			return
+		}
+	}
+	t.Fatalf("alice's pull after the replay: %v, want bob's message from before", page)
+}
