@@ -56,16 +56,17 @@ func (o *out) size() int {
 var errAnswered = protocol.Errorf(protocol.CodeUnauthenticated, "answered")
 
 type conn struct {
-	g      *Gateway
-	ws     *websocket.Conn
-	br     *bufio.Reader // under ws: serve peeks it while ws reads nothing
-	cork   *cork         // under ws: corked while the writer writes
-	uid    string
-	queue  outQueue
-	slot   int         // when in the ping interval it is pinged (pingConns)
-	heard  atomic.Bool // the client sent something since the last ping
-	sends  bucket      // used by handle only
-	frames bucket
+	g        *Gateway
+	ws       *websocket.Conn
+	br       *bufio.Reader // under ws: serve peeks it while ws reads nothing
+	cork     *cork         // under ws: corked while the writer writes
+	uid      string
+	queue    outQueue
+	slot     int         // when in the ping interval it is pinged (pingConns)
+	heard    atomic.Bool // the client sent something since the last ping
+	handling atomic.Bool // a frame is being handled: the client's pongs wait behind it
+	sends    bucket      // used by handle only
+	frames   bucket
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -320,9 +321,12 @@ func (c *conn) writeNow(frame []byte) {
 
 // ping queues a ping (see pingConns); a client that sent nothing since the
 // ping before, not even its pong, is closed. A ping never cuts a client as
-// too slow: only pushes and answers do.
+// too slow: only pushes and answers do. Nor is a client cut while one of
+// its frames is being handled, however long that takes (a send while the
+// broker stalls: up to 3 x 10 s): its pongs wait unread behind the frame,
+// which counts as heard from it meanwhile.
 func (c *conn) ping() {
-	if !c.heard.Swap(false) {
+	if !c.handling.Load() && !c.heard.Swap(false) {
 		c.close(websocket.StatusPolicyViolation, "no pong within the ping interval")
 		return
 	}

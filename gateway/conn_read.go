@@ -108,7 +108,9 @@ func (c *conn) readOne() bool {
 		c.reply(protocol.Errorf(protocol.CodeBadFrame, "frames are JSON text, not binary").Frame(""))
 		return true
 	}
+	c.handling.Store(true)
 	c.handle(data)
+	c.handling.Store(false)
 	return true
 }
 

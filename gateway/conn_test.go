@@ -15,6 +15,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
 )
 
@@ -213,5 +214,31 @@ func TestShutdownAnswersTheSendsItTook(t *testing.T) {
 	}
 	if produced := e.topicEndsOf(topics.Messages) - before; int64(answered) != produced {
 		t.Fatalf("%d sends produced at shutdown, %d of them answered: the others' senders were cut without their msgid", produced, answered)
+	}
+}
+
+// TestASlowRequestDoesNotCutAClientThatPongs: a client whose request takes
+// longer than the ping interval is not cut for the pongs that wait unread
+// behind it. Here the request is a resend waiting (up to 2 s) for its first
+// send in flight; a send while the broker stalls takes up to 3 x 10 s.
+func TestASlowRequestDoesNotCutAClientThatPongs(t *testing.T) {
+	e := newEnv(t, envOpts{tune: func(c *Config) { c.PingInterval = 400 * time.Millisecond }})
+	e.group("g1", "alice")
+	alice := e.login(0, "alice")
+	// The first send of cmid c1 is in flight (claimed, not finished).
+	if c, err := e.redis.BeginSend(context.Background(), "g1", "alice", "c1", time.Minute); err != nil || c.State != store.SendClaimed {
+		t.Fatalf("claim: %+v %v", c, err)
+	}
+	alice.send(map[string]any{"op": "send", "id": "r", "gid": "g1", "cmid": "c1", "body": "resent"})
+	alice.send(map[string]any{"op": "sync", "id": "after"})
+	start := time.Now()
+	for answered := 0; answered < 2; {
+		f, err := alice.tryRead(10 * time.Second) // reading: the client library answers pings
+		if err != nil {
+			t.Fatalf("after %v, waiting for the answers to the resend and the sync after it: %v", time.Since(start).Round(time.Millisecond), err)
+		}
+		if f["id"] == "r" || f["id"] == "after" {
+			answered++
+		}
 	}
 }
