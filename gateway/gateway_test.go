@@ -286,3 +286,69 @@ func TestAMemberNamedTwiceJoinsOnce(t *testing.T) {
 		t.Fatalf("%d member records written, want 2", n)
 	}
 }
+
+// samePartition returns a gid other than gid in gid's partition of 4.
+func samePartition(t *testing.T, gid string) string {
+	t.Helper()
+	for i := 0; i < 1000; i++ {
+		o := fmt.Sprintf("other%d", i)
+		if topics.Partition(o, 4) == topics.Partition(gid, 4) {
+			return o
+		}
+	}
+	t.Fatal("no gid shares the partition")
+	return ""
+}
+
+// An ack or read beyond the group's newest message is refused, also when
+// another group of its partition has messages past it (msgids are offsets
+// of the partition), whether or not the persister has caught up; one up to
+// a message of the group that the persister has not written yet is taken.
+func TestACursorIsCheckedAgainstTheGroupsOwnMessages(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	other := samePartition(t, "g1")
+	e.group("g1", "alice")
+	e.group(other, "bob")
+	alice, bob := e.login(0, "alice"), e.login(0, "bob")
+	send := func(r *raw, gid, cmid string) int64 {
+		t.Helper()
+		f := r.call(map[string]any{"op": "send", "gid": gid, "cmid": cmid, "body": "hi"})
+		if f["op"] != "accepted" {
+			t.Fatalf("send to %s: %v", gid, f)
+		}
+		return int64(f["msgid"].(float64))
+	}
+	refused := func(when string, upto int64) {
+		t.Helper()
+		ends := e.topicEndsOf(topics.Acks, topics.Receipts)
+		for _, op := range []string{"ack", "read"} {
+			if f := alice.call(map[string]any{"op": op, "gid": "g1", "upto": upto}); code(f) != string(protocol.CodeBeyondHead) {
+				t.Errorf("%s: %s of g1 upto %s's msgid %d: %v, want beyond_head", when, op, other, upto, f)
+			}
+		}
+		if got := e.topicEndsOf(topics.Acks, topics.Receipts); got != ends {
+			t.Errorf("%s: cursors refused wrote %d records", when, got-ends)
+		}
+	}
+
+	head := send(alice, "g1", "a1")
+	var otherLast int64
+	for i := range 5 {
+		otherLast = send(bob, other, fmt.Sprint("b", i))
+	}
+	waitFor(t, "persisted", 10*time.Second, func() bool {
+		h1, _ := e.redis.Head(context.Background(), "g1")
+		h2, _ := e.redis.Head(context.Background(), other)
+		return h1 == head && h2 == otherLast
+	})
+	refused("persisted", otherLast)
+
+	e.parts["persister"].stop() // the heads in Redis lag the log from here
+	pushed := send(alice, "g1", "a2")
+	refused("the persister behind", send(bob, other, "b5"))
+	for _, op := range []string{"ack", "read"} {
+		if f := alice.call(map[string]any{"op": op, "gid": "g1", "upto": pushed}); f["op"] != "ok" {
+			t.Errorf("%s of g1 upto its message %d, not persisted yet: %v, want ok", op, pushed, f)
+		}
+	}
+}

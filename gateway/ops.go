@@ -222,7 +222,8 @@ func (g *Gateway) cursor(ctx context.Context, uid string, r *protocol.Request) (
 
 // checkHead refuses a cursor past the group's newest message. The Redis head
 // lags the log by the persister's delay, so a cursor above it is checked
-// against the log itself before it is refused.
+// against the log itself before it is refused: it must be in the log, and
+// be a message of the group, not of another group of its partition.
 func (g *Gateway) checkHead(ctx context.Context, gid string, head, upto int64, op string) *protocol.Error {
 	if upto <= head {
 		return nil
@@ -231,10 +232,17 @@ func (g *Gateway) checkHead(ctx context.Context, gid string, head, upto int64, o
 	if err != nil {
 		return g.unavailable("head", err)
 	}
-	if upto > logHead {
-		return protocol.Errorf(protocol.CodeBeyondHead, "%s upto %d is beyond the newest message of %s (%d)", op, upto, gid, head)
+	if upto <= logHead {
+		ok, err := g.cfg.Producer.IsMessageOf(ctx, gid, upto)
+		if err != nil {
+			return g.unavailable("head", err)
+		}
+		if ok {
+			return nil
+		}
 	}
-	return nil
+	return protocol.Errorf(protocol.CodeBeyondHead, "%s upto %d is beyond the newest message of %s (%d) or not one of its messages; %s up to a msgid of %s you received",
+		op, upto, gid, head, op, gid)
 }
 
 func (g *Gateway) pull(ctx context.Context, uid string, r *protocol.Request) (any, *protocol.Error) {

@@ -1,11 +1,15 @@
 package producers
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
 
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/topics"
@@ -90,6 +94,60 @@ func (p *Producer) HeadAtLeast(ctx context.Context, gid string, upto int64) (int
 		return h, nil
 	}
 	return p.Head(ctx, gid)
+}
+
+// IsMessageOf reports whether the record at offset msgid of gid's partition
+// of chat.messages is a message of gid (its key is gid): the msgids of the
+// other groups of the partition lie between gid's, and below its head.
+// It fetches the batch holding that one record; gateways ask only for a
+// cursor above the group's head in Redis, which lags the log by the
+// persister's delay.
+func (p *Producer) IsMessageOf(ctx context.Context, gid string, msgid int64) (bool, error) {
+	n, err := p.partitions(ctx, topics.Messages)
+	if err != nil {
+		return false, err
+	}
+	part := topics.Partition(gid, n)
+	// The broker answers with the whole batch holding msgid however low
+	// MaxBytes is, and with nothing past it.
+	req := &kafka.FetchRequest{Topic: topics.Messages, Partition: part, Offset: msgid, MinBytes: 1, MaxBytes: 1, MaxWait: time.Second}
+	var resp *kafka.FetchResponse
+	err = p.again(func() (err error) {
+		if resp, err = p.client.Fetch(ctx, req); err == nil {
+			err = resp.Error
+		}
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("producers: record %d of %s/%d: %w", msgid, topics.Messages, part, err)
+	}
+	for {
+		rec, err := resp.Records.ReadRecord()
+		if errors.Is(err, io.EOF) {
+			return false, nil // not in the log (yet)
+		}
+		if err != nil {
+			return false, fmt.Errorf("producers: record %d of %s/%d: %w", msgid, topics.Messages, part, err)
+		}
+		var key []byte
+		if rec.Offset == msgid {
+			key, err = protocol.ReadAll(rec.Key)
+		}
+		for _, b := range []protocol.Bytes{rec.Key, rec.Value} {
+			if b != nil {
+				b.Close()
+			}
+		}
+		switch {
+		case err != nil:
+			return false, fmt.Errorf("producers: key of record %d of %s/%d: %w", msgid, topics.Messages, part, err)
+		case rec.Offset == msgid:
+			return bytes.Equal(key, schema.MessageKey(gid)), nil
+		case rec.Offset > msgid:
+			return false, nil
+		}
+		// The batch starts before msgid.
+	}
 }
 
 // sawHead notes that offset exists in partition part of chat.messages.

@@ -154,6 +154,43 @@ func TestHeadAtLeastAsksTheBrokerOnlyBeyondWhatItKnows(t *testing.T) {
 	}
 }
 
+// IsMessageOf tells a group's messages from those of the other groups of
+// its partition, also inside a batch of several records, and finds none
+// past the end of the log.
+func TestIsMessageOfTellsTheGroupsOfAPartitionApart(t *testing.T) {
+	_, p := setup(t, 1)
+	ctx := context.Background()
+	gidOf := map[int64]string{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := range 40 { // sent at once: they share batches
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			gid := fmt.Sprint("g", i%3)
+			id, err := p.SendMessage(ctx, &schema.Message{Gid: gid, Sender: "u1", ClientMsgID: fmt.Sprint(i), Body: []byte("x")})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			gidOf[id] = gid
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	for id, gid := range gidOf {
+		for _, g := range []string{"g0", "g1", "g2"} {
+			if ok, err := p.IsMessageOf(ctx, g, id); err != nil || ok != (g == gid) {
+				t.Errorf("IsMessageOf(%s, %d) = %v, %v; the record is %s's", g, id, ok, err, gid)
+			}
+		}
+	}
+	if ok, err := p.IsMessageOf(ctx, "g0", int64(len(gidOf))); err != nil || ok {
+		t.Errorf("IsMessageOf past the end of the log = %v, %v; want false", ok, err)
+	}
+}
+
 func BenchmarkSendMessageSerial(b *testing.B) {
 	_, p := setup(b, 8)
 	ctx := context.Background()
