@@ -272,6 +272,34 @@ func TestResendWaitsForTheSendInFlight(t *testing.T) {
 	}
 }
 
+// A resend of an accepted message gets the first send's msgid back, also
+// when its sender was removed from the group since (the answer to the first
+// send was lost): not left_group, which would tell the client its message
+// failed although every member got it.
+func TestAResendAfterLeavingGetsTheFirstSendsMsgid(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g1", "alice", "bob")
+	alice := e.login(0, "alice")
+	first := alice.call(map[string]any{"op": "send", "gid": "g1", "cmid": "a1", "body": "hi"})
+	if first["op"] != "accepted" {
+		t.Fatalf("send: %v", first)
+	}
+	if st, out := e.http("DELETE", "/v1/admin/groups/g1/members/alice", adminToken, nil); st != 200 {
+		t.Fatalf("remove alice: %d %v", st, out)
+	}
+	waitFor(t, "alice left", 10*time.Second, func() bool {
+		m, _ := e.redis.Membership(context.Background(), "g1", "alice")
+		return m.State == store.MemberLeft
+	})
+	again := alice.call(map[string]any{"op": "send", "gid": "g1", "cmid": "a1", "body": "hi"})
+	if again["op"] != "accepted" || again["msgid"] != first["msgid"] {
+		t.Fatalf("resend of an accepted message after leaving: %v, want accepted with msgid %v", again, first["msgid"])
+	}
+	if f := alice.call(map[string]any{"op": "send", "gid": "g1", "cmid": "a2", "body": "new"}); code(f) != string(protocol.CodeLeft) {
+		t.Fatalf("a new send after leaving: %v, want left_group", f)
+	}
+}
+
 // A member named twice in one request joins once: a second join would move
 // their start past what was sent between the two.
 func TestAMemberNamedTwiceJoinsOnce(t *testing.T) {

@@ -103,14 +103,16 @@ func (g *Gateway) send(ctx context.Context, uid string, r *protocol.Request) (an
 		if err != nil {
 			return nil, g.unavailable("send claim", err)
 		}
+		if c.State == store.SendDone {
+			// A resend: the first send's msgid, also to one who left
+			// since (the answer to the first send was lost).
+			return accepted(c.MsgID), nil
+		}
 		if perr := g.notMember(ctx, c.Member, r.Gid); perr != nil {
 			return nil, perr
 		}
 		if c.Member.State != store.MemberJoined {
 			return nil, protocol.Errorf(protocol.CodeLeft, "you left %s; you cannot send to it", r.Gid)
-		}
-		if c.State == store.SendDone {
-			return accepted(c.MsgID), nil // a resend: the first send's msgid
 		}
 		if c.State == store.SendClaimed {
 			break

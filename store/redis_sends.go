@@ -22,8 +22,8 @@ const (
 // SendClaim is what BeginSend found.
 type SendClaim struct {
 	Member Membership // the sender's membership; no claim is taken unless joined
-	State  SendState
-	MsgID  int64 // SendDone: the msgid of the first send; else -1
+	State  SendState  // SendDone whatever the membership; else meaningful only if joined
+	MsgID  int64      // SendDone: the msgid of the first send; else -1
 }
 
 // The gateway's send claims make a resend answer with the msgid of the
@@ -32,8 +32,8 @@ type SendClaim struct {
 // KEYS: send claim, the group's members; ARGV: inflight (ms), uid.
 var beginSendScript = redis.NewScript(`
 local m = redis.call('HGET', KEYS[2], ARGV[2])
-if not m or string.sub(m, 1, 1) ~= 'j' then return {m or '', ''} end
 local v = redis.call('GET', KEYS[1])
+if not m or string.sub(m, 1, 1) ~= 'j' then return {m or '', v or ''} end
 if v then return {m, v} end
 redis.call('SET', KEYS[1], 'pending', 'PX', ARGV[1])
 return {m, ''}
@@ -42,7 +42,8 @@ return {m, ''}
 // BeginSend checks that uid is a joined member of gid and, if so, claims
 // (gid, uid, cmid) for a send about to be produced, in one round trip; the
 // claim expires after inflight unless ExtendSend renews it or FinishSend or
-// AbortSend ends it.
+// AbortSend ends it. A send accepted before is SendDone also when uid has
+// left since: its resend is answered with the first send's msgid.
 func (r *Redis) BeginSend(ctx context.Context, gid, uid, cmid string, inflight time.Duration) (SendClaim, error) {
 	out := SendClaim{Member: Membership{State: MemberNone}, MsgID: -1}
 	v, err := beginSendScript.Run(ctx, r.client, []string{sendKey(gid, uid, cmid), membersKey(gid)}, inflight.Milliseconds(), uid).StringSlice()
@@ -58,16 +59,16 @@ func (r *Redis) BeginSend(ctx context.Context, gid, uid, cmid string, inflight t
 		}
 	}
 	switch {
-	case out.Member.State != MemberJoined:
-	case v[1] == "":
-		out.State = SendClaimed
-	case v[1] == "pending":
-		out.State = SendPending
-	default:
+	case v[1] != "" && v[1] != "pending":
 		if out.MsgID, err = strconv.ParseInt(v[1], 10, 64); err != nil {
 			return out, fmt.Errorf("%w: send claim %q", ErrCorruptValue, v[1])
 		}
 		out.State = SendDone
+	case out.Member.State != MemberJoined:
+	case v[1] == "":
+		out.State = SendClaimed
+	default:
+		out.State = SendPending
 	}
 	return out, nil
 }

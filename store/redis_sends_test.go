@@ -46,6 +46,15 @@ func testSendClaims(t *testing.T, c redis.UniversalClient) {
 		}
 	}
 
+	// A send accepted before its sender left is still done: a resend of it
+	// gets the first send's msgid, not a refusal.
+	if _, err := r.FinishSend(ctx, "g", "leaver", "before", 2, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if cl, err := r.BeginSend(ctx, "g", "leaver", "before", time.Second); err != nil || cl.State != SendDone || cl.MsgID != 2 || cl.Member.State != MemberLeft {
+		t.Fatalf("BeginSend by a leaver of a send accepted before = %+v, %v; want done with msgid 2, membership left", cl, err)
+	}
+
 	// A slow produce keeps its claim: a resend waits instead of producing.
 	begin("slow", SendClaimed)
 	if err := r.ExtendSend(ctx, "g", "u", "slow", time.Hour); err != nil {
