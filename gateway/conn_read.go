@@ -104,26 +104,30 @@ func (c *conn) readOne() bool {
 		}
 		return false
 	}
-	if typ != websocket.MessageText {
-		c.reply(protocol.Errorf(protocol.CodeBadFrame, "frames are JSON text, not binary").Frame(""))
-		return true
-	}
 	c.handling.Store(true)
-	c.handle(data)
+	c.handle(typ, data)
 	c.handling.Store(false)
 	return true
 }
+
+// errBinary answers a binary frame.
+var errBinary = protocol.Errorf(protocol.CodeBadFrame, "frames are JSON text, not binary")
 
 // frameRate is the rate and burst of frames a connection may send.
 func (c *conn) frameRate() (float64, int) {
 	return max(c.g.cfg.SendRate*4, 100), c.g.cfg.SendBurst * 4
 }
 
-// handle answers one text frame.
-func (c *conn) handle(data []byte) {
-	// Decoded first, so that a refusal names the request it refuses
-	// (frames are bounded by the read limit).
-	req, err := protocol.Decode(data, c.g.cfg.MaxBody)
+// handle answers one frame. Every frame counts against the frame rate,
+// whatever its type: a flood of binary frames is refused as one of text.
+func (c *conn) handle(typ websocket.MessageType, data []byte) {
+	// A text frame is decoded first, so that a refusal names the request
+	// it refuses (frames are bounded by the read limit).
+	var req protocol.Request
+	var err error = errBinary
+	if typ == websocket.MessageText {
+		req, err = protocol.Decode(data, c.g.cfg.MaxBody)
+	}
 	if !c.frames.take(c.frameRate()) {
 		c.reply(protocol.Errorf(protocol.CodeRateLimited, "too many frames; slow down and retry (a send with the same cmid)").Frame(req.ID))
 		return

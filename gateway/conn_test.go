@@ -15,6 +15,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/groupchat/chatd/protocol"
 	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
 )
@@ -240,5 +241,38 @@ func TestASlowRequestDoesNotCutAClientThatPongs(t *testing.T) {
 		if f["id"] == "r" || f["id"] == "after" {
 			answered++
 		}
+	}
+}
+
+// TestABinaryFloodIsHeldToTheFrameRate: binary frames count against the
+// frame rate as text frames and pings do: past it, a flood of them is
+// refused as rate_limited, not handled (a goroutine and an answer each).
+func TestABinaryFloodIsHeldToTheFrameRate(t *testing.T) {
+	e := newEnv(t, envOpts{gateways: 1, tune: func(c *Config) { c.SendRate, c.SendBurst = 20, 10 }})
+	w := e.wire(0, "flooder")
+	const n = 300 // fewer than the queue's 512 answers
+	var flood []byte
+	for range n {
+		flood = append(flood, clientFrame(0x82, []byte("x"))...)
+	}
+	start := time.Now()
+	w.c.Write(flood)
+	handled := 0
+	w.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for got := 0; got < n; got++ {
+		_, p, err := serverFrame(w.rd)
+		if err != nil {
+			t.Fatalf("after %d answers: %v", got, err)
+		}
+		var f map[string]any
+		json.Unmarshal(p, &f)
+		if code(f) != string(protocol.CodeRateLimited) {
+			handled++
+		}
+	}
+	// The frame rate is 100/s with a burst of 40 here.
+	if most := 40 + int(100*time.Since(start).Seconds()) + 1; handled > most {
+		t.Fatalf("%d binary frames in %v: %d handled (answered bad_frame) within the frame rate; want at most %d",
+			n, time.Since(start).Round(time.Millisecond), handled, most)
 	}
 }
