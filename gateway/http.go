@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/groupchat/chatd/protocol"
 	"github.com/groupchat/chatd/schema"
@@ -39,13 +41,21 @@ func (g *Gateway) api(op string) http.HandlerFunc {
 	return g.asUser(func(ctx context.Context, uid string, r *http.Request) (any, *protocol.Error) {
 		body := []byte("{}")
 		if r.Method == http.MethodPost {
-			var err error
-			if body, err = io.ReadAll(http.MaxBytesReader(nil, r.Body, g.cfg.maxFrame())); err != nil {
+			b, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, g.cfg.maxFrame()))
+			if err != nil {
 				return nil, protocol.Errorf(protocol.CodeBodyTooLarge, "the request body is over the limit of %d bytes (a message body of at most %d bytes, JSON-escaped)", g.cfg.maxFrame(), g.cfg.MaxBody)
+			}
+			// No body, or null, has no fields: the answer names the
+			// first one missing.
+			if b = bytes.TrimSpace(b); len(b) > 0 && !bytes.Equal(b, []byte("null")) {
+				body = b
 			}
 		}
 		if r.Method == http.MethodGet {
-			body = queryBody(r)
+			var perr *protocol.Error
+			if body, perr = queryBody(r); perr != nil {
+				return nil, perr
+			}
 		}
 		req, err := protocol.Decode(withFields(body, op, r.PathValue("gid")), g.cfg.MaxBody)
 		if err != nil {
@@ -97,7 +107,7 @@ func withFields(body []byte, op, gid string) []byte {
 
 // queryBody turns a GET's query (after, before, limit, msgids=1,2,3) and path
 // (msgid) into the JSON body of the operation, so one decoder checks both.
-func queryBody(r *http.Request) []byte {
+func queryBody(r *http.Request) ([]byte, *protocol.Error) {
 	q := r.URL.Query()
 	m := map[string]json.RawMessage{}
 	num := func(key, s string) {
@@ -113,10 +123,15 @@ func queryBody(r *http.Request) []byte {
 	num("limit", q.Get("limit"))
 	num("msgid", r.PathValue("msgid"))
 	if s := q.Get("msgids"); s != "" {
+		for _, id := range strings.Split(s, ",") {
+			if _, err := strconv.ParseInt(id, 10, 64); err != nil {
+				return nil, protocol.Errorf(protocol.CodeBadFrame, "msgids must be msgids separated by commas (msgids=41,42); %q is not one", id[:min(len(id), 40)])
+			}
+		}
 		m["msgids"] = json.RawMessage("[" + s + "]")
 	}
 	b, _ := json.Marshal(m)
-	return b
+	return b, nil
 }
 
 // admin guards an administration handler with the admin token.

@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -57,6 +59,34 @@ func TestHTTPAPIFlow(t *testing.T) {
 	} {
 		if st, out := e.http(c.method, c.path, bob, c.body); st != c.status || out["message"] == "" {
 			t.Errorf("%s %s: %d %v, want %d with a message", c.method, c.path, st, out, c.status)
+		}
+	}
+}
+
+// A malformed request of the HTTP API is answered with a message that names
+// the field at fault, as a malformed WebSocket frame is.
+func TestHTTPErrorsNameTheField(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g1", "alice")
+	alice := e.token("alice")
+	for _, c := range []struct{ path, field string }{
+		{"/v1/groups/g1/read_counts?msgids=abc", "msgids"},
+		{"/v1/groups/g1/read_counts?msgids=1,2,", "msgids"},
+		{"/v1/groups/g1/messages?after=abc", "after"},
+		{"/v1/groups/g1/messages/abc/readers", "msgid"},
+	} {
+		st, out := e.http("GET", c.path, alice, nil)
+		msg, _ := out["message"].(string)
+		if st != 400 || !strings.Contains(msg, c.field) {
+			t.Errorf("GET %s: %d %q, want 400 naming %s", c.path, st, msg, c.field)
+		}
+	}
+	// A POST without a body, or with null, lacks upto: say so.
+	for name, body := range map[string]any{"no body": nil, "null": json.RawMessage("null")} {
+		st, out := e.http("POST", "/v1/groups/g1/ack", alice, body)
+		msg, _ := out["message"].(string)
+		if st != 400 || !strings.Contains(msg, "upto") {
+			t.Errorf("POST /v1/groups/g1/ack with %s: %d %q, want 400 naming upto", name, st, msg)
 		}
 	}
 }
