@@ -160,9 +160,17 @@ type groupRequest struct {
 	Uid     string   `json:"uid"`
 }
 
+// maxGroupBody bounds an administration body: room for a group's 10,000
+// members of ids up to 128 bytes, JSON-quoted (131 bytes each), and slack.
+const maxGroupBody = 2 << 20
+
 func (g *Gateway) readGroupRequest(r *http.Request) (groupRequest, *protocol.Error) {
 	var req groupRequest
-	if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&req); err != nil {
+	if err := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxGroupBody)).Decode(&req); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return req, protocol.Errorf(protocol.CodeBodyTooLarge, "the body is over the limit of %d bytes; name fewer members and add the rest with POST /v1/admin/groups/{gid}/members", maxGroupBody)
+		}
 		return req, protocol.Errorf(protocol.CodeBadFrame, "the body must be JSON: %v", err)
 	}
 	if gid := r.PathValue("gid"); gid != "" {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/groupchat/chatd/protocol"
 )
 
 // The HTTP API does what the WebSocket operations do, for bots and curl.
@@ -88,5 +90,29 @@ func TestHTTPErrorsNameTheField(t *testing.T) {
 		if st != 400 || !strings.Contains(msg, "upto") {
 			t.Errorf("POST /v1/groups/g1/ack with %s: %d %q, want 400 naming upto", name, st, msg)
 		}
+	}
+}
+
+// A group of up to 10,000 members of ids up to 128 bytes is allowed: a body
+// that large is taken, and one past the limit is refused as too large
+// (saying what to do), not as malformed.
+func TestALargeAdminBodyIsTakenAndATooLargeOneSaysSo(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.waitReplayed("big")
+	uid := strings.Repeat("u", 127)
+	members := make([]string, 8500) // one member named 8,500 times: joins once
+	for i := range members {
+		members[i] = uid
+	}
+	st, out := e.http("POST", "/v1/admin/groups", adminToken, map[string]any{"gid": "big", "members": members})
+	msg, _ := out["message"].(string)
+	if st != 200 && (code(out) != string(protocol.CodeBodyTooLarge) || strings.Contains(msg, "must be JSON")) {
+		t.Fatalf("a valid body of %d members (about 1.1 MB): %d %v, want it taken or refused as too large", len(members), st, out)
+	}
+	members = append(members, members...) // about 2.2 MB
+	st, out = e.http("POST", "/v1/admin/groups", adminToken, map[string]any{"gid": "big", "members": members})
+	msg, _ = out["message"].(string)
+	if st != 400 || code(out) != string(protocol.CodeBodyTooLarge) || !strings.Contains(msg, "/members") {
+		t.Fatalf("a body of %d members (about 2.2 MB): %d %v, want body_too_large saying to add the rest with .../members", len(members), st, out)
 	}
 }
