@@ -73,10 +73,13 @@ func (r *Runner[E]) consume(ctx context.Context, gc *groupCommits, part int, sta
 	}
 	marked := false // the partition's replay mark is written
 	if err == nil && lag <= 0 {
-		r.markCaughtUp(part) // nothing to replay: the state is current
+		// Nothing to replay: the state is current. Marked before it is
+		// called caught up, so that a reader who waited for readiness finds
+		// the mark (the gateway's checks of a rebuild read it).
 		if marked = r.markReplayed(ctx, log, part); !marked {
 			return false // ctx ended
 		}
+		r.markCaughtUp(part)
 	}
 	// The buffers grow to the batches that come: a partition that sees one
 	// record at a time keeps small ones. (Full-size buffers on every
@@ -140,21 +143,21 @@ func (r *Runner[E]) consume(ctx context.Context, gc *groupCommits, part int, sta
 			due = r.nextDue(saved.Load(), applied)
 		}
 		lag := reader.Lag()
+		if lag <= 0 && !marked {
+			if marked = r.markReplayed(ctx, log, part); !marked {
+				return gone.Load() // ctx ended
+			}
+		}
 		r.mu.Lock()
 		r.lag[part] = lag
 		if lag <= 0 {
-			r.caught[part] = true
+			r.caught[part] = true // after the mark, as above
 		}
 		r.stats.Records += int64(len(recs))
 		r.stats.Batches++
 		r.mu.Unlock()
 		r.cfg.Metrics.Consumed(r.cfg.Group, len(recs))
 		r.cfg.Metrics.Lag(r.cfg.Group, part, lag)
-		if lag <= 0 && !marked {
-			if marked = r.markReplayed(ctx, log, part); !marked {
-				return gone.Load() // ctx ended
-			}
-		}
 	}
 }
 
@@ -204,11 +207,8 @@ func (r *Runner[E]) fetch(ctx context.Context, reader *kafka.Reader, batch []kaf
 	// while a slow Handle runs, and must not then be handed over one
 	// record per Handle.
 	more := func() bool { return reader.Lag() > 0 || reader.Stats().QueueLength > 0 }
-	if reader.Lag() <= 0 {
-		r.markCaughtUp(m.Partition)
-		if !more() {
-			return batch, nil
-		}
+	if reader.Lag() <= 0 && !more() {
+		return batch, nil // caught up once handled (consume)
 	}
 	lctx, cancel := context.WithTimeout(ctx, r.cfg.Linger)
 	defer cancel()
