@@ -6,47 +6,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
-
 	"github.com/groupchat/chatd/history"
+	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/topics"
 )
 
 // The persister's replays over a log whose start retention has moved
 // above 0: ClickHouse holds what the topic no longer does.
-
-// deleteRecordsBefore moves the log start of topic/part to off, as
-// retention does.
-func deleteRecordsBefore(t *testing.T, brokers []string, topic string, part int32, off int64) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	req := kmsg.NewPtrDeleteRecordsRequest()
-	rt := kmsg.NewDeleteRecordsRequestTopic()
-	rt.Topic = topic
-	rp := kmsg.NewDeleteRecordsRequestTopicPartition()
-	rp.Partition, rp.Offset = part, off
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	req.TimeoutMillis = 5000
-	resp, err := req.RequestWith(context.Background(), cl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, rt := range resp.Topics {
-		for _, p := range rt.Partitions {
-			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-}
 
 // When Redis is lost, the persister rebuilds the window from what the
 // topic still holds. The window must then say that older messages exist (a
@@ -64,7 +31,7 @@ func TestPersisterRebuildingAfterRetentionKeepsTheOlderHistoryReachable(t *testi
 	stop()
 
 	// Retention removes the first five records; then Redis loses its data.
-	deleteRecordsBefore(t, p.brokers(), topics.Messages, 0, ids[5])
+	testserver.DeleteRecordsBefore(t, p.brokers(), topics.Messages, 0, ids[5])
 	if err := p.rc.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -124,8 +91,8 @@ func TestPersisterRebuildingAfterRetentionDropsAResendOfARemovedSend(t *testing.
 		t.Fatalf("ClickHouse holds %d messages of g0 before the replay, want 3 (the resend dropped)", n)
 	}
 
-	deleteRecordsBefore(t, p.brokers(), topics.Messages, 0, orig+1) // retention removes the first send
-	if err := p.rc.FlushAll(ctx).Err(); err != nil {                // Redis restarts empty
+	testserver.DeleteRecordsBefore(t, p.brokers(), topics.Messages, 0, orig+1) // retention removes the first send
+	if err := p.rc.FlushAll(ctx).Err(); err != nil {                           // Redis restarts empty
 		t.Fatal(err)
 	}
 	p.persister(t, nil)

@@ -253,6 +253,19 @@ func (e *env) waitReplayed(gid string) {
 	})
 }
 
+// removeMember removes uid from gid through the admin API and waits until
+// the member projector has the leave.
+func (e *env) removeMember(gid, uid string) {
+	e.t.Helper()
+	if st, out := e.http("DELETE", "/v1/admin/groups/"+gid+"/members/"+uid, adminToken, nil); st != 200 {
+		e.t.Fatalf("remove %s from %s: %d %v", uid, gid, st, out)
+	}
+	waitFor(e.t, uid+" left "+gid, 10*time.Second, func() bool {
+		m, _ := e.redis.Membership(context.Background(), gid, uid)
+		return m.State == store.MemberLeft
+	})
+}
+
 func (e *env) waitMembers(gid string, uids ...string) {
 	e.t.Helper()
 	waitFor(e.t, "membership of "+gid, 20*time.Second, func() bool {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/groupchat/chatd/schema"
-	"github.com/groupchat/chatd/store"
 )
 
 // Scrolling up: pull with before pages from the newest message down to
@@ -33,13 +32,7 @@ func TestPullBeforePagesUpWithinMembership(t *testing.T) {
 	for i := range 12 {
 		ids = append(ids, send(fmt.Sprint("m", i)))
 	}
-	if st, out := e.http("DELETE", "/v1/admin/groups/g1/members/dave", adminToken, nil); st != 200 {
-		t.Fatalf("remove dave: %d %v", st, out)
-	}
-	waitFor(t, "dave left", 10*time.Second, func() bool {
-		m, _ := e.redis.Membership(context.Background(), "g1", "dave")
-		return m.State == store.MemberLeft
-	})
+	e.removeMember("g1", "dave")
 	// The leave names dave's join, at the empty group's -1, so compaction
 	// of the join cannot take his stretch from him.
 	if l := e.lastMemberEvent("g1", "dave"); l.Op != schema.OpLeave || !l.HasJoined || l.Joined != -1 || l.By != "admin" {

@@ -12,6 +12,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/groupchat/chatd/consumers"
+	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/topics"
 )
@@ -129,7 +130,7 @@ func TestBackfillDropsAResendWhoseFirstSendRetentionRemoved(t *testing.T) {
 	if n, err := ch.CountMessages(ctx, "g"); err != nil || n != 2 {
 		t.Fatalf("first backfill: %d messages (%v), want 2 (the resend dropped)", n, err)
 	}
-	deleteRecordsBefore(t, e.brokers, topics.Messages, 0, ids[1]) // retention removes the first send
+	testserver.DeleteRecordsBefore(t, e.brokers, topics.Messages, 0, ids[1]) // retention removes the first send
 	out := e.mustCtl("backfill", "-tables", "messages")
 	if n, err := ch.CountMessages(ctx, "g"); err != nil || n != 2 || !strings.Contains(out, "1 duplicate sends dropped") {
 		ms, _ := ch.Messages(ctx, "g", -1, math.MaxInt64, 10)

@@ -9,43 +9,11 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/topics"
 )
-
-// deleteRecordsBefore moves the log start of topic/part to off, as
-// retention does.
-func deleteRecordsBefore(t *testing.T, brokers []string, topic string, part int32, off int64) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	req := kmsg.NewPtrDeleteRecordsRequest()
-	rt := kmsg.NewDeleteRecordsRequestTopic()
-	rt.Topic = topic
-	rp := kmsg.NewDeleteRecordsRequestTopicPartition()
-	rp.Partition, rp.Offset = part, off
-	rt.Partitions = append(rt.Partitions, rp)
-	req.Topics = append(req.Topics, rt)
-	req.TimeoutMillis = 5000
-	resp, err := req.RequestWith(context.Background(), cl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, rt := range resp.Topics {
-		for _, p := range rt.Partitions {
-			if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-}
 
 // Retention moves a partition's log start after the scan listed it (a long
 // backfill reads partitions a few at a time): the scan goes on from the new
@@ -63,7 +31,7 @@ func TestScanGoesOnWhenRetentionMovesTheLogStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deleteRecordsBefore(t, e.brokers, topics.Messages, 0, 5)
+	testserver.DeleteRecordsBefore(t, e.brokers, topics.Messages, 0, 5)
 	var got []int64
 	var skipped [][2]int64
 	var offsets int64
