@@ -237,6 +237,9 @@ func TestOneBurstOfOverloadedRefusalsPausesOnce(t *testing.T) {
 	defer cancel()
 	start := time.Now()
 	var wg sync.WaitGroup
+	// The peer answers none until all 32 are in flight: every refusal is
+	// of a send made before the first refusal, however the goroutines run.
+	p.pushMu.Lock()
 	for range 32 {
 		wg.Add(1)
 		go func() {
@@ -246,6 +249,12 @@ func TestOneBurstOfOverloadedRefusalsPausesOnce(t *testing.T) {
 			}
 		}()
 	}
+	waitFor(t, "32 sends in flight", func() bool {
+		c.sending.mu.Lock()
+		defer c.sending.mu.Unlock()
+		return c.sending.used == 32
+	})
+	p.pushMu.Unlock()
 	wg.Wait()
 	// A pause doubled per refused send: 2.5-5 s before the resends.
 	if took := time.Since(start); took > 2*time.Second {
