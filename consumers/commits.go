@@ -26,13 +26,10 @@ type groupCommits struct {
 }
 
 // add commits next for part: at once when the interval is negative or final
-// is set (the partition is stopping), else with the next flush. A final
-// commit takes the place of the partition's pending one.
+// is set (the partition is stopping), else with the next flush. A pending
+// commit flushed after a final one is below it, and send drops it.
 func (c *groupCommits) add(part int, next int64, final bool) {
 	if c.interval < 0 || final {
-		c.mu.Lock()
-		delete(c.pending, part)
-		c.mu.Unlock()
 		c.send(map[int]int64{part: next})
 		return
 	}

@@ -207,7 +207,7 @@ func (r *Runner[E]) fetch(ctx context.Context, reader *kafka.Reader, batch []kaf
 	// while a slow Handle runs, and must not then be handed over one
 	// record per Handle.
 	more := func() bool { return reader.Lag() > 0 || reader.Stats().QueueLength > 0 }
-	if reader.Lag() <= 0 && !more() {
+	if !more() {
 		return batch, nil // caught up once handled (consume)
 	}
 	lctx, cancel := context.WithTimeout(ctx, r.cfg.Linger)

@@ -34,16 +34,11 @@ func (g *Gateway) devCreateGroup(ctx context.Context, uid string, r *http.Reques
 	if err := schema.ValidID(req.Gid); err != nil {
 		return nil, protocol.Errorf(protocol.CodeInvalid, "gid: %v", err)
 	}
-	current, err := g.cfg.Redis.Members(ctx, req.Gid)
-	if err != nil {
-		return nil, g.unavailable("members", err)
-	}
-	if current[uid].State != store.MemberJoined {
-		// Whether the group has members, and uid among them, is known
-		// only once its memberships are whole.
-		if perr := g.rebuilding(ctx, req.Gid); perr != nil {
-			return nil, perr
-		}
+	// Whether the group has members, and uid among them, is known only
+	// once its memberships are whole.
+	var current map[string]store.Membership
+	if perr := g.wholeMembers(ctx, req.Gid, func() (err error) { current, err = g.cfg.Redis.Members(ctx, req.Gid); return err }); perr != nil {
+		return nil, perr
 	}
 	if current[uid].State != store.MemberJoined && slices.ContainsFunc(slices.Collect(maps.Values(current)),
 		func(m store.Membership) bool { return m.State == store.MemberJoined }) {

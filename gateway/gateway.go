@@ -82,10 +82,19 @@ func (g *Gateway) Run(ctx context.Context) error {
 	if err := g.holdNode(ctx); err != nil {
 		return err
 	}
-	defer g.releaseNode()
-	go g.keepNode(ctx)
-	go g.refreshPresence(ctx)
-	go g.pingConns(ctx)
+	// Whatever ends deliver ends the loops too, before the name is let go:
+	// a renewal after the release would hold it for a restart to wait out.
+	ctx, cancel := context.WithCancel(ctx)
+	var loops sync.WaitGroup
+	defer func() {
+		cancel()
+		loops.Wait()
+		g.releaseNode()
+	}()
+	for _, loop := range []func(context.Context){g.keepNode, g.refreshPresence, g.pingConns} {
+		loops.Add(1)
+		go func() { defer loops.Done(); loop(ctx) }()
+	}
 	return g.deliver(ctx)
 }
 

@@ -206,9 +206,9 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 	if err := schema.ValidID(gid); err != nil {
 		return nil, protocol.Errorf(protocol.CodeInvalid, "gid: %v", err)
 	}
-	current, err := g.cfg.Redis.Members(ctx, gid)
-	if err != nil {
-		return nil, g.unavailable("members", err)
+	var current map[string]store.Membership
+	if perr := g.wholeMembers(ctx, gid, func() (err error) { current, err = g.cfg.Redis.Members(ctx, gid); return err }); perr != nil {
+		return nil, perr
 	}
 	var added []string
 	for _, uid := range uids {
@@ -217,11 +217,6 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 		}
 		if current[uid].State == store.MemberJoined {
 			continue
-		}
-		if len(added) == 0 {
-			if perr := g.rebuilding(ctx, gid); perr != nil {
-				return nil, perr
-			}
 		}
 		m, err := g.cfg.Producer.Join(ctx, gid, uid, "admin")
 		if err != nil {
@@ -240,14 +235,11 @@ func (g *Gateway) removeMember(ctx context.Context, r *http.Request) (any, *prot
 			return nil, protocol.Errorf(protocol.CodeInvalid, "%v", err)
 		}
 	}
-	m, err := g.cfg.Redis.Membership(ctx, gid, uid)
-	if err != nil {
-		return nil, g.unavailable("membership", err)
-	}
 	// While the memberships of gid are being rebuilt, uid may read as not
 	// a member, or as one who has not left yet: a leave written then would
 	// end their stretch later than it ended.
-	if perr := g.rebuilding(ctx, gid); perr != nil {
+	var m store.Membership
+	if perr := g.wholeMembers(ctx, gid, func() (err error) { m, err = g.cfg.Redis.Membership(ctx, gid, uid); return err }); perr != nil {
 		return nil, perr
 	}
 	if m.State != store.MemberJoined {

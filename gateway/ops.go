@@ -65,6 +65,20 @@ func (g *Gateway) notMember(ctx context.Context, m store.Membership, gid string)
 	return protocol.Errorf(protocol.CodeNotMember, "you are not a member of %s; ask an admin or a member to add you", gid)
 }
 
+// wholeMembers runs read, a read of gid's memberships that a change will
+// rest on, between two checks that they are not being rebuilt: a read made
+// while the member projector replays may miss members, and one made across
+// a Redis loss may find none.
+func (g *Gateway) wholeMembers(ctx context.Context, gid string, read func() error) *protocol.Error {
+	if perr := g.rebuilding(ctx, gid); perr != nil {
+		return perr
+	}
+	if err := read(); err != nil {
+		return g.unavailable("members", err)
+	}
+	return g.rebuilding(ctx, gid)
+}
+
 // rebuilding answers unavailable while the memberships of gid are being
 // rebuilt. Memberships that Redis lost (restarted empty, flushed) read as
 // never joined, or as they stood earlier in chat.members, until the member
