@@ -1,7 +1,6 @@
 package producers
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -99,54 +98,68 @@ func (p *Producer) HeadAtLeast(ctx context.Context, gid string, upto int64) (int
 // IsMessageOf reports whether the record at offset msgid of gid's partition
 // of chat.messages is a message of gid (its key is gid): the msgids of the
 // other groups of the partition lie between gid's, and below its head.
-// It fetches the batch holding that one record; gateways ask only for a
-// cursor above the group's head in Redis, which lags the log by the
-// persister's delay.
+// It fetches the batch holding that one record, and keeps the keys of the
+// last batch fetched of each partition: gateways ask only for a cursor
+// above the group's head in Redis, which lags the log by the persister's
+// delay, and then each online member of the group asks for the same msgids.
 func (p *Producer) IsMessageOf(ctx context.Context, gid string, msgid int64) (bool, error) {
-	n, err := p.partitions(ctx, topics.Messages)
+	part, err := p.Partition(ctx, topics.Messages, gid)
 	if err != nil {
 		return false, err
 	}
-	part := topics.Partition(gid, n)
-	// The broker answers with the whole batch holding msgid however low
+	want := string(schema.MessageKey(gid))
+	p.mu.Lock()
+	key, ok := p.keys[part][msgid]
+	p.mu.Unlock()
+	if ok {
+		return key == want, nil
+	}
+	keys, err := p.fetchKeys(ctx, part, msgid)
+	if err != nil {
+		return false, err
+	}
+	p.mu.Lock()
+	p.keys[part] = keys
+	p.mu.Unlock()
+	key, ok = keys[msgid]
+	return ok && key == want, nil // not there: not in the log (yet)
+}
+
+// fetchKeys returns the keys, by offset, of the batch of chat.messages'
+// partition part that holds offset.
+func (p *Producer) fetchKeys(ctx context.Context, part int, offset int64) (map[int64]string, error) {
+	// The broker answers with the whole batch holding offset however low
 	// MaxBytes is, and with nothing past it.
-	req := &kafka.FetchRequest{Topic: topics.Messages, Partition: part, Offset: msgid, MinBytes: 1, MaxBytes: 1, MaxWait: time.Second}
+	req := &kafka.FetchRequest{Topic: topics.Messages, Partition: part, Offset: offset, MinBytes: 1, MaxBytes: 1, MaxWait: time.Second}
 	var resp *kafka.FetchResponse
-	err = p.again(func() (err error) {
+	err := p.again(func() (err error) {
 		if resp, err = p.client.Fetch(ctx, req); err == nil {
 			err = resp.Error
 		}
 		return err
 	})
 	if err != nil {
-		return false, fmt.Errorf("producers: record %d of %s/%d: %w", msgid, topics.Messages, part, err)
+		return nil, fmt.Errorf("producers: record %d of %s/%d: %w", offset, topics.Messages, part, err)
 	}
+	keys := map[int64]string{}
 	for {
 		rec, err := resp.Records.ReadRecord()
 		if errors.Is(err, io.EOF) {
-			return false, nil // not in the log (yet)
+			return keys, nil
 		}
 		if err != nil {
-			return false, fmt.Errorf("producers: record %d of %s/%d: %w", msgid, topics.Messages, part, err)
+			return nil, fmt.Errorf("producers: record %d of %s/%d: %w", offset, topics.Messages, part, err)
 		}
-		var key []byte
-		if rec.Offset == msgid {
-			key, err = protocol.ReadAll(rec.Key)
-		}
+		key, err := protocol.ReadAll(rec.Key)
 		for _, b := range []protocol.Bytes{rec.Key, rec.Value} {
 			if b != nil {
 				b.Close()
 			}
 		}
-		switch {
-		case err != nil:
-			return false, fmt.Errorf("producers: key of record %d of %s/%d: %w", msgid, topics.Messages, part, err)
-		case rec.Offset == msgid:
-			return bytes.Equal(key, schema.MessageKey(gid)), nil
-		case rec.Offset > msgid:
-			return false, nil
+		if err != nil {
+			return nil, fmt.Errorf("producers: key of record %d of %s/%d: %w", rec.Offset, topics.Messages, part, err)
 		}
-		// The batch starts before msgid.
+		keys[rec.Offset] = string(key)
 	}
 }
 

@@ -92,8 +92,9 @@ type Producer struct {
 	mu     sync.Mutex
 	closed bool
 	lanes  map[laneKey]*lane
-	parts  map[string]int // partition counts by topic
-	heads  map[int]int64  // per partition of chat.messages, the newest offset known to exist
+	parts  map[string]int           // partition counts by topic
+	heads  map[int]int64            // per partition of chat.messages, the newest offset known to exist
+	keys   map[int]map[int64]string // per partition of chat.messages, the keys of the last batch IsMessageOf fetched
 }
 
 // ErrClosed is returned by sends after Close.
@@ -113,6 +114,7 @@ func New(cfg Config) (*Producer, error) {
 		lanes:     map[laneKey]*lane{},
 		parts:     map[string]int{},
 		heads:     map[int]int64{},
+		keys:      map[int]map[int64]string{},
 	}, nil
 }
 
