@@ -172,11 +172,6 @@ func (p *Persister) Start(part int, saved int64) {
 	p.replays[part] = &replay{}
 }
 
-// lookupChunk is how many client_msg_ids one ClickHouse lookup names: the
-// query stays under ClickHouse's default max_query_size (256 KiB) with ids
-// of the longest allowed size.
-const lookupChunk = 1000
-
 // claimOriginals claims again, before ClaimSends, the first sends of the
 // batch's resends that retention removed from the topic: a partition
 // handled from a claimed start whose first record is past offset 0 (Redis
@@ -199,20 +194,9 @@ func (p *Persister) claimOriginals(ctx context.Context, part int, fence *store.F
 	if r == nil || r.start <= 0 {
 		return nil // not a replay, or the topic holds the partition's first record
 	}
-	win := p.Redis.DedupWindow().Milliseconds()
-	var cmids []string
-	for i := range msgs {
-		if msgs[i].ClientMsgID != "" && msgs[i].SentAt <= r.first+win {
-			cmids = append(cmids, msgs[i].ClientMsgID)
-		}
-	}
-	var originals []schema.Message
-	for i := 0; i < len(cmids); i += lookupChunk {
-		found, err := p.ClickHouse.SentBefore(ctx, int32(part), r.start, r.first-win, cmids[i:min(i+lookupChunk, len(cmids))])
-		if err != nil {
-			return fmt.Errorf("consumers: look up the first sends of resends: %w", err)
-		}
-		originals = append(originals, found...)
+	originals, err := p.ClickHouse.FirstSendsBefore(ctx, int32(part), r.start, r.first, p.Redis.DedupWindow().Milliseconds(), msgs)
+	if err != nil {
+		return fmt.Errorf("consumers: %w", err)
 	}
 	return p.Redis.ClaimOriginals(ctx, fence, originals)
 }

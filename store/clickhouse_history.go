@@ -90,3 +90,32 @@ func (c *ClickHouse) NewestBefore(ctx context.Context, gids []string, before int
 	}
 	return out, nil
 }
+
+// lookupChunk is how many client_msg_ids one SentBefore names: the query
+// stays under ClickHouse's default max_query_size (256 KiB) with ids of the
+// longest allowed size.
+const lookupChunk = 1000
+
+// FirstSendsBefore returns the first sends, stored in partition part below
+// offset start, of the messages in msgs that may be resends of them: a
+// replay or backfill that began at start (retention removed what came
+// before) meets resends whose first send it never sees. Only messages sent
+// within win ms of first (the sent_at of the record at start) can be such
+// resends; the others cost no query.
+func (c *ClickHouse) FirstSendsBefore(ctx context.Context, part int32, start, first, win int64, msgs []schema.Message) ([]schema.Message, error) {
+	var cmids []string
+	for i := range msgs {
+		if msgs[i].ClientMsgID != "" && msgs[i].SentAt <= first+win {
+			cmids = append(cmids, msgs[i].ClientMsgID)
+		}
+	}
+	var out []schema.Message
+	for i := 0; i < len(cmids); i += lookupChunk {
+		found, err := c.SentBefore(ctx, part, start, first-win, cmids[i:min(i+lookupChunk, len(cmids))])
+		if err != nil {
+			return nil, fmt.Errorf("look up the first sends of resends: %w", err)
+		}
+		out = append(out, found...)
+	}
+	return out, nil
+}

@@ -228,11 +228,6 @@ func (c *claims) dup(part int, m *schema.Message) bool {
 	return false
 }
 
-// lookupChunk is how many cmids one ClickHouse lookup names: the query
-// stays under ClickHouse's default max_query_size (256 KiB) with ids of
-// the longest allowed size.
-const lookupChunk = 1000
-
 // dropResends drops from msgs (one batch of partition part, claimed
 // already among themselves) the resends whose first send is stored in
 // ClickHouse but no longer in the topic: retention removed it before the
@@ -247,25 +242,17 @@ func (c *claims) dropResends(ctx context.Context, ch *store.ClickHouse, part int
 	if pc.start <= 0 {
 		return msgs, 0, nil // the topic still holds the partition's first record
 	}
-	var cmids []string
-	for i := range msgs {
-		if msgs[i].ClientMsgID != "" && msgs[i].SentAt <= pc.first+c.win {
-			cmids = append(cmids, msgs[i].ClientMsgID)
-		}
+	found, err := ch.FirstSendsBefore(ctx, int32(part), pc.start, pc.first, c.win, msgs)
+	if err != nil {
+		return nil, 0, err
 	}
-	if len(cmids) == 0 {
+	if len(found) == 0 {
 		return msgs, 0, nil
 	}
 	originals := map[claimKey][]int64{} // sent_at of each
-	for i := 0; i < len(cmids); i += lookupChunk {
-		found, err := ch.SentBefore(ctx, int32(part), pc.start, pc.first-c.win, cmids[i:min(i+lookupChunk, len(cmids))])
-		if err != nil {
-			return nil, 0, fmt.Errorf("look up the first sends of resends: %w", err)
-		}
-		for _, m := range found {
-			k := claimKey{m.Gid, m.Sender, m.ClientMsgID}
-			originals[k] = append(originals[k], m.SentAt)
-		}
+	for _, m := range found {
+		k := claimKey{m.Gid, m.Sender, m.ClientMsgID}
+		originals[k] = append(originals[k], m.SentAt)
 	}
 	keep := msgs[:0]
 	for _, m := range msgs {
