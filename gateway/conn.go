@@ -91,7 +91,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		return // Accept has answered the client
 	}
 	ws.SetReadLimit(g.cfg.maxFrame())
-	token := strings.Clone(bearer(r))
+	token := strings.Clone(wsToken(r))
 	g.wg.Add(1)
 	go g.runConn(ws, sb, token)
 }
@@ -383,11 +383,19 @@ func asProtocol(err error) *protocol.Error {
 }
 
 func bearer(r *http.Request) string {
-	if t := r.URL.Query().Get("token"); t != "" {
-		return t
-	}
 	if h := r.Header.Get("Authorization"); len(h) > 7 && h[:7] == "Bearer " {
 		return h[7:]
 	}
 	return ""
+}
+
+// wsToken is the token of a WebSocket upgrade: in the URL, as browsers
+// must give it (their WebSocket cannot set headers), or in the header.
+// The HTTP API takes the header only, so that its tokens, the admin token
+// above all, stay out of access logs.
+func wsToken(r *http.Request) string {
+	if t := r.URL.Query().Get("token"); t != "" {
+		return t
+	}
+	return bearer(r)
 }

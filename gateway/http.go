@@ -73,7 +73,7 @@ func (g *Gateway) asUser(h func(ctx context.Context, uid string, r *http.Request
 	return func(w http.ResponseWriter, r *http.Request) {
 		tok := bearer(r)
 		if tok == "" {
-			writeErr(w, protocol.Errorf(protocol.CodeUnauthenticated, "send Authorization: Bearer <token>"))
+			writeErr(w, protocol.Errorf(protocol.CodeUnauthenticated, "send Authorization: Bearer <token> (the HTTP API takes no ?token=, which access logs keep)"))
 			return
 		}
 		uid, perr := verify(g.cfg.Secret, tok)
@@ -142,7 +142,7 @@ func (g *Gateway) admin(h func(ctx context.Context, r *http.Request) (any, *prot
 			return
 		}
 		if tok := bearer(r); tok == "" || !constantEq(tok, g.cfg.AdminToken) {
-			writeErr(w, protocol.Errorf(protocol.CodeForbidden, "administration needs Authorization: Bearer <admin token>"))
+			writeErr(w, protocol.Errorf(protocol.CodeForbidden, "administration needs Authorization: Bearer <admin token> (not ?token=, which access logs keep)"))
 			return
 		}
 		ans, perr := h(r.Context(), r)

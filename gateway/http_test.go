@@ -116,3 +116,27 @@ func TestALargeAdminBodyIsTakenAndATooLargeOneSaysSo(t *testing.T) {
 		t.Fatalf("a body of %d members (about 2.2 MB): %d %v, want body_too_large saying to add the rest with .../members", len(members), st, out)
 	}
 }
+
+// The HTTP API takes its tokens from the Authorization header only: a
+// token in the URL lands in every proxy's access log, and the admin token
+// there would let anyone who reads the logs administer. The WebSocket
+// upgrade still takes ?token=, which browsers need.
+func TestTheHTTPAPITakesNoTokenInTheURL(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g1", "alice")
+	st, out := e.http("POST", "/v1/admin/groups?token="+adminToken, "", map[string]any{"gid": "g2", "members": []string{"alice"}})
+	if st != 403 || !strings.Contains(fmt.Sprint(out["message"]), "Authorization: Bearer") {
+		t.Fatalf("admin call with the token in the URL: %d %v, want 403 naming the header", st, out)
+	}
+	if end := e.lastMemberEvent("g2", "alice"); end.Gid != "" {
+		t.Fatalf("the refused admin call wrote %+v", end)
+	}
+	st, out = e.http("GET", "/v1/sync?token="+e.token("alice"), "", nil)
+	if st != 401 || code(out) != string(protocol.CodeUnauthenticated) {
+		t.Fatalf("user call with the token in the URL: %d %v, want 401 unauthenticated", st, out)
+	}
+	if st, out := e.http("GET", "/v1/sync", e.token("alice"), nil); st != 200 {
+		t.Fatalf("user call with the header: %d %v", st, out)
+	}
+	e.login(0, "alice") // the WebSocket: ?token= in the URL
+}
