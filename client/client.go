@@ -41,7 +41,7 @@ type Config struct {
 	MaxQueued      int                                       // default 10,000: pulls wait while this many messages wait for OnMessage
 	OnMessage      func(protocol.Message)                    // optional: once per message, msgid order per group, from one goroutine
 	OnError        func(error)                               // optional: asynchronous errors, serialised
-	OnReceipts     func(protocol.Receipts)                   // optional: new read counts of your messages; called from the reader goroutine, must not block
+	OnReceipts     func(protocol.Receipts)                   // optional: new read counts of your messages; called from the reader goroutine: must not block, nor call ReadCounts, WhoRead or Close (they wait for that goroutine)
 	Logger         *slog.Logger                              // default: discard
 }
 
