@@ -276,3 +276,35 @@ func TestABinaryFloodIsHeldToTheFrameRate(t *testing.T) {
 			n, time.Since(start).Round(time.Millisecond), handled, most)
 	}
 }
+
+// A user who reconnects to the same gateway while their old connection is
+// being let go stays online: the old connection's clearing of their
+// presence must not land after the new one's registration and win.
+func TestAReconnectRacingTheOldConnectionsEndStaysOnline(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g1", "alice")
+	old := e.login(0, "alice")
+	var fresh *raw
+	registered := make(chan struct{})
+	e.gws[0].g.beforeOffline = func(uid string) {
+		if uid != "alice" || fresh != nil {
+			return
+		}
+		fresh = e.login(0, "alice")
+		// A connection is counted once its presence is set: the new one's
+		// is set before the old one's is cleared.
+		waitFor(t, "the new connection's presence", 5*time.Second, func() bool { return e.gws[0].g.Stats().Conns == 2 })
+		close(registered)
+	}
+	old.ws.Close(websocket.StatusNormalClosure, "")
+	<-registered
+	// The old connection leaves the count after its presence work.
+	waitFor(t, "the old connection to be let go", 5*time.Second, func() bool { return e.gws[0].g.Stats().Conns == 1 })
+	nodes, err := e.redis.OnlineNodes(context.Background(), []string{"alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes["alice"]) != 1 {
+		t.Fatalf("alice reconnected and is online on %v; want this gateway: pushes miss her until the next refresh", nodes["alice"])
+	}
+}

@@ -32,6 +32,9 @@ type Gateway struct {
 
 	// dropPush, when set, drops pushes to a user (tests of lost pushes).
 	dropPush func(uid string) bool
+	// beforeOffline, when set, runs as a user's last connection here has
+	// gone, before their presence is cleared (tests of a reconnect racing it).
+	beforeOffline func(uid string)
 }
 
 // Metrics are the gateway's counters since start.

@@ -101,10 +101,24 @@ func (g *Gateway) connect(c *conn) {
 
 func (g *Gateway) disconnect(c *conn) {
 	if g.hub.remove(c) {
+		if g.beforeOffline != nil {
+			g.beforeOffline(c.uid)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		if err := g.cfg.Redis.SetOffline(ctx, g.cfg.Node, []string{c.uid}); err != nil {
 			g.log.Debug("cannot clear presence; it expires by itself", "uid", c.uid, "err", err)
+		}
+		// A connection of the user that came meanwhile (a reconnect) set
+		// them online, perhaps before the clearing above: set it again, or
+		// pushes would miss them until the next refresh.
+		g.hub.mu.RLock()
+		back := len(g.hub.users[c.uid]) > 0
+		g.hub.mu.RUnlock()
+		if back {
+			if err := g.cfg.Redis.SetOnline(ctx, g.cfg.Node, []string{c.uid}, g.cfg.PresenceTTL, true); err != nil {
+				g.log.Warn("cannot register presence", "uid", c.uid, "err", err)
+			}
 		}
 	}
 	g.metrics.conns.Add(-1)
