@@ -348,6 +348,8 @@ func (r *Runner[E]) commit(ctx context.Context, log *slog.Logger, gc *groupCommi
 				return false
 			}
 		}
+	} else {
+		saved.Store(next) // what Kafka is told: an idle partition is not committed again
 	}
 	gc.add(part, next, final)
 	r.mu.Lock()

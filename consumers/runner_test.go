@@ -413,3 +413,21 @@ func TestRunnerHandsATrickleOverInBatchesToASlowHandler(t *testing.T) {
 		t.Errorf("%d records came in %d batches: the ones queued behind a slow Handle were handed over one at a time", n, b)
 	}
 }
+
+// A consumer that keeps its position in Kafka only (the fan-out, the
+// receipt notifier) commits an idle partition once, not once an interval
+// for ever.
+func TestAnIdlePartitionWithoutAnOffsetStoreIsCommittedOnce(t *testing.T) {
+	k := newKafka(t, 1)
+	h := newMemAcks()
+	r, _ := runAcksWith(t, k, "acks-kafka-only", h, nil, func(c *Config[schema.Ack]) { c.CommitInterval = 50 * time.Millisecond })
+	waitFor(t, "assignment", 10*time.Second, r.CaughtUp)
+	sendAcks(t, k, 3)
+	waitFor(t, "3 acks handled", 5*time.Second, func() bool { return h.handled() == 3 })
+	waitFor(t, "the commit", 2*time.Second, func() bool { return r.Stats().Commits >= 1 })
+	before := r.Stats().Commits
+	time.Sleep(500 * time.Millisecond) // ten intervals, nothing new
+	if after := r.Stats().Commits; after != before {
+		t.Fatalf("an idle partition committed %d more times in ten intervals, having nothing new", after-before)
+	}
+}
