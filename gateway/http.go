@@ -8,8 +8,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/groupchat/chatd/protocol"
 	"github.com/groupchat/chatd/schema"
@@ -210,22 +212,49 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 	if perr := g.wholeMembers(ctx, gid, func() (err error) { current, err = g.cfg.Redis.Members(ctx, gid); return err }); perr != nil {
 		return nil, perr
 	}
-	var added []string
+	var join []string
 	for _, uid := range uids {
 		if err := schema.ValidID(uid); err != nil {
 			return nil, protocol.Errorf(protocol.CodeInvalid, "member %q: %v", uid, err)
 		}
-		if current[uid].State == store.MemberJoined {
-			continue
+		if current[uid].State != store.MemberJoined && !slices.Contains(join, uid) { // a uid named twice joins once
+			join = append(join, uid)
 		}
-		m, err := g.cfg.Producer.Join(ctx, gid, uid, "admin")
-		if err != nil {
+	}
+	// A join written but not yet projected reads as none: a retry within
+	// the projection's lag would write a second one.
+	fresh, err := g.cfg.Redis.MarkJoining(ctx, gid, join, joiningFor)
+	if err != nil {
+		return nil, g.unavailable("membership", err)
+	}
+	var added []string
+	for i, uid := range join {
+		if !fresh[i] {
+			continue // being joined by a call just before
+		}
+		if _, err := g.cfg.Producer.Join(ctx, gid, uid, "admin"); err != nil {
+			g.cfg.Redis.ClearJoining(context.WithoutCancel(ctx), gid, unjoined(join, fresh, i)...)
 			return nil, g.unavailable("membership change", err)
 		}
-		current[uid] = current[uid].Apply(m) // a uid named twice joins once
 		added = append(added, uid)
 	}
 	return map[string]any{"gid": gid, "added": added}, nil
+}
+
+// joiningFor is how long a join written is taken as done before the member
+// projector has it: far above its lag.
+const joiningFor = 30 * time.Second
+
+// unjoined lists the uids of join from i on that MarkJoining noted: their
+// joins were not written.
+func unjoined(join []string, fresh []bool, i int) []string {
+	var out []string
+	for j := i; j < len(join); j++ {
+		if fresh[j] {
+			out = append(out, join[j])
+		}
+	}
+	return out
 }
 
 func (g *Gateway) removeMember(ctx context.Context, r *http.Request) (any, *protocol.Error) {
@@ -247,6 +276,10 @@ func (g *Gateway) removeMember(ctx context.Context, r *http.Request) (any, *prot
 	}
 	if _, err := g.cfg.Producer.Leave(ctx, gid, uid, m.JoinedAt, "admin"); err != nil {
 		return nil, g.unavailable("membership change", err)
+	}
+	// A join after this leave is a new one, however soon it comes.
+	if err := g.cfg.Redis.ClearJoining(ctx, gid, uid); err != nil {
+		g.log.Warn("cannot clear the note of a join; a new join of the member waits until it expires", "gid", gid, "uid", uid, "after", joiningFor, "err", err)
 	}
 	return map[string]any{"gid": gid, "removed": uid}, nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/groupchat/chatd/protocol"
+	"github.com/groupchat/chatd/topics"
 )
 
 // The HTTP API does what the WebSocket operations do, for bots and curl.
@@ -139,4 +140,30 @@ func TestTheHTTPAPITakesNoTokenInTheURL(t *testing.T) {
 		t.Fatalf("user call with the header: %d %v", st, out)
 	}
 	e.login(0, "alice") // the WebSocket: ?token= in the URL
+}
+
+// An admin's retry of "add alice" that comes before the member projector
+// has the first join writes no second one: a second join would move her
+// start forward and hide from her what was sent in between. A removal
+// ends that: a join after it is a new one.
+func TestARetriedJoinBeforeItsProjectionIsWrittenOnce(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g1", "bob")
+	e.parts["members"].stop() // the projection lags
+	before := e.topicEndsOf(topics.Members)
+	for range 2 {
+		if st, out := e.http("POST", "/v1/admin/groups/g1/members", adminToken, map[string]any{"uid": "alice"}); st != 200 {
+			t.Fatalf("add alice: %d %v", st, out)
+		}
+	}
+	if n := e.topicEndsOf(topics.Members) - before; n != 1 {
+		t.Fatalf("adding alice twice before the projection wrote %d joins, want 1", n)
+	}
+	e.runConsumer("members", e.parts["members"].mk)
+	e.waitMembers("g1", "alice")
+	e.removeMember("g1", "alice")
+	if st, out := e.http("POST", "/v1/admin/groups/g1/members", adminToken, map[string]any{"uid": "alice"}); st != 200 || fmt.Sprint(out["added"]) != "[alice]" {
+		t.Fatalf("add alice again after her removal: %d %v, want her added", st, out)
+	}
+	e.waitMembers("g1", "alice")
 }

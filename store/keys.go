@@ -18,6 +18,7 @@ import "strconv"
 //	                                               that claimed this client_msg_id, and the claim it replaced
 //	chat:{<gid>}:ack                       ZSET    member uid, score last_ack msgid (written with ZADD GT)
 //	chat:{<gid>}:read                      ZSET    member uid, score last_read msgid (written with ZADD GT)
+//	chat:{<gid>}:joining:<uid>             STRING  "1", expiring: a join of uid is being written (MarkJoining)
 //	chat:{<gid>}:members                   HASH    uid -> membership: "j:<joinPos>" or "l:<joinPos>:<leftPos>"
 //	chat:{u:<uid>}:groups                  HASH    gid -> the same membership value: the user's groups
 //	chat:offsets:<consumer>                HASH    "<topic>/<partition>" -> next offset to read
@@ -49,6 +50,8 @@ func membersKey(gid string) string { return groupPrefix(gid) + "members" }
 func claimKey(gid, sender, clientMsgID string) string {
 	return groupPrefix(gid) + "cmid:" + sender + "/" + clientMsgID
 }
+
+func joiningKey(gid, uid string) string { return groupPrefix(gid) + "joining:" + uid }
 
 func userGroupsKey(uid string) string { return "chat:{u:" + uid + "}:groups" }
 

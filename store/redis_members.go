@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -272,4 +273,42 @@ func (r *Redis) memberships(ctx context.Context, key string) (map[string]Members
 		all[k] = m
 	}
 	return all, nil
+}
+
+// MarkJoining notes, for ttl, that a join of each of uids to gid is being
+// written, and reports for each whether it was not noted already. A join
+// is in the log before the member projector has it in Redis; a second
+// join written meanwhile (an admin's retry) would move the member's start
+// forward and hide what was sent in between. ClearJoining drops the note.
+func (r *Redis) MarkJoining(ctx context.Context, gid string, uids []string, ttl time.Duration) ([]bool, error) {
+	cmds := make([]*redis.BoolCmd, len(uids))
+	err := r.execPipe(ctx, func(p redis.Pipeliner) {
+		for i, uid := range uids {
+			cmds[i] = p.SetNX(ctx, joiningKey(gid, uid), 1, ttl)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("store: mark joins to %s: %w", gid, err)
+	}
+	fresh := make([]bool, len(uids))
+	for i, c := range cmds {
+		fresh[i] = c.Val()
+	}
+	return fresh, nil
+}
+
+// ClearJoining drops the notes of MarkJoining: the join was not written,
+// or the member is being removed, after which a join is a new one.
+func (r *Redis) ClearJoining(ctx context.Context, gid string, uids ...string) error {
+	if len(uids) == 0 {
+		return nil
+	}
+	keys := make([]string, len(uids))
+	for i, uid := range uids {
+		keys[i] = joiningKey(gid, uid) // one slot: the keys of a group share its hash tag
+	}
+	if err := r.client.Del(ctx, keys...).Err(); err != nil {
+		return fmt.Errorf("store: clear joins to %s: %w", gid, err)
+	}
+	return nil
 }
