@@ -44,6 +44,13 @@ func (h *hub) remove(c *conn) (last bool) {
 	return false
 }
 
+// has reports whether uid has a connection on this node.
+func (h *hub) has(uid string) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return len(h.users[uid]) > 0
+}
+
 // each calls fn for every connection of uid on this node.
 func (h *hub) each(uid string, fn func(*conn)) {
 	h.mu.RLock()
@@ -89,14 +96,19 @@ func (g *Gateway) connect(c *conn) {
 	if g.hub.add(c) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := g.cfg.Redis.SetOnline(ctx, g.cfg.Node, []string{c.uid}, g.cfg.PresenceTTL, true); err != nil {
-			// Pushes may miss this user until the next refresh; the client
-			// still gets everything by sync and pull.
-			g.log.Warn("cannot register presence", "uid", c.uid, "err", err)
-		}
+		g.setOnline(ctx, c.uid)
 	}
 	g.metrics.conns.Add(1)
 	g.cfg.Metrics.ConnOpened()
+}
+
+// setOnline announces uid online on this node. On failure pushes may miss
+// the user until the next refresh; the client still gets everything by
+// sync and pull.
+func (g *Gateway) setOnline(ctx context.Context, uid string) {
+	if err := g.cfg.Redis.SetOnline(ctx, g.cfg.Node, []string{uid}, g.cfg.PresenceTTL, true); err != nil {
+		g.log.Warn("cannot register presence", "uid", uid, "err", err)
+	}
 }
 
 func (g *Gateway) disconnect(c *conn) {
@@ -112,13 +124,8 @@ func (g *Gateway) disconnect(c *conn) {
 		// A connection of the user that came meanwhile (a reconnect) set
 		// them online, perhaps before the clearing above: set it again, or
 		// pushes would miss them until the next refresh.
-		g.hub.mu.RLock()
-		back := len(g.hub.users[c.uid]) > 0
-		g.hub.mu.RUnlock()
-		if back {
-			if err := g.cfg.Redis.SetOnline(ctx, g.cfg.Node, []string{c.uid}, g.cfg.PresenceTTL, true); err != nil {
-				g.log.Warn("cannot register presence", "uid", c.uid, "err", err)
-			}
+		if g.hub.has(c.uid) {
+			g.setOnline(ctx, c.uid)
 		}
 	}
 	g.metrics.conns.Add(-1)

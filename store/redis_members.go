@@ -281,6 +281,9 @@ func (r *Redis) memberships(ctx context.Context, key string) (map[string]Members
 // join written meanwhile (an admin's retry) would move the member's start
 // forward and hide what was sent in between. ClearJoining drops the note.
 func (r *Redis) MarkJoining(ctx context.Context, gid string, uids []string, ttl time.Duration) ([]bool, error) {
+	if len(uids) == 0 {
+		return nil, nil
+	}
 	cmds := make([]*redis.BoolCmd, len(uids))
 	err := r.execPipe(ctx, func(p redis.Pipeliner) {
 		for i, uid := range uids {
