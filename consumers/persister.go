@@ -45,8 +45,8 @@ type Persister struct {
 	// Runner, whose runner claims it before handling a record).
 	fenced bool
 
-	mu      sync.Mutex
-	replays map[int]*replay // partitions handled from a claimed start, by Start
+	mu     sync.Mutex
+	starts map[int]*partStart // where each partition's state began, by Start
 
 	// afterInsert runs between the ClickHouse insert and the Redis write;
 	// an error aborts the batch. Tests use it to crash the persister at the
@@ -70,6 +70,9 @@ func (p *Persister) Runner(b Base) (*Runner[schema.Message], error) {
 
 // Handle implements Handler.
 func (p *Persister) Handle(ctx context.Context, part int, recs []Record[schema.Message]) error {
+	if len(recs) == 0 {
+		return nil
+	}
 	msgs := make([]schema.Message, len(recs))
 	for i := range recs {
 		msgs[i] = recs[i].Event
@@ -79,7 +82,11 @@ func (p *Persister) Handle(ctx context.Context, part int, recs []Record[schema.M
 	if p.fenced {
 		fence = &store.Fence{Consumer: GroupPersister, Topic: topics.Messages, Partition: part}
 	}
-	if err := p.claimOriginals(ctx, part, fence, msgs); err != nil {
+	origin, err := p.origin(ctx, part, fence, msgs)
+	if err != nil {
+		return err
+	}
+	if err := p.claimOriginals(ctx, fence, origin, msgs); err != nil {
 		return err
 	}
 	dup, err := p.Redis.ClaimSends(ctx, fence, msgs)
@@ -111,22 +118,10 @@ func (p *Persister) Handle(ctx context.Context, part int, recs []Record[schema.M
 		}
 	}
 	var older store.OlderFloors
-	if p.ClickHouse != nil && !p.wholeLog(part) {
-		older = p.olderFloors
+	if p.ClickHouse != nil && (origin == nil || origin.Offset > 0) {
+		older = p.olderFloors // the state may lack older messages of a group
 	}
 	return p.Redis.AppendWindowOver(ctx, fence, keep, older)
-}
-
-// wholeLog reports whether this run of the partition began at its offset 0:
-// then every message of the partition passed through this run, and no
-// group's window can lack older messages, so olderFloors is not needed (a
-// replay of a log that retention never cut, as the embedded default makes
-// at every start, pays nothing for it).
-func (p *Persister) wholeLog(part int) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	r := p.replays[part]
-	return r != nil && r.begun && r.start == 0
 }
 
 // olderFloors gives a group whose window starts with the batch the floor
@@ -150,51 +145,76 @@ func (p *Persister) olderFloors(ctx context.Context, below map[string]int64) (ma
 	return p.ClickHouse.NewestBefore(ctx, gids, before)
 }
 
-// replay is a partition the persister handles from a claimed start: Redis
-// holds none of its claims. start is the offset of the first record
-// handled, first that record's sent_at.
-type replay struct {
-	begun        bool
-	start, first int64
+// partStart is how the runner started a partition (Start) and, once its
+// first batch is in, where the partition's state began.
+type partStart struct {
+	claimed  bool          // from a claimed start: the state holds nothing of the partition
+	resolved bool          // origin is known, or known to be unknown
+	origin   *store.Origin // nil: unknown (no runner, or a state without one)
 }
 
 // Start implements Starter.
 func (p *Persister) Start(part int, saved int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if saved != kafka.FirstOffset {
-		delete(p.replays, part)
-		return
+	if p.starts == nil {
+		p.starts = map[int]*partStart{}
 	}
-	if p.replays == nil {
-		p.replays = map[int]*replay{}
+	p.starts[part] = &partStart{claimed: saved == kafka.FirstOffset}
+}
+
+// origin returns where the state of the partition began, or nil when that
+// is unknown. A run from a claimed start records its first record as the
+// origin, next to the position, before that record's effect; a run from a
+// saved position reads it back. So a restart knows, as the run that began
+// the state did, whether the state holds the whole log (origin 0: no group
+// can lack older messages, and olderFloors is not needed) and which sends
+// claimOriginals must look at: a restart in the middle of a replay that
+// began after retention goes on claiming the first sends retention removed.
+// One Redis call per partition run.
+func (p *Persister) origin(ctx context.Context, part int, fence *store.Fence, msgs []schema.Message) (*store.Origin, error) {
+	p.mu.Lock()
+	s := p.starts[part]
+	p.mu.Unlock()
+	if s == nil || fence == nil {
+		return nil, nil
 	}
-	p.replays[part] = &replay{}
+	if s.resolved {
+		return s.origin, nil
+	}
+	if s.claimed {
+		o := store.Origin{Offset: msgs[0].MsgID, SentAt: msgs[0].SentAt}
+		if err := p.Redis.SaveOrigin(ctx, *fence, o); err != nil {
+			return nil, fmt.Errorf("consumers: %w", err)
+		}
+		s.origin = &o
+	} else {
+		o, ok, err := p.Redis.Origin(ctx, *fence)
+		if err != nil {
+			return nil, fmt.Errorf("consumers: %w", err)
+		}
+		if ok {
+			s.origin = &o
+		}
+	}
+	s.resolved = true
+	return s.origin, nil
 }
 
 // claimOriginals claims again, before ClaimSends, the first sends of the
-// batch's resends that retention removed from the topic: a partition
-// handled from a claimed start whose first record is past offset 0 (Redis
-// lost its data and the log no longer starts at 0) meets a resend whose
-// first send it never sees, and whose claim went with Redis. ClickHouse
-// holds those first sends (they were stored before retention removed
-// them); chatctl backfill finds them the same way. Only messages sent
-// within the dedup window of the first record handled can be such resends,
-// so the rest of a replay, and every batch outside one, costs nothing.
-func (p *Persister) claimOriginals(ctx context.Context, part int, fence *store.Fence, msgs []schema.Message) error {
-	if p.ClickHouse == nil {
-		return nil
+// batch's resends that retention removed from the topic: a state that began
+// past offset 0 (Redis lost its data and the log no longer starts at 0)
+// meets a resend whose first send it never saw, and whose claim went with
+// Redis. ClickHouse holds those first sends (they were stored before
+// retention removed them); chatctl backfill finds them the same way. Only
+// messages sent within the dedup window of the origin can be such resends,
+// so the rest of a replay, and every batch of a whole log, costs nothing.
+func (p *Persister) claimOriginals(ctx context.Context, fence *store.Fence, origin *store.Origin, msgs []schema.Message) error {
+	if p.ClickHouse == nil || origin == nil || origin.Offset <= 0 {
+		return nil // not known, or the state holds the partition's first record
 	}
-	p.mu.Lock()
-	r := p.replays[part]
-	if r != nil && !r.begun {
-		r.begun, r.start, r.first = true, msgs[0].MsgID, msgs[0].SentAt
-	}
-	p.mu.Unlock()
-	if r == nil || r.start <= 0 {
-		return nil // not a replay, or the topic holds the partition's first record
-	}
-	originals, err := p.ClickHouse.FirstSendsBefore(ctx, int32(part), r.start, r.first, p.Redis.DedupWindow().Milliseconds(), msgs)
+	part := int32(fence.Partition)
+	originals, err := p.ClickHouse.FirstSendsBefore(ctx, part, origin.Offset, origin.SentAt, p.Redis.DedupWindow().Milliseconds(), msgs)
 	if err != nil {
 		return fmt.Errorf("consumers: %w", err)
 	}

@@ -6,9 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/groupchat/chatd/history"
 	"github.com/groupchat/chatd/internal/testserver"
+	"github.com/groupchat/chatd/metrics"
 	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
 )
 
@@ -118,5 +122,116 @@ func TestPersisterRebuildingAfterRetentionDropsAResendOfARemovedSend(t *testing.
 		if m.MsgID == resend {
 			t.Fatalf("the window holds the resend %d of %d after the replay", resend, orig)
 		}
+	}
+}
+
+// A replay after retention and Redis's loss can stop in the middle (a
+// crash, a deploy). The persister restarted from the saved position must
+// still know where the rebuilt state began, or a resend of a send that
+// retention removed, arriving after the restart, finds no claim and is
+// stored as a second message.
+func TestPersisterRestartedInAReplayAfterRetentionDropsAResendOfARemovedSend(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 1, window: 1000, clickhouse: true})
+	ctx := context.Background()
+	now := time.Now().UnixMilli()
+	send := func(cmid string) int64 {
+		id, err := p.prod.SendMessage(ctx, &schema.Message{Gid: "g0", Sender: "u1", ClientMsgID: cmid, SentAt: now, Body: []byte(cmid)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	orig := send("c-1")
+	last := send("c-2")
+	_, stop := p.persister(t, nil)
+	p.waitPersisted(t, sent{"g0": {last}}, 30*time.Second)
+	stop()
+
+	testserver.DeleteRecordsBefore(t, p.brokers(), topics.Messages, 0, orig+1) // retention removes the first send
+	if err := p.rc.FlushAll(ctx).Err(); err != nil {                           // Redis restarts empty
+		t.Fatal(err)
+	}
+	_, stop = p.persister(t, nil) // the replay
+	p.waitPersisted(t, sent{"g0": {last}}, 30*time.Second)
+	stop() // and a restart before the dedup window of its first record ends
+
+	resend := send("c-1") // the gateway's resend after a lost answer
+	after := send("c-3")
+	p.persister(t, nil)
+	p.waitPersisted(t, sent{"g0": {after}}, 30*time.Second)
+
+	msgs, err := p.ch.Messages(ctx, "g0", -1, after, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for _, m := range msgs {
+		ids = append(ids, m.MsgID)
+	}
+	if want := []int64{orig, last, after}; !slices.Equal(ids, want) {
+		t.Fatalf("ClickHouse holds g0 msgids %v, want %v: the resend %d of %d (client_msg_id c-1) became a second visible message",
+			ids, want, resend, orig)
+	}
+}
+
+// A state built from the partition's first record holds every group's
+// whole history, so a restart of the persister over it asks ClickHouse
+// for no floors, not even for a group new to the deployment (a query per
+// batch with such a group, otherwise).
+func TestPersisterRestartedOverAWholeLogQueriesNoFloors(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 1, window: 1000, clickhouse: true})
+	ctx := context.Background()
+	s := sent{}
+	p.send(t, 1, 5, s) // g0
+	_, stop := p.persister(t, nil)
+	p.waitPersisted(t, s, 30*time.Second)
+	stop()
+
+	reg := prometheus.NewRegistry()
+	set, err := metrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := p.chCfg
+	cfg.Metrics = set
+	ch, err := store.OpenClickHouse(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ch.Close() })
+	queries := func() uint64 {
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fams {
+			for _, m := range f.GetMetric() {
+				labels := map[string]string{}
+				for _, l := range m.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if f.GetName() == "chat_store_seconds" && labels["store"] == "clickhouse" && labels["op"] == "query" {
+					return m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+		return 0
+	}
+	before := queries()
+
+	per := &Persister{Redis: p.redis, ClickHouse: ch}
+	r, err := per.Runner(p.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, r.Run)
+	fresh := sent{}
+	p.sendTo(t, []string{"g1", "g2"}, 3, fresh) // groups new to the deployment
+	p.waitPersisted(t, fresh, 30*time.Second)
+	if n := queries() - before; n != 0 {
+		t.Fatalf("the persister restarted over a state that began at offset 0 made %d ClickHouse queries for 2 new groups, want 0", n)
+	}
+	if n, _ := ch.CountMessages(ctx, "g1"); n != 3 {
+		t.Fatalf("ClickHouse holds %d messages of g1, want 3", n)
 	}
 }

@@ -27,6 +27,7 @@ type pipeline struct {
 	redis    *store.Redis
 	chSrv    *testserver.ClickHouse
 	ch       *store.ClickHouse
+	chCfg    store.ClickHouseConfig // ch's, to open another client of its database
 	base     Base
 	joins    map[string]int64 // gid/uid -> position of the join p.member wrote last
 }
@@ -58,7 +59,8 @@ func newPipeline(t *testing.T, o pipelineOpts) *pipeline {
 		}
 		ctx := context.Background()
 		db := fmt.Sprintf("pipe%d_%d", time.Now().UnixNano()%1e6, dbSeq.Add(1))
-		p.ch, err = store.OpenClickHouse(ctx, store.ClickHouseConfig{Addrs: []string{p.chSrv.Addr}, Database: db, QueryTimeout: 5 * time.Second})
+		p.chCfg = store.ClickHouseConfig{Addrs: []string{p.chSrv.Addr}, Database: db, QueryTimeout: 5 * time.Second}
+		p.ch, err = store.OpenClickHouse(ctx, p.chCfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,10 +88,19 @@ type sent map[string][]int64
 
 func (p *pipeline) send(t *testing.T, groups, perGroup int, s sent) {
 	t.Helper()
+	gids := make([]string, groups)
+	for g := range gids {
+		gids[g] = fmt.Sprintf("g%d", g)
+	}
+	p.sendTo(t, gids, perGroup, s)
+}
+
+// sendTo sends perGroup messages to each of gids, interleaved.
+func (p *pipeline) sendTo(t *testing.T, gids []string, perGroup int, s sent) {
+	t.Helper()
 	var ms []schema.Message
 	for i := 0; i < perGroup; i++ {
-		for g := 0; g < groups; g++ {
-			gid := fmt.Sprintf("g%d", g)
+		for _, gid := range gids {
 			ms = append(ms, schema.Message{Gid: gid, Sender: "u1", ClientMsgID: fmt.Sprintf("c%d", cmidSeq.Add(1)),
 				SentAt: time.Now().UnixMilli(), Body: []byte(fmt.Sprintf("message %d of %s", i, gid))})
 		}

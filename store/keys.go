@@ -21,7 +21,9 @@ import "strconv"
 //	chat:{<gid>}:joining:<uid>             STRING  "1", expiring: a join of uid is being written (MarkJoining)
 //	chat:{<gid>}:members                   HASH    uid -> membership: "j:<joinPos>" or "l:<joinPos>:<leftPos>"
 //	chat:{u:<uid>}:groups                  HASH    gid -> the same membership value: the user's groups
-//	chat:offsets:<consumer>                HASH    "<topic>/<partition>" -> next offset to read
+//	chat:offsets:<consumer>                HASH    "<topic>/<partition>" -> next offset to read;
+//	                                               "<topic>/<partition>/replayed" -> "1" (MarkReplayed);
+//	                                               "<topic>/<partition>/origin" -> "<offset>:<sent_at_ms>" (SaveOrigin)
 //	chat:{u:<uid>}:nodes                   ZSET    member gateway node id, score expiry (unix ms): where the
 //	                                               user is online (one entry per node, several devices)
 //	chat:node:<node>                       STRING  the gateway instance that holds the node's name, expiring
@@ -73,4 +75,10 @@ func offsetField(topic string, partition int) string {
 // beside its position; Offsets skips it (its partition is no number).
 func replayedField(topic string, partition int) string {
 	return offsetField(topic, partition) + "/replayed"
+}
+
+// originField is the field of a partition's origin (SaveOrigin), beside
+// its position.
+func originField(topic string, partition int) string {
+	return offsetField(topic, partition) + "/origin"
 }

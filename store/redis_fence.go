@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -87,13 +89,14 @@ func (r *Redis) undo(ctx context.Context, keys []string) error {
 // MarkReplayed): what the state lacks may be on its way.
 var ErrReplaying = errors.New("store: the consumer has not replayed its topic into Redis yet; retry in a few seconds")
 
-// markReplayedScript sets a partition's replay mark, but only while the
-// partition's position is saved: a mark written into a Redis wiped under
-// its consumer would vouch for a state that is not there. KEYS[1] the
-// consumer's hash; ARGV the position's field, the mark's field.
-var markReplayedScript = redis.NewScript(`
+// markScript sets a mark beside a partition's position (the replay mark,
+// the origin), but only while the position is saved: a mark written into a
+// Redis wiped under its consumer would vouch for a state that is not there.
+// KEYS[1] the consumer's hash; ARGV the position's field, the mark's field,
+// its value.
+var markScript = redis.NewScript(`
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then
-  redis.call('HSET', KEYS[1], ARGV[2], '1')
+  redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
   return 1
 end
 return 0
@@ -106,7 +109,7 @@ return 0
 // again once it has caught up. It reports false, marking nothing, when the
 // position is not saved.
 func (r *Redis) MarkReplayed(ctx context.Context, consumer, topic string, part int) (bool, error) {
-	n, err := markReplayedScript.Run(ctx, r.client, []string{offsetsKey(consumer)}, offsetField(topic, part), replayedField(topic, part)).Int()
+	n, err := markScript.Run(ctx, r.client, []string{offsetsKey(consumer)}, offsetField(topic, part), replayedField(topic, part), "1").Int()
 	if err != nil {
 		return false, fmt.Errorf("store: mark %q replayed on %s/%d: %w", consumer, topic, part, err)
 	}
@@ -127,4 +130,51 @@ func (r *Redis) CheckReplayed(ctx context.Context, consumer, topic string, part 
 		return fmt.Errorf("%s on %s/%d: %w", consumer, topic, part, ErrReplaying)
 	}
 	return nil
+}
+
+// Origin is where a consumer's state of a partition began: the offset of the
+// first record it handled from a claimed start (see AdvanceOffset), and
+// that record's sent_at (unix ms). Offset 0: the state holds every record
+// the partition ever had.
+type Origin struct {
+	Offset, SentAt int64
+}
+
+// SaveOrigin records, next to the fenced position, where the consumer's
+// state of the partition began, so that a restart knows it without a replay.
+// It lives and dies with the position, like the replay mark: it fails with
+// ErrStateLost, saving nothing, when the position is gone, and SaveOffsets
+// (a position moved by hand) forgets it.
+func (r *Redis) SaveOrigin(ctx context.Context, f Fence, o Origin) error {
+	v := strconv.FormatInt(o.Offset, 10) + ":" + strconv.FormatInt(o.SentAt, 10)
+	n, err := markScript.Run(ctx, r.client, []string{offsetsKey(f.Consumer)}, offsetField(f.Topic, f.Partition), originField(f.Topic, f.Partition), v).Int()
+	if err != nil {
+		return fmt.Errorf("store: save the origin of %s on %s/%d: %w", f.Consumer, f.Topic, f.Partition, err)
+	}
+	if n == 0 {
+		return fmt.Errorf("%s on %s/%d: %w", f.Consumer, f.Topic, f.Partition, ErrStateLost)
+	}
+	return nil
+}
+
+// Origin returns what SaveOrigin recorded for the fenced partition; ok is
+// false when nothing is (a state written before origins were kept, or a
+// position moved by hand since).
+func (r *Redis) Origin(ctx context.Context, f Fence) (o Origin, ok bool, err error) {
+	v, err := r.client.HGet(ctx, offsetsKey(f.Consumer), originField(f.Topic, f.Partition)).Result()
+	if errors.Is(err, redis.Nil) {
+		return Origin{}, false, nil
+	}
+	if err != nil {
+		return Origin{}, false, fmt.Errorf("store: the origin of %s on %s/%d: %w", f.Consumer, f.Topic, f.Partition, err)
+	}
+	off, at, found := strings.Cut(v, ":")
+	o.Offset, err = strconv.ParseInt(off, 10, 64)
+	if err == nil && found {
+		o.SentAt, err = strconv.ParseInt(at, 10, 64)
+	}
+	if err != nil || !found || o.Offset < 0 {
+		return Origin{}, false, fmt.Errorf("store: the origin of %s on %s/%d: %w: %q", f.Consumer, f.Topic, f.Partition, ErrCorruptValue, v)
+	}
+	return o, true, nil
 }

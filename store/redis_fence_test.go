@@ -220,3 +220,48 @@ func TestReplayMarkGoesWithThePosition(t *testing.T) {
 		t.Fatalf("a mark without its position wrote %d keys", n)
 	}
 }
+
+// An origin lives and dies with its position like the replay mark, and a
+// position set by hand (SaveOffsets) forgets it: the state no longer
+// follows from where it began.
+func TestOriginGoesWithThePosition(t *testing.T) {
+	r, other, f := fencedStore(t, nil)
+	ctx := context.Background()
+	if _, ok, err := r.Origin(ctx, *f); ok || err != nil {
+		t.Fatalf("Origin before any = %v, %v; want none", ok, err)
+	}
+	want := Origin{Offset: 17, SentAt: 1_700_000_000_123}
+	if err := r.SaveOrigin(ctx, *f, want); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := r.Origin(ctx, *f); !ok || err != nil || got != want {
+		t.Fatalf("Origin = %+v, %v, %v; want %+v", got, ok, err, want)
+	}
+	if got, err := r.Offsets(ctx, f.Consumer, f.Topic); err != nil || fmt.Sprint(got) != "map[3:-2]" {
+		t.Fatalf("Offsets beside an origin = %v, %v; want map[3:-2]", got, err)
+	}
+
+	if err := r.SaveOffsets(ctx, f.Consumer, f.Topic, map[int]int64{f.Partition: 40}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := r.Origin(ctx, *f); ok || err != nil {
+		t.Fatalf("Origin after a position set by hand = %v, %v; want none", ok, err)
+	}
+
+	if err := other.HSet(ctx, offsetsKey(f.Consumer), originField(f.Topic, f.Partition), "17").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := r.Origin(ctx, *f); !errors.Is(err, ErrCorruptValue) {
+		t.Fatalf("Origin of %q = %v, want ErrCorruptValue", "17", err)
+	}
+
+	if err := other.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.SaveOrigin(ctx, *f, want); !errors.Is(err, ErrStateLost) {
+		t.Fatalf("SaveOrigin with the position gone = %v, want ErrStateLost", err)
+	}
+	if n := keyCount(t, other); n != 0 {
+		t.Fatalf("an origin without its position wrote %d keys", n)
+	}
+}
