@@ -34,11 +34,7 @@ func TestPersisterRebuildingAfterRetentionKeepsTheOlderHistoryReachable(t *testi
 	p.waitPersisted(t, s, 30*time.Second)
 	stop()
 
-	// Retention removes the first five records; then Redis loses its data.
-	testserver.DeleteRecordsBefore(t, p.brokers(), topics.Messages, 0, ids[5])
-	if err := p.rc.FlushAll(ctx).Err(); err != nil {
-		t.Fatal(err)
-	}
+	p.retainAndWipe(t, ids[5]) // retention removes the first five records; then Redis loses its data
 	p.persister(t, nil) // replays what the topic holds
 	p.waitPersisted(t, s, 30*time.Second)
 
@@ -68,6 +64,29 @@ func TestPersisterRebuildingAfterRetentionKeepsTheOlderHistoryReachable(t *testi
 	}
 }
 
+// sendAsU1 returns a function that sends, as u1 into gid at sentAt, a
+// message with the client_msg_id it is given, and returns its msgid.
+func (p *pipeline) sendAsU1(t *testing.T, gid string, sentAt int64) func(cmid string) int64 {
+	return func(cmid string) int64 {
+		t.Helper()
+		id, err := p.prod.SendMessage(context.Background(), &schema.Message{Gid: gid, Sender: "u1", ClientMsgID: cmid, SentAt: sentAt, Body: []byte(cmid)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+}
+
+// retainAndWipe has retention remove partition 0 of chat.messages below
+// offset before, then Redis lose its data.
+func (p *pipeline) retainAndWipe(t *testing.T, before int64) {
+	t.Helper()
+	testserver.DeleteRecordsBefore(t, p.brokers(), topics.Messages, 0, before)
+	if err := p.rc.FlushAll(context.Background()).Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The persister drops a resend (same gid, sender and client_msg_id within
 // the dedup window) by its first send's claim in Redis. When Redis is lost
 // and retention has already removed the first send from chat.messages, the
@@ -76,14 +95,7 @@ func TestPersisterRebuildingAfterRetentionKeepsTheOlderHistoryReachable(t *testi
 func TestPersisterRebuildingAfterRetentionDropsAResendOfARemovedSend(t *testing.T) {
 	p := newPipeline(t, pipelineOpts{partitions: 1, window: 1000, clickhouse: true})
 	ctx := context.Background()
-	now := time.Now().UnixMilli()
-	send := func(cmid string) int64 {
-		id, err := p.prod.SendMessage(ctx, &schema.Message{Gid: "g0", Sender: "u1", ClientMsgID: cmid, SentAt: now, Body: []byte(cmid)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return id
-	}
+	send := p.sendAsU1(t, "g0", time.Now().UnixMilli())
 	orig := send("c-1")
 	send("c-2")
 	resend := send("c-1") // the gateway's resend after a lost answer
@@ -95,10 +107,7 @@ func TestPersisterRebuildingAfterRetentionDropsAResendOfARemovedSend(t *testing.
 		t.Fatalf("ClickHouse holds %d messages of g0 before the replay, want 3 (the resend dropped)", n)
 	}
 
-	testserver.DeleteRecordsBefore(t, p.brokers(), topics.Messages, 0, orig+1) // retention removes the first send
-	if err := p.rc.FlushAll(ctx).Err(); err != nil {                           // Redis restarts empty
-		t.Fatal(err)
-	}
+	p.retainAndWipe(t, orig+1) // retention removes the first send; Redis restarts empty
 	p.persister(t, nil)
 	p.waitPersisted(t, sent{"g0": {last}}, 30*time.Second)
 
@@ -133,24 +142,14 @@ func TestPersisterRebuildingAfterRetentionDropsAResendOfARemovedSend(t *testing.
 func TestPersisterRestartedInAReplayAfterRetentionDropsAResendOfARemovedSend(t *testing.T) {
 	p := newPipeline(t, pipelineOpts{partitions: 1, window: 1000, clickhouse: true})
 	ctx := context.Background()
-	now := time.Now().UnixMilli()
-	send := func(cmid string) int64 {
-		id, err := p.prod.SendMessage(ctx, &schema.Message{Gid: "g0", Sender: "u1", ClientMsgID: cmid, SentAt: now, Body: []byte(cmid)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return id
-	}
+	send := p.sendAsU1(t, "g0", time.Now().UnixMilli())
 	orig := send("c-1")
 	last := send("c-2")
 	_, stop := p.persister(t, nil)
 	p.waitPersisted(t, sent{"g0": {last}}, 30*time.Second)
 	stop()
 
-	testserver.DeleteRecordsBefore(t, p.brokers(), topics.Messages, 0, orig+1) // retention removes the first send
-	if err := p.rc.FlushAll(ctx).Err(); err != nil {                           // Redis restarts empty
-		t.Fatal(err)
-	}
+	p.retainAndWipe(t, orig+1) // retention removes the first send; Redis restarts empty
 	_, stop = p.persister(t, nil) // the replay
 	p.waitPersisted(t, sent{"g0": {last}}, 30*time.Second)
 	stop() // and a restart before the dedup window of its first record ends
