@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,7 +26,12 @@ func TestNeverAckPastGap(t *testing.T) {
 	p.post("g1", "bob", "two")
 	m3 := p.post("g1", "bob", "three")
 	waitFor(t, "pull retries", func() bool { return len(p.requests(protocol.OpPull)) >= 3 })
-	time.Sleep(50 * time.Millisecond)
+	before := len(p.requests(protocol.OpPull))
+	time.Sleep(250 * time.Millisecond)
+	// Backed off up to MaxBackoff (50 ms) between pulls: a handful, not a busy loop.
+	if n := len(p.requests(protocol.OpPull)) - before; n > 15 {
+		t.Fatalf("%d pulls in 250 ms while the store lagged: the gap is pulled again without backing off", n)
+	}
 	if got := p.cursors("ack", "g1", "alice"); slices.Max(got) != m1.MsgID {
 		t.Fatalf("acks %v passed %d while a predecessor of %d was missing", got, m1.MsgID, m3.MsgID)
 	}
@@ -236,5 +242,37 @@ func TestReadCoveredByAnotherDeviceIsNotDueForEver(t *testing.T) {
 	}
 	if got := p.cursors("read", "g1", "alice"); len(got) != 0 {
 		t.Fatalf("reads sent %v; the server's read cursor (%d) already covered them", got, m2.MsgID)
+	}
+}
+
+// A gap whose pull is refused for good (the member was removed meanwhile)
+// is reported once and dropped with the pushes behind it: the client
+// neither delivers past the gap nor pulls the group again and again.
+func TestAGapRefusedForGoodIsDropped(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	p.set(func(p *peer) { p.dropPush = func(m protocol.Message) bool { return m.Body == "two" } })
+	var errs atomic.Int32
+	c, rec := dial(t, p, "alice", func(c *Config) {
+		c.OnError = func(err error) {
+			if strings.Contains(err.Error(), "pull g1") {
+				errs.Add(1)
+			}
+		}
+	})
+	m1 := p.post("g1", "bob", "one")
+	waitFor(t, "first message", func() bool { return rec.len() == 1 })
+	p.set(func(p *peer) { p.refusePulls, p.pullRefusal = 1000, protocol.CodeNotMember })
+	p.post("g1", "bob", "two")
+	p.post("g1", "bob", "three") // buffered behind the gap
+	waitFor(t, "the refused pull", func() bool { return errs.Load() == 1 })
+	time.Sleep(200 * time.Millisecond)
+	if n := len(p.requests(protocol.OpPull)); n != 1 {
+		t.Fatalf("%d pulls of g1 after a not_member refusal, want 1", n)
+	}
+	if n := errs.Load(); n != 1 {
+		t.Fatalf("the refusal was reported %d times, want once", n)
+	}
+	if _, contig := c.Cursor("g1"); contig != m1.MsgID || rec.len() != 1 {
+		t.Fatalf("contiguous cursor %d, %d delivered: want %d and 1", contig, rec.len(), m1.MsgID)
 	}
 }

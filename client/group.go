@@ -31,7 +31,6 @@ type group struct {
 
 	buf     map[int64]protocol.Message // pushes waiting for their predecessors
 	pulling bool                       // a pull holds the group: pushes wait in buf
-	gapping bool                       // a gap loop runs
 	later   bool                       // a pull stopped for a full queue: resumed as it drains
 	lock    chan struct{}              // one pull of the group at a time
 
@@ -147,7 +146,7 @@ func (c *Client) acceptLocked(g *group, m protocol.Message) {
 
 // drainLocked accepts the buffered pushes that now follow the contiguous
 // cursor and drops those it passed. If a gap remains and no pull holds the
-// group, it starts a gap loop.
+// group, it makes a pull of the group due.
 func (c *Client) drainLocked(g *group) {
 	for progressed := true; progressed; {
 		progressed = false
@@ -163,48 +162,8 @@ func (c *Client) drainLocked(g *group) {
 			}
 		}
 	}
-	if len(g.buf) > 0 && !g.pulling && !g.gapping && !c.closing {
-		g.gapping = true
-		c.wg.Add(1)
-		go c.gapLoop(g)
-	}
-}
-
-// gapLoop pulls g until its buffer drains. A pull that ends without closing
-// the gap (the server's store lags behind its pushes) is repeated with
-// back-off.
-func (c *Client) gapLoop(g *group) {
-	defer c.wg.Done()
-	bo := backoff{min: c.cfg.MinBackoff, max: c.cfg.MaxBackoff}
-	for {
-		s, err := c.waitSession(c.ctx)
-		if err == nil {
-			err = c.pullGroup(c.ctx, s, g.gid)
-		}
-		var pe *protocol.Error
-		fatal := errors.As(err, &pe) && !retryable(pe.Code)
-		c.mu.Lock()
-		if fatal {
-			clear(g.buf)
-		}
-		if len(g.buf) == 0 || c.ctx.Err() != nil {
-			g.gapping = false
-			c.mu.Unlock()
-			if fatal {
-				c.reportError(fmt.Errorf("client: pull %s: %w", g.gid, err))
-			}
-			return
-		}
-		c.mu.Unlock()
-		if err != nil && !errors.Is(err, ErrDisconnected) && !errors.Is(err, ErrClosed) {
-			c.reportError(fmt.Errorf("client: pull %s: %w", g.gid, err))
-		}
-		if !sleep(c.ctx, bo.next()) {
-			c.mu.Lock()
-			g.gapping = false
-			c.mu.Unlock()
-			return
-		}
+	if len(g.buf) > 0 && !g.pulling && !c.closing {
+		c.pullLaterLocked(g, false) // the gap
 	}
 }
 
@@ -280,9 +239,9 @@ func (c *Client) resumePullsLocked() {
 // pullLaterLocked makes a pull of g due from the group's puller, a
 // goroutine started if none runs, which pulls g (after a back-off if
 // backOff) and again with back-off while the pulls fail in a way that may
-// pass: a refusal with a retryable code (unavailable, internal,
-// rate_limited...), a timeout. A connection that ends leaves the group to
-// the next connection's resync.
+// pass (a refusal with a retryable code: unavailable, internal,
+// rate_limited...; a timeout) or leave a gap before buffered pushes open.
+// A connection that ends leaves the group to the next connection's resync.
 func (c *Client) pullLaterLocked(g *group, backOff bool) {
 	g.pullDue = true
 	if g.puller || c.closing {
@@ -308,9 +267,23 @@ func (c *Client) puller(g *group, backOff bool) {
 			err = c.pullGroup(c.ctx, s, g.gid)
 		}
 		backOff = false
+		var pe *protocol.Error
 		switch {
 		case err == nil:
-			bo.reset()
+			// A gap the pull left open (the server's store lags behind its
+			// pushes) is pulled again after a back-off.
+			c.mu.Lock()
+			backOff = len(g.buf) > 0
+			c.mu.Unlock()
+			if !backOff {
+				bo.reset()
+			}
+		case errors.As(err, &pe) && !retryable(pe.Code):
+			c.mu.Lock()
+			clear(g.buf) // pushes the member may not have; the group is gone for it
+			g.pullDue = false
+			c.mu.Unlock()
+			c.reportError(fmt.Errorf("client: pull %s: %w", g.gid, err))
 		case mayPass(err):
 			backOff = true
 			c.mu.Lock()
@@ -319,8 +292,6 @@ func (c *Client) puller(g *group, backOff bool) {
 			c.reportError(fmt.Errorf("client: pull %s: %w; pulling it again after a back-off", g.gid, err))
 		case errors.Is(err, ErrDisconnected), errors.Is(err, ErrClosed), errors.Is(err, context.Canceled):
 			// The next connection's resync pulls the group, or the client closes.
-		default:
-			c.reportError(fmt.Errorf("client: pull %s: %w", g.gid, err))
 		}
 	}
 }
