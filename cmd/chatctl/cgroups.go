@@ -8,6 +8,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+
 	"github.com/groupchat/chatd/consumers"
 	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
@@ -208,7 +210,11 @@ func consumerGroupsReset(ctx context.Context, c *command, opts any, args []strin
 	if rds != nil {
 		// The runner reads its position from Redis: write it there first,
 		// then mirror it to the group for lag tools.
-		if err := rds.SaveOffsets(ctx, group, topic, target); err != nil {
+		saved, err := fromStart(ctx, a, topic, parts, target)
+		if err != nil {
+			return err
+		}
+		if err := rds.SaveOffsets(ctx, group, topic, saved); err != nil {
 			return err
 		}
 	}
@@ -275,6 +281,28 @@ func resetTarget(ctx context.Context, a *admin, topic string, parts []int, to st
 		for _, p := range parts {
 			out[p] = min(max(off, b[p].first), b[p].end)
 		}
+	}
+	return out, nil
+}
+
+// fromStart returns the positions to save in Redis for target: a partition
+// reset to its log start (or below it, should retention have moved it
+// since) is saved as kafka.FirstOffset, the claim of a consumer that starts
+// from nothing. Its consumer then replays it as after a Redis loss: the
+// persister claims again, from ClickHouse, the first sends that retention
+// removed, so that the resends the replay meets stay duplicates once their
+// claims in Redis have expired.
+func fromStart(ctx context.Context, a *admin, topic string, parts []int, target map[int]int64) (map[int]int64, error) {
+	b, err := a.bounds(ctx, topic, parts)
+	if err != nil {
+		return nil, fmt.Errorf("nothing changed: %w", err)
+	}
+	out := make(map[int]int64, len(target))
+	for p, o := range target {
+		if o <= b[p].first {
+			o = kafka.FirstOffset
+		}
+		out[p] = o
 	}
 	return out, nil
 }
