@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -180,6 +183,12 @@ func consumerGroupsReset(ctx context.Context, c *command, opts any, args []strin
 	com, err := a.committed(ctx, group, topic, parts)
 	if err != nil {
 		return err
+	}
+	if _, ok := knownGroups[group]; !ok && info.State == "Dead" && len(com) == 0 {
+		// Committed, the offsets would make a new group and leave the
+		// one meant where it was.
+		return fmt.Errorf("consumer group %s is unknown to the cluster (no members, no committed offsets) and is none of chatd's (%s); check the name: `chatctl consumer-groups list` shows the groups there are",
+			group, strings.Join(slices.Sorted(maps.Keys(knownGroups)), ", "))
 	}
 	var rds *store.Redis
 	var pos map[int]int64

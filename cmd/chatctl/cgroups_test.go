@@ -321,3 +321,30 @@ func TestResetToTheLogStartKeepsResendsOfRemovedSendsOut(t *testing.T) {
 		t.Fatalf("after the reset to earliest: %d messages (%v), want 2 (the resend dropped again):\n%+v\n%s", n, err, ms, out)
 	}
 }
+
+// A reset names the group to move: a name the cluster does not know (no
+// member, no committed offset) and that is none of chatd's is a typo, and
+// the reset must say so rather than commit offsets for a new group and
+// report success while the group meant stays where it was.
+func TestResetOfAGroupNobodyKnowsIsRefused(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx := context.Background()
+	if _, err := e.prod.SendMessage(ctx, &schema.Message{Gid: "g", Sender: "u", SentAt: time.Now().UnixMilli(), Body: []byte("b")}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := e.ctl("consumer-groups", "reset", "chat.fanuot", "-to", "latest", "-topic", topics.Messages)
+	if err == nil || !strings.Contains(err.Error(), consumers.GroupFanout) {
+		t.Fatalf("reset of a group nobody knows: %v, want a refusal naming chatd's groups\n%s", err, out)
+	}
+	if names, err := newAdmin(e.brokers).groups(ctx); err != nil || len(names) != 0 {
+		t.Fatalf("the cluster's groups after the refused reset: %v (%v), want none", names, err)
+	}
+	// A group the cluster knows by its offsets is reset as before.
+	if err := newAdmin(e.brokers).commit(ctx, "analytics", topics.Messages, map[int]int64{0: 0}); err != nil {
+		t.Fatal(err)
+	}
+	e.mustCtl("consumer-groups", "reset", "analytics", "-to", "latest", "-topic", topics.Messages)
+	if com, err := newAdmin(e.brokers).committed(ctx, "analytics", topics.Messages, []int{0}); err != nil || com[0] != 1 {
+		t.Fatalf("analytics after its reset to latest: %v (%v), want offset 1", com, err)
+	}
+}
