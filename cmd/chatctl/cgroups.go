@@ -162,6 +162,10 @@ func consumerGroupsReset(ctx context.Context, c *command, opts any, args []strin
 			ErrGroupActive, group, info.State, len(info.Members))
 	}
 	topic := o.topic
+	if known, ok := knownGroups[group]; ok && topic != "" && topic != known.topic {
+		return fmt.Errorf("%s reads %s only; a position on %s would move nothing it reads: drop -topic, or name the group that reads %s",
+			group, known.topic, topic, topic)
+	}
 	if topic == "" {
 		ts, err := groupTopics(ctx, a, group)
 		if err != nil {

@@ -348,3 +348,20 @@ func TestResetOfAGroupNobodyKnowsIsRefused(t *testing.T) {
 		t.Fatalf("analytics after its reset to latest: %v (%v), want offset 1", com, err)
 	}
 }
+
+// chatd's groups each read one topic: a reset of one of them on another
+// topic moves nothing it reads, and must be refused, naming its topic.
+func TestResetOfAChatdGroupOnAnotherTopicIsRefused(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx := context.Background()
+	if err := e.prod.SendAcks(ctx, schema.Ack{Gid: "g", Uid: "u", Upto: 1, At: 1}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := e.ctl("consumer-groups", "reset", consumers.GroupPersister, "-to", "latest", "-topic", topics.Acks)
+	if err == nil || !strings.Contains(err.Error(), topics.Messages) {
+		t.Fatalf("reset of the persister on %s: %v, want a refusal naming %s\n%s", topics.Acks, err, topics.Messages, out)
+	}
+	if saved, err := e.rds.Offsets(ctx, consumers.GroupPersister, topics.Acks); err != nil || len(saved) != 0 {
+		t.Fatalf("the persister's saved positions on %s after the refused reset: %v (%v), want none", topics.Acks, saved, err)
+	}
+}
