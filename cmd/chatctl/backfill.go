@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -90,7 +89,7 @@ func filler(ch *store.ClickHouse, table string, dedupWin time.Duration) *fill {
 	case "messages":
 		claims := newClaims(dedupWin)
 		f.batch = func(ctx context.Context, part int, msgs []kafka.Message) error {
-			keep := make([]schema.Message, 0, len(msgs))
+			all := make([]schema.Message, 0, len(msgs))
 			for i := range msgs {
 				m, err := schema.DecodeMessage(msgs[i].Value)
 				if err != nil {
@@ -98,17 +97,19 @@ func filler(ch *store.ClickHouse, table string, dedupWin time.Duration) *fill {
 					continue
 				}
 				m.MsgID = msgs[i].Offset
-				if claims.dup(part, &m) {
+				all = append(all, m)
+			}
+			if err := claims.claimOriginals(ctx, ch, part, msgs[0].Offset, all); err != nil {
+				return err
+			}
+			keep := all[:0]
+			for i := range all {
+				if claims.dup(part, &all[i]) {
 					f.dups.Add(1)
 					continue
 				}
-				keep = append(keep, m)
+				keep = append(keep, all[i])
 			}
-			keep, dropped, err := claims.dropResends(ctx, ch, part, msgs[0].Offset, keep)
-			if err != nil {
-				return err
-			}
-			f.dups.Add(int64(dropped))
 			f.rows.Add(int64(len(keep)))
 			return ch.InsertMessages(ctx, int32(part), keep)
 		}
@@ -228,40 +229,35 @@ func (c *claims) dup(part int, m *schema.Message) bool {
 	return false
 }
 
-// dropResends drops from msgs (one batch of partition part, claimed
-// already among themselves) the resends whose first send is stored in
-// ClickHouse but no longer in the topic: retention removed it before the
-// backfill began at offset from. Only messages sent within the window of
-// the partition's first message can be such resends; the rest of a
-// backfill costs nothing here.
-func (c *claims) dropResends(ctx context.Context, ch *store.ClickHouse, part int, from int64, msgs []schema.Message) ([]schema.Message, int, error) {
+// claimOriginals claims, before dup decides msgs (one batch of partition
+// part), the first sends of resends among them that are stored in
+// ClickHouse but no longer in the topic: retention removed them before the
+// backfill began at offset from. As the persister's ClaimOriginals does, a
+// key gets the highest msgid found, unless it holds a claim already (a
+// send the backfill read is later than any of them). So a resend within
+// the window of its first send is a duplicate and leaves the first send
+// the claim. Only messages sent within the window of the partition's first
+// message can be such resends; the rest of a backfill costs nothing here.
+func (c *claims) claimOriginals(ctx context.Context, ch *store.ClickHouse, part int, from int64, msgs []schema.Message) error {
 	pc := c.part(part)
 	if !pc.started && len(msgs) > 0 {
 		pc.started, pc.start, pc.first = true, from, msgs[0].SentAt
 	}
 	if pc.start <= 0 {
-		return msgs, 0, nil // the topic still holds the partition's first record
+		return nil // the topic still holds the partition's first record
 	}
 	found, err := ch.FirstSendsBefore(ctx, int32(part), pc.start, pc.first, c.win, msgs)
 	if err != nil {
-		return nil, 0, err
+		return err
 	}
-	if len(found) == 0 {
-		return msgs, 0, nil
-	}
-	originals := map[claimKey][]int64{} // sent_at of each
 	for _, m := range found {
 		k := claimKey{m.Gid, m.Sender, m.ClientMsgID}
-		originals[k] = append(originals[k], m.SentAt)
-	}
-	keep := msgs[:0]
-	for _, m := range msgs {
-		if slices.ContainsFunc(originals[claimKey{m.Gid, m.Sender, m.ClientMsgID}], func(at int64) bool { return abs(m.SentAt-at) <= c.win }) {
-			continue
+		if cl, ok := pc.last[k]; !ok || (cl.msgid < pc.start && cl.msgid < m.MsgID) {
+			pc.last[k] = claim{m.MsgID, m.SentAt}
+			pc.newest = max(pc.newest, m.SentAt)
 		}
-		keep = append(keep, m)
 	}
-	return keep, len(msgs) - len(keep), nil
+	return nil
 }
 
 func abs(v int64) int64 {

@@ -137,3 +137,47 @@ func TestBackfillDropsAResendWhoseFirstSendRetentionRemoved(t *testing.T) {
 		t.Fatalf("second backfill after retention removed the first send: %d messages (%v), want 2:\n%+v\n%s", n, err, ms, out)
 	}
 }
+
+// A resend of a first send that only ClickHouse still holds is a
+// duplicate, but it does not claim the key: the first send stays the
+// claim, as in the persister. So a later send with the same
+// client_msg_id, farther than the window from the first send though
+// within it of the resend, is a new message, and the backfill must store
+// it. Before, the dropped resend stayed the claim and the later send was
+// dropped too: a message the persister keeps was missing from ClickHouse.
+func TestBackfillKeepsTheFirstSendAsTheClaimOfAResendItDrops(t *testing.T) {
+	e := newEnv(t, 1)
+	ch := e.withClickHouse("reclaim")
+	ctx := context.Background()
+	now := time.Now().UnixMilli()
+	orig := schema.Message{Gid: "g", Sender: "alice", ClientMsgID: "c1", SentAt: now, Body: []byte("hello")}
+	if _, err := e.prod.SendMessage(ctx, &orig); err != nil {
+		t.Fatal(err)
+	}
+	e.mustCtl("backfill", "-tables", "messages", "-dedup-window", "10s")
+	resend, later := orig, orig
+	resend.SentAt = now + 2000 // within the window of orig: a duplicate
+	later.SentAt = now + 11000 // 11s after orig, 9s after the resend: a new message
+	later.Body = []byte("hello again")
+	var ids []int64
+	for _, m := range []schema.Message{resend, later} {
+		id, err := e.prod.SendMessage(ctx, &m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	testserver.DeleteRecordsBefore(t, e.brokers, topics.Messages, 0, ids[0]) // retention removes the first send
+	out := e.mustCtl("backfill", "-tables", "messages", "-dedup-window", "10s")
+	ms, err := ch.Messages(ctx, "g", -1, math.MaxInt64, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range ms {
+		got = append(got, fmt.Sprintf("%d:%s", m.MsgID, m.Body))
+	}
+	if want := []string{"0:hello", fmt.Sprintf("%d:hello again", ids[1])}; strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("ClickHouse holds %v, want %v (the resend dropped, the later send kept)\n%s", got, want, out)
+	}
+}

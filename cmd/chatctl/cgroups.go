@@ -4,9 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/segmentio/kafka-go"
 
 	"github.com/groupchat/chatd/consumers"
 	"github.com/groupchat/chatd/store"
@@ -157,6 +162,10 @@ func consumerGroupsReset(ctx context.Context, c *command, opts any, args []strin
 			ErrGroupActive, group, info.State, len(info.Members))
 	}
 	topic := o.topic
+	if known, ok := knownGroups[group]; ok && topic != "" && topic != known.topic {
+		return fmt.Errorf("%s reads %s only; a position on %s would move nothing it reads: drop -topic, or name the group that reads %s",
+			group, known.topic, topic, topic)
+	}
 	if topic == "" {
 		ts, err := groupTopics(ctx, a, group)
 		if err != nil {
@@ -178,6 +187,12 @@ func consumerGroupsReset(ctx context.Context, c *command, opts any, args []strin
 	com, err := a.committed(ctx, group, topic, parts)
 	if err != nil {
 		return err
+	}
+	if _, ok := knownGroups[group]; !ok && info.State == "Dead" && len(com) == 0 {
+		// Committed, the offsets would make a new group and leave the
+		// one meant where it was.
+		return fmt.Errorf("consumer group %s is unknown to the cluster (no members, no committed offsets) and is none of chatd's (%s); check the name: `chatctl consumer-groups list` shows the groups there are",
+			group, strings.Join(slices.Sorted(maps.Keys(knownGroups)), ", "))
 	}
 	var rds *store.Redis
 	var pos map[int]int64
@@ -208,7 +223,11 @@ func consumerGroupsReset(ctx context.Context, c *command, opts any, args []strin
 	if rds != nil {
 		// The runner reads its position from Redis: write it there first,
 		// then mirror it to the group for lag tools.
-		if err := rds.SaveOffsets(ctx, group, topic, target); err != nil {
+		saved, err := fromStart(ctx, a, topic, parts, target)
+		if err != nil {
+			return err
+		}
+		if err := rds.SaveOffsets(ctx, group, topic, saved); err != nil {
 			return err
 		}
 	}
@@ -275,6 +294,28 @@ func resetTarget(ctx context.Context, a *admin, topic string, parts []int, to st
 		for _, p := range parts {
 			out[p] = min(max(off, b[p].first), b[p].end)
 		}
+	}
+	return out, nil
+}
+
+// fromStart returns the positions to save in Redis for target: a partition
+// reset to its log start (or below it, should retention have moved it
+// since) is saved as kafka.FirstOffset, the claim of a consumer that starts
+// from nothing. Its consumer then replays it as after a Redis loss: the
+// persister claims again, from ClickHouse, the first sends that retention
+// removed, so that the resends the replay meets stay duplicates once their
+// claims in Redis have expired.
+func fromStart(ctx context.Context, a *admin, topic string, parts []int, target map[int]int64) (map[int]int64, error) {
+	b, err := a.bounds(ctx, topic, parts)
+	if err != nil {
+		return nil, fmt.Errorf("nothing changed: %w", err)
+	}
+	out := make(map[int]int64, len(target))
+	for p, o := range target {
+		if o <= b[p].first {
+			o = kafka.FirstOffset
+		}
+		out[p] = o
 	}
 	return out, nil
 }

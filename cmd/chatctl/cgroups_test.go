@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/groupchat/chatd/consumers"
+	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
@@ -264,5 +265,103 @@ func TestForcedResetOfARunningGroup(t *testing.T) {
 	_, err = e.ctl("consumer-groups", "reset", consumers.GroupFanout, "-to", "latest", "-topic", topics.Messages, "-force")
 	if !errors.Is(err, ErrGroupActive) || !strings.Contains(err.Error(), "keeps its position in Kafka") {
 		t.Fatalf("reset -force of the running fan-out: %v, want a refusal saying why", err)
+	}
+}
+
+// A reset to the log start replays as a start from nothing does: the
+// persister claims again, from ClickHouse, the first sends that retention
+// removed, so their resends stay duplicates once their claims in Redis
+// have expired. Before, the reset saved the log start as a plain position
+// and the replay stored such a resend as a second message.
+func TestResetToTheLogStartKeepsResendsOfRemovedSendsOut(t *testing.T) {
+	e := newEnv(t, 1)
+	ch := e.withClickHouse("earliest")
+	ctx := context.Background()
+	rds, err := store.NewRedis(e.rc, store.RedisConfig{DedupWindow: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	persister := func() runner {
+		r, err := (&consumers.Persister{Redis: rds, ClickHouse: ch}).Runner(e.base())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	r := persister()
+	stop := e.start(r)
+	now := time.Now().UnixMilli()
+	orig := schema.Message{Gid: "g", Sender: "alice", ClientMsgID: "c1", SentAt: now, Body: []byte("hello")}
+	resend := orig
+	resend.SentAt = now + 1000
+	other := schema.Message{Gid: "g", Sender: "bob", ClientMsgID: "c2", SentAt: now + 1500, Body: []byte("hi")}
+	var ids []int64
+	for _, m := range []schema.Message{orig, resend, other} {
+		id, err := e.prod.SendMessage(ctx, &m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	e.waitFor("the persister to store the messages", func() bool { return r.CaughtUp() && r.Stats().Records >= 3 })
+	if n, err := ch.CountMessages(ctx, "g"); err != nil || n != 2 {
+		t.Fatalf("live: %d messages (%v), want 2 (the resend dropped)", n, err)
+	}
+	stop()
+	e.waitGroupEmpty(consumers.GroupPersister)
+	testserver.DeleteRecordsBefore(t, e.brokers, topics.Messages, 0, ids[1]) // retention removes the first send
+	time.Sleep(3 * time.Second)                                              // the dedup window passes: the claims expire
+
+	out := e.mustCtl("consumer-groups", "reset", consumers.GroupPersister, "-to", "earliest")
+	r = persister()
+	e.start(r)
+	e.waitFor("the persister to replay from the log start", func() bool { return r.CaughtUp() && r.Stats().Records >= 2 })
+	if n, err := ch.CountMessages(ctx, "g"); err != nil || n != 2 {
+		ms, _ := ch.Messages(ctx, "g", -1, math.MaxInt64, 10)
+		t.Fatalf("after the reset to earliest: %d messages (%v), want 2 (the resend dropped again):\n%+v\n%s", n, err, ms, out)
+	}
+}
+
+// A reset names the group to move: a name the cluster does not know (no
+// member, no committed offset) and that is none of chatd's is a typo, and
+// the reset must say so rather than commit offsets for a new group and
+// report success while the group meant stays where it was.
+func TestResetOfAGroupNobodyKnowsIsRefused(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx := context.Background()
+	if _, err := e.prod.SendMessage(ctx, &schema.Message{Gid: "g", Sender: "u", SentAt: time.Now().UnixMilli(), Body: []byte("b")}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := e.ctl("consumer-groups", "reset", "chat.fanuot", "-to", "latest", "-topic", topics.Messages)
+	if err == nil || !strings.Contains(err.Error(), consumers.GroupFanout) {
+		t.Fatalf("reset of a group nobody knows: %v, want a refusal naming chatd's groups\n%s", err, out)
+	}
+	if names, err := newAdmin(e.brokers).groups(ctx); err != nil || len(names) != 0 {
+		t.Fatalf("the cluster's groups after the refused reset: %v (%v), want none", names, err)
+	}
+	// A group the cluster knows by its offsets is reset as before.
+	if err := newAdmin(e.brokers).commit(ctx, "analytics", topics.Messages, map[int]int64{0: 0}); err != nil {
+		t.Fatal(err)
+	}
+	e.mustCtl("consumer-groups", "reset", "analytics", "-to", "latest", "-topic", topics.Messages)
+	if com, err := newAdmin(e.brokers).committed(ctx, "analytics", topics.Messages, []int{0}); err != nil || com[0] != 1 {
+		t.Fatalf("analytics after its reset to latest: %v (%v), want offset 1", com, err)
+	}
+}
+
+// chatd's groups each read one topic: a reset of one of them on another
+// topic moves nothing it reads, and must be refused, naming its topic.
+func TestResetOfAChatdGroupOnAnotherTopicIsRefused(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx := context.Background()
+	if err := e.prod.SendAcks(ctx, schema.Ack{Gid: "g", Uid: "u", Upto: 1, At: 1}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := e.ctl("consumer-groups", "reset", consumers.GroupPersister, "-to", "latest", "-topic", topics.Acks)
+	if err == nil || !strings.Contains(err.Error(), topics.Messages) {
+		t.Fatalf("reset of the persister on %s: %v, want a refusal naming %s\n%s", topics.Acks, err, topics.Messages, out)
+	}
+	if saved, err := e.rds.Offsets(ctx, consumers.GroupPersister, topics.Acks); err != nil || len(saved) != 0 {
+		t.Fatalf("the persister's saved positions on %s after the refused reset: %v (%v), want none", topics.Acks, saved, err)
 	}
 }
