@@ -324,7 +324,10 @@ func (c *Client) run(s *session) {
 		}
 		began = time.Now()
 		c.kickAck()
-		c.resync(s)
+		// Beside serve: its pings are what notice a connection gone
+		// silent, and the resync's pulls would wait a RequestTimeout each.
+		c.wg.Add(1)
+		go func() { defer c.wg.Done(); c.resync(s) }()
 	}
 }
 
