@@ -76,23 +76,33 @@ type conn struct {
 	reason string
 }
 
+const shuttingDown = `{"code":"unavailable","message":"the gateway is shutting down; reconnect to another"}`
+
 // serveWS accepts a WebSocket and hands it to a goroutine of its own, so
 // that the HTTP request, its headers and the handler's grown stack are let go
 // while the connection lives.
 func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	if g.closing.Load() {
-		http.Error(w, `{"code":"unavailable","message":"the gateway is shutting down; reconnect to another"}`, http.StatusServiceUnavailable)
+		http.Error(w, shuttingDown, http.StatusServiceUnavailable)
+		return
+	}
+	// Counted, then checked again: a Shutdown that begins after the check
+	// waits for this connection, however long its upgrade takes.
+	g.wg.Add(1)
+	if g.closing.Load() {
+		g.wg.Done()
+		http.Error(w, shuttingDown, http.StatusServiceUnavailable)
 		return
 	}
 	sb := &smallBuffers{ResponseWriter: w}
 	ws, err := websocket.Accept(sb, r, &websocket.AcceptOptions{OriginPatterns: g.cfg.AllowedOrigins})
 	if err != nil {
+		g.wg.Done()
 		g.log.Debug("websocket accept failed", "err", err)
 		return // Accept has answered the client
 	}
 	ws.SetReadLimit(g.cfg.maxFrame())
 	token := strings.Clone(wsToken(r))
-	g.wg.Add(1)
 	go g.runConn(ws, sb, token)
 }
 
