@@ -240,7 +240,7 @@ func (c *conn) write(items []out) bool {
 	// longer than WriteTimeout to take it in is too slow.
 	ctx, cancel := context.WithTimeout(context.Background(), c.g.cfg.WriteTimeout)
 	defer cancel()
-	c.cork.hold()
+	c.cork.hold(ctx)
 	// While corked, the WebSocket's writes only append to the cork's
 	// buffer: they get no deadline of their own (the WebSocket would arm
 	// and disarm a timer per frame for it), the release's write has it.
@@ -324,7 +324,7 @@ func (c *conn) writeFrame(ctx context.Context, frame []byte, msgs int) bool {
 func (c *conn) writeNow(frame []byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.g.cfg.WriteTimeout)
 	defer cancel()
-	c.cork.hold() // one write for the frame, not one per piece of it
+	c.cork.hold(ctx) // one write for the frame, not one per piece of it
 	c.ws.Write(ctx, websocket.MessageText, frame)
 	c.cork.release(ctx)
 }
