@@ -52,6 +52,8 @@ type session struct {
 	mu      sync.Mutex
 	err     error
 	waiters map[string]chan *frame
+	largest int  // bytes of the largest frame written, or being written
+	tooBig  bool // the server closed the connection on a frame over its size limit (1009)
 
 	synced bool               // guarded by c.mu: the sync answer was applied
 	early  []protocol.Message // guarded by c.mu: pushes that arrived before it
@@ -148,6 +150,9 @@ func (s *session) dispatch(f *frame) {
 func (s *session) end(err error) {
 	var ce websocket.CloseError
 	if errors.As(err, &ce) {
+		s.mu.Lock()
+		s.tooBig = ce.Code == websocket.StatusMessageTooBig
+		s.mu.Unlock()
 		err = fmt.Errorf("%w: closed by the server: %d %s", ErrDisconnected, ce.Code, ce.Reason)
 	} else {
 		err = fmt.Errorf("%w: %v", ErrDisconnected, err)
@@ -183,13 +188,27 @@ func (s *session) request(ctx context.Context, req protocol.Request) (*frame, er
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", req.Op, err)
 	}
+	s.mu.Lock()
+	s.largest = max(s.largest, len(b))
+	s.mu.Unlock()
 	// The write gets a deadline of its own: a write cut by the caller's ctx
 	// would close the connection for everyone.
 	wctx, cancel := context.WithTimeout(s.ctx, s.c.cfg.RequestTimeout)
 	err = s.conn.Write(wctx, websocket.MessageText, b)
 	cancel()
 	if err != nil {
-		_ = s.conn.CloseNow() // the read loop ends the session
+		// The connection is done for. The read loop may still read why
+		// the server closed it (see endErr): it is given a moment to.
+		select {
+		case <-s.done:
+		case <-time.After(time.Second):
+			_ = s.conn.CloseNow() // the read loop ends the session
+			<-s.done
+		}
+		var pe *protocol.Error
+		if err := s.endErr(len(b)); errors.As(err, &pe) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("%w: write %s: %v", ErrDisconnected, req.Op, err)
 	}
 	var f *frame
@@ -202,13 +221,28 @@ func (s *session) request(ctx context.Context, req protocol.Request) (*frame, er
 		select {
 		case f = <-ch:
 		default:
-			return nil, s.err
+			return nil, s.endErr(len(b))
 		}
 	}
 	if f.Op == protocol.OpError {
 		return nil, &protocol.Error{Code: f.Code, Message: f.Message}
 	}
 	return f, nil
+}
+
+// endErr is the error of a request whose frame of n bytes went out on s
+// before s ended. A server closes the connection (1009) on a frame over
+// its size limit, and the largest frame written is one: its request is
+// refused as a body over the limit would be, not made again on the next
+// connection, which it would end too.
+func (s *session) endErr(n int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tooBig && n >= s.largest {
+		return &protocol.Error{Code: protocol.CodeBodyTooLarge,
+			Message: fmt.Sprintf("the server closed the connection on this frame of %d bytes as over its size limit (1009); split the message", n)}
+	}
+	return s.err
 }
 
 // alive reports whether s has not ended.
@@ -324,7 +358,10 @@ func (c *Client) run(s *session) {
 		}
 		began = time.Now()
 		c.kickAck()
-		c.resync(s)
+		// Beside serve: its pings are what notice a connection gone
+		// silent, and the resync's pulls would wait a RequestTimeout each.
+		c.wg.Add(1)
+		go func() { defer c.wg.Done(); c.resync(s) }()
 	}
 }
 

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -177,4 +178,46 @@ func TestCloseReportsNoDisconnect(t *testing.T) {
 		}
 		mu.Unlock()
 	}
+}
+
+// A connection that goes silent (the peer gone without a FIN: no answers,
+// no pongs) while the client resyncs after a reconnect is dropped within
+// the keepalive's bound, a ping interval and a request timeout, not after
+// one pull timeout per group to resync; then the client reconnects and
+// gets what was sent meanwhile.
+func TestASilentConnectionDuringTheResyncIsDroppedByTheKeepalive(t *testing.T) {
+	const groups = 8
+	members := map[string][]string{}
+	for i := range groups {
+		members[fmt.Sprintf("g%d", i)] = []string{"alice", "bob"}
+	}
+	p := newPeer(t, members)
+	c, rec := dial(t, p, "alice", func(c *Config) {
+		c.RequestTimeout = time.Second
+		c.PingInterval = 100 * time.Millisecond
+	})
+	for gid := range members {
+		if err := c.Open(context.Background(), gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.set(func(p *peer) { p.silentAfter = 1 })
+	p.kill()
+	waitFor(t, "the silent connection's sync", func() bool { return len(p.requests(protocol.OpSync)) == 2 })
+	silent := time.Now()
+	p.post("g3", "bob", "sent while the connection was silent")
+
+	// The resync's pulls alone would hold the silent connection for
+	// groups x RequestTimeout (8 s); the keepalive drops it in about 1.1 s.
+	bound := 4 * time.Second
+	for len(p.requests(protocol.OpSync)) < 3 {
+		if time.Since(silent) > bound {
+			t.Fatalf("the silent connection still held after %v (keepalive: ping every 100ms, 1s to answer); %d pulls sent on it",
+				bound, len(p.requests(protocol.OpPull)))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("silent connection dropped after %v", time.Since(silent).Round(time.Millisecond))
+	waitFor(t, "the message sent while silent", func() bool { return rec.len() == 1 })
+	rec.check(t)
 }

@@ -44,6 +44,10 @@ type peer struct {
 	pushBeforePage func(after int64) []protocol.Message // pushed to the puller just before its page
 	lagTo          int64                                // if >= 0, pulls see msgids <= lagTo only (a lagging store)
 	earlyPush      []protocol.Message                   // pushed right after authed, before the sync answer
+	silentAfter    int                                  // connections that go silent after their sync answer: no reads, answers or pongs (a peer gone without a FIN)
+
+	quit     chan struct{} // closed by close: silent connections end
+	quitOnce sync.Once
 }
 
 type peerGroup struct {
@@ -66,7 +70,7 @@ type cursorRec struct {
 
 // newPeer starts a peer with groups gid → members.
 func newPeer(t testing.TB, groups map[string][]string) *peer {
-	p := &peer{t: t, offset: 3, groups: map[string]*peerGroup{}, conns: map[*peerConn]bool{}, lagTo: -1}
+	p := &peer{t: t, offset: 3, groups: map[string]*peerGroup{}, conns: map[*peerConn]bool{}, lagTo: -1, quit: make(chan struct{})}
 	for gid, uids := range groups {
 		g := &peerGroup{members: map[string]bool{}, acks: map[string]int64{}, reads: map[string]int64{}, cmids: map[string]int64{}}
 		for _, u := range uids {
@@ -82,6 +86,7 @@ func newPeer(t testing.TB, groups map[string][]string) *peer {
 }
 
 func (p *peer) close() {
+	p.quitOnce.Do(func() { close(p.quit) })
 	p.kill()
 	p.srv.Close()
 	p.wg.Wait()
@@ -160,6 +165,16 @@ func (p *peer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		if !p.handle(pc, req) {
+			return
+		}
+		p.mu.Lock()
+		silent := req.Op == protocol.OpSync && p.silentAfter > 0
+		if silent {
+			p.silentAfter--
+		}
+		p.mu.Unlock()
+		if silent {
+			<-p.quit
 			return
 		}
 	}

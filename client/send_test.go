@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -283,5 +284,32 @@ func TestASendEndedDuringAnOverloadPauseSaysTheServerRefusedIt(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Fatalf("Send: %v\nwant it to say %q", err, want)
 		}
+	}
+}
+
+// A send whose frame is over the server's read limit makes the server close
+// the connection (1009). It is refused for good, as a body over the limit
+// the server reads is: resent on every new connection, it would end each
+// of them, for every group of the client, until the Send's ctx ends. A
+// frame the server stops reading midway is refused the same way.
+func TestASendOverTheServersFrameLimitIsRefusedNotResent(t *testing.T) {
+	for _, size := range []int{200 << 10, 20 << 20} {
+		t.Run(fmt.Sprint(size>>10, "KiB"), func(t *testing.T) {
+			p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}}) // reads frames of up to 32 KiB
+			c, _ := dial(t, p, "alice", nil)
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			_, err := c.Send(ctx, "g1", strings.Repeat("x", size))
+			var pe *protocol.Error
+			if !errors.As(err, &pe) || pe.Code != protocol.CodeBodyTooLarge {
+				t.Fatalf("Send: %v (after %d reconnects), want %s", err, c.Stats().Reconnects, protocol.CodeBodyTooLarge)
+			}
+			if st := c.Stats(); st.Reconnects > 1 || st.Resends > 0 {
+				t.Fatalf("stats %+v: want the one reconnect after the server closed the connection, and no resend", st)
+			}
+			if _, err := c.Send(context.Background(), "g1", "small"); err != nil {
+				t.Fatalf("a send after the refusal: %v", err)
+			}
+		})
 	}
 }

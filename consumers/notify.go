@@ -46,13 +46,14 @@ type ReceiptNotifier struct {
 type span struct {
 	lo, hi int64
 	need   map[string]int64 // uid -> upto
+	waits  int              // flushes in a row that could not render it
 }
 
 func (s span) merge(o span) span {
 	if s.need == nil {
 		return o
 	}
-	s.lo, s.hi = min(s.lo, o.lo), max(s.hi, o.hi)
+	s.lo, s.hi, s.waits = min(s.lo, o.lo), max(s.hi, o.hi), max(s.waits, o.waits)
 	for uid, upto := range o.need {
 		s.need[uid] = max(s.need[uid], upto)
 	}
@@ -158,10 +159,11 @@ func (n *ReceiptNotifier) flush(ctx context.Context, now time.Time) error {
 		}
 	}
 	n.mu.Unlock()
-	again := func(gid string, s span) { // try again at the next tick
+	tick := n.Interval / 10
+	again := func(gid string, s span, wait time.Duration) { // try again after wait
 		n.mu.Lock()
 		n.dirty[gid] = n.dirty[gid].merge(s)
-		delete(n.sent, gid)
+		n.sent[gid] = now.Add(wait - n.Interval) // due once wait has passed
 		n.mu.Unlock()
 	}
 	frames := map[string][]byte{} // uid -> frame, per group below
@@ -172,7 +174,11 @@ func (n *ReceiptNotifier) flush(ctx context.Context, now time.Time) error {
 		clear(frames)
 		ready, err := n.group(ctx, gid, s, frames)
 		if err != nil || !ready {
-			again(gid, s)
+			// Read again at the next tick, then less and less often, up to
+			// once per Interval: a projection far behind, or a failing
+			// Redis, is not read for every waiting group at every tick.
+			s.waits++
+			again(gid, s, min(tick<<min(s.waits-1, 10), n.Interval))
 			if err != nil {
 				errs = append(errs, err) // and on with the other groups
 			}
@@ -188,7 +194,7 @@ func (n *ReceiptNotifier) flush(ctx context.Context, now time.Time) error {
 	if len(items) > 0 {
 		if err := n.publish(ctx, items); err != nil {
 			for gid, s := range rendered {
-				again(gid, s)
+				again(gid, s, tick)
 			}
 			errs = append(errs, err)
 		}

@@ -163,6 +163,76 @@ func TestReceiptNotifierForgetsQuietGroups(t *testing.T) {
 	}
 }
 
+// A group whose update waits for the receipt projection (stopped, or far
+// behind) is read again with a back-off up to Interval, as often as a busy
+// group at most, not at every tick: the reads of such groups would load
+// Redis tenfold for as long as the projection lags, and more so the more
+// groups wait. Its update still goes out once the projection applies the
+// reads.
+func TestReceiptNotifierBacksOffAGroupNotReady(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 1, window: 1000})
+	ctx := context.Background()
+	if err := p.redis.ApplyMembers(ctx, []schema.Member{
+		{Gid: "g", Uid: "s", Op: schema.OpJoin, Pos: -1}, {Gid: "g", Uid: "r", Op: schema.OpJoin, Pos: -1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.redis.AppendWindow(ctx, nil, []schema.Message{{Gid: "g", Sender: "s", ClientMsgID: "c", SentAt: 1, Body: []byte("x"), MsgID: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	pushes := senderOnline(t, p)
+	n := &ReceiptNotifier{Redis: p.redis, Interval: time.Second}
+	if _, err := n.Runner(p.base); err != nil {
+		t.Fatal(err)
+	}
+	read := schema.Receipt{Gid: "g", Uid: "r", Upto: 0, At: 1}
+	if err := n.Handle(ctx, 0, []Record[schema.Receipt]{{Event: read}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.rc.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// 10 s of ticks (Interval/10) while the projection has not applied the read.
+	now := time.Now()
+	for range 100 {
+		now = now.Add(n.Interval / 10)
+		if err := n.flush(ctx, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if reads := hgetallCalls(t, p); reads > 15 {
+		t.Fatalf("the group was read %d times in 10 s of waiting for the projection, want at most about once per second", reads)
+	}
+	if err := p.redis.AdvanceReads(ctx, []schema.Receipt{read}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.flush(ctx, now.Add(n.Interval)); err != nil || n.Frames() != 1 {
+		t.Fatalf("once the read was applied: %d frames (err %v), want 1", n.Frames(), err)
+	}
+	select {
+	case <-pushes:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no receipts frame published")
+	}
+}
+
+// hgetallCalls is how many HGETALL commands Redis ran since its stats were
+// reset: ReadState runs one per group it reads.
+func hgetallCalls(t *testing.T, p *pipeline) int {
+	t.Helper()
+	info, err := p.rc.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_hgetall:calls="); ok {
+			var calls int
+			fmt.Sscanf(rest, "%d", &calls)
+			return calls
+		}
+	}
+	return 0
+}
+
 // senderOnline puts the sender s online on node n1 and returns n1's pushes.
 func senderOnline(t *testing.T, p *pipeline) <-chan store.PushBatch {
 	t.Helper()

@@ -76,23 +76,33 @@ type conn struct {
 	reason string
 }
 
+const shuttingDown = `{"code":"unavailable","message":"the gateway is shutting down; reconnect to another"}`
+
 // serveWS accepts a WebSocket and hands it to a goroutine of its own, so
 // that the HTTP request, its headers and the handler's grown stack are let go
 // while the connection lives.
 func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	if g.closing.Load() {
-		http.Error(w, `{"code":"unavailable","message":"the gateway is shutting down; reconnect to another"}`, http.StatusServiceUnavailable)
+		http.Error(w, shuttingDown, http.StatusServiceUnavailable)
+		return
+	}
+	// Counted, then checked again: a Shutdown that begins after the check
+	// waits for this connection, however long its upgrade takes.
+	g.wg.Add(1)
+	if g.closing.Load() {
+		g.wg.Done()
+		http.Error(w, shuttingDown, http.StatusServiceUnavailable)
 		return
 	}
 	sb := &smallBuffers{ResponseWriter: w}
 	ws, err := websocket.Accept(sb, r, &websocket.AcceptOptions{OriginPatterns: g.cfg.AllowedOrigins})
 	if err != nil {
+		g.wg.Done()
 		g.log.Debug("websocket accept failed", "err", err)
 		return // Accept has answered the client
 	}
 	ws.SetReadLimit(g.cfg.maxFrame())
 	token := strings.Clone(wsToken(r))
-	g.wg.Add(1)
 	go g.runConn(ws, sb, token)
 }
 
@@ -230,7 +240,7 @@ func (c *conn) write(items []out) bool {
 	// longer than WriteTimeout to take it in is too slow.
 	ctx, cancel := context.WithTimeout(context.Background(), c.g.cfg.WriteTimeout)
 	defer cancel()
-	c.cork.hold()
+	c.cork.hold(ctx)
 	// While corked, the WebSocket's writes only append to the cork's
 	// buffer: they get no deadline of their own (the WebSocket would arm
 	// and disarm a timer per frame for it), the release's write has it.
@@ -314,7 +324,7 @@ func (c *conn) writeFrame(ctx context.Context, frame []byte, msgs int) bool {
 func (c *conn) writeNow(frame []byte) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.g.cfg.WriteTimeout)
 	defer cancel()
-	c.cork.hold() // one write for the frame, not one per piece of it
+	c.cork.hold(ctx) // one write for the frame, not one per piece of it
 	c.ws.Write(ctx, websocket.MessageText, frame)
 	c.cork.release(ctx)
 }

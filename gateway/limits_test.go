@@ -111,6 +111,45 @@ func TestOutQueueBoundsItsBytes(t *testing.T) {
 	}
 }
 
+// What the writer is writing still counts against the byte bound until it
+// is written: a connection holds at most QueueBytes of outbound items (or
+// one item, whatever its size, when it holds nothing else), not a full
+// queue more behind a batch being written.
+func TestOutQueueCountsTheBatchBeingWritten(t *testing.T) {
+	q := outQueue{limit: 100, maxB: 10}
+	taken, release := make(chan int, 10), make(chan struct{})
+	write := func(items []out) bool {
+		n := 0
+		for i := range items {
+			n += items[i].size()
+		}
+		taken <- n
+		<-release
+		return true
+	}
+	if !q.put(out{frame: make([]byte, 8)}, write) {
+		t.Fatal("8 bytes refused from an empty queue")
+	}
+	if n := <-taken; n != 8 {
+		t.Fatalf("the writer took %d bytes, want 8", n)
+	}
+	if q.put(out{frame: make([]byte, 8)}, write) {
+		t.Fatal("8 bytes queued while the writer writes 8: 16 bytes held under a bound of 10")
+	}
+	if !q.put(out{frame: make([]byte, 2)}, write) {
+		t.Fatal("2 bytes refused beside the 8 being written, under a bound of 10")
+	}
+	close(release)
+	if n := <-taken; n != 2 {
+		t.Fatalf("the writer took %d bytes next, want 2", n)
+	}
+	q.wg.Wait()
+	if !q.put(out{frame: make([]byte, 10)}, write) {
+		t.Fatal("10 bytes refused once everything was written")
+	}
+	q.stop()
+}
+
 // Shutdown closes connections still authenticating too, and one that
 // authenticates as it begins: neither holds it up until its deadline.
 func TestShutdownClosesConnectionsStillAuthenticating(t *testing.T) {

@@ -10,8 +10,8 @@ type outQueue struct {
 	mu       sync.Mutex
 	items    []out
 	limit    int  // items
-	bytes    int  // of the items queued
-	maxB     int  // bytes queued at most (but one item always fits); 0: no bound
+	bytes    int  // of the items queued or being written
+	maxB     int  // bytes queued or being written at most (but one item always fits); 0: no bound
 	writing  bool // a writer goroutine runs
 	stopped  bool // the connection ended: nothing more is queued or written
 	flushing bool // the connection is ending: nothing more is queued, what is queued is written
@@ -28,7 +28,7 @@ func (q *outQueue) put(o out, write func(items []out) bool) bool {
 		return true
 	}
 	n := o.size()
-	if len(q.items) >= q.limit || q.maxB > 0 && len(q.items) > 0 && q.bytes+n > q.maxB {
+	if len(q.items) >= q.limit || q.maxB > 0 && q.bytes > 0 && q.bytes+n > q.maxB {
 		return false
 	}
 	q.items = append(q.items, o)
@@ -42,14 +42,18 @@ func (q *outQueue) put(o out, write func(items []out) bool) bool {
 }
 
 // drain hands write everything queued, in order, until the queue is empty
-// or write fails.
+// or write fails. The items being written count against maxB until
+// written: the queue does not fill again behind them.
 func (q *outQueue) drain(write func(items []out) bool) {
 	defer q.wg.Done()
+	taken := 0 // bytes of the items being written
 	for {
 		q.mu.Lock()
+		q.bytes -= taken
 		items := q.items
-		q.items, q.bytes = nil, 0
+		q.items, taken = nil, q.bytes
 		if len(items) == 0 || q.stopped {
+			q.bytes = 0
 			q.writing = false
 			q.mu.Unlock()
 			return

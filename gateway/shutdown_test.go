@@ -1,0 +1,99 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/groupchat/chatd/protocol"
+)
+
+// stalledHijack holds the WebSocket upgrade of a request in Hijack until
+// release is closed, after telling hijacking.
+type stalledHijack struct {
+	http.ResponseWriter
+	hijacking chan<- struct{}
+	release   <-chan struct{}
+}
+
+func (s stalledHijack) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	close(s.hijacking)
+	<-s.release
+	return s.ResponseWriter.(http.Hijacker).Hijack()
+}
+
+// A connection whose upgrade began before Shutdown (it passed the check
+// for a gateway shutting down) and ends after it is one of the connections
+// Shutdown closes and waits for: Shutdown does not return before it, and
+// it ends with "going away".
+func TestShutdownWaitsForAConnectionUpgradedAsItBegins(t *testing.T) {
+	e := newEnv(t, envOpts{gateways: 1})
+	g := e.gws[0].g
+	hijacking, release := make(chan struct{}), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.Handler().ServeHTTP(stalledHijack{w, hijacking, release}, r)
+	}))
+	defer srv.Close()
+
+	type dial struct {
+		ws  *websocket.Conn
+		err error
+	}
+	dialed := make(chan dial, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/v1/ws?token="+e.token("alice"), nil)
+		dialed <- dial{ws, err}
+	}()
+	<-hijacking
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		done <- g.Shutdown(ctx)
+	}()
+	select {
+	case err := <-done:
+		close(release)
+		t.Fatalf("Shutdown returned (%v) while a connection that began before it was still being upgraded", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	d := <-dialed
+	if d.err != nil {
+		t.Fatalf("dial: %v", d.err)
+	}
+	ws := d.ws
+	defer ws.CloseNow()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, b, err := ws.Read(ctx)
+		cancel()
+		if err == nil {
+			if !strings.Contains(string(b), `"op":"`+protocol.OpAuthed+`"`) {
+				t.Fatalf("frame %s before the close, want authed", b)
+			}
+			continue
+		}
+		if s := websocket.CloseStatus(err); s != websocket.StatusGoingAway {
+			t.Fatalf("the connection ended with %v (%d), want 1001 going away", err, s)
+		}
+		break
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown still waiting 10 s after its last connection ended")
+	}
+}
