@@ -164,9 +164,10 @@ func (p *Persister) Start(part int, saved int64) {
 }
 
 // origin returns where the state of the partition began, or nil when that
-// is unknown. A run from a claimed start records its first record as the
-// origin, next to the position, before that record's effect; a run from a
-// saved position reads it back. So a restart knows, as the run that began
+// is unknown. A run from a claimed start, or from a position set by hand
+// (chatctl consumer-groups reset), records its first record as the origin,
+// next to the position, before that record's effect; a run from a saved
+// position reads it back. So a restart knows, as the run that began
 // the state did, whether the state holds the whole log (origin 0: no group
 // can lack older messages, and olderFloors is not needed) and which sends
 // claimOriginals must look at: a restart in the middle of a replay that
@@ -182,31 +183,32 @@ func (p *Persister) origin(ctx context.Context, part int, fence *store.Fence, ms
 	if s.resolved {
 		return s.origin, nil
 	}
-	if s.claimed {
+	fresh := s.claimed
+	if !fresh {
+		o, next, err := p.Redis.Origin(ctx, *fence)
+		if err != nil {
+			return nil, fmt.Errorf("consumers: %w", err)
+		}
+		s.origin, fresh = o, next
+	}
+	if fresh {
 		o := store.Origin{Offset: msgs[0].MsgID, SentAt: msgs[0].SentAt}
 		if err := p.Redis.SaveOrigin(ctx, *fence, o); err != nil {
 			return nil, fmt.Errorf("consumers: %w", err)
 		}
 		s.origin = &o
-	} else {
-		o, ok, err := p.Redis.Origin(ctx, *fence)
-		if err != nil {
-			return nil, fmt.Errorf("consumers: %w", err)
-		}
-		if ok {
-			s.origin = &o
-		}
 	}
 	s.resolved = true
 	return s.origin, nil
 }
 
 // claimOriginals claims again, before ClaimSends, the first sends of the
-// batch's resends that retention removed from the topic: a state that began
-// past offset 0 (Redis lost its data and the log no longer starts at 0)
-// meets a resend whose first send it never saw, and whose claim went with
-// Redis. ClickHouse holds those first sends (they were stored before
-// retention removed them); chatctl backfill finds them the same way. Only
+// batch's resends that came before the state's origin: a state that began
+// past offset 0 meets a resend whose first send it never saw (Redis lost
+// its data and retention moved the log's start) or saw too long ago (its
+// position was set back by hand, and the claim expired). ClickHouse holds
+// those first sends (they were stored before the origin); chatctl backfill
+// finds them the same way. Only
 // messages sent within the dedup window of the origin can be such resends,
 // so the rest of a replay, and every batch of a whole log, costs nothing.
 func (p *Persister) claimOriginals(ctx context.Context, fence *store.Fence, origin *store.Origin, msgs []schema.Message) error {

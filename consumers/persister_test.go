@@ -234,3 +234,54 @@ func TestPersisterRestartedOverAWholeLogQueriesNoFloors(t *testing.T) {
 		t.Fatalf("ClickHouse holds %d messages of g1, want 3", n)
 	}
 }
+
+// An operator who resets the persister to a point in time (chatctl
+// consumer-groups reset) makes it read sends again whose first sends came
+// before that point, maybe after their claims expired. Each must stay a
+// duplicate, as the first time: the persister looks those first sends up
+// in ClickHouse, as it does after a replay whose log start retention moved.
+func TestPersisterResetByHandKeepsResendsOfEarlierSendsOut(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 1, window: 1000, clickhouse: true})
+	ctx := context.Background()
+	const win = time.Second
+	rds, err := store.NewRedis(p.rc, store.RedisConfig{WindowSize: 1000, DedupWindow: win})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := p.sendAsU1(t, "g0", time.Now().UnixMilli())
+	orig := send("c-1")
+	resend := send("c-1") // the gateway's resend after a lost answer
+	last := send("c-2")
+	run := func() func() {
+		r, err := (&Persister{Redis: rds, ClickHouse: p.ch}).Runner(p.base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return start(t, r.Run)
+	}
+	stop := run()
+	p.waitPersisted(t, sent{"g0": {last}}, 30*time.Second)
+	stop()
+	if n, _ := p.ch.CountMessages(ctx, "g0"); n != 2 {
+		t.Fatalf("ClickHouse holds %d messages of g0, want 2 (the resend dropped)", n)
+	}
+
+	time.Sleep(win + 500*time.Millisecond) // the claims expire
+	if err := rds.SaveOffsets(ctx, GroupPersister, topics.Messages, map[int]int64{0: resend}); err != nil {
+		t.Fatal(err) // what chatctl consumer-groups reset writes
+	}
+	run()
+	after := send("c-3")
+	p.waitPersisted(t, sent{"g0": {after}}, 30*time.Second)
+	msgs, err := p.ch.Messages(ctx, "g0", -1, after, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for _, m := range msgs {
+		ids = append(ids, m.MsgID)
+	}
+	if want := []int64{orig, last, after}; !slices.Equal(ids, want) {
+		t.Fatalf("after the reset ClickHouse holds g0 msgids %v, want %v: the resend %d of %d became a second visible message", ids, want, resend, orig)
+	}
+}

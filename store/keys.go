@@ -23,7 +23,7 @@ import "strconv"
 //	chat:{u:<uid>}:groups                  HASH    gid -> the same membership value: the user's groups
 //	chat:offsets:<consumer>                HASH    "<topic>/<partition>" -> next offset to read;
 //	                                               "<topic>/<partition>/replayed" -> "1" (MarkReplayed);
-//	                                               "<topic>/<partition>/origin" -> "<offset>:<sent_at_ms>" (SaveOrigin)
+//	                                               "<topic>/<partition>/origin" -> "<offset>:<sent_at_ms>" (SaveOrigin), or "next"
 //	chat:{u:<uid>}:nodes                   ZSET    member gateway node id, score expiry (unix ms): where the
 //	                                               user is online (one entry per node, several devices)
 //	chat:node:<node>                       STRING  the gateway instance that holds the node's name, expiring

@@ -143,8 +143,8 @@ type Origin struct {
 // SaveOrigin records, next to the fenced position, where the consumer's
 // state of the partition began, so that a restart knows it without a replay.
 // It lives and dies with the position, like the replay mark: it fails with
-// ErrStateLost, saving nothing, when the position is gone, and SaveOffsets
-// (a position moved by hand) forgets it.
+// ErrStateLost, saving nothing, when the position is gone. A position set
+// by hand (SaveOffsets) makes the next record handled the origin.
 func (r *Redis) SaveOrigin(ctx context.Context, f Fence, o Origin) error {
 	v := strconv.FormatInt(o.Offset, 10) + ":" + strconv.FormatInt(o.SentAt, 10)
 	n, err := markScript.Run(ctx, r.client, []string{offsetsKey(f.Consumer)}, offsetField(f.Topic, f.Partition), originField(f.Topic, f.Partition), v).Int()
@@ -157,24 +157,32 @@ func (r *Redis) SaveOrigin(ctx context.Context, f Fence, o Origin) error {
 	return nil
 }
 
-// Origin returns what SaveOrigin recorded for the fenced partition; ok is
-// false when nothing is (a state written before origins were kept, or a
-// position moved by hand since).
-func (r *Redis) Origin(ctx context.Context, f Fence) (o Origin, ok bool, err error) {
+// originNext is the origin SaveOffsets leaves: the next record handled.
+const originNext = "next"
+
+// Origin returns what SaveOrigin recorded for the fenced partition. next
+// says that the position was set by hand since (SaveOffsets): the state no
+// longer follows from where it began, and the next record handled is to be
+// saved as its origin, as after a claimed start. Neither (o nil, next
+// false): a state written before origins were kept.
+func (r *Redis) Origin(ctx context.Context, f Fence) (o *Origin, next bool, err error) {
 	v, err := r.client.HGet(ctx, offsetsKey(f.Consumer), originField(f.Topic, f.Partition)).Result()
-	if errors.Is(err, redis.Nil) {
-		return Origin{}, false, nil
-	}
-	if err != nil {
-		return Origin{}, false, fmt.Errorf("store: the origin of %s on %s/%d: %w", f.Consumer, f.Topic, f.Partition, err)
+	switch {
+	case errors.Is(err, redis.Nil):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("store: the origin of %s on %s/%d: %w", f.Consumer, f.Topic, f.Partition, err)
+	case v == originNext:
+		return nil, true, nil
 	}
 	off, at, found := strings.Cut(v, ":")
+	o = &Origin{}
 	o.Offset, err = strconv.ParseInt(off, 10, 64)
 	if err == nil && found {
 		o.SentAt, err = strconv.ParseInt(at, 10, 64)
 	}
 	if err != nil || !found || o.Offset < 0 {
-		return Origin{}, false, fmt.Errorf("store: the origin of %s on %s/%d: %w: %q", f.Consumer, f.Topic, f.Partition, ErrCorruptValue, v)
+		return nil, false, fmt.Errorf("store: the origin of %s on %s/%d: %w: %q", f.Consumer, f.Topic, f.Partition, ErrCorruptValue, v)
 	}
-	return o, true, nil
+	return o, false, nil
 }

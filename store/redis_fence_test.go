@@ -222,20 +222,19 @@ func TestReplayMarkGoesWithThePosition(t *testing.T) {
 }
 
 // An origin lives and dies with its position like the replay mark, and a
-// position set by hand (SaveOffsets) forgets it: the state no longer
-// follows from where it began.
+// position set by hand (SaveOffsets) makes the next record the origin.
 func TestOriginGoesWithThePosition(t *testing.T) {
 	r, other, f := fencedStore(t, nil)
 	ctx := context.Background()
-	if _, ok, err := r.Origin(ctx, *f); ok || err != nil {
-		t.Fatalf("Origin before any = %v, %v; want none", ok, err)
+	if o, next, err := r.Origin(ctx, *f); o != nil || next || err != nil {
+		t.Fatalf("Origin before any = %v, %v, %v; want none", o, next, err)
 	}
 	want := Origin{Offset: 17, SentAt: 1_700_000_000_123}
 	if err := r.SaveOrigin(ctx, *f, want); err != nil {
 		t.Fatal(err)
 	}
-	if got, ok, err := r.Origin(ctx, *f); !ok || err != nil || got != want {
-		t.Fatalf("Origin = %+v, %v, %v; want %+v", got, ok, err, want)
+	if o, next, err := r.Origin(ctx, *f); o == nil || *o != want || next || err != nil {
+		t.Fatalf("Origin = %v, %v, %v; want %+v", o, next, err, want)
 	}
 	if got, err := r.Offsets(ctx, f.Consumer, f.Topic); err != nil || fmt.Sprint(got) != "map[3:-2]" {
 		t.Fatalf("Offsets beside an origin = %v, %v; want map[3:-2]", got, err)
@@ -244,8 +243,11 @@ func TestOriginGoesWithThePosition(t *testing.T) {
 	if err := r.SaveOffsets(ctx, f.Consumer, f.Topic, map[int]int64{f.Partition: 40}); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := r.Origin(ctx, *f); ok || err != nil {
-		t.Fatalf("Origin after a position set by hand = %v, %v; want none", ok, err)
+	if o, next, err := r.Origin(ctx, *f); o != nil || !next || err != nil {
+		t.Fatalf("Origin after a position set by hand = %v, %v, %v; want the next record", o, next, err)
+	}
+	if got, err := r.Offsets(ctx, f.Consumer, f.Topic); err != nil || fmt.Sprint(got) != "map[3:40]" {
+		t.Fatalf("Offsets beside an origin to come = %v, %v; want map[3:40]", got, err)
 	}
 
 	if err := other.HSet(ctx, offsetsKey(f.Consumer), originField(f.Topic, f.Partition), "17").Err(); err != nil {

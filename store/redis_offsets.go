@@ -40,24 +40,18 @@ func (r *Redis) Offsets(ctx context.Context, consumer, topic string) (map[int]in
 
 // SaveOffsets records the next offset to read of the given partitions of
 // topic; other partitions keep theirs. Call it only after the effect of
-// every record before those offsets is durable. It forgets their origins
-// (SaveOrigin): a position set by hand says nothing of where the state began.
+// every record before those offsets is durable. A position set by hand
+// starts its partition's state afresh: the next record handled is its
+// origin (see Origin).
 func (r *Redis) SaveOffsets(ctx context.Context, consumer, topic string, next map[int]int64) error {
 	if len(next) == 0 {
 		return nil
 	}
-	fields := make([]any, 0, 2*len(next))
-	origins := make([]string, 0, len(next))
+	fields := make([]any, 0, 4*len(next))
 	for part, off := range next {
-		fields = append(fields, offsetField(topic, part), off)
-		origins = append(origins, originField(topic, part))
+		fields = append(fields, offsetField(topic, part), off, originField(topic, part), originNext)
 	}
-	_, err := r.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, offsetsKey(consumer), fields...)
-		p.HDel(ctx, offsetsKey(consumer), origins...)
-		return nil
-	})
-	if err != nil {
+	if err := r.client.HSet(ctx, offsetsKey(consumer), fields...).Err(); err != nil {
 		return fmt.Errorf("store: save offsets of %q on %q: %w", consumer, topic, err)
 	}
 	return nil
