@@ -28,7 +28,11 @@ type RedisConfig struct {
 	// (gid, sender, client_msg_id) may be for the later one to be a
 	// duplicate; a claim is kept in Redis that long. Default 24h. Redis
 	// holds about 100 bytes per distinct client_msg_id within the window,
-	// so lower it for high send rates.
+	// so lower it for high send rates, but keep it well above the longest
+	// lag the persister may have: claims expire by the wall clock, so a
+	// resend that the persister reaches after its first send's claim
+	// expired (the gap between them plus the lag past the window) is kept
+	// as a second message.
 	DedupWindow time.Duration
 }
 
