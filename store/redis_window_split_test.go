@@ -10,22 +10,28 @@ import (
 )
 
 // splitPipelines runs each pipeline of the client it is added to one
-// command at a time and calls between after each: a reader that another
+// command at a time and calls between with each after it: a reader that another
 // client runs while the server is between two commands of a pipeline,
-// which a server is free to let happen.
-type splitPipelines struct{ between func() }
+// which a server is free to let happen. A transaction (MULTI ... EXEC)
+// runs whole, then between is called with its MULTI.
+type splitPipelines struct{ between func(done redis.Cmder) }
 
 func (splitPipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
 func (splitPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 
 func (s splitPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && cmds[0].Name() == "multi" {
+			err := next(ctx, cmds)
+			s.between(cmds[0])
+			return err
+		}
 		var first error
 		for i := range cmds {
 			if err := next(ctx, cmds[i:i+1]); first == nil {
 				first = err
 			}
-			s.between()
+			s.between(cmds[i])
 		}
 		return first
 	}
@@ -45,8 +51,8 @@ func TestAWindowReadBetweenTheStepsOfAnAppendFindsNoHole(t *testing.T) {
 	// messages are complete: the run goes on right after after (msgids of
 	// g1 are consecutive here), or the floor sends the reader to ClickHouse.
 	var seen []string
-	check := func(after int64) func() {
-		return func() {
+	check := func(after int64) func(redis.Cmder) {
+		return func(redis.Cmder) {
 			wr, err := reader.Window(ctx, "g1", after, 100)
 			if err != nil {
 				t.Errorf("Window: %v", err)
