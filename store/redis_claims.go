@@ -23,7 +23,7 @@ const claimReplayTTL = 5 * time.Minute
 // claimScript decides the sends of one group in msgid order. KEYS[i] is the
 // claim key of message i; ARGV is dedup window (ms), now (ms), least TTL
 // (ms), then msgid and sent_at of each message. It returns 1 (duplicate) or
-// 0 per message.
+// 0 per message. A claim's TTL is claimClock.ttl's.
 //
 // A claim key holds "<msgid>:<sent_at>[:<prev>]": the last message that was
 // not a duplicate, and the claim it replaced. For message m:
@@ -79,6 +79,8 @@ for i = 1, #KEYS do
     local ttl = nsent + win - now
     if ttl < least then
       ttl = least
+    elseif ttl > 2*win then
+      ttl = 2*win
     end
     redis.call('SET', KEYS[i], v, 'PX', ttl)
     set[KEYS[i]] = v
@@ -135,6 +137,15 @@ func (r *Redis) ClaimSends(ctx context.Context, fence *Fence, msgs []schema.Mess
 // claimClock is what a claim's value and TTL depend on besides the message.
 type claimClock struct{ win, least, now int64 }
 
+// ttl is how long, in ms, the claim of a message sent at sent lives: until
+// the window after sent, at least least (see claimReplayTTL), and at most
+// twice the window. A sent_at ahead of the clock by more than the window is
+// no clock skew but a broken clock or a poison record, whose expiry Redis
+// may refuse as out of range on every retry. claimScript computes the same.
+func (c claimClock) ttl(sent int64) int64 {
+	return min(max(sent+c.win-c.now, c.least), 2*c.win)
+}
+
 // claimFree claims the free keys with SET NX GET and returns, in order, the
 // messages left for claimScript. On a server without SET NX GET (before
 // Redis 7.0) it claims nothing, notes it, and leaves every message.
@@ -151,9 +162,8 @@ func (r *Redis) claimFree(ctx context.Context, fence *Fence, msgs []schema.Messa
 		val = strconv.AppendInt(val[:0], m.MsgID, 10)
 		val = append(val, ':')
 		val = strconv.AppendInt(val, m.SentAt, 10)
-		ttl := max(m.SentAt+c.win-c.now, c.least)
 		idx = append(idx, i)
-		cmds = append(cmds, pipe.Do(ctx, "set", claimKey(m.Gid, m.Sender, m.ClientMsgID), string(val), "px", ttl, "nx", "get"))
+		cmds = append(cmds, pipe.Do(ctx, "set", claimKey(m.Gid, m.Sender, m.ClientMsgID), string(val), "px", c.ttl(m.SentAt), "nx", "get"))
 	}
 	if len(cmds) == 0 {
 		return rest, nil
@@ -272,11 +282,11 @@ func (r *Redis) ClaimOriginals(ctx context.Context, fence *Fence, msgs []schema.
 	if len(newest) == 0 {
 		return nil
 	}
-	win, least, now := r.cfg.DedupWindow.Milliseconds(), min(claimReplayTTL, r.cfg.DedupWindow).Milliseconds(), time.Now().UnixMilli()
+	c := claimClock{win: r.cfg.DedupWindow.Milliseconds(), least: min(claimReplayTTL, r.cfg.DedupWindow).Milliseconds(), now: time.Now().UnixMilli()}
 	cmds := make(map[string]*redis.BoolCmd, len(newest))
 	pipe := r.client.Pipeline()
 	for k, m := range newest {
-		ttl := time.Duration(max(m.SentAt+win-now, least)) * time.Millisecond
+		ttl := time.Duration(c.ttl(m.SentAt)) * time.Millisecond
 		cmds[k] = pipe.SetNX(ctx, k, strconv.FormatInt(m.MsgID, 10)+":"+strconv.FormatInt(m.SentAt, 10), ttl)
 	}
 	fenced := fence.check(ctx, pipe) // after the writes, as in claimFree

@@ -39,11 +39,14 @@ type reader struct {
 	read int64
 }
 
-// ReadState loads the group's snapshot in one round trip.
+// ReadState loads the group's snapshot in one round trip, in one
+// transaction: a join raises the read cursor with the membership, and a
+// cursor read after a rejoin paired with the membership before it would
+// count reads of messages the member never read.
 func (r *Redis) ReadState(ctx context.Context, gid string) (*ReadState, error) {
 	var members *redis.MapStringStringCmd
 	var reads *redis.ZSliceCmd
-	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, err := r.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		members = p.HGetAll(ctx, membersKey(gid))
 		reads = p.ZRangeWithScores(ctx, readKey(gid), 0, -1)
 		return nil

@@ -129,3 +129,44 @@ func TestReadStateCountMatchesItsMaps(t *testing.T) {
 		t.Fatalf("only %d counts strictly between 0 and the audience: the fixture does not exercise Count", nonzero)
 	}
 }
+
+// A read state is one snapshot: a rejoin between reading the members and
+// the read cursors must not pair the old membership with the cursor the
+// rejoin raised, which would count alice as a reader of 3, sent while she
+// was a member, that she never read.
+func TestReadStateIsOneSnapshot(t *testing.T) {
+	srv := testserver.NewRedis(t)
+	ctx := context.Background()
+	w := newTestRedis(t, newServerClient(t, srv), RedisConfig{})
+	join := func(uid string, pos int64) schema.Member {
+		return schema.Member{Gid: "g1", Uid: uid, Op: schema.OpJoin, Pos: pos}
+	}
+	leave := schema.Member{Gid: "g1", Uid: "alice", Op: schema.OpLeave, Pos: 5}
+	if err := w.ApplyMembers(ctx, []schema.Member{join("bob", 0), join("alice", 0), leave}); err != nil {
+		t.Fatal(err)
+	}
+
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { c.Close() })
+	calls := 0
+	c.AddHook(splitPipelines{between: func(done redis.Cmder) {
+		// After the members are read, or after the whole read if it is
+		// one transaction.
+		if name := done.Name(); calls == 0 && (name == "hgetall" || name == "multi") {
+			calls++
+			if err := w.ApplyMembers(ctx, []schema.Member{join("alice", 10)}); err != nil {
+				t.Error(err)
+			}
+		}
+	}})
+	st, err := newTestRedis(t, c, RedisConfig{}).ReadState(ctx, "g1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if calls == 0 {
+		t.Fatal("ReadState ran no pipeline; the test no longer rejoins under it")
+	}
+	if read, _ := st.Count(3, "bob"); read != 0 {
+		t.Errorf("Count(3) = %d read, with members %v and reads %v; want 0: alice never read 3", read, st.Members, st.Reads)
+	}
+}

@@ -19,19 +19,30 @@ const (
 	ProjectionMembers Projection = "members"  // chat:{gid}:members and chat:{u:uid}:groups
 )
 
-// scanBatch is the COUNT hint of SCAN and the most keys per UNLINK.
+// scanBatch is the COUNT hint of SCAN and the most UNLINKs per pipeline.
 const scanBatch = 1000
 
 // Wipe deletes every key of projection p and the saved offsets of consumer
 // (its consumer group), so that the consumer replays its topic from the
 // start. It walks the keyspace with SCAN on every master (never FLUSHDB:
-// other data may share the server) and deletes with UNLINK. It returns the
-// number of keys deleted. Run it only while the consumer is stopped.
+// other data may share the server) and deletes with UNLINK, a key at a
+// time, pipelined. It returns the number of keys deleted. Run it only
+// while the consumer is stopped.
 func (r *Redis) Wipe(ctx context.Context, p Projection, consumer string) (int64, error) {
 	var deleted int64
 	err := r.scanKeys(ctx, p, func(c redis.UniversalClient, keys []string) error {
-		n, err := c.Unlink(ctx, keys...).Result()
-		deleted += n
+		// One UNLINK per key, pipelined: on a cluster the keys of one
+		// command must share a slot, and each group has its own.
+		cmds := make([]*redis.IntCmd, len(keys))
+		_, err := c.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for i, k := range keys {
+				cmds[i] = pipe.Unlink(ctx, k)
+			}
+			return nil
+		})
+		for _, cmd := range cmds {
+			deleted += cmd.Val()
+		}
 		return err
 	})
 	if err != nil {

@@ -27,6 +27,7 @@ func runRedisSuite(t *testing.T, newClient func(t *testing.T) redis.UniversalCli
 		{"ClaimSendsDedupWindow", testClaimSendsDedupWindow},
 		{"ClaimSendsIndependent", testClaimSendsIndependent},
 		{"ClaimSendsExpiry", testClaimSendsExpiry},
+		{"ClaimSendsAbsurdSentAt", testClaimSendsAbsurdSentAt},
 		{"SendClaims", testSendClaims},
 		{"CursorState", testCursorState},
 		{"WindowTrimFloor", testWindowTrimFloor},

@@ -34,22 +34,24 @@ func (r *Redis) MemberCursors(ctx context.Context, uid string, gids []string) (m
 			heads[i] = p.Get(ctx, headKey(g))
 			acks[i] = p.ZScore(ctx, ackKey(g), uid)
 			reads[i] = p.ZScore(ctx, readKey(g), uid)
-			floors[i] = p.Get(ctx, floorKey(g))
 		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("store: cursors of %q: %w", uid, err)
 	}
+	// Each floor is read after its count: a trim between the two then shows
+	// in the floor, and the count is called exact only if it was.
 	counts := make([]*redis.IntCmd, len(gids))
 	_, err = r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, g := range gids {
 			read := scoreOr(reads[i], -1)
 			counts[i] = p.ZCount(ctx, windowKey(g), "("+strconv.FormatInt(read, 10), "+inf")
+			floors[i] = p.Get(ctx, floorKey(g))
 		}
 		return nil
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("store: unread counts of %q: %w", uid, err)
 	}
 	for i, g := range gids {

@@ -108,10 +108,13 @@ end
 //
 // It costs two round trips: the floors of the batch's groups, then, per
 // group, a plain ZADD and trimScript when every message is above the floor
-// (the rule), or appendScript, which skips those at or below it (a replay
-// of trimmed messages), all pipelined. A reader between the ZADD and the
-// trim sees more than WindowSize messages, all above the floor, which is
-// as complete as the window ever is.
+// and the floor need not rise before them (the rule), or appendScript,
+// which skips those at or below it (a replay of trimmed messages) and
+// raises the floor in the same step (a group with more messages in the
+// batch than the window holds, or a window rebuilt over older history),
+// all pipelined. A reader between the ZADD and the trim sees more than
+// WindowSize messages, all above the floor, which is as complete as the
+// window ever is.
 //
 // With a fence (the persister's), it writes nothing when the fence is gone,
 // and checks it again once written: if Redis lost its data meanwhile, it
@@ -197,7 +200,10 @@ func (r *Redis) appendWindow(ctx context.Context, msgs []schema.Message, groups 
 		}
 		gid := msgs[idx[0]].Gid
 		keys := []string{windowKey(gid), floorKey(gid), headKey(gid)}
-		if low <= floors[g] {
+		// A floor that must rise first goes with the messages in one step:
+		// between a ZADD and its trim, a reader would see the window run on
+		// from its old floor over the hole below the new one.
+		if low <= floors[g] || pre >= 0 {
 			args := make([]any, 0, 3+2*len(keep))
 			args = append(args, r.cfg.WindowSize, pre, head)
 			for _, i := range keep {

@@ -36,6 +36,7 @@ type Redis struct {
 
 	port int
 	bin  string
+	args []string // more arguments of redis-server
 
 	mu   sync.Mutex
 	proc *Proc // the running server, nil when stopped
@@ -61,6 +62,11 @@ func NewRedis(t testing.TB) *Redis {
 // --save "" and --appendonly no and its --dir inside dir, and returns once it
 // answers PING. On failure the error carries the tail of the server's log.
 func StartRedis(dir string) (*Redis, error) {
+	return startRedis(dir)
+}
+
+// startRedis is StartRedis with more arguments of redis-server.
+func startRedis(dir string, args ...string) (*Redis, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		return nil, fmt.Errorf("testserver: start redis-server: %w", err)
@@ -80,6 +86,7 @@ func StartRedis(dir string) (*Redis, error) {
 			Dir:  work,
 			port: port,
 			bin:  bin,
+			args: args,
 		}
 		last = r.Start()
 		if last == nil {
@@ -125,14 +132,14 @@ func (r *Redis) start() error {
 	fmt.Fprintf(logf, "--- testserver: starting %s on %s\n", r.bin, r.Addr)
 	since, _ := logf.Seek(0, io.SeekEnd)
 
-	cmd := exec.Command(r.bin,
+	cmd := exec.Command(r.bin, append([]string{
 		"--port", strconv.Itoa(r.port),
 		"--bind", "127.0.0.1",
 		"--save", "",
 		"--appendonly", "no",
 		"--dir", r.Dir,
 		"--daemonize", "no",
-	)
+	}, r.args...)...)
 	cmd.Dir = r.Dir
 	cmd.Stdout = logf // the default logfile is stdout
 	cmd.Stderr = logf
