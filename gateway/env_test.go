@@ -403,6 +403,17 @@ func (r *raw) read() map[string]any {
 	return f
 }
 
+// answer returns the next frame that is not a push (pushes of the user's
+// groups may come first).
+func (r *raw) answer() map[string]any {
+	r.t.Helper()
+	for {
+		if f := r.read(); f["op"] != protocol.OpPush {
+			return f
+		}
+	}
+}
+
 func (r *raw) tryRead(d time.Duration) (map[string]any, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
