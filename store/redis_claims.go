@@ -112,7 +112,7 @@ return out
 // a Redis wiped under it are deleted again).
 func (r *Redis) ClaimSends(ctx context.Context, fence *Fence, msgs []schema.Message) (dup []bool, err error) {
 	dup = make([]bool, len(msgs))
-	c := claimClock{win: r.cfg.DedupWindow.Milliseconds(), least: min(claimReplayTTL, r.cfg.DedupWindow).Milliseconds(), now: time.Now().UnixMilli()}
+	c := r.claimClock()
 	rest := make([]int, 0, 16)
 	if r.noSetNXGet.Load() {
 		for i := range msgs {
@@ -137,6 +137,35 @@ func (r *Redis) ClaimSends(ctx context.Context, fence *Fence, msgs []schema.Mess
 // claimClock is what a claim's value and TTL depend on besides the message.
 type claimClock struct{ win, least, now int64 }
 
+// claimClock returns the clock of claims made now.
+func (r *Redis) claimClock() claimClock {
+	return claimClock{win: r.cfg.DedupWindow.Milliseconds(), least: min(claimReplayTTL, r.cfg.DedupWindow).Milliseconds(), now: time.Now().UnixMilli()}
+}
+
+// claimValue appends the claim value of m to buf: "<msgid>:<sent_at>".
+func claimValue(buf []byte, m *schema.Message) []byte {
+	buf = strconv.AppendInt(buf, m.MsgID, 10)
+	buf = append(buf, ':')
+	return strconv.AppendInt(buf, m.SentAt, 10)
+}
+
+// execClaims runs pipe, which claims keys, with the fence's check after its
+// writes: a wipe before any of them is then seen, and one after them took
+// them with it. When the fence is gone it deletes the keys taken returns
+// (the claims that went into the wiped Redis) and returns ErrStateLost.
+// Errors of the commands are left to the caller.
+func (r *Redis) execClaims(ctx context.Context, fence *Fence, pipe redis.Pipeliner, taken func() []string) error {
+	fenced := fence.check(ctx, pipe)
+	_, _ = pipe.Exec(ctx) // errors are read per command
+	err := fence.held(fenced)
+	if errors.Is(err, ErrStateLost) {
+		if uerr := r.undo(ctx, taken()); uerr != nil {
+			return fmt.Errorf("%w; deleting the claims that went into the wiped Redis failed: %v", err, uerr)
+		}
+	}
+	return err
+}
+
 // ttl is how long, in ms, the claim of a message sent at sent lives: until
 // the window after sent, at least least (see claimReplayTTL), and at most
 // twice the window. A sent_at ahead of the clock by more than the window is
@@ -159,31 +188,22 @@ func (r *Redis) claimFree(ctx context.Context, fence *Fence, msgs []schema.Messa
 		if m.ClientMsgID == "" {
 			continue
 		}
-		val = strconv.AppendInt(val[:0], m.MsgID, 10)
-		val = append(val, ':')
-		val = strconv.AppendInt(val, m.SentAt, 10)
+		val = claimValue(val[:0], m)
 		idx = append(idx, i)
 		cmds = append(cmds, pipe.Do(ctx, "set", claimKey(m.Gid, m.Sender, m.ClientMsgID), string(val), "px", c.ttl(m.SentAt), "nx", "get"))
 	}
 	if len(cmds) == 0 {
 		return rest, nil
 	}
-	// The check goes after the writes: a wipe before any of them is then
-	// seen, and one after them took them with it.
-	fenced := fence.check(ctx, pipe)
-	_, _ = pipe.Exec(ctx) // errors are read per command
-	if err := fence.held(fenced); err != nil {
-		if errors.Is(err, ErrStateLost) {
-			var taken []string
-			for _, cmd := range cmds {
-				if errors.Is(cmd.Err(), redis.Nil) {
-					taken = append(taken, cmd.Args()[1].(string))
-				}
-			}
-			if uerr := r.undo(ctx, taken); uerr != nil {
-				return nil, fmt.Errorf("%w; deleting the claims that went into the wiped Redis failed: %v", err, uerr)
+	err := r.execClaims(ctx, fence, pipe, func() (taken []string) {
+		for _, cmd := range cmds {
+			if errors.Is(cmd.Err(), redis.Nil) {
+				taken = append(taken, cmd.Args()[1].(string))
 			}
 		}
+		return taken
+	})
+	if err != nil {
 		return nil, err
 	}
 	for j, cmd := range cmds {
@@ -282,27 +302,23 @@ func (r *Redis) ClaimOriginals(ctx context.Context, fence *Fence, msgs []schema.
 	if len(newest) == 0 {
 		return nil
 	}
-	c := claimClock{win: r.cfg.DedupWindow.Milliseconds(), least: min(claimReplayTTL, r.cfg.DedupWindow).Milliseconds(), now: time.Now().UnixMilli()}
+	c := r.claimClock()
 	cmds := make(map[string]*redis.BoolCmd, len(newest))
 	pipe := r.client.Pipeline()
+	var val []byte
 	for k, m := range newest {
-		ttl := time.Duration(c.ttl(m.SentAt)) * time.Millisecond
-		cmds[k] = pipe.SetNX(ctx, k, strconv.FormatInt(m.MsgID, 10)+":"+strconv.FormatInt(m.SentAt, 10), ttl)
+		val = claimValue(val[:0], m)
+		cmds[k] = pipe.SetNX(ctx, k, string(val), time.Duration(c.ttl(m.SentAt))*time.Millisecond)
 	}
-	fenced := fence.check(ctx, pipe) // after the writes, as in claimFree
-	_, _ = pipe.Exec(ctx)            // errors are read per command
-	if err := fence.held(fenced); err != nil {
-		if errors.Is(err, ErrStateLost) {
-			var taken []string
-			for k, cmd := range cmds {
-				if cmd.Val() {
-					taken = append(taken, k)
-				}
-			}
-			if uerr := r.undo(ctx, taken); uerr != nil {
-				return fmt.Errorf("store: claim originals: %w; deleting the claims that went into the wiped Redis failed: %v", err, uerr)
+	err := r.execClaims(ctx, fence, pipe, func() (taken []string) {
+		for k, cmd := range cmds {
+			if cmd.Val() {
+				taken = append(taken, k)
 			}
 		}
+		return taken
+	})
+	if err != nil {
 		return fmt.Errorf("store: claim originals: %w", err)
 	}
 	for _, cmd := range cmds {
