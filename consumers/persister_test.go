@@ -77,6 +77,20 @@ func (p *pipeline) sendAsU1(t *testing.T, gid string, sentAt int64) func(cmid st
 	}
 }
 
+// storedIDs returns the msgids ClickHouse holds of gid, up to upto.
+func (p *pipeline) storedIDs(t *testing.T, gid string, upto int64) []int64 {
+	t.Helper()
+	msgs, err := p.ch.Messages(context.Background(), gid, -1, upto, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for _, m := range msgs {
+		ids = append(ids, m.MsgID)
+	}
+	return ids
+}
+
 // retainAndWipe has retention remove partition 0 of chat.messages below
 // offset before, then Redis lose its data.
 func (p *pipeline) retainAndWipe(t *testing.T, before int64) {
@@ -111,15 +125,8 @@ func TestPersisterRebuildingAfterRetentionDropsAResendOfARemovedSend(t *testing.
 	p.persister(t, nil)
 	p.waitPersisted(t, sent{"g0": {last}}, 30*time.Second)
 
-	msgs, err := p.ch.Messages(ctx, "g0", -1, last, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []int64
-	for _, m := range msgs {
-		ids = append(ids, m.MsgID)
-	}
-	if len(msgs) != 3 {
+	ids := p.storedIDs(t, "g0", last)
+	if len(ids) != 3 {
 		t.Fatalf("after the replay ClickHouse holds g0 msgids %v: the resend %d of %d (client_msg_id c-1) is now a second visible message",
 			ids, resend, orig)
 	}
@@ -141,7 +148,6 @@ func TestPersisterRebuildingAfterRetentionDropsAResendOfARemovedSend(t *testing.
 // stored as a second message.
 func TestPersisterRestartedInAReplayAfterRetentionDropsAResendOfARemovedSend(t *testing.T) {
 	p := newPipeline(t, pipelineOpts{partitions: 1, window: 1000, clickhouse: true})
-	ctx := context.Background()
 	send := p.sendAsU1(t, "g0", time.Now().UnixMilli())
 	orig := send("c-1")
 	last := send("c-2")
@@ -159,14 +165,7 @@ func TestPersisterRestartedInAReplayAfterRetentionDropsAResendOfARemovedSend(t *
 	p.persister(t, nil)
 	p.waitPersisted(t, sent{"g0": {after}}, 30*time.Second)
 
-	msgs, err := p.ch.Messages(ctx, "g0", -1, after, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []int64
-	for _, m := range msgs {
-		ids = append(ids, m.MsgID)
-	}
+	ids := p.storedIDs(t, "g0", after)
 	if want := []int64{orig, last, after}; !slices.Equal(ids, want) {
 		t.Fatalf("ClickHouse holds g0 msgids %v, want %v: the resend %d of %d (client_msg_id c-1) became a second visible message",
 			ids, want, resend, orig)
@@ -273,14 +272,7 @@ func TestPersisterResetByHandKeepsResendsOfEarlierSendsOut(t *testing.T) {
 	run()
 	after := send("c-3")
 	p.waitPersisted(t, sent{"g0": {after}}, 30*time.Second)
-	msgs, err := p.ch.Messages(ctx, "g0", -1, after, 100)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ids []int64
-	for _, m := range msgs {
-		ids = append(ids, m.MsgID)
-	}
+	ids := p.storedIDs(t, "g0", after)
 	if want := []int64{orig, last, after}; !slices.Equal(ids, want) {
 		t.Fatalf("after the reset ClickHouse holds g0 msgids %v, want %v: the resend %d of %d became a second visible message", ids, want, resend, orig)
 	}

@@ -118,14 +118,7 @@ func TestBackfillDropsAResendWhoseFirstSendRetentionRemoved(t *testing.T) {
 	resend := orig
 	resend.SentAt = now + 2000
 	other := schema.Message{Gid: "g", Sender: "bob", ClientMsgID: "c2", SentAt: now + 3000, Body: []byte("hi")}
-	var ids []int64
-	for _, m := range []schema.Message{orig, resend, other} {
-		id, err := e.prod.SendMessage(ctx, &m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
+	ids := e.sendMessages(orig, resend, other)
 	e.mustCtl("backfill", "-tables", "messages")
 	if n, err := ch.CountMessages(ctx, "g"); err != nil || n != 2 {
 		t.Fatalf("first backfill: %d messages (%v), want 2 (the resend dropped)", n, err)
@@ -159,14 +152,7 @@ func TestBackfillKeepsTheFirstSendAsTheClaimOfAResendItDrops(t *testing.T) {
 	resend.SentAt = now + 2000 // within the window of orig: a duplicate
 	later.SentAt = now + 11000 // 11s after orig, 9s after the resend: a new message
 	later.Body = []byte("hello again")
-	var ids []int64
-	for _, m := range []schema.Message{resend, later} {
-		id, err := e.prod.SendMessage(ctx, &m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
+	ids := e.sendMessages(resend, later)
 	testserver.DeleteRecordsBefore(t, e.brokers, topics.Messages, 0, ids[0]) // retention removes the first send
 	out := e.mustCtl("backfill", "-tables", "messages", "-dedup-window", "10s")
 	ms, err := ch.Messages(ctx, "g", -1, math.MaxInt64, 10)

@@ -295,14 +295,7 @@ func TestResetToTheLogStartKeepsResendsOfRemovedSendsOut(t *testing.T) {
 	resend := orig
 	resend.SentAt = now + 1000
 	other := schema.Message{Gid: "g", Sender: "bob", ClientMsgID: "c2", SentAt: now + 1500, Body: []byte("hi")}
-	var ids []int64
-	for _, m := range []schema.Message{orig, resend, other} {
-		id, err := e.prod.SendMessage(ctx, &m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, id)
-	}
+	ids := e.sendMessages(orig, resend, other)
 	e.waitFor("the persister to store the messages", func() bool { return r.CaughtUp() && r.Stats().Records >= 3 })
 	if n, err := ch.CountMessages(ctx, "g"); err != nil || n != 2 {
 		t.Fatalf("live: %d messages (%v), want 2 (the resend dropped)", n, err)

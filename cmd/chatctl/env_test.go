@@ -16,6 +16,7 @@ import (
 	"github.com/groupchat/chatd/consumers"
 	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/producers"
+	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
 )
 
@@ -76,6 +77,20 @@ func (e *env) withClickHouse(name string) *store.ClickHouse {
 }
 
 // ctl runs chatctl in process with the env's variables.
+// sendMessages sends msgs to chat.messages in turn and returns their msgids.
+func (e *env) sendMessages(msgs ...schema.Message) []int64 {
+	e.t.Helper()
+	ids := make([]int64, len(msgs))
+	for i := range msgs {
+		id, err := e.prod.SendMessage(context.Background(), &msgs[i])
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		ids[i] = id
+	}
+	return ids
+}
+
 func (e *env) ctl(args ...string) (string, error) {
 	var out, errOut bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
