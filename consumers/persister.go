@@ -208,9 +208,9 @@ func (p *Persister) origin(ctx context.Context, part int, fence *store.Fence, ms
 // its data and retention moved the log's start) or saw too long ago (its
 // position was set back by hand, and the claim expired). ClickHouse holds
 // those first sends (they were stored before the origin); chatctl backfill
-// finds them the same way. Only
-// messages sent within the dedup window of the origin can be such resends,
-// so the rest of a replay, and every batch of a whole log, costs nothing.
+// finds them the same way. Only messages sent within the dedup window of
+// the origin can be such resends, so the rest of a replay, and every batch
+// of a whole log, costs nothing.
 func (p *Persister) claimOriginals(ctx context.Context, fence *store.Fence, origin *store.Origin, msgs []schema.Message) error {
 	if p.ClickHouse == nil || origin == nil || origin.Offset <= 0 {
 		return nil // not known, or the state holds the partition's first record
