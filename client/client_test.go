@@ -439,3 +439,46 @@ func TestOpenHoldsNoMoreThanMaxQueued(t *testing.T) {
 		t.Fatalf("g1: %d messages delivered, not the 3,000 in order", len(got))
 	}
 }
+
+// A gap wider than MaxQueued: its pull stops for the full queue while a
+// push waits behind the gap. Once OnMessage has taken half the queue, the
+// pull goes on at once, not after the back-off of a gap the store left open.
+func TestAPullStoppedForAFullQueueBehindAGapResumesAtOnce(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	release := make(chan struct{})
+	c, rec := dial(t, p, "alice", func(cfg *Config) {
+		cfg.PageSize, cfg.MaxQueued = 10, 20
+		cfg.MinBackoff, cfg.MaxBackoff = 3*time.Second, 3*time.Second
+		on := cfg.OnMessage
+		cfg.OnMessage = func(m protocol.Message) {
+			if m.Body == "0" {
+				<-release
+			}
+			on(m)
+		}
+	})
+	p.post("g1", "bob", "0")
+	waitFor(t, "OnMessage holding the first message", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.groups["g1"] != nil && c.groups["g1"].contig >= 0
+	})
+	p.set(func(p *peer) { p.dropPush = func(m protocol.Message) bool { return m.Body != "60" } })
+	for i := 1; i <= 60; i++ {
+		p.post("g1", "bob", fmt.Sprint(i))
+	}
+	waitFor(t, "the pull stopped for the full queue", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.groups["g1"].later
+	})
+	time.Sleep(300 * time.Millisecond)
+	released := time.Now()
+	close(release)
+	waitFor(t, "every message", func() bool { return rec.len() == 61 })
+	if d := time.Since(released); d > 500*time.Millisecond {
+		t.Fatalf("the rest of g1 came %v after OnMessage took the queue: the pull waited out a back-off (%d pulls)",
+			d.Round(time.Millisecond), len(p.requests(protocol.OpPull)))
+	}
+	rec.check(t)
+}

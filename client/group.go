@@ -271,9 +271,14 @@ func (c *Client) puller(g *group, backOff bool) {
 		switch {
 		case err == nil:
 			// A gap the pull left open (the server's store lags behind its
-			// pushes) is pulled again after a back-off.
+			// pushes) is pulled again after a back-off. A pull stopped for
+			// a full queue is not: resumePulls makes it due as soon as
+			// OnMessage has taken half the queue.
 			c.mu.Lock()
-			backOff = len(g.buf) > 0
+			if g.later {
+				g.pullDue = false
+			}
+			backOff = len(g.buf) > 0 && !g.later
 			c.mu.Unlock()
 			if !backOff {
 				bo.reset()
