@@ -148,7 +148,8 @@ func (p *Persister) olderFloors(ctx context.Context, below map[string]int64) (ma
 // partStart is how the runner started a partition (Start) and, once its
 // first batch is in, where the partition's state began.
 type partStart struct {
-	claimed  bool          // from a claimed start: the state holds nothing of the partition
+	claimed  bool          // from a claimed start: from the log's start, the state holding nothing of it (or kept, after a reset to the start)
+	saved    int64         // the position it started from
 	resolved bool          // origin is known, or known to be unknown
 	origin   *store.Origin // nil: unknown (no runner, or a state without one)
 }
@@ -160,7 +161,7 @@ func (p *Persister) Start(part int, saved int64) {
 	if p.starts == nil {
 		p.starts = map[int]*partStart{}
 	}
-	p.starts[part] = &partStart{claimed: saved == kafka.FirstOffset}
+	p.starts[part] = &partStart{claimed: saved == kafka.FirstOffset, saved: saved}
 }
 
 // origin returns where the state of the partition began, or nil when that
@@ -186,14 +187,16 @@ func (p *Persister) origin(ctx context.Context, part int, fence *store.Fence, ms
 	fresh := s.claimed
 	if !fresh {
 		o, next, err := p.Redis.Origin(ctx, *fence)
-		if err != nil {
+		if err != nil && !errors.Is(err, store.ErrCorruptValue) {
 			return nil, fmt.Errorf("consumers: %w", err)
 		}
+		// A value it cannot read is an unknown origin (olderFloors on,
+		// claimOriginals off), not a batch retried for ever.
 		s.origin, fresh = o, next
 	}
 	if fresh {
 		o := store.Origin{Offset: msgs[0].MsgID, SentAt: msgs[0].SentAt}
-		if err := p.Redis.SaveOrigin(ctx, *fence, o); err != nil {
+		if err := p.Redis.SaveOrigin(ctx, *fence, s.saved, o); err != nil {
 			return nil, fmt.Errorf("consumers: %w", err)
 		}
 		s.origin = &o

@@ -35,7 +35,7 @@ func TestPersisterRebuildingAfterRetentionKeepsTheOlderHistoryReachable(t *testi
 	stop()
 
 	p.retainAndWipe(t, ids[5]) // retention removes the first five records; then Redis loses its data
-	p.persister(t, nil) // replays what the topic holds
+	p.persister(t, nil)        // replays what the topic holds
 	p.waitPersisted(t, s, 30*time.Second)
 
 	if n, _ := p.ch.CountMessages(ctx, "g0"); n != int64(len(ids)) {
@@ -155,7 +155,7 @@ func TestPersisterRestartedInAReplayAfterRetentionDropsAResendOfARemovedSend(t *
 	p.waitPersisted(t, sent{"g0": {last}}, 30*time.Second)
 	stop()
 
-	p.retainAndWipe(t, orig+1) // retention removes the first send; Redis restarts empty
+	p.retainAndWipe(t, orig+1)    // retention removes the first send; Redis restarts empty
 	_, stop = p.persister(t, nil) // the replay
 	p.waitPersisted(t, sent{"g0": {last}}, 30*time.Second)
 	stop() // and a restart before the dedup window of its first record ends

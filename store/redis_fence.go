@@ -89,9 +89,9 @@ func (r *Redis) undo(ctx context.Context, keys []string) error {
 // MarkReplayed): what the state lacks may be on its way.
 var ErrReplaying = errors.New("store: the consumer has not replayed its topic into Redis yet; retry in a few seconds")
 
-// markScript sets a mark beside a partition's position (the replay mark,
-// the origin), but only while the position is saved: a mark written into a
-// Redis wiped under its consumer would vouch for a state that is not there.
+// markScript sets a mark beside a partition's position (the replay mark),
+// but only while the position is saved: a mark written into a Redis wiped
+// under its consumer would vouch for a state that is not there.
 // KEYS[1] the consumer's hash; ARGV the position's field, the mark's field,
 // its value.
 var markScript = redis.NewScript(`
@@ -140,19 +140,36 @@ type Origin struct {
 	Offset, SentAt int64
 }
 
+// originScript sets a partition's origin, but only while the partition's
+// position is still the one the caller started from: a position gone (a
+// wipe) or set by hand since (SaveOffsets) must not get the origin of the
+// run it ended. KEYS[1] the consumer's hash; ARGV the position's field, the
+// position started from, the origin's field, its value.
+var originScript = redis.NewScript(`
+if redis.call('HGET', KEYS[1], ARGV[1]) ~= ARGV[2] then
+  return 0
+end
+redis.call('HSET', KEYS[1], ARGV[3], ARGV[4])
+return 1
+`)
+
 // SaveOrigin records, next to the fenced position, where the consumer's
-// state of the partition began, so that a restart knows it without a replay.
-// It lives and dies with the position, like the replay mark: it fails with
-// ErrStateLost, saving nothing, when the position is gone. A position set
-// by hand (SaveOffsets) makes the next record handled the origin.
-func (r *Redis) SaveOrigin(ctx context.Context, f Fence, o Origin) error {
+// state of the partition began, so that a restart knows it without a
+// replay. at is the position the consumer started from, which it has not
+// moved yet: when the saved position is no longer at (Redis lost its data,
+// or the position was set by hand since), it saves nothing and fails with
+// ErrStateLost, and the consumer goes on from what is saved now. The origin
+// lives and dies with the position, like the replay mark; a position set by
+// hand (SaveOffsets) makes the next record handled the origin.
+func (r *Redis) SaveOrigin(ctx context.Context, f Fence, at int64, o Origin) error {
 	v := strconv.FormatInt(o.Offset, 10) + ":" + strconv.FormatInt(o.SentAt, 10)
-	n, err := markScript.Run(ctx, r.client, []string{offsetsKey(f.Consumer)}, offsetField(f.Topic, f.Partition), originField(f.Topic, f.Partition), v).Int()
+	n, err := originScript.Run(ctx, r.client, []string{offsetsKey(f.Consumer)},
+		offsetField(f.Topic, f.Partition), strconv.FormatInt(at, 10), originField(f.Topic, f.Partition), v).Int()
 	if err != nil {
 		return fmt.Errorf("store: save the origin of %s on %s/%d: %w", f.Consumer, f.Topic, f.Partition, err)
 	}
 	if n == 0 {
-		return fmt.Errorf("%s on %s/%d: %w", f.Consumer, f.Topic, f.Partition, ErrStateLost)
+		return fmt.Errorf("%s on %s/%d: the position is no longer %d: %w", f.Consumer, f.Topic, f.Partition, at, ErrStateLost)
 	}
 	return nil
 }

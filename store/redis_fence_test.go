@@ -230,7 +230,7 @@ func TestOriginGoesWithThePosition(t *testing.T) {
 		t.Fatalf("Origin before any = %v, %v, %v; want none", o, next, err)
 	}
 	want := Origin{Offset: 17, SentAt: 1_700_000_000_123}
-	if err := r.SaveOrigin(ctx, *f, want); err != nil {
+	if err := r.SaveOrigin(ctx, *f, -2, want); err != nil {
 		t.Fatal(err)
 	}
 	if o, next, err := r.Origin(ctx, *f); o == nil || *o != want || next || err != nil {
@@ -257,10 +257,13 @@ func TestOriginGoesWithThePosition(t *testing.T) {
 		t.Fatalf("Origin of %q = %v, want ErrCorruptValue", "17", err)
 	}
 
+	if err := r.SaveOrigin(ctx, *f, -2, want); !errors.Is(err, ErrStateLost) {
+		t.Fatalf("SaveOrigin from -2 with the position set by hand to 40 = %v, want ErrStateLost", err)
+	}
 	if err := other.FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.SaveOrigin(ctx, *f, want); !errors.Is(err, ErrStateLost) {
+	if err := r.SaveOrigin(ctx, *f, -2, want); !errors.Is(err, ErrStateLost) {
 		t.Fatalf("SaveOrigin with the position gone = %v, want ErrStateLost", err)
 	}
 	if n := keyCount(t, other); n != 0 {
