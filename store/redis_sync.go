@@ -66,6 +66,9 @@ func (r *Redis) MemberCursors(ctx context.Context, uid string, gids []string) (m
 		if err != nil {
 			return nil, fmt.Errorf("store: floor of %q: %w", g, err)
 		}
+		if err := counts[i].Err(); err != nil { // hidden behind a floor's redis.Nil
+			return nil, fmt.Errorf("store: unread count of %q in %q: %w", uid, g, err)
+		}
 		read := scoreOr(reads[i], -1)
 		out[g] = MemberCursors{Head: head, Ack: scoreOr(acks[i], -1), Read: read,
 			Unread: counts[i].Val(), UnreadExact: !trimmed || read >= floor}

@@ -68,3 +68,20 @@ func TestMemberCursorsUnreadTrimmedUnderTheCountIsNotExact(t *testing.T) {
 		t.Errorf("MemberCursors = %d unread, exact; want 7, or %d+ (not exact)", got.Unread, got.Unread)
 	}
 }
+
+// An unread count Redis fails to take is an error, not "0 unread, exact":
+// the floors read beside the counts answer redis.Nil for groups never
+// trimmed, and that must not hide a failed count.
+func TestMemberCursorsReportsAFailedCount(t *testing.T) {
+	srv := testserver.NewRedis(t)
+	ctx := context.Background()
+	c := newServerClient(t, srv)
+	r := newTestRedis(t, c, RedisConfig{WindowSize: 5})
+	if err := c.Set(ctx, windowKey("g1"), "not a sorted set", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// g0, first, has no floor: its GET fails with redis.Nil before g1's count.
+	if cur, err := r.MemberCursors(ctx, "bob", []string{"g0", "g1"}); err == nil {
+		t.Fatalf("MemberCursors over a window Redis cannot count = %+v, nil; want the WRONGTYPE error", cur["g1"])
+	}
+}
