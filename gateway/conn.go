@@ -86,14 +86,17 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, shuttingDown, http.StatusServiceUnavailable)
 		return
 	}
-	// Counted, then checked again: a Shutdown that begins after the check
-	// waits for this connection, however long its upgrade takes.
-	g.wg.Add(1)
+	// Checked and counted under admitConn: a Shutdown that begins after the
+	// check waits for this connection, however long its upgrade takes, and
+	// no count is added while it waits.
+	g.admitConn.Lock()
 	if g.closing.Load() {
-		g.wg.Done()
+		g.admitConn.Unlock()
 		http.Error(w, shuttingDown, http.StatusServiceUnavailable)
 		return
 	}
+	g.wg.Add(1)
+	g.admitConn.Unlock()
 	sb := &smallBuffers{ResponseWriter: w}
 	ws, err := websocket.Accept(sb, r, &websocket.AcceptOptions{OriginPatterns: g.cfg.AllowedOrigins})
 	if err != nil {

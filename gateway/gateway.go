@@ -21,6 +21,7 @@ type Gateway struct {
 	hub *hub
 
 	wg        sync.WaitGroup // connections being served
+	admitConn sync.Mutex     // orders a connection's wg.Add before Shutdown's Wait
 	closing   atomic.Bool
 	pingSlot  atomic.Int64 // the last connection's (pingConns)
 	metrics   Metrics
@@ -108,7 +109,9 @@ func (g *Gateway) Ready() bool { return g.ready.Load() }
 // away" (clients reconnect elsewhere and resync) and waits for them, or
 // until ctx ends.
 func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.admitConn.Lock()
 	g.closing.Store(true)
+	g.admitConn.Unlock()
 	for _, c := range g.hub.all() {
 		c.close(websocket.StatusGoingAway, shutdownReason)
 	}

@@ -151,9 +151,9 @@ func claimValue(buf []byte, m *schema.Message) []byte {
 
 // execClaims runs pipe, which claims keys, with the fence's check after its
 // writes: a wipe before any of them is then seen, and one after them took
-// them with it. When the fence is gone it deletes the keys taken returns
-// (the claims that went into the wiped Redis) and returns ErrStateLost.
-// Errors of the commands are left to the caller.
+// them with it. When the fence is gone it deletes the keys that taken
+// lists (the claims that went into the wiped Redis) and returns
+// ErrStateLost. Errors of the commands are left to the caller.
 func (r *Redis) execClaims(ctx context.Context, fence *Fence, pipe redis.Pipeliner, taken func() []string) error {
 	fenced := fence.check(ctx, pipe)
 	_, _ = pipe.Exec(ctx) // errors are read per command
