@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -64,7 +65,7 @@ func backfill(ctx context.Context, c *command, opts any, args []string) error {
 			return err
 		}
 		prog := newProgress(c.stderr, "backfill "+t, total)
-		fill := filler(ch, t, o.dedup)
+		fill := filler(ch, t, o.dedup, c.stderr)
 		err = scan(ctx, scanConfig{brokers: brokers, topic: topic, batch: o.batch, parallel: o.parallel, onRecords: prog.add,
 			onSkip: skipNotice(c.stderr, topic, "ClickHouse")}, spans, fill.batch)
 		records, took := prog.finish()
@@ -83,8 +84,14 @@ type fill struct {
 	rows, dups, poison counter
 }
 
-func filler(ch *store.ClickHouse, table string, dedupWin time.Duration) *fill {
+func filler(ch *store.ClickHouse, table string, dedupWin time.Duration, stderr io.Writer) *fill {
 	f := &fill{}
+	retry := func(ctx context.Context, part int, what string, do func() error) error {
+		return retrying(ctx, insertAttempts, time.Second, do, func(attempt int, wait time.Duration, err error) {
+			fmt.Fprintf(stderr, "backfill %s: partition %d: %s failed (%v); trying again in %v (attempt %d of %d)\n",
+				table, part, what, err, wait, attempt+1, insertAttempts)
+		})
+	}
 	switch table {
 	case "messages":
 		claims := newClaims(dedupWin)
@@ -99,7 +106,10 @@ func filler(ch *store.ClickHouse, table string, dedupWin time.Duration) *fill {
 				m.MsgID = msgs[i].Offset
 				all = append(all, m)
 			}
-			if err := claims.claimOriginals(ctx, ch, part, msgs[0].Offset, all); err != nil {
+			err := retry(ctx, part, "the look-up of first sends", func() error {
+				return claims.claimOriginals(ctx, ch, part, msgs[0].Offset, all)
+			})
+			if err != nil {
 				return err
 			}
 			keep := all[:0]
@@ -111,7 +121,7 @@ func filler(ch *store.ClickHouse, table string, dedupWin time.Duration) *fill {
 				keep = append(keep, all[i])
 			}
 			f.rows.Add(int64(len(keep)))
-			return ch.InsertMessages(ctx, int32(part), keep)
+			return retry(ctx, part, "the insert", func() error { return ch.InsertMessages(ctx, int32(part), keep) })
 		}
 	case "acks":
 		f.batch = func(ctx context.Context, part int, msgs []kafka.Message) error {
@@ -125,7 +135,7 @@ func filler(ch *store.ClickHouse, table string, dedupWin time.Duration) *fill {
 				rows = append(rows, store.AckRow{Ack: e, Partition: int32(part), Offset: msgs[i].Offset})
 			}
 			f.rows.Add(int64(len(rows)))
-			return ch.InsertAcks(ctx, rows)
+			return retry(ctx, part, "the insert", func() error { return ch.InsertAcks(ctx, rows) })
 		}
 	case "receipts":
 		f.batch = func(ctx context.Context, part int, msgs []kafka.Message) error {
@@ -139,7 +149,7 @@ func filler(ch *store.ClickHouse, table string, dedupWin time.Duration) *fill {
 				rows = append(rows, store.ReceiptRow{Receipt: e, Partition: int32(part), Offset: msgs[i].Offset})
 			}
 			f.rows.Add(int64(len(rows)))
-			return ch.InsertReceipts(ctx, rows)
+			return retry(ctx, part, "the insert", func() error { return ch.InsertReceipts(ctx, rows) })
 		}
 	case "members":
 		f.batch = func(ctx context.Context, part int, msgs []kafka.Message) error {
@@ -153,10 +163,34 @@ func filler(ch *store.ClickHouse, table string, dedupWin time.Duration) *fill {
 				rows = append(rows, store.MemberRow{Member: e, Partition: int32(part), Offset: msgs[i].Offset})
 			}
 			f.rows.Add(int64(len(rows)))
-			return ch.InsertMembers(ctx, rows)
+			return retry(ctx, part, "the insert", func() error { return ch.InsertMembers(ctx, rows) })
 		}
 	}
 	return f
+}
+
+// insertAttempts is how many times the backfill tries one batch's
+// ClickHouse work before it gives up: writing rows again is harmless, and
+// one dropped connection should not end a backfill that has run for an hour.
+const insertAttempts = 5
+
+// retrying calls do until it succeeds, at most attempts times, waiting
+// first wait and then twice as long after each failure (told to failed).
+// It returns do's last error, or ctx's if it ends first.
+func retrying(ctx context.Context, attempts int, wait time.Duration, do func() error, failed func(attempt int, wait time.Duration, err error)) error {
+	for attempt := 1; ; attempt++ {
+		err := do()
+		if err == nil || attempt >= attempts || ctx.Err() != nil {
+			return err
+		}
+		failed(attempt, wait, err)
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait *= 2
+	}
 }
 
 // claims decides duplicate sends in offset order, per partition, as the

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -165,5 +166,34 @@ func TestBackfillKeepsTheFirstSendAsTheClaimOfAResendItDrops(t *testing.T) {
 	}
 	if want := []string{"0:hello", fmt.Sprintf("%d:hello again", ids[1])}; strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("ClickHouse holds %v, want %v (the resend dropped, the later send kept)\n%s", got, want, out)
+	}
+}
+
+// One failed ClickHouse call (a dropped connection) does not end a
+// backfill: the batch's work is tried again, with a notice, up to a limit,
+// and a cancelled backfill stops waiting at once.
+func TestBackfillTriesABatchAgainAfterAFailure(t *testing.T) {
+	ctx := context.Background()
+	calls, notices := 0, 0
+	flaky := func() error {
+		if calls++; calls < 3 {
+			return errors.New("write: use of closed network connection")
+		}
+		return nil
+	}
+	if err := retrying(ctx, 5, time.Millisecond, flaky, func(int, time.Duration, error) { notices++ }); err != nil || calls != 3 || notices != 2 {
+		t.Fatalf("two failures then success: err %v after %d calls and %d notices, want nil after 3 and 2", err, calls, notices)
+	}
+	calls = 0
+	down := errors.New("connection refused")
+	if err := retrying(ctx, 4, time.Millisecond, func() error { calls++; return down }, func(int, time.Duration, error) {}); !errors.Is(err, down) || calls != 4 {
+		t.Fatalf("always failing: err %v after %d calls, want %v after 4", err, calls, down)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	calls = 0
+	start := time.Now()
+	err := retrying(cctx, 5, time.Hour, func() error { calls++; return down }, func(int, time.Duration, error) { cancel() })
+	if !errors.Is(err, down) || calls != 1 || time.Since(start) > time.Minute {
+		t.Fatalf("cancelled while waiting: err %v after %d calls in %v, want %v after 1 at once", err, calls, time.Since(start), down)
 	}
 }
