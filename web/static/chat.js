@@ -312,7 +312,8 @@ export class Chat extends EventTarget {
   }
 
   // pullForward pulls everything after the contiguous cursor, page by page.
-  // Pushes of the group wait meanwhile. One pull of a group at a time.
+  // Pushes of the group that do not follow the cursor wait meanwhile. One
+  // pull of a group at a time.
   pullForward(g) {
     if (g.pulling) return g.pulling;
     g.pulling = (async () => {
@@ -326,7 +327,9 @@ export class Chat extends EventTarget {
           this.stats.duplicates += p.msgs.length - fresh.length;
           this.accept(g, fresh);
           if (!p.more) return;
-          if (fresh.length === 0) throw new Error(`pull of ${g.gid} after ${after}: the page says more but brings nothing new`);
+          // Pushes taken meanwhile may have overtaken the page: go on from
+          // the new cursor. A page with nothing after `after` is the server's.
+          if (!p.msgs.some((m) => m.msgid > after)) throw new Error(`pull of ${g.gid} after ${after}: the page says more but brings nothing new`);
         }
       } finally {
         g.pulling = null;
