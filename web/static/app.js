@@ -60,14 +60,16 @@ function signOut(message) {
 }
 
 function start(s) {
-  chat = new Chat({
+  const c = new Chat({
     uid: s.uid, token: s.token, dev: s.dev,
     renew: s.dev ? async () => {
       const token = await devToken(s.uid);
+      if (chat !== c) return null; // signed out meanwhile: no session to store
       sessionStorage.setItem('chatd.session', JSON.stringify({ ...s, token }));
       return token;
     } : null,
   });
+  chat = c;
   window.chat = chat; // to look at from the console: chat.stats, chat.groups
   $('signin').hidden = true;
   $('app').hidden = false;

@@ -134,6 +134,7 @@ export class Chat extends EventTarget {
   async authFailed(reason) {
     this.online = false;
     const token = this.renew && /token_expired|bad_token/.test(reason) ? await this.renew().catch(() => null) : null;
+    if (this.conn.stopped) return; // signed out meanwhile: the page is another session's now
     if (token) {
       this.token = token;
       this.conn.retryNow();
