@@ -46,3 +46,16 @@ func TestPushesOvertakingAForwardPullAreNoError(t *testing.T) {
 		t.Fatalf("opening the group showed the error %q", toast)
 	}
 }
+
+// The badge of a group that is not open: the sync counted the messages the
+// server had stored; their pushes, when they come after the sync (the
+// fan-out lagging the persister), must not count them a second time.
+func TestPushesAlreadyCountedBySyncAreNotCountedAgain(t *testing.T) {
+	_, b, c := listed(t, 12, 10, 10) // 11 and 12 unread
+	b.WaitUntil("the badge", `document.querySelector('#groups li[data-gid=g] .badge')?.textContent === '2'`)
+	c.write(map[string]any{"op": "push", "msgs": []any{msg(11, 10, "v", "m11"), msg(12, 11, "v", "m12"), msg(13, 12, "v", "m13")}})
+	b.WaitUntil("the pushes taken", `chat.group('g').contig === 13`)
+	if got := browsertest.Eval[string](b, `document.querySelector('#groups li[data-gid=g] .badge')?.textContent`); got != "3" {
+		t.Fatalf("11 and 12 counted by the sync, 13 pushed after: the badge says %q unread, want 3", got)
+	}
+}

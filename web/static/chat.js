@@ -227,7 +227,8 @@ export class Chat extends EventTarget {
       this.stats.duplicates++;
       return;
     }
-    if (!g.opened && m.sender !== this.uid && m.msgid > g.readWant) {
+    // Up to the head of the last sync the server's count has it already.
+    if (!g.opened && m.sender !== this.uid && m.msgid > g.readWant && m.msgid > g.head) {
       g.unread++;
       this.emit('groups');
     }
