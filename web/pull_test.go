@@ -1,6 +1,7 @@
 package web
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -58,4 +59,28 @@ func TestPushesAlreadyCountedBySyncAreNotCountedAgain(t *testing.T) {
 	if got := browsertest.Eval[string](b, `document.querySelector('#groups li[data-gid=g] .badge')?.textContent`); got != "3" {
 		t.Fatalf("11 and 12 counted by the sync, 13 pushed after: the badge says %q unread, want 3", got)
 	}
+}
+
+// A push of a group the page does not know (the user was just added)
+// makes it sync. The fan-out may push before the membership reaches the
+// store the sync reads: while the group stays unknown, its pushes must
+// make the page sync again, not leave the group unlisted until the next
+// heartbeat (25 s).
+func TestAGroupPushedBeforeItsSyncListsItIsSyncedAgain(t *testing.T) {
+	_, b, c := listed(t, 10, 10, 10)
+	c.write(map[string]any{"op": "push", "msgs": []any{map[string]any{"gid": "g2", "msgid": 5, "prev": 4, "sender": "v", "sent_at": 1763700000000, "cmid": "x5", "body": "hi"}}})
+	f := c.expect("sync", nil)
+	synced(c, f, 10, 10, 10) // g2 not yet
+	for id := 6; id <= 8; id++ {
+		time.Sleep(300 * time.Millisecond)
+		c.write(map[string]any{"op": "push", "msgs": []any{map[string]any{"gid": "g2", "msgid": id, "prev": id - 1, "sender": "v", "sent_at": 1763700000000, "cmid": fmt.Sprint("x", id), "body": "hi"}}})
+	}
+	f = c.next("sync", 5*time.Second)
+	if f == nil {
+		t.Fatalf("g2 is pushed but unknown, and the page has not synced again within 5 s; page %s", b.State())
+	}
+	c.answer(f, map[string]any{"op": "synced", "groups": []any{
+		map[string]any{"gid": "g", "head": 10, "ack": 10, "read": 10, "unread": 0, "unread_exact": true},
+		map[string]any{"gid": "g2", "head": 8, "ack": 4, "read": 4, "unread": 4, "unread_exact": true}}})
+	b.WaitUntil("g2 listed", `document.querySelector('#groups li[data-gid=g2] .badge')?.textContent === '4'`)
 }

@@ -166,7 +166,10 @@ export class Chat extends EventTarget {
 
   syncSoon(delay = 200) {
     clearTimeout(this.timers.sync);
-    this.timers.sync = setTimeout(() => this.online && this.sync().catch((e) => this.failed('sync', e)), delay);
+    this.timers.sync = setTimeout(() => {
+      this.timers.sync = 0;
+      if (this.online) this.sync().catch((e) => this.failed('sync', e));
+    }, delay);
   }
 
   async sync() {
@@ -222,7 +225,10 @@ export class Chat extends EventTarget {
     this.stats.pushes++;
     const known = this.groups.has(m.gid);
     const g = this.group(m.gid);
-    if (!known) this.syncSoon(); // a group joined since the last sync
+    // A group joined since the last sync. The sync may not list it yet (the
+    // fan-out can be ahead of the store it reads): ask again while its
+    // pushes come, at most once a second.
+    if (!g.known && !this.timers.sync) this.syncSoon(known ? 1000 : 200);
     if (m.msgid <= g.contig || g.buf.has(m.msgid)) {
       this.stats.duplicates++;
       return;
