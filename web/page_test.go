@@ -1,7 +1,9 @@
 package web
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,5 +97,51 @@ func TestPageGapsDuplicatesAndResends(t *testing.T) {
 	}
 	if p := b.TakeProblems(); len(p) > 0 {
 		t.Errorf("the page logged errors: %v", p)
+	}
+}
+
+// Back online after a while away with the group open: the resync pulls
+// what came meanwhile, more than a screenful. The view must not jump past
+// the first of those messages, and the read sent must not pass a message
+// that was never on screen.
+func TestAResyncReadsOnlyWhatWasOnScreen(t *testing.T) {
+	p, b, c := listed(t, 10, 10, 10)
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	c.answer(f, page(f, false, 10))
+	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 11.0 })
+	var old []map[string]any
+	for id := int64(1); id <= 10; id++ {
+		old = append(old, msg(id, -2, "v", fmt.Sprint("m", id)))
+	}
+	c.answer(f, page(f, false, 10, old...))
+	b.WaitUntil("history shown", `document.querySelectorAll('#messages .msg').length === 10`)
+	// Every message that is at least half on screen at any time is noted.
+	browsertest.Eval[bool](b, `(() => {
+		window.everShown = new Set();
+		const io = new IntersectionObserver((es) => { for (const e of es) if (e.intersectionRatio >= 0.5 || e.intersectionRect.height >= e.rootBounds.height / 2) everShown.add(Number(e.target.dataset.msgid)); },
+			{ root: document.getElementById('scroller'), threshold: [0, 0.5, 1] });
+		const list = document.getElementById('messages');
+		for (const li of list.children) io.observe(li);
+		new MutationObserver((ms) => { for (const m of ms) for (const n of m.addedNodes) io.observe(n); }).observe(list, { childList: true });
+		return true;
+	})()`)
+	c.ws.Close(websocket.StatusGoingAway, "test: going away")
+	<-c.done
+	c = p.nextConn()
+	synced(c, c.expect("sync", nil), 60, 10, 10)
+	long := strings.Repeat("a long line of text that wraps ", 40)
+	var away []map[string]any
+	for id := int64(11); id <= 60; id++ {
+		away = append(away, msg(id, -2, "v", fmt.Sprint("m", id, " ", long)))
+	}
+	f = c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	c.answer(f, page(f, false, 60, away...))
+	b.WaitUntil("the resync shown", `document.querySelectorAll('#messages .msg').length === 60`)
+	time.Sleep(2500 * time.Millisecond) // past the read interval
+	read := p.maxCursor("read")
+	never := browsertest.Eval[[]int](b, `[...document.querySelectorAll('#messages .msg')].map(li => Number(li.dataset.msgid)).filter(id => id > 10 && id <= `+fmt.Sprint(read)+` && !everShown.has(id))`)
+	if len(never) > 0 {
+		t.Fatalf("the page sent read upto %d; of the messages that came while it was away, %v were never on screen", read, never)
 	}
 }

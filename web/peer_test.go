@@ -40,12 +40,17 @@ type peerConn struct {
 }
 
 func newPeer(t *testing.T) *peer {
+	return newPeerTokens(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"uid":"u","token":"t"}`))
+	})
+}
+
+// newPeerTokens is newPeer with tokens handed out by token.
+func newPeerTokens(t *testing.T, token http.HandlerFunc) *peer {
 	p := &peer{t: t, conns: make(chan *peerConn, 4)}
 	mux := http.NewServeMux()
 	mux.Handle("/", Handler())
-	mux.HandleFunc("POST /v1/dev/token", func(w http.ResponseWriter, r *http.Request) {
-		w.Write([]byte(`{"uid":"u","token":"t"}`))
-	})
+	mux.HandleFunc("POST /v1/dev/token", token)
 	mux.HandleFunc("GET /v1/dev/groups", http.NotFound)
 	mux.HandleFunc("GET /v1/ws", p.serveWS)
 	p.srv = httptest.NewServer(mux)

@@ -201,3 +201,24 @@ func TestPushesOfAGroupNotOpenAreBounded(t *testing.T) {
 		t.Fatalf("the closed group keeps %d entries of messages, want 200 in order and 200 held", n)
 	}
 }
+
+// A sync refused with a long message ends the session, whatever the
+// message's length: a WebSocket close reason holds at most 123 bytes, and
+// a longer one made close throw and left the old connection open beside
+// the next.
+func TestASyncRefusedWithALongMessageClosesTheSession(t *testing.T) {
+	p := newPeer(t)
+	b := browsertest.NewTab(t, browsertest.Start(t), "u")
+	signIn(t, p, b)
+	c := p.nextConn()
+	c.answer(c.expect("sync", nil), map[string]any{"op": "error", "code": "unavailable",
+		"message": "the memberships of " + strings.Repeat("g", 128) + " are being rebuilt; retry in a few seconds"})
+	select {
+	case <-c.done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("10 s after its sync was refused the page still holds the connection open (problems %v)", b.Problems())
+	}
+	if p := b.TakeProblems(); len(p) > 0 {
+		t.Errorf("the page logged errors: %v", p)
+	}
+}

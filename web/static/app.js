@@ -60,14 +60,16 @@ function signOut(message) {
 }
 
 function start(s) {
-  chat = new Chat({
+  const c = new Chat({
     uid: s.uid, token: s.token, dev: s.dev,
     renew: s.dev ? async () => {
       const token = await devToken(s.uid);
+      if (chat !== c) return null; // signed out meanwhile: no session to store
       sessionStorage.setItem('chatd.session', JSON.stringify({ ...s, token }));
       return token;
     } : null,
   });
+  chat = c;
   window.chat = chat; // to look at from the console: chat.stats, chat.groups
   $('signin').hidden = true;
   $('app').hidden = false;
@@ -282,6 +284,15 @@ function onMessages({ gid, msgs, older }) {
     scroller.scrollTop = scroller.scrollHeight - fromBottom;
   } else if (atBottom || msgs.some((m) => m.sender === chat.uid)) {
     scroller.scrollTop = scroller.scrollHeight;
+    // Not past the first new message of others (a resync brings many):
+    // what scrolls by unseen is not read.
+    const first = msgs.find((m) => m.sender !== chat.uid);
+    const li = first && list.querySelector(`.msg[data-msgid="${first.msgid}"]`);
+    const over = li ? scroller.getBoundingClientRect().top - li.getBoundingClientRect().top : 0;
+    if (over > 0) {
+      scroller.scrollTop -= over;
+      if (!view.loading) $('jump').hidden = false;
+    }
   } else if (!view.loading) {
     $('jump').hidden = false;
   }

@@ -134,6 +134,7 @@ export class Chat extends EventTarget {
   async authFailed(reason) {
     this.online = false;
     const token = this.renew && /token_expired|bad_token/.test(reason) ? await this.renew().catch(() => null) : null;
+    if (this.conn.stopped) return; // signed out meanwhile: the page is another session's now
     if (token) {
       this.token = token;
       this.conn.retryNow();
@@ -165,7 +166,10 @@ export class Chat extends EventTarget {
 
   syncSoon(delay = 200) {
     clearTimeout(this.timers.sync);
-    this.timers.sync = setTimeout(() => this.online && this.sync().catch((e) => this.failed('sync', e)), delay);
+    this.timers.sync = setTimeout(() => {
+      this.timers.sync = 0;
+      if (this.online) this.sync().catch((e) => this.failed('sync', e));
+    }, delay);
   }
 
   async sync() {
@@ -221,12 +225,16 @@ export class Chat extends EventTarget {
     this.stats.pushes++;
     const known = this.groups.has(m.gid);
     const g = this.group(m.gid);
-    if (!known) this.syncSoon(); // a group joined since the last sync
+    // A group joined since the last sync. The sync may not list it yet (the
+    // fan-out can be ahead of the store it reads): ask again while its
+    // pushes come, at most once a second.
+    if (!g.known && !this.timers.sync) this.syncSoon(known ? 1000 : 200);
     if (m.msgid <= g.contig || g.buf.has(m.msgid)) {
       this.stats.duplicates++;
       return;
     }
-    if (!g.opened && m.sender !== this.uid && m.msgid > g.readWant) {
+    // Up to the head of the last sync the server's count has it already.
+    if (!g.opened && m.sender !== this.uid && m.msgid > g.readWant && m.msgid > g.head) {
       g.unread++;
       this.emit('groups');
     }
@@ -312,7 +320,8 @@ export class Chat extends EventTarget {
   }
 
   // pullForward pulls everything after the contiguous cursor, page by page.
-  // Pushes of the group wait meanwhile. One pull of a group at a time.
+  // Pushes of the group that do not follow the cursor wait meanwhile. One
+  // pull of a group at a time.
   pullForward(g) {
     if (g.pulling) return g.pulling;
     g.pulling = (async () => {
@@ -326,7 +335,9 @@ export class Chat extends EventTarget {
           this.stats.duplicates += p.msgs.length - fresh.length;
           this.accept(g, fresh);
           if (!p.more) return;
-          if (fresh.length === 0) throw new Error(`pull of ${g.gid} after ${after}: the page says more but brings nothing new`);
+          // Pushes taken meanwhile may have overtaken the page: go on from
+          // the new cursor. A page with nothing after `after` is the server's.
+          if (!p.msgs.some((m) => m.msgid > after)) throw new Error(`pull of ${g.gid} after ${after}: the page says more but brings nothing new`);
         }
       } finally {
         g.pulling = null;

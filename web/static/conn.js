@@ -35,6 +35,15 @@ export class Backoff {
   reset() { this.cur = 0; }
 }
 
+// closeReason is reason cut to the 123 bytes a close frame carries: with a
+// longer one, WebSocket.close throws and leaves the connection open.
+function closeReason(reason) {
+  const enc = new TextEncoder();
+  let r = reason.slice(0, 123);
+  while (enc.encode(r).length > 123) r = r.slice(0, -1);
+  return r;
+}
+
 // Conn keeps one session open. Hooks:
 //   up(uid)             the server accepted the token: the session is usable
 //                       (call healthy() once it has done its first work)
@@ -101,7 +110,7 @@ export class Conn {
     const ws = this.ws;
     if (!ws) return;
     this.ended(ws, { code: 1006, reason });
-    ws.close(1000, reason);
+    ws.close(1000, closeReason(reason));
   }
 
   received(ws, data) {

@@ -1,0 +1,86 @@
+package web
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/groupchat/chatd/internal/browsertest"
+)
+
+// A forward pull of several pages while live pushes come in: pushes that
+// follow the contiguous cursor are taken at once, so the next page (cut
+// short by the server's 1 MiB limit, more: true) may bring only messages
+// the page already holds. That is no error: the page goes on pulling from
+// its new cursor and finishes opening the group.
+func TestPushesOvertakingAForwardPullAreNoError(t *testing.T) {
+	_, b, c := listed(t, 20, 10, 10)
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	var first []map[string]any
+	for id := int64(11); id <= 20; id++ {
+		first = append(first, msg(id, noPrev, "v", "m"))
+	}
+	c.answer(f, page(f, true, 20, first...))
+	f = c.expect("pull", func(f map[string]any) bool { return f["after"] == 20.0 })
+	var live []any
+	for id := int64(21); id <= 30; id++ {
+		live = append(live, msg(id, id-1, "v", "live"))
+	}
+	c.write(map[string]any{"op": "push", "msgs": live})
+	b.WaitUntil("the live pushes taken", `chat.group('g').contig === 30`)
+	var cut []map[string]any
+	for id := int64(21); id <= 25; id++ {
+		cut = append(cut, msg(id, noPrev, "v", "live"))
+	}
+	c.answer(f, page(f, true, 30, cut...))
+	if f = c.next("pull", 5*time.Second); f == nil || f["after"] != 30.0 {
+		t.Fatalf("after a page of messages it already held (pushes overtook the pull), the page pulled %v, want a pull after 30; page %s", f, b.State())
+	}
+	c.answer(f, page(f, false, 30))
+	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 11.0 })
+	c.answer(f, page(f, false, 30))
+	time.Sleep(500 * time.Millisecond)
+	if toast := browsertest.Eval[string](b, `document.getElementById('toast').hidden ? '' : document.getElementById('toast').textContent`); toast != "" {
+		t.Fatalf("opening the group showed the error %q", toast)
+	}
+}
+
+// The badge of a group that is not open: the sync counted the messages the
+// server had stored; their pushes, when they come after the sync (the
+// fan-out lagging the persister), must not count them a second time.
+func TestPushesAlreadyCountedBySyncAreNotCountedAgain(t *testing.T) {
+	_, b, c := listed(t, 12, 10, 10) // 11 and 12 unread
+	b.WaitUntil("the badge", `document.querySelector('#groups li[data-gid=g] .badge')?.textContent === '2'`)
+	c.write(map[string]any{"op": "push", "msgs": []any{msg(11, 10, "v", "m11"), msg(12, 11, "v", "m12"), msg(13, 12, "v", "m13")}})
+	b.WaitUntil("the pushes taken", `chat.group('g').contig === 13`)
+	if got := browsertest.Eval[string](b, `document.querySelector('#groups li[data-gid=g] .badge')?.textContent`); got != "3" {
+		t.Fatalf("11 and 12 counted by the sync, 13 pushed after: the badge says %q unread, want 3", got)
+	}
+}
+
+// A push of a group the page does not know (the user was just added)
+// makes it sync. The fan-out may push before the membership reaches the
+// store the sync reads: while the group stays unknown, its pushes must
+// make the page sync again, not leave the group unlisted until the next
+// heartbeat (25 s).
+func TestAGroupPushedBeforeItsSyncListsItIsSyncedAgain(t *testing.T) {
+	_, b, c := listed(t, 10, 10, 10)
+	c.write(map[string]any{"op": "push", "msgs": []any{map[string]any{"gid": "g2", "msgid": 5, "prev": 4, "sender": "v", "sent_at": 1763700000000, "cmid": "x5", "body": "hi"}}})
+	f := c.expect("sync", nil)
+	synced(c, f, 10, 10, 10) // g2 not yet
+	for id := 6; id <= 8; id++ {
+		time.Sleep(300 * time.Millisecond)
+		c.write(map[string]any{"op": "push", "msgs": []any{map[string]any{"gid": "g2", "msgid": id, "prev": id - 1, "sender": "v", "sent_at": 1763700000000, "cmid": fmt.Sprint("x", id), "body": "hi"}}})
+	}
+	f = c.next("sync", 5*time.Second)
+	if f == nil {
+		t.Fatalf("g2 is pushed but unknown, and the page has not synced again within 5 s; page %s", b.State())
+	}
+	c.answer(f, map[string]any{"op": "synced", "groups": []any{
+		map[string]any{"gid": "g", "head": 10, "ack": 10, "read": 10, "unread": 0, "unread_exact": true},
+		map[string]any{"gid": "g2", "head": 8, "ack": 4, "read": 4, "unread": 4, "unread_exact": true}}})
+	b.WaitUntil("g2 listed", `document.querySelector('#groups li[data-gid=g2] .badge')?.textContent === '4'`)
+}

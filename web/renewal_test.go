@@ -1,0 +1,83 @@
+package web
+
+import (
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/groupchat/chatd/internal/browsertest"
+)
+
+// renewing signs u in on a peer whose second dev token request waits for
+// release and then answers with answer, ends the session with
+// token_expired, and returns once the page asked for that token.
+func renewing(t *testing.T, answer http.HandlerFunc) (p *peer, b *browsertest.Tab, release func()) {
+	t.Helper()
+	var calls atomic.Int32
+	ch := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(ch) }) }
+	p = newPeerTokens(t, func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 2 {
+			<-ch
+			answer(w, r)
+			return
+		}
+		w.Write([]byte(`{"uid":"u","token":"t"}`))
+	})
+	t.Cleanup(release) // before the server's Close waits for the request
+	b = browsertest.NewTab(t, browsertest.Start(t), "u")
+	signIn(t, p, b)
+	c := p.nextConn()
+	synced(c, c.expect("sync", nil), 10, 10, 10)
+	b.WaitUntil("g listed", `document.querySelector('#groups li[data-gid=g] button')`)
+	c.ws.Close(4001, "token_expired: the token expired; get a new one")
+	for deadline := time.Now().Add(10 * time.Second); calls.Load() < 2; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the page did not ask for a new dev token after token_expired")
+		}
+	}
+	return p, b, release
+}
+
+// A dev token that expired is renewed by asking for a new one. A user who
+// signs out while that request is under way stays signed out: the answer
+// must not store the session again (a reload would sign them back in).
+func TestSigningOutDuringATokenRenewalSticks(t *testing.T) {
+	_, b, release := renewing(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"uid":"u","token":"t"}`))
+	})
+	b.Run(chromedp.Click(chromedp.CSS(`#signout`)))
+	b.WaitUntil("the sign-in form", `!document.getElementById('signin').hidden`)
+	release()
+	time.Sleep(time.Second)
+	if s := browsertest.Eval[string](b, `sessionStorage.getItem('chatd.session') || ''`); s != "" {
+		t.Fatalf("signed out, yet the renewal stored the session again: %s (a reload signs the user back in)", s)
+	}
+	if browsertest.Eval[bool](b, `document.getElementById('signin').hidden`) {
+		t.Fatalf("signed out, yet the page left the sign-in form: %s", b.State())
+	}
+}
+
+// The same renewal, failing after the user signed out and in again: the
+// first session's end must not sign out the second.
+func TestARenewalOfAnEndedSessionLeavesTheNextAlone(t *testing.T) {
+	p, b, release := renewing(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, `{"code":"unavailable","message":"restarting"}`, http.StatusServiceUnavailable)
+	})
+	b.Run(chromedp.Click(chromedp.CSS(`#signout`)))
+	b.WaitUntil("the sign-in form", `!document.getElementById('signin').hidden`)
+	b.Run(chromedp.Click(chromedp.CSS(`#signin-form button[type=submit]`))) // the name is still filled in
+	c := p.nextConn()
+	synced(c, c.expect("sync", nil), 10, 10, 10)
+	b.WaitUntil("online again", `document.getElementById('status').textContent === 'online'`)
+	release()
+	time.Sleep(time.Second)
+	if browsertest.Eval[bool](b, `!document.getElementById('signin').hidden || window.chat?.online !== true`) {
+		t.Fatalf("the failed renewal of the signed-out session signed out the new one: %s", b.State())
+	}
+}
