@@ -212,12 +212,18 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 	if perr := g.wholeMembers(ctx, gid, func() (err error) { current, err = g.cfg.Redis.Members(ctx, gid); return err }); perr != nil {
 		return nil, perr
 	}
+	// A leave written but not yet projected reads as joined: an add after
+	// it is a join all the same.
+	leaving, err := g.cfg.Redis.Leaving(ctx, gid, uids)
+	if err != nil {
+		return nil, g.unavailable("membership", err)
+	}
 	var join []string
-	for _, uid := range uids {
+	for i, uid := range uids {
 		if err := schema.ValidID(uid); err != nil {
 			return nil, protocol.Errorf(protocol.CodeInvalid, "member %q: %v", uid, err)
 		}
-		if current[uid].State != store.MemberJoined && !slices.Contains(join, uid) { // a uid named twice joins once
+		if (current[uid].State != store.MemberJoined || leaving[i]) && !slices.Contains(join, uid) { // a uid named twice joins once
 			join = append(join, uid)
 		}
 	}
@@ -278,8 +284,8 @@ func (g *Gateway) removeMember(ctx context.Context, r *http.Request) (any, *prot
 		return nil, g.unavailable("membership change", err)
 	}
 	// A join after this leave is a new one, however soon it comes.
-	if err := g.cfg.Redis.ClearJoining(ctx, gid, uid); err != nil {
-		g.log.Warn("cannot clear the note of a join; a new join of the member waits until it expires", "gid", gid, "uid", uid, "after", joiningFor, "err", err)
+	if err := g.cfg.Redis.MarkLeaving(ctx, gid, uid, joiningFor); err != nil {
+		g.log.Warn("cannot note a leave; a new join of the member waits until the leave is projected and the note of their join expires", "gid", gid, "uid", uid, "after", joiningFor, "err", err)
 	}
 	return map[string]any{"gid": gid, "removed": uid}, nil
 }

@@ -315,3 +315,41 @@ func (r *Redis) ClearJoining(ctx context.Context, gid string, uids ...string) er
 	}
 	return nil
 }
+
+// MarkLeaving notes, for ttl, that a leave of uid from gid was written, and
+// drops the note of their join (MarkJoining), after which a join is a new
+// one. Until the member projector has the leave, uid reads as a member: an
+// add of uid then is a join all the same, and a second removal writes no
+// second leave (Leaving). A join written after the leave is noted for as
+// long, so its note outlives this one.
+func (r *Redis) MarkLeaving(ctx context.Context, gid, uid string, ttl time.Duration) error {
+	err := r.execPipe(ctx, func(p redis.Pipeliner) {
+		p.Del(ctx, joiningKey(gid, uid))
+		p.Set(ctx, leavingKey(gid, uid), 1, ttl)
+	})
+	if err != nil {
+		return fmt.Errorf("store: mark the leave of %s from %s: %w", uid, gid, err)
+	}
+	return nil
+}
+
+// Leaving reports for each of uids whether a leave of it from gid was
+// noted by MarkLeaving within its ttl.
+func (r *Redis) Leaving(ctx context.Context, gid string, uids []string) ([]bool, error) {
+	if len(uids) == 0 {
+		return nil, nil
+	}
+	keys := make([]string, len(uids))
+	for i, uid := range uids {
+		keys[i] = leavingKey(gid, uid) // one slot: the keys of a group share its hash tag
+	}
+	vals, err := r.client.MGet(ctx, keys...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: leaves from %s: %w", gid, err)
+	}
+	out := make([]bool, len(uids))
+	for i, v := range vals {
+		out[i] = v != nil
+	}
+	return out, nil
+}
