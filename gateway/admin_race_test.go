@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
+	"github.com/groupchat/chatd/topics"
 )
 
 // An admin who removes a member and adds them back, each call answered
@@ -32,5 +34,38 @@ func TestARemovalAndAnAddBeforeItsProjectionEndWithAMember(t *testing.T) {
 	}
 	if m.State != store.MemberJoined {
 		t.Fatalf("bob after a removal and an add: %v, want joined", m.State)
+	}
+}
+
+// An admin's retry of "remove bob" that comes before the member projector
+// has the first leave writes no second one: compaction keeps a member's
+// last record, and a second leave, at a later head, would after a rebuild
+// show bob what was sent between the two.
+func TestARetriedRemovalBeforeItsProjectionIsWrittenOnce(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g1", "alice", "bob")
+	e.parts["members"].stop() // the projection lags
+	alice := e.login(0, "alice")
+	before := e.topicEndsOf(topics.Members)
+	for i := range 2 {
+		if st, out := e.http("DELETE", "/v1/admin/groups/g1/members/bob", adminToken, nil); st != 200 {
+			t.Fatalf("remove bob (%d): %d %v", i, st, out)
+		}
+		if f := alice.call(map[string]any{"op": "send", "gid": "g1", "cmid": fmt.Sprint("a", i), "body": "not for bob"}); f["op"] != "accepted" {
+			t.Fatalf("send: %v", f)
+		}
+	}
+	if n := e.topicEndsOf(topics.Members) - before; n != 1 {
+		t.Errorf("removing bob twice before the projection wrote %d leaves, want 1", n)
+	}
+	e.runConsumer("members", e.parts["members"].mk)
+	waitFor(t, "bob left", 10*time.Second, func() bool {
+		m, _ := e.redis.Membership(context.Background(), "g1", "bob")
+		return m.State == store.MemberLeft
+	})
+	if ev := e.lastMemberEvent("g1", "bob"); ev.Op != schema.OpLeave {
+		t.Fatalf("bob's last member record: %+v, want a leave", ev)
+	} else if m, _ := e.redis.Membership(context.Background(), "g1", "bob"); ev.Pos != m.LeftAt {
+		t.Errorf("bob's last member record leaves at %d, but he left at %d: a rebuild would show him what was sent in between", ev.Pos, m.LeftAt)
 	}
 }

@@ -219,11 +219,11 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 		return nil, g.unavailable("membership", err)
 	}
 	var join []string
-	for i, uid := range uids {
+	for _, uid := range uids {
 		if err := schema.ValidID(uid); err != nil {
 			return nil, protocol.Errorf(protocol.CodeInvalid, "member %q: %v", uid, err)
 		}
-		if (current[uid].State != store.MemberJoined || leaving[i]) && !slices.Contains(join, uid) { // a uid named twice joins once
+		if !stillJoined(current[uid], leaving, uid) && !slices.Contains(join, uid) { // a uid named twice joins once
 			join = append(join, uid)
 		}
 	}
@@ -244,7 +244,17 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 		}
 		added = append(added, uid)
 	}
+	if err := g.cfg.Redis.ClearLeaving(context.WithoutCancel(ctx), gid, added...); err != nil {
+		g.log.Warn("cannot clear the notes of leaves that joins followed", "gid", gid, "err", err)
+	}
 	return map[string]any{"gid": gid, "added": added}, nil
+}
+
+// stillJoined reports whether m, uid's projected membership, is a stretch that
+// no leave noted in leaving (Redis.Leaving) has ended yet.
+func stillJoined(m store.Membership, leaving map[string]int64, uid string) bool {
+	l, ok := leaving[uid]
+	return m.State == store.MemberJoined && !(ok && l == m.JoinedAt)
 }
 
 // joiningFor is how long a join written is taken as done before the member
@@ -280,11 +290,20 @@ func (g *Gateway) removeMember(ctx context.Context, r *http.Request) (any, *prot
 	if m.State != store.MemberJoined {
 		return nil, protocol.Errorf(protocol.CodeNotFound, "%s is not a member of %s", uid, gid)
 	}
+	// A retry before the projection: a second leave, at a later head, would
+	// be the one compaction keeps, and end the stretch later than it ended.
+	leaving, err := g.cfg.Redis.Leaving(ctx, gid, []string{uid})
+	if err != nil {
+		return nil, g.unavailable("membership", err)
+	}
+	if !stillJoined(m, leaving, uid) {
+		return map[string]any{"gid": gid, "removed": uid}, nil
+	}
 	if _, err := g.cfg.Producer.Leave(ctx, gid, uid, m.JoinedAt, "admin"); err != nil {
 		return nil, g.unavailable("membership change", err)
 	}
 	// A join after this leave is a new one, however soon it comes.
-	if err := g.cfg.Redis.MarkLeaving(ctx, gid, uid, joiningFor); err != nil {
+	if err := g.cfg.Redis.MarkLeaving(ctx, gid, uid, m.JoinedAt, joiningFor); err != nil {
 		g.log.Warn("cannot note a leave; a new join of the member waits until the leave is projected and the note of their join expires", "gid", gid, "uid", uid, "after", joiningFor, "err", err)
 	}
 	return map[string]any{"gid": gid, "removed": uid}, nil

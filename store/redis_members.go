@@ -316,16 +316,17 @@ func (r *Redis) ClearJoining(ctx context.Context, gid string, uids ...string) er
 	return nil
 }
 
-// MarkLeaving notes, for ttl, that a leave of uid from gid was written, and
-// drops the note of their join (MarkJoining), after which a join is a new
-// one. Until the member projector has the leave, uid reads as a member: an
-// add of uid then is a join all the same, and a second removal writes no
-// second leave (Leaving). A join written after the leave is noted for as
-// long, so its note outlives this one.
-func (r *Redis) MarkLeaving(ctx context.Context, gid, uid string, ttl time.Duration) error {
+// MarkLeaving notes, for ttl, that a leave of uid from gid was written,
+// ending their stretch that began at joined, and drops the note of their
+// join (MarkJoining), after which a join is a new one. Until the member
+// projector has the leave, uid reads as a member from joined: an add of
+// uid then is a join all the same, and a second removal writes no second
+// leave (Leaving). A join written after the leave drops the note
+// (ClearLeaving).
+func (r *Redis) MarkLeaving(ctx context.Context, gid, uid string, joined int64, ttl time.Duration) error {
 	err := r.execPipe(ctx, func(p redis.Pipeliner) {
 		p.Del(ctx, joiningKey(gid, uid))
-		p.Set(ctx, leavingKey(gid, uid), 1, ttl)
+		p.Set(ctx, leavingKey(gid, uid), joined, ttl)
 	})
 	if err != nil {
 		return fmt.Errorf("store: mark the leave of %s from %s: %w", uid, gid, err)
@@ -333,11 +334,12 @@ func (r *Redis) MarkLeaving(ctx context.Context, gid, uid string, ttl time.Durat
 	return nil
 }
 
-// Leaving reports for each of uids whether a leave of it from gid was
-// noted by MarkLeaving within its ttl.
-func (r *Redis) Leaving(ctx context.Context, gid string, uids []string) ([]bool, error) {
+// Leaving returns, of uids, those whose leave from gid MarkLeaving noted
+// within its ttl, with the join position of the stretch each leave ends.
+func (r *Redis) Leaving(ctx context.Context, gid string, uids []string) (map[string]int64, error) {
+	out := make(map[string]int64)
 	if len(uids) == 0 {
-		return nil, nil
+		return out, nil
 	}
 	keys := make([]string, len(uids))
 	for i, uid := range uids {
@@ -347,9 +349,32 @@ func (r *Redis) Leaving(ctx context.Context, gid string, uids []string) ([]bool,
 	if err != nil {
 		return nil, fmt.Errorf("store: leaves from %s: %w", gid, err)
 	}
-	out := make([]bool, len(uids))
 	for i, v := range vals {
-		out[i] = v != nil
+		if v == nil {
+			continue
+		}
+		s, _ := v.(string)
+		joined, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("store: leave of %s from %s: %w: %q", uids[i], gid, ErrCorruptValue, s)
+		}
+		out[uids[i]] = joined
 	}
 	return out, nil
+}
+
+// ClearLeaving drops the notes of MarkLeaving: a join was written after the
+// leave.
+func (r *Redis) ClearLeaving(ctx context.Context, gid string, uids ...string) error {
+	if len(uids) == 0 {
+		return nil
+	}
+	keys := make([]string, len(uids))
+	for i, uid := range uids {
+		keys[i] = leavingKey(gid, uid)
+	}
+	if err := r.client.Del(ctx, keys...).Err(); err != nil {
+		return fmt.Errorf("store: clear leaves from %s: %w", gid, err)
+	}
+	return nil
 }
