@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/groupchat/chatd/protocol"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
@@ -67,5 +68,29 @@ func TestARetriedRemovalBeforeItsProjectionIsWrittenOnce(t *testing.T) {
 		t.Fatalf("bob's last member record: %+v, want a leave", ev)
 	} else if m, _ := e.redis.Membership(context.Background(), "g1", "bob"); ev.Pos != m.LeftAt {
 		t.Errorf("bob's last member record leaves at %d, but he left at %d: a rebuild would show him what was sent in between", ev.Pos, m.LeftAt)
+	}
+}
+
+// A member added by a call already answered, before the member projector
+// has the join, is told to retry (unavailable), not not_member, which
+// clients give up on.
+func TestAMemberAddedBeforeTheProjectionIsToldToRetry(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g1", "alice")
+	carol := e.login(0, "carol")
+	e.parts["members"].stop() // the projection lags
+	if st, out := e.http("POST", "/v1/admin/groups/g1/members", adminToken, map[string]any{"uid": "carol"}); st != 200 {
+		t.Fatalf("add carol: %d %v", st, out)
+	}
+	if f := carol.call(map[string]any{"op": "send", "gid": "g1", "cmid": "c1", "body": "hi"}); code(f) != string(protocol.CodeUnavailable) {
+		t.Errorf("carol's send right after she was added: %v, want unavailable (retry)", f)
+	}
+	if f := carol.call(map[string]any{"op": "pull", "gid": "g1"}); code(f) != string(protocol.CodeUnavailable) {
+		t.Errorf("carol's pull right after she was added: %v, want unavailable (retry)", f)
+	}
+	e.runConsumer("members", e.parts["members"].mk)
+	e.waitMembers("g1", "carol")
+	if f := carol.call(map[string]any{"op": "send", "gid": "g1", "cmid": "c1", "body": "hi"}); f["op"] != "accepted" {
+		t.Errorf("carol's send once her join is projected: %v", f)
 	}
 }

@@ -49,18 +49,26 @@ func (g *Gateway) member(ctx context.Context, uid, gid string) (store.Membership
 	if err != nil {
 		return m, g.unavailable("membership", err)
 	}
-	return m, g.notMember(ctx, m, gid)
+	return m, g.notMember(ctx, m, gid, uid)
 }
 
-// notMember refuses one who never joined gid, unless gid's memberships are
-// being rebuilt (see rebuilding): then the answer is unavailable, which
-// clients retry, not not_member, which they give up on.
-func (g *Gateway) notMember(ctx context.Context, m store.Membership, gid string) *protocol.Error {
+// notMember refuses uid, one who never joined gid, unless gid's memberships
+// are being rebuilt (see rebuilding) or uid's join is written but not yet
+// projected: then the answer is unavailable, which clients retry, not
+// not_member, which they give up on.
+func (g *Gateway) notMember(ctx context.Context, m store.Membership, gid, uid string) *protocol.Error {
 	if m.State != store.MemberNone {
 		return nil
 	}
 	if perr := g.rebuilding(ctx, gid); perr != nil {
 		return perr
+	}
+	joining, err := g.cfg.Redis.Joining(ctx, gid, uid)
+	if err != nil {
+		return g.unavailable("membership", err)
+	}
+	if joining {
+		return protocol.Errorf(protocol.CodeUnavailable, "you are being added to %s; retry in a second", gid)
 	}
 	return protocol.Errorf(protocol.CodeNotMember, "you are not a member of %s; ask an admin or a member to add you", gid)
 }
@@ -122,7 +130,7 @@ func (g *Gateway) send(ctx context.Context, uid string, r *protocol.Request) (an
 			// since (the answer to the first send was lost).
 			return accepted(c.MsgID), nil
 		}
-		if perr := g.notMember(ctx, c.Member, r.Gid); perr != nil {
+		if perr := g.notMember(ctx, c.Member, r.Gid, uid); perr != nil {
 			return nil, perr
 		}
 		if c.Member.State != store.MemberJoined {
@@ -210,7 +218,7 @@ func (g *Gateway) cursor(ctx context.Context, uid string, r *protocol.Request) (
 		return nil, g.unavailable("cursors", err)
 	}
 	m := cur.Member
-	if perr := g.notMember(ctx, m, r.Gid); perr != nil {
+	if perr := g.notMember(ctx, m, r.Gid, uid); perr != nil {
 		return nil, perr
 	}
 	upto := *r.Upto

@@ -300,6 +300,16 @@ func (r *Redis) MarkJoining(ctx context.Context, gid string, uids []string, ttl 
 	return fresh, nil
 }
 
+// Joining reports whether a join of uid to gid was noted by MarkJoining
+// within its ttl and not cleared since.
+func (r *Redis) Joining(ctx context.Context, gid, uid string) (bool, error) {
+	n, err := r.client.Exists(ctx, joiningKey(gid, uid)).Result()
+	if err != nil {
+		return false, fmt.Errorf("store: join of %s to %s: %w", uid, gid, err)
+	}
+	return n == 1, nil
+}
+
 // ClearJoining drops the notes of MarkJoining: the join was not written,
 // or the member is being removed, after which a join is a new one.
 func (r *Redis) ClearJoining(ctx context.Context, gid string, uids ...string) error {
