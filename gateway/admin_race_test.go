@@ -94,3 +94,34 @@ func TestAMemberAddedBeforeTheProjectionIsToldToRetry(t *testing.T) {
 		t.Errorf("carol's send once her join is projected: %v", f)
 	}
 }
+
+// A member removed by a call already answered, before the member projector
+// has the leave, cannot send any more: the send is refused (left_group),
+// not accepted from one who is no longer a member.
+func TestAMemberRemovedBeforeTheProjectionCannotSend(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g1", "alice", "bob")
+	alice, bob := e.login(0, "alice"), e.login(0, "bob")
+	e.parts["members"].stop() // the projection lags
+	if st, out := e.http("DELETE", "/v1/admin/groups/g1/members/bob", adminToken, nil); st != 200 {
+		t.Fatalf("remove bob: %d %v", st, out)
+	}
+	if f := bob.call(map[string]any{"op": "send", "gid": "g1", "cmid": "b1", "body": "after my removal"}); code(f) != string(protocol.CodeLeft) {
+		t.Errorf("bob's send right after his removal: %v, want left_group", f)
+	}
+	if f := alice.call(map[string]any{"op": "send", "gid": "g1", "cmid": "a1", "body": "not for bob"}); f["op"] != "accepted" {
+		t.Fatalf("alice's send: %v", f)
+	}
+	// Added back, a join at the new head, he sends again.
+	if st, out := e.http("POST", "/v1/admin/groups/g1/members", adminToken, map[string]any{"uid": "bob"}); st != 200 || fmt.Sprint(out["added"]) != "[bob]" {
+		t.Fatalf("add bob back: %d %v", st, out)
+	}
+	e.runConsumer("members", e.parts["members"].mk)
+	waitFor(t, "bob joined again", 10*time.Second, func() bool {
+		m, _ := e.redis.Membership(context.Background(), "g1", "bob")
+		return m.State == store.MemberJoined && m.JoinedAt >= 0
+	})
+	if f := bob.call(map[string]any{"op": "send", "gid": "g1", "cmid": "b2", "body": "back"}); f["op"] != "accepted" {
+		t.Errorf("bob's send once added back: %v", f)
+	}
+}

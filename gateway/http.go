@@ -252,9 +252,9 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 
 // stillJoined reports whether m, uid's projected membership, is a stretch that
 // no leave noted in leaving (Redis.Leaving) has ended yet.
-func stillJoined(m store.Membership, leaving map[string]int64, uid string) bool {
+func stillJoined(m store.Membership, leaving map[string]store.Membership, uid string) bool {
 	l, ok := leaving[uid]
-	return m.State == store.MemberJoined && !(ok && l == m.JoinedAt)
+	return m.State == store.MemberJoined && !(ok && l.JoinedAt == m.JoinedAt)
 }
 
 // joiningFor is how long a join written is taken as done before the member
@@ -299,11 +299,12 @@ func (g *Gateway) removeMember(ctx context.Context, r *http.Request) (any, *prot
 	if !stillJoined(m, leaving, uid) {
 		return map[string]any{"gid": gid, "removed": uid}, nil
 	}
-	if _, err := g.cfg.Producer.Leave(ctx, gid, uid, m.JoinedAt, "admin"); err != nil {
+	ev, err := g.cfg.Producer.Leave(ctx, gid, uid, m.JoinedAt, "admin")
+	if err != nil {
 		return nil, g.unavailable("membership change", err)
 	}
 	// A join after this leave is a new one, however soon it comes.
-	if err := g.cfg.Redis.MarkLeaving(ctx, gid, uid, m.JoinedAt, joiningFor); err != nil {
+	if err := g.cfg.Redis.MarkLeaving(ctx, gid, uid, m.JoinedAt, ev.Pos, joiningFor); err != nil {
 		g.log.Warn("cannot note a leave; a new join of the member waits until the leave is projected and the note of their join expires", "gid", gid, "uid", uid, "after", joiningFor, "err", err)
 	}
 	return map[string]any{"gid": gid, "removed": uid}, nil

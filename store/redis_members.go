@@ -327,16 +327,16 @@ func (r *Redis) ClearJoining(ctx context.Context, gid string, uids ...string) er
 }
 
 // MarkLeaving notes, for ttl, that a leave of uid from gid was written,
-// ending their stretch that began at joined, and drops the note of their
-// join (MarkJoining), after which a join is a new one. Until the member
-// projector has the leave, uid reads as a member from joined: an add of
-// uid then is a join all the same, and a second removal writes no second
-// leave (Leaving). A join written after the leave drops the note
-// (ClearLeaving).
-func (r *Redis) MarkLeaving(ctx context.Context, gid, uid string, joined int64, ttl time.Duration) error {
+// ending their stretch that began at joined at the group position pos, and
+// drops the note of their join (MarkJoining), after which a join is a new
+// one. Until the member projector has the leave, uid reads as a member from
+// joined: an add of uid then is a join all the same, a second removal
+// writes no second leave (Leaving), and a send is refused (BeginSend). A
+// join written after the leave drops the note (ClearLeaving).
+func (r *Redis) MarkLeaving(ctx context.Context, gid, uid string, joined, pos int64, ttl time.Duration) error {
 	err := r.execPipe(ctx, func(p redis.Pipeliner) {
 		p.Del(ctx, joiningKey(gid, uid))
-		p.Set(ctx, leavingKey(gid, uid), joined, ttl)
+		p.Set(ctx, leavingKey(gid, uid), strconv.FormatInt(joined, 10)+":"+strconv.FormatInt(pos, 10), ttl)
 	})
 	if err != nil {
 		return fmt.Errorf("store: mark the leave of %s from %s: %w", uid, gid, err)
@@ -345,9 +345,9 @@ func (r *Redis) MarkLeaving(ctx context.Context, gid, uid string, joined int64, 
 }
 
 // Leaving returns, of uids, those whose leave from gid MarkLeaving noted
-// within its ttl, with the join position of the stretch each leave ends.
-func (r *Redis) Leaving(ctx context.Context, gid string, uids []string) (map[string]int64, error) {
-	out := make(map[string]int64)
+// within its ttl, with the membership each leave makes.
+func (r *Redis) Leaving(ctx context.Context, gid string, uids []string) (map[string]Membership, error) {
+	out := make(map[string]Membership)
 	if len(uids) == 0 {
 		return out, nil
 	}
@@ -364,11 +364,11 @@ func (r *Redis) Leaving(ctx context.Context, gid string, uids []string) (map[str
 			continue
 		}
 		s, _ := v.(string)
-		joined, err := strconv.ParseInt(s, 10, 64)
+		m, err := parseMembership("l:" + s)
 		if err != nil {
-			return nil, fmt.Errorf("store: leave of %s from %s: %w: %q", uids[i], gid, ErrCorruptValue, s)
+			return nil, fmt.Errorf("store: leave of %s from %s: %w", uids[i], gid, err)
 		}
-		out[uids[i]] = joined
+		out[uids[i]] = m
 	}
 	return out, nil
 }
