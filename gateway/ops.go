@@ -97,9 +97,23 @@ func (g *Gateway) rebuilding(ctx context.Context, gid string) *protocol.Error {
 	if err == nil {
 		err = g.cfg.Redis.CheckReplayed(ctx, consumers.GroupMemberProjector, topics.Members, part)
 	}
+	return g.rebuildErr(err, "the memberships of "+gid)
+}
+
+// rebuildingAny is rebuilding of every group: a user's groups lie in every
+// partition of chat.members.
+func (g *Gateway) rebuildingAny(ctx context.Context) *protocol.Error {
+	n, err := g.cfg.Producer.Partitions(ctx, topics.Members)
+	if err == nil {
+		err = g.cfg.Redis.CheckAllReplayed(ctx, consumers.GroupMemberProjector, topics.Members, n)
+	}
+	return g.rebuildErr(err, "your memberships")
+}
+
+func (g *Gateway) rebuildErr(err error, what string) *protocol.Error {
 	switch {
 	case errors.Is(err, store.ErrReplaying):
-		return protocol.Errorf(protocol.CodeUnavailable, "the memberships of %s are being rebuilt (the server's Redis lost its data); retry in a few seconds", gid)
+		return protocol.Errorf(protocol.CodeUnavailable, "%s are being rebuilt (the server's Redis lost its data); retry in a few seconds", what)
 	case err != nil:
 		return g.unavailable("membership", err)
 	}
@@ -344,9 +358,18 @@ func pageCut(msgs []protocol.Message, before bool) []protocol.Message {
 }
 
 func (g *Gateway) sync(ctx context.Context, uid string, r *protocol.Request) (any, *protocol.Error) {
+	// Read between two checks, as wholeMembers: a list read while the
+	// member projector replays misses groups, and the client would pull
+	// none of their messages until its next sync.
+	if perr := g.rebuildingAny(ctx); perr != nil {
+		return nil, perr
+	}
 	groups, err := g.cfg.Redis.UserGroups(ctx, uid)
 	if err != nil {
 		return nil, g.unavailable("groups", err)
+	}
+	if perr := g.rebuildingAny(ctx); perr != nil {
+		return nil, perr
 	}
 	gids := make([]string, 0, len(groups))
 	for gid, m := range groups {
