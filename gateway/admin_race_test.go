@@ -125,3 +125,21 @@ func TestAMemberRemovedBeforeTheProjectionCannotSend(t *testing.T) {
 		t.Errorf("bob's send once added back: %v", f)
 	}
 }
+
+// A removal right after an add, before the member projector has the join,
+// is told to retry (unavailable), not that the member is not one (404):
+// they will be, once the join is projected, and the removal then works.
+func TestARemovalRightAfterAnAddIsToldToRetry(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g1", "alice")
+	e.parts["members"].stop() // the projection lags
+	if st, out := e.http("POST", "/v1/admin/groups/g1/members", adminToken, map[string]any{"uid": "carol"}); st != 200 {
+		t.Fatalf("add carol: %d %v", st, out)
+	}
+	if st, out := e.http("DELETE", "/v1/admin/groups/g1/members/carol", adminToken, nil); st != 503 || code(out) != string(protocol.CodeUnavailable) {
+		t.Errorf("remove carol right after her add: %d %v, want 503 unavailable", st, out)
+	}
+	e.runConsumer("members", e.parts["members"].mk)
+	e.waitMembers("g1", "carol")
+	e.removeMember("g1", "carol")
+}

@@ -288,6 +288,14 @@ func (g *Gateway) removeMember(ctx context.Context, r *http.Request) (any, *prot
 		return nil, perr
 	}
 	if m.State != store.MemberJoined {
+		// A join written but not yet projected: a member in a moment.
+		joining, err := g.cfg.Redis.Joining(ctx, gid, uid)
+		if err != nil {
+			return nil, g.unavailable("membership", err)
+		}
+		if joining {
+			return nil, protocol.Errorf(protocol.CodeUnavailable, "%s is being added to %s; retry the removal in a second", uid, gid)
+		}
 		return nil, protocol.Errorf(protocol.CodeNotFound, "%s is not a member of %s", uid, gid)
 	}
 	// A retry before the projection: a second leave, at a later head, would
