@@ -282,7 +282,8 @@ func (g *Gateway) removeMember(ctx context.Context, r *http.Request) (any, *prot
 	}
 	// While the memberships of gid are being rebuilt, uid may read as not
 	// a member, or as one who has not left yet: a leave written then would
-	// end their stretch later than it ended.
+	// end their stretch later than it ended. A leave written but not yet
+	// projected reads as projected (MarkLeaving), for the same reason.
 	var m store.Membership
 	if perr := g.wholeMembers(ctx, gid, func() (err error) { m, err = g.cfg.Redis.Membership(ctx, gid, uid); return err }); perr != nil {
 		return nil, perr
@@ -297,15 +298,6 @@ func (g *Gateway) removeMember(ctx context.Context, r *http.Request) (any, *prot
 			return nil, protocol.Errorf(protocol.CodeUnavailable, "%s is being added to %s; retry the removal in a second", uid, gid)
 		}
 		return nil, protocol.Errorf(protocol.CodeNotFound, "%s is not a member of %s", uid, gid)
-	}
-	// A retry before the projection: a second leave, at a later head, would
-	// be the one compaction keeps, and end the stretch later than it ended.
-	leaving, err := g.cfg.Redis.Leaving(ctx, gid, []string{uid})
-	if err != nil {
-		return nil, g.unavailable("membership", err)
-	}
-	if !stillJoined(m, leaving, uid) {
-		return map[string]any{"gid": gid, "removed": uid}, nil
 	}
 	ev, err := g.cfg.Producer.Leave(ctx, gid, uid, m.JoinedAt, "admin")
 	if err != nil {

@@ -224,20 +224,39 @@ func (r *Redis) ApplyMembers(ctx context.Context, ms []schema.Member) error {
 	return nil
 }
 
-// Membership returns the user's membership of the group.
+// Membership returns the user's membership of the group, with a leave
+// noted by MarkLeaving taken as projected.
 func (r *Redis) Membership(ctx context.Context, gid, uid string) (Membership, error) {
-	s, err := r.client.HGet(ctx, membersKey(gid), uid).Result()
-	if errors.Is(err, redis.Nil) {
+	var member, leaving *redis.StringCmd
+	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		member = p.HGet(ctx, membersKey(gid), uid)
+		leaving = p.Get(ctx, leavingKey(gid, uid))
+		return nil
+	})
+	if errors.Is(member.Err(), redis.Nil) {
 		return Membership{State: MemberNone}, nil
 	}
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return Membership{}, fmt.Errorf("store: membership of %q in %q: %w", uid, gid, err)
+	}
+	m, err := parseMembership(member.Val())
 	if err != nil {
 		return Membership{}, fmt.Errorf("store: membership of %q in %q: %w", uid, gid, err)
 	}
-	m, err := parseMembership(s)
-	if err != nil {
-		return Membership{}, fmt.Errorf("store: membership of %q in %q: %w", uid, gid, err)
+	return m.withLeave(leaving.Val()), nil
+}
+
+// withLeave returns m with the leave noted by MarkLeaving ("<joinPos>:
+// <leftPos>", or "" for none) taken as projected, if it ends m's stretch.
+func (m Membership) withLeave(note string) Membership {
+	if note == "" || m.State != MemberJoined {
+		return m
 	}
-	return m, nil
+	l, err := parseMembership("l:" + note)
+	if err != nil || l.JoinedAt != m.JoinedAt {
+		return m
+	}
+	return l
 }
 
 // Members returns every user who ever joined the group (left ones too), by
