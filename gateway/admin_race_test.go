@@ -179,3 +179,24 @@ func TestAMemberRemovedBeforeTheProjectionSeesNothingAfter(t *testing.T) {
 		t.Errorf("bob's ack of msgid %d, sent after his removal: %v, want left_group", after, f)
 	}
 }
+
+// A member removed and added back, before the member projector has the
+// new join, is told to retry a send (unavailable), not that they left,
+// which clients give up on.
+func TestAMemberAddedBackBeforeTheProjectionIsToldToRetry(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g1", "alice", "bob")
+	bob := e.login(0, "bob")
+	e.removeMember("g1", "bob")
+	e.parts["members"].stop() // the projection lags
+	if st, out := e.http("POST", "/v1/admin/groups/g1/members", adminToken, map[string]any{"uid": "bob"}); st != 200 || fmt.Sprint(out["added"]) != "[bob]" {
+		t.Fatalf("add bob back: %d %v", st, out)
+	}
+	if f := bob.call(map[string]any{"op": "send", "gid": "g1", "cmid": "b1", "body": "back"}); code(f) != string(protocol.CodeUnavailable) {
+		t.Errorf("bob's send right after he was added back: %v, want unavailable (retry)", f)
+	}
+	e.runConsumer("members", e.parts["members"].mk)
+	waitFor(t, "bob's send once his join is projected", 10*time.Second, func() bool {
+		return bob.call(map[string]any{"op": "send", "gid": "g1", "cmid": "b1", "body": "back"})["op"] == "accepted"
+	})
+}

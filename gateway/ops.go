@@ -148,7 +148,7 @@ func (g *Gateway) send(ctx context.Context, uid string, r *protocol.Request) (an
 			return nil, perr
 		}
 		if c.Member.State != store.MemberJoined {
-			return nil, protocol.Errorf(protocol.CodeLeft, "you left %s; you cannot send to it", r.Gid)
+			return nil, g.leftSender(ctx, r.Gid, uid)
 		}
 		if c.State == store.SendClaimed {
 			break
@@ -194,6 +194,20 @@ func (g *Gateway) send(ctx context.Context, uid string, r *protocol.Request) (an
 		g.log.Info("a resend was produced twice; answering with the first record", "gid", r.Gid, "cmid", r.Cmid, "first", first, "second", id)
 	}
 	return accepted(first), nil
+}
+
+// leftSender refuses a send of uid, who left gid, unless uid's join back
+// is written but not yet projected: then the answer is unavailable, which
+// clients retry, not left_group, which they give up on.
+func (g *Gateway) leftSender(ctx context.Context, gid, uid string) *protocol.Error {
+	joining, err := g.cfg.Redis.Joining(ctx, gid, uid)
+	if err != nil {
+		return g.unavailable("membership", err)
+	}
+	if joining {
+		return protocol.Errorf(protocol.CodeUnavailable, "you are being added back to %s; retry in a second", gid)
+	}
+	return protocol.Errorf(protocol.CodeLeft, "you left %s; you cannot send to it", gid)
 }
 
 // holdSend renews the send claim of (gid, uid, cmid) every third of
