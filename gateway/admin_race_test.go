@@ -1,8 +1,11 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -198,5 +201,67 @@ func TestAMemberAddedBackBeforeTheProjectionIsToldToRetry(t *testing.T) {
 	e.runConsumer("members", e.parts["members"].mk)
 	waitFor(t, "bob's send once his join is projected", 10*time.Second, func() bool {
 		return bob.call(map[string]any{"op": "send", "gid": "g1", "cmid": "b1", "body": "back"})["op"] == "accepted"
+	})
+}
+
+// An admin tool that retries a large create group while the first call
+// still runs, and then gives the first one up (its timeout), gets every
+// member added: the joins the first call had noted but not yet written are
+// not dropped after the retry, finding them noted, answered without them.
+func TestACreateGroupRetriedWhileRunningAndGivenUpAddsEveryMember(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.waitReplayed("big")
+	members := make([]string, 3000)
+	for i := range members {
+		members[i] = fmt.Sprint("u", i)
+	}
+	body, _ := json.Marshal(map[string]any{"gid": "big", "members": members})
+	post := func(ctx context.Context) (*http.Response, error) {
+		req, _ := http.NewRequestWithContext(ctx, "POST", e.gws[0].srv.URL+"/v1/admin/groups", bytes.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		return http.DefaultClient.Do(req)
+	}
+	first, giveUp := context.WithCancel(context.Background())
+	firstDone := make(chan error, 1)
+	go func() {
+		resp, err := post(first)
+		if err == nil {
+			resp.Body.Close()
+		}
+		firstDone <- err
+	}()
+	waitFor(t, "the first call to note its joins", 10*time.Second, func() bool {
+		n, _ := e.rc.Exists(context.Background(), "chat:{big}:joining:u2999").Result()
+		return n == 1
+	})
+	retryDone := make(chan *http.Response, 1)
+	go func() {
+		resp, err := post(context.Background())
+		if err != nil {
+			t.Error(err)
+		}
+		retryDone <- resp
+	}()
+	resp := <-retryDone // answered at once: every uid is noted
+	if resp == nil {
+		t.FailNow()
+	}
+	resp.Body.Close()
+	giveUp()
+	if err := <-firstDone; err == nil {
+		t.Fatal("the first call was answered before it was given up; the test needs it running then")
+	}
+	if resp.StatusCode != 200 {
+		t.Fatalf("the retried create group: %s", resp.Status)
+	}
+	waitFor(t, "every member of big", 30*time.Second, func() bool {
+		ms, err := e.redis.Members(context.Background(), "big")
+		n := 0
+		for _, m := range ms {
+			if m.State == store.MemberJoined {
+				n++
+			}
+		}
+		return err == nil && n == len(members)
 	})
 }

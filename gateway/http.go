@@ -233,12 +233,15 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 	if err != nil {
 		return nil, g.unavailable("membership", err)
 	}
+	// Once noted, the joins are written even if the caller goes away: a
+	// retry meanwhile finds them noted and answers without them.
+	wctx := context.WithoutCancel(ctx)
 	var added []string
 	for i, uid := range join {
 		if !fresh[i] {
 			continue // being joined by a call just before
 		}
-		if _, err := g.cfg.Producer.Join(ctx, gid, uid, "admin"); err != nil {
+		if _, err := g.cfg.Producer.Join(wctx, gid, uid, "admin"); err != nil {
 			g.cfg.Redis.ClearJoining(context.WithoutCancel(ctx), gid, unjoined(join, fresh, i)...)
 			return nil, g.unavailable("membership change", err)
 		}
