@@ -121,6 +121,9 @@ func newEnv(t *testing.T, o envOpts) *env {
 	})
 	e.runConsumer("notifier-pushes", func() (func(context.Context) error, error) { return notifier.Run, nil })
 	e.startFanout()
+	for part := range 4 { // as a deployment is ready (/readyz) only once they have
+		e.waitReplayedPart(part)
+	}
 	for i := 0; i < max(o.gateways, 1); i++ {
 		e.addGateway(i, o.tune)
 	}
@@ -247,8 +250,14 @@ func (e *env) group(gid string, members ...string) {
 // its projections have: until then administration of gid is unavailable.
 func (e *env) waitReplayed(gid string) {
 	e.t.Helper()
-	part := topics.Partition(gid, 4)
-	waitFor(e.t, "memberships of "+gid+" replayed", 20*time.Second, func() bool {
+	e.waitReplayedPart(topics.Partition(gid, 4))
+}
+
+// waitReplayedPart waits until the member projector has replayed partition
+// part of chat.members.
+func (e *env) waitReplayedPart(part int) {
+	e.t.Helper()
+	waitFor(e.t, fmt.Sprint("memberships of partition ", part, " replayed"), 20*time.Second, func() bool {
 		return e.redis.CheckReplayed(context.Background(), consumers.GroupMemberProjector, topics.Members, part) == nil
 	})
 }

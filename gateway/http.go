@@ -212,12 +212,18 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 	if perr := g.wholeMembers(ctx, gid, func() (err error) { current, err = g.cfg.Redis.Members(ctx, gid); return err }); perr != nil {
 		return nil, perr
 	}
+	// A leave written but not yet projected reads as joined: an add after
+	// it is a join all the same.
+	leaving, err := g.cfg.Redis.Leaving(ctx, gid, uids)
+	if err != nil {
+		return nil, g.unavailable("membership", err)
+	}
 	var join []string
 	for _, uid := range uids {
 		if err := schema.ValidID(uid); err != nil {
 			return nil, protocol.Errorf(protocol.CodeInvalid, "member %q: %v", uid, err)
 		}
-		if current[uid].State != store.MemberJoined && !slices.Contains(join, uid) { // a uid named twice joins once
+		if !stillJoined(current[uid], leaving, uid) && !slices.Contains(join, uid) { // a uid named twice joins once
 			join = append(join, uid)
 		}
 	}
@@ -227,18 +233,31 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 	if err != nil {
 		return nil, g.unavailable("membership", err)
 	}
+	// Once noted, the joins are written even if the caller goes away: a
+	// retry meanwhile finds them noted and answers without them.
+	wctx := context.WithoutCancel(ctx)
 	var added []string
 	for i, uid := range join {
 		if !fresh[i] {
 			continue // being joined by a call just before
 		}
-		if _, err := g.cfg.Producer.Join(ctx, gid, uid, "admin"); err != nil {
+		if _, err := g.cfg.Producer.Join(wctx, gid, uid, "admin"); err != nil {
 			g.cfg.Redis.ClearJoining(context.WithoutCancel(ctx), gid, unjoined(join, fresh, i)...)
 			return nil, g.unavailable("membership change", err)
 		}
 		added = append(added, uid)
 	}
+	if err := g.cfg.Redis.ClearLeaving(context.WithoutCancel(ctx), gid, added...); err != nil {
+		g.log.Warn("cannot clear the notes of leaves that joins followed", "gid", gid, "err", err)
+	}
 	return map[string]any{"gid": gid, "added": added}, nil
+}
+
+// stillJoined reports whether m, uid's projected membership, is a stretch that
+// no leave noted in leaving (Redis.Leaving) has ended yet.
+func stillJoined(m store.Membership, leaving map[string]store.Membership, uid string) bool {
+	l, ok := leaving[uid]
+	return m.State == store.MemberJoined && !(ok && l.JoinedAt == m.JoinedAt)
 }
 
 // joiningFor is how long a join written is taken as done before the member
@@ -266,20 +285,30 @@ func (g *Gateway) removeMember(ctx context.Context, r *http.Request) (any, *prot
 	}
 	// While the memberships of gid are being rebuilt, uid may read as not
 	// a member, or as one who has not left yet: a leave written then would
-	// end their stretch later than it ended.
+	// end their stretch later than it ended. A leave written but not yet
+	// projected reads as projected (MarkLeaving), for the same reason.
 	var m store.Membership
 	if perr := g.wholeMembers(ctx, gid, func() (err error) { m, err = g.cfg.Redis.Membership(ctx, gid, uid); return err }); perr != nil {
 		return nil, perr
 	}
 	if m.State != store.MemberJoined {
+		// A join written but not yet projected: a member in a moment.
+		joining, err := g.cfg.Redis.Joining(ctx, gid, uid)
+		if err != nil {
+			return nil, g.unavailable("membership", err)
+		}
+		if joining {
+			return nil, protocol.Errorf(protocol.CodeUnavailable, "%s is being added to %s; retry the removal in a second", uid, gid)
+		}
 		return nil, protocol.Errorf(protocol.CodeNotFound, "%s is not a member of %s", uid, gid)
 	}
-	if _, err := g.cfg.Producer.Leave(ctx, gid, uid, m.JoinedAt, "admin"); err != nil {
+	ev, err := g.cfg.Producer.Leave(ctx, gid, uid, m.JoinedAt, "admin")
+	if err != nil {
 		return nil, g.unavailable("membership change", err)
 	}
 	// A join after this leave is a new one, however soon it comes.
-	if err := g.cfg.Redis.ClearJoining(ctx, gid, uid); err != nil {
-		g.log.Warn("cannot clear the note of a join; a new join of the member waits until it expires", "gid", gid, "uid", uid, "after", joiningFor, "err", err)
+	if err := g.cfg.Redis.MarkLeaving(ctx, gid, uid, m.JoinedAt, ev.Pos, joiningFor); err != nil {
+		g.log.Warn("cannot note a leave; a new join of the member waits until the leave is projected and the note of their join expires", "gid", gid, "uid", uid, "after", joiningFor, "err", err)
 	}
 	return map[string]any{"gid": gid, "removed": uid}, nil
 }

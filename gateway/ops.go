@@ -49,18 +49,26 @@ func (g *Gateway) member(ctx context.Context, uid, gid string) (store.Membership
 	if err != nil {
 		return m, g.unavailable("membership", err)
 	}
-	return m, g.notMember(ctx, m, gid)
+	return m, g.notMember(ctx, m, gid, uid)
 }
 
-// notMember refuses one who never joined gid, unless gid's memberships are
-// being rebuilt (see rebuilding): then the answer is unavailable, which
-// clients retry, not not_member, which they give up on.
-func (g *Gateway) notMember(ctx context.Context, m store.Membership, gid string) *protocol.Error {
+// notMember refuses uid, one who never joined gid, unless gid's memberships
+// are being rebuilt (see rebuilding) or uid's join is written but not yet
+// projected: then the answer is unavailable, which clients retry, not
+// not_member, which they give up on.
+func (g *Gateway) notMember(ctx context.Context, m store.Membership, gid, uid string) *protocol.Error {
 	if m.State != store.MemberNone {
 		return nil
 	}
 	if perr := g.rebuilding(ctx, gid); perr != nil {
 		return perr
+	}
+	joining, err := g.cfg.Redis.Joining(ctx, gid, uid)
+	if err != nil {
+		return g.unavailable("membership", err)
+	}
+	if joining {
+		return protocol.Errorf(protocol.CodeUnavailable, "you are being added to %s; retry in a second", gid)
 	}
 	return protocol.Errorf(protocol.CodeNotMember, "you are not a member of %s; ask an admin or a member to add you", gid)
 }
@@ -89,9 +97,23 @@ func (g *Gateway) rebuilding(ctx context.Context, gid string) *protocol.Error {
 	if err == nil {
 		err = g.cfg.Redis.CheckReplayed(ctx, consumers.GroupMemberProjector, topics.Members, part)
 	}
+	return g.rebuildErr(err, "the memberships of "+gid)
+}
+
+// rebuildingAny is rebuilding of every group: a user's groups lie in every
+// partition of chat.members.
+func (g *Gateway) rebuildingAny(ctx context.Context) *protocol.Error {
+	n, err := g.cfg.Producer.Partitions(ctx, topics.Members)
+	if err == nil {
+		err = g.cfg.Redis.CheckAllReplayed(ctx, consumers.GroupMemberProjector, topics.Members, n)
+	}
+	return g.rebuildErr(err, "your memberships")
+}
+
+func (g *Gateway) rebuildErr(err error, what string) *protocol.Error {
 	switch {
 	case errors.Is(err, store.ErrReplaying):
-		return protocol.Errorf(protocol.CodeUnavailable, "the memberships of %s are being rebuilt (the server's Redis lost its data); retry in a few seconds", gid)
+		return protocol.Errorf(protocol.CodeUnavailable, "%s are being rebuilt (the server's Redis lost its data); retry in a few seconds", what)
 	case err != nil:
 		return g.unavailable("membership", err)
 	}
@@ -122,11 +144,11 @@ func (g *Gateway) send(ctx context.Context, uid string, r *protocol.Request) (an
 			// since (the answer to the first send was lost).
 			return accepted(c.MsgID), nil
 		}
-		if perr := g.notMember(ctx, c.Member, r.Gid); perr != nil {
+		if perr := g.notMember(ctx, c.Member, r.Gid, uid); perr != nil {
 			return nil, perr
 		}
 		if c.Member.State != store.MemberJoined {
-			return nil, protocol.Errorf(protocol.CodeLeft, "you left %s; you cannot send to it", r.Gid)
+			return nil, g.leftSender(ctx, r.Gid, uid)
 		}
 		if c.State == store.SendClaimed {
 			break
@@ -174,6 +196,20 @@ func (g *Gateway) send(ctx context.Context, uid string, r *protocol.Request) (an
 	return accepted(first), nil
 }
 
+// leftSender refuses a send of uid, who left gid, unless uid's join back
+// is written but not yet projected: then the answer is unavailable, which
+// clients retry, not left_group, which they give up on.
+func (g *Gateway) leftSender(ctx context.Context, gid, uid string) *protocol.Error {
+	joining, err := g.cfg.Redis.Joining(ctx, gid, uid)
+	if err != nil {
+		return g.unavailable("membership", err)
+	}
+	if joining {
+		return protocol.Errorf(protocol.CodeUnavailable, "you are being added back to %s; retry in a second", gid)
+	}
+	return protocol.Errorf(protocol.CodeLeft, "you left %s; you cannot send to it", gid)
+}
+
 // holdSend renews the send claim of (gid, uid, cmid) every third of
 // sendInflight until the returned stop is called, so that a produce slower
 // than the claim does not let a resend produce a second record.
@@ -210,7 +246,7 @@ func (g *Gateway) cursor(ctx context.Context, uid string, r *protocol.Request) (
 		return nil, g.unavailable("cursors", err)
 	}
 	m := cur.Member
-	if perr := g.notMember(ctx, m, r.Gid); perr != nil {
+	if perr := g.notMember(ctx, m, r.Gid, uid); perr != nil {
 		return nil, perr
 	}
 	upto := *r.Upto
@@ -336,9 +372,18 @@ func pageCut(msgs []protocol.Message, before bool) []protocol.Message {
 }
 
 func (g *Gateway) sync(ctx context.Context, uid string, r *protocol.Request) (any, *protocol.Error) {
+	// Read between two checks, as wholeMembers: a list read while the
+	// member projector replays misses groups, and the client would pull
+	// none of their messages until its next sync.
+	if perr := g.rebuildingAny(ctx); perr != nil {
+		return nil, perr
+	}
 	groups, err := g.cfg.Redis.UserGroups(ctx, uid)
 	if err != nil {
 		return nil, g.unavailable("groups", err)
+	}
+	if perr := g.rebuildingAny(ctx); perr != nil {
+		return nil, perr
 	}
 	gids := make([]string, 0, len(groups))
 	for gid, m := range groups {

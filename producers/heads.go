@@ -181,6 +181,11 @@ func (p *Producer) Partition(ctx context.Context, topic, gid string) (int, error
 	return topics.Partition(gid, n), nil
 }
 
+// Partitions returns the partition count of topic.
+func (p *Producer) Partitions(ctx context.Context, topic string) (int, error) {
+	return p.partitions(ctx, topic)
+}
+
 func (p *Producer) partitions(ctx context.Context, topic string) (int, error) {
 	p.mu.Lock()
 	n := p.parts[topic]

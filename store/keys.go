@@ -19,6 +19,7 @@ import "strconv"
 //	chat:{<gid>}:ack                       ZSET    member uid, score last_ack msgid (written with ZADD GT)
 //	chat:{<gid>}:read                      ZSET    member uid, score last_read msgid (written with ZADD GT)
 //	chat:{<gid>}:joining:<uid>             STRING  "1", expiring: a join of uid is being written (MarkJoining)
+//	chat:{<gid>}:leaving:<uid>             STRING  "<joinPos>:<leftPos>", expiring: a leave of uid was written (MarkLeaving)
 //	chat:{<gid>}:members                   HASH    uid -> membership: "j:<joinPos>" or "l:<joinPos>:<leftPos>"
 //	chat:{u:<uid>}:groups                  HASH    gid -> the same membership value: the user's groups
 //	chat:offsets:<consumer>                HASH    "<topic>/<partition>" -> next offset to read;
@@ -54,6 +55,8 @@ func claimKey(gid, sender, clientMsgID string) string {
 }
 
 func joiningKey(gid, uid string) string { return groupPrefix(gid) + "joining:" + uid }
+
+func leavingKey(gid, uid string) string { return groupPrefix(gid) + "leaving:" + uid }
 
 func userGroupsKey(uid string) string { return "chat:{u:" + uid + "}:groups" }
 

@@ -132,6 +132,26 @@ func (r *Redis) CheckReplayed(ctx context.Context, consumer, topic string, part 
 	return nil
 }
 
+// CheckAllReplayed is CheckReplayed of partitions 0 to parts-1 of topic, in
+// one round trip: for a reader whose answer rests on every partition (a
+// user's groups lie in all of them).
+func (r *Redis) CheckAllReplayed(ctx context.Context, consumer, topic string, parts int) error {
+	fields := make([]string, parts)
+	for i := range fields {
+		fields[i] = replayedField(topic, i)
+	}
+	vals, err := r.client.HMGet(ctx, offsetsKey(consumer), fields...).Result()
+	if err != nil {
+		return fmt.Errorf("store: replay marks of %q on %s: %w", consumer, topic, err)
+	}
+	for i, v := range vals {
+		if v == nil {
+			return fmt.Errorf("%s on %s/%d: %w", consumer, topic, i, ErrReplaying)
+		}
+	}
+	return nil
+}
+
 // Origin is where a consumer's state of a partition began: the offset of the
 // first record it handled from a claimed start (see AdvanceOffset), and
 // that record's sent_at (unix ms). Offset 0: the state holds every record

@@ -224,20 +224,39 @@ func (r *Redis) ApplyMembers(ctx context.Context, ms []schema.Member) error {
 	return nil
 }
 
-// Membership returns the user's membership of the group.
+// Membership returns the user's membership of the group, with a leave
+// noted by MarkLeaving taken as projected.
 func (r *Redis) Membership(ctx context.Context, gid, uid string) (Membership, error) {
-	s, err := r.client.HGet(ctx, membersKey(gid), uid).Result()
-	if errors.Is(err, redis.Nil) {
+	var member, leaving *redis.StringCmd
+	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		member = p.HGet(ctx, membersKey(gid), uid)
+		leaving = p.Get(ctx, leavingKey(gid, uid))
+		return nil
+	})
+	if errors.Is(member.Err(), redis.Nil) {
 		return Membership{State: MemberNone}, nil
 	}
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return Membership{}, fmt.Errorf("store: membership of %q in %q: %w", uid, gid, err)
+	}
+	m, err := parseMembership(member.Val())
 	if err != nil {
 		return Membership{}, fmt.Errorf("store: membership of %q in %q: %w", uid, gid, err)
 	}
-	m, err := parseMembership(s)
-	if err != nil {
-		return Membership{}, fmt.Errorf("store: membership of %q in %q: %w", uid, gid, err)
+	return m.withLeave(leaving.Val()), nil
+}
+
+// withLeave returns m with the leave noted by MarkLeaving ("<joinPos>:
+// <leftPos>", or "" for none) taken as projected, if it ends m's stretch.
+func (m Membership) withLeave(note string) Membership {
+	if note == "" || m.State != MemberJoined {
+		return m
 	}
-	return m, nil
+	l, err := parseMembership("l:" + note)
+	if err != nil || l.JoinedAt != m.JoinedAt {
+		return m
+	}
+	return l
 }
 
 // Members returns every user who ever joined the group (left ones too), by
@@ -300,6 +319,16 @@ func (r *Redis) MarkJoining(ctx context.Context, gid string, uids []string, ttl 
 	return fresh, nil
 }
 
+// Joining reports whether a join of uid to gid was noted by MarkJoining
+// within its ttl and not cleared since.
+func (r *Redis) Joining(ctx context.Context, gid, uid string) (bool, error) {
+	n, err := r.client.Exists(ctx, joiningKey(gid, uid)).Result()
+	if err != nil {
+		return false, fmt.Errorf("store: join of %s to %s: %w", uid, gid, err)
+	}
+	return n == 1, nil
+}
+
 // ClearJoining drops the notes of MarkJoining: the join was not written,
 // or the member is being removed, after which a join is a new one.
 func (r *Redis) ClearJoining(ctx context.Context, gid string, uids ...string) error {
@@ -312,6 +341,69 @@ func (r *Redis) ClearJoining(ctx context.Context, gid string, uids ...string) er
 	}
 	if err := r.client.Del(ctx, keys...).Err(); err != nil {
 		return fmt.Errorf("store: clear joins to %s: %w", gid, err)
+	}
+	return nil
+}
+
+// MarkLeaving notes, for ttl, that a leave of uid from gid was written,
+// ending their stretch that began at joined at the group position pos, and
+// drops the note of their join (MarkJoining), after which a join is a new
+// one. Until the member projector has the leave, uid reads as a member from
+// joined: an add of uid then is a join all the same, a second removal
+// writes no second leave (Leaving), and a send is refused (BeginSend). A
+// join written after the leave drops the note (ClearLeaving).
+func (r *Redis) MarkLeaving(ctx context.Context, gid, uid string, joined, pos int64, ttl time.Duration) error {
+	err := r.execPipe(ctx, func(p redis.Pipeliner) {
+		p.Del(ctx, joiningKey(gid, uid))
+		p.Set(ctx, leavingKey(gid, uid), strconv.FormatInt(joined, 10)+":"+strconv.FormatInt(pos, 10), ttl)
+	})
+	if err != nil {
+		return fmt.Errorf("store: mark the leave of %s from %s: %w", uid, gid, err)
+	}
+	return nil
+}
+
+// Leaving returns, of uids, those whose leave from gid MarkLeaving noted
+// within its ttl, with the membership each leave makes.
+func (r *Redis) Leaving(ctx context.Context, gid string, uids []string) (map[string]Membership, error) {
+	out := make(map[string]Membership)
+	if len(uids) == 0 {
+		return out, nil
+	}
+	keys := make([]string, len(uids))
+	for i, uid := range uids {
+		keys[i] = leavingKey(gid, uid) // one slot: the keys of a group share its hash tag
+	}
+	vals, err := r.client.MGet(ctx, keys...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: leaves from %s: %w", gid, err)
+	}
+	for i, v := range vals {
+		if v == nil {
+			continue
+		}
+		s, _ := v.(string)
+		m, err := parseMembership("l:" + s)
+		if err != nil {
+			return nil, fmt.Errorf("store: leave of %s from %s: %w", uids[i], gid, err)
+		}
+		out[uids[i]] = m
+	}
+	return out, nil
+}
+
+// ClearLeaving drops the notes of MarkLeaving: a join was written after the
+// leave.
+func (r *Redis) ClearLeaving(ctx context.Context, gid string, uids ...string) error {
+	if len(uids) == 0 {
+		return nil
+	}
+	keys := make([]string, len(uids))
+	for i, uid := range uids {
+		keys[i] = leavingKey(gid, uid)
+	}
+	if err := r.client.Del(ctx, keys...).Err(); err != nil {
+		return fmt.Errorf("store: clear leaves from %s: %w", gid, err)
 	}
 	return nil
 }

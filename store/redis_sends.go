@@ -29,9 +29,14 @@ type SendClaim struct {
 // The gateway's send claims make a resend answer with the msgid of the
 // first send instead of producing again. They are a fast path: the
 // persister's claims (ClaimSends) remain the authority on duplicates.
-// KEYS: send claim, the group's members; ARGV: inflight (ms), uid.
+// KEYS: send claim, the group's members, the note of uid's leave
+// (MarkLeaving); ARGV: inflight (ms), uid. A leave noted but not yet
+// projected ends the stretch it names.
 var beginSendScript = redis.NewScript(`
 local m = redis.call('HGET', KEYS[2], ARGV[2])
+local l = redis.call('GET', KEYS[3])
+local j = l and string.match(l, '^(%-?%d+):')
+if m and j and m == 'j:' .. j then m = 'l:' .. l end
 local v = redis.call('GET', KEYS[1])
 if not m or string.sub(m, 1, 1) ~= 'j' then return {m or '', v or ''} end
 if v then return {m, v} end
@@ -43,10 +48,11 @@ return {m, ''}
 // (gid, uid, cmid) for a send about to be produced, in one round trip; the
 // claim expires after inflight unless ExtendSend renews it or FinishSend or
 // AbortSend ends it. A send accepted before is SendDone also when uid has
-// left since: its resend is answered with the first send's msgid.
+// left since: its resend is answered with the first send's msgid. A leave
+// noted by MarkLeaving counts as projected.
 func (r *Redis) BeginSend(ctx context.Context, gid, uid, cmid string, inflight time.Duration) (SendClaim, error) {
 	out := SendClaim{Member: Membership{State: MemberNone}, MsgID: -1}
-	v, err := beginSendScript.Run(ctx, r.client, []string{sendKey(gid, uid, cmid), membersKey(gid)}, inflight.Milliseconds(), uid).StringSlice()
+	v, err := beginSendScript.Run(ctx, r.client, []string{sendKey(gid, uid, cmid), membersKey(gid), leavingKey(gid, uid)}, inflight.Milliseconds(), uid).StringSlice()
 	if err != nil {
 		return out, fmt.Errorf("store: begin send: %w", err)
 	}

@@ -85,15 +85,18 @@ type CursorState struct {
 	Read   int64 // -1: none
 }
 
-// CursorState returns uid's CursorState in gid in one round trip.
+// CursorState returns uid's CursorState in gid in one round trip, with a
+// leave noted by MarkLeaving taken as projected.
 func (r *Redis) CursorState(ctx context.Context, gid, uid string) (CursorState, error) {
 	var (
 		member    *redis.StringCmd
+		leaving   *redis.StringCmd
 		head      *redis.StringCmd
 		ack, read *redis.FloatCmd
 	)
 	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		member = p.HGet(ctx, membersKey(gid), uid)
+		leaving = p.Get(ctx, leavingKey(gid, uid))
 		head = p.Get(ctx, headKey(gid))
 		ack = p.ZScore(ctx, ackKey(gid), uid)
 		read = p.ZScore(ctx, readKey(gid), uid)
@@ -107,6 +110,7 @@ func (r *Redis) CursorState(ctx context.Context, gid, uid string) (CursorState, 
 		if st.Member, err = parseMembership(v); err != nil {
 			return CursorState{}, fmt.Errorf("store: membership of %q in %q: %w", uid, gid, err)
 		}
+		st.Member = st.Member.withLeave(leaving.Val())
 	}
 	h, ok, err := optionalMsgID(head)
 	if err != nil {
