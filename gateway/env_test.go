@@ -381,6 +381,22 @@ func (e *env) dial(gwi int, query string) *raw {
 }
 
 // login dials with a token for uid and reads the authed frame.
+// wipeMemberships stops the member projector and wipes Redis, then claims
+// every partition of chat.members as the projector does when it notices
+// the wipe: the memberships are being rebuilt until it runs again.
+func (e *env) wipeMemberships() {
+	e.t.Helper()
+	e.parts["members"].stop()
+	if err := e.rc.FlushAll(context.Background()).Err(); err != nil {
+		e.t.Fatal(err)
+	}
+	for part := range 4 {
+		if ok, err := e.redis.AdvanceOffset(context.Background(), consumers.GroupMemberProjector, topics.Members, part, -1, kafka.FirstOffset); !ok || err != nil {
+			e.t.Fatalf("claiming partition %d: %v, %v", part, ok, err)
+		}
+	}
+}
+
 func (e *env) login(gwi int, uid string) *raw {
 	r := e.dial(gwi, "?token="+e.token(uid))
 	if f := r.read(); f["op"] != protocol.OpAuthed || f["uid"] != uid {

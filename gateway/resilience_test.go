@@ -193,15 +193,7 @@ func TestMembershipsBeingRebuiltAreNotChangedByAdministration(t *testing.T) {
 		t.Fatalf("send: %v", f)
 	}
 
-	e.parts["members"].stop()
-	if err := e.rc.FlushAll(context.Background()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	for part := range 4 { // as the projector does when it notices the wipe
-		if ok, err := e.redis.AdvanceOffset(context.Background(), consumers.GroupMemberProjector, topics.Members, part, -1, kafka.FirstOffset); !ok || err != nil {
-			t.Fatalf("claiming partition %d: %v, %v", part, ok, err)
-		}
-	}
+	e.wipeMemberships()
 	ends := e.topicEndsOf(topics.Members)
 	for _, c := range []struct {
 		method, path, token string

@@ -1,17 +1,12 @@
 package gateway
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-
-	"github.com/groupchat/chatd/consumers"
 	"github.com/groupchat/chatd/protocol"
-	"github.com/groupchat/chatd/topics"
 )
 
 // A login's sync while the memberships are being rebuilt (Redis lost its
@@ -25,15 +20,7 @@ func TestASyncWhileMembershipsAreRebuiltIsUnavailable(t *testing.T) {
 	if f := alice.call(map[string]any{"op": "sync"}); fmt.Sprint(f["groups"]) == "[]" {
 		t.Fatalf("sync before the loss: %v, want g1", f)
 	}
-	e.parts["members"].stop()
-	if err := e.rc.FlushAll(context.Background()).Err(); err != nil {
-		t.Fatal(err)
-	}
-	for part := range 4 { // as the projector does when it notices the wipe
-		if ok, err := e.redis.AdvanceOffset(context.Background(), consumers.GroupMemberProjector, topics.Members, part, -1, kafka.FirstOffset); !ok || err != nil {
-			t.Fatalf("claiming partition %d: %v, %v", part, ok, err)
-		}
-	}
+	e.wipeMemberships()
 	f := alice.call(map[string]any{"op": "sync"})
 	if code(f) != string(protocol.CodeUnavailable) || !strings.Contains(fmt.Sprint(f["message"]), "being rebuilt") {
 		t.Errorf("sync while the memberships are rebuilt: %v, want unavailable saying they are being rebuilt", f)
