@@ -63,14 +63,22 @@ func (g *Gateway) notMember(ctx context.Context, m store.Membership, gid, uid st
 	if perr := g.rebuilding(ctx, gid); perr != nil {
 		return perr
 	}
+	return g.unlessJoining(ctx, gid, uid, "added to",
+		protocol.Errorf(protocol.CodeNotMember, "you are not a member of %s; ask an admin or a member to add you", gid))
+}
+
+// unlessJoining returns refusal, or, while uid's join of gid is written
+// but not yet projected, unavailable ("you are being <added> gid"), which
+// clients retry.
+func (g *Gateway) unlessJoining(ctx context.Context, gid, uid, added string, refusal *protocol.Error) *protocol.Error {
 	joining, err := g.cfg.Redis.Joining(ctx, gid, uid)
 	if err != nil {
 		return g.unavailable("membership", err)
 	}
 	if joining {
-		return protocol.Errorf(protocol.CodeUnavailable, "you are being added to %s; retry in a second", gid)
+		return protocol.Errorf(protocol.CodeUnavailable, "you are being %s %s; retry in a second", added, gid)
 	}
-	return protocol.Errorf(protocol.CodeNotMember, "you are not a member of %s; ask an admin or a member to add you", gid)
+	return refusal
 }
 
 // wholeMembers runs read, a read of gid's memberships that a change will
@@ -200,14 +208,8 @@ func (g *Gateway) send(ctx context.Context, uid string, r *protocol.Request) (an
 // is written but not yet projected: then the answer is unavailable, which
 // clients retry, not left_group, which they give up on.
 func (g *Gateway) leftSender(ctx context.Context, gid, uid string) *protocol.Error {
-	joining, err := g.cfg.Redis.Joining(ctx, gid, uid)
-	if err != nil {
-		return g.unavailable("membership", err)
-	}
-	if joining {
-		return protocol.Errorf(protocol.CodeUnavailable, "you are being added back to %s; retry in a second", gid)
-	}
-	return protocol.Errorf(protocol.CodeLeft, "you left %s; you cannot send to it", gid)
+	return g.unlessJoining(ctx, gid, uid, "added back to",
+		protocol.Errorf(protocol.CodeLeft, "you left %s; you cannot send to it", gid))
 }
 
 // holdSend renews the send claim of (gid, uid, cmid) every third of
