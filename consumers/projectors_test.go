@@ -135,12 +135,12 @@ func TestMembersJoinAtTheHeadAndLeaveAtTheirPosition(t *testing.T) {
 		// The user index is written after the group's membership (a
 		// second round trip): wait for both.
 		waitFor(t, "membership", 20*time.Second, func() bool {
-			a, _ := p.redis.Membership(ctx, "g1", "alice")
+			a, _ := p.redis.Membership(ctx, "g1", "alice", nil)
 			groups, _ := p.redis.UserGroups(ctx, "bob")
 			_, indexed := groups["g1"]
 			return a.State == store.MemberJoined && a.JoinedAt == m3 && indexed
 		})
-		b, _ := p.redis.Membership(ctx, "g1", "bob")
+		b, _ := p.redis.Membership(ctx, "g1", "bob", nil)
 		if b.State != store.MemberJoined || b.JoinedAt != m1 || b.Sees(m1) || !b.Sees(m2) {
 			t.Fatalf("bob = %+v: want joined at %d, seeing %d but not %d", b, m1, m2, m1)
 		}
@@ -291,10 +291,10 @@ func TestAFormerMembersStretchSurvivesCompactionOfTheirJoin(t *testing.T) {
 	}
 	p.memberProjector(t)
 	waitFor(t, "dave replayed", 20*time.Second, func() bool {
-		d, _ := p.redis.Membership(ctx, "g1", "dave")
+		d, _ := p.redis.Membership(ctx, "g1", "dave", nil)
 		return d.State == store.MemberJoined
 	})
-	alice, err := p.redis.Membership(ctx, "g1", "alice")
+	alice, err := p.redis.Membership(ctx, "g1", "alice", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +305,7 @@ func TestAFormerMembersStretchSurvivesCompactionOfTheirJoin(t *testing.T) {
 		t.Fatalf("alice must still see %d and %d, sent while she was a member, and not %d", m1, m2, m3)
 	}
 	// An old leave cannot say when its member joined: it grants nothing.
-	if carol, _ := p.redis.Membership(ctx, "g1", "carol"); carol.Sees(m4) {
+	if carol, _ := p.redis.Membership(ctx, "g1", "carol", nil); carol.Sees(m4) {
 		t.Fatalf("carol %+v sees %d from a leave that names no join", carol, m4)
 	}
 }
@@ -395,7 +395,7 @@ func TestARejoinIsNotAppendedAsAReceiptOrAnAck(t *testing.T) {
 	stop()
 	p.memberProjector(t)
 	waitFor(t, "alice rejoined", 20*time.Second, func() bool {
-		m, _ := p.redis.Membership(ctx, "g1", "alice")
+		m, _ := p.redis.Membership(ctx, "g1", "alice", nil)
 		return m.State == store.MemberJoined && m.JoinedAt == rejoin.Pos
 	})
 

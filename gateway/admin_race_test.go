@@ -32,7 +32,7 @@ func TestARemovalAndAnAddBeforeItsProjectionEndWithAMember(t *testing.T) {
 	}
 	e.runConsumer("members", e.parts["members"].mk)
 	time.Sleep(2 * time.Second) // the projector catches up with every change written
-	m, err := e.redis.Membership(context.Background(), "g1", "bob")
+	m, err := e.redis.Membership(context.Background(), "g1", "bob", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,12 +64,12 @@ func TestARetriedRemovalBeforeItsProjectionIsWrittenOnce(t *testing.T) {
 	}
 	e.runConsumer("members", e.parts["members"].mk)
 	waitFor(t, "bob left", 10*time.Second, func() bool {
-		m, _ := e.redis.Membership(context.Background(), "g1", "bob")
+		m, _ := e.redis.Membership(context.Background(), "g1", "bob", nil)
 		return m.State == store.MemberLeft
 	})
 	if ev := e.lastMemberEvent("g1", "bob"); ev.Op != schema.OpLeave {
 		t.Fatalf("bob's last member record: %+v, want a leave", ev)
-	} else if m, _ := e.redis.Membership(context.Background(), "g1", "bob"); ev.Pos != m.LeftAt {
+	} else if m, _ := e.redis.Membership(context.Background(), "g1", "bob", nil); ev.Pos != m.LeftAt {
 		t.Errorf("bob's last member record leaves at %d, but he left at %d: a rebuild would show him what was sent in between", ev.Pos, m.LeftAt)
 	}
 }
@@ -121,7 +121,7 @@ func TestAMemberRemovedBeforeTheProjectionCannotSend(t *testing.T) {
 	}
 	e.runConsumer("members", e.parts["members"].mk)
 	waitFor(t, "bob joined again", 10*time.Second, func() bool {
-		m, _ := e.redis.Membership(context.Background(), "g1", "bob")
+		m, _ := e.redis.Membership(context.Background(), "g1", "bob", nil)
 		return m.State == store.MemberJoined && m.JoinedAt >= 0
 	})
 	if f := bob.call(map[string]any{"op": "send", "gid": "g1", "cmid": "b2", "body": "back"}); f["op"] != "accepted" {

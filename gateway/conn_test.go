@@ -227,7 +227,7 @@ func TestASlowRequestDoesNotCutAClientThatPongs(t *testing.T) {
 	e.group("g1", "alice")
 	alice := e.login(0, "alice")
 	// The first send of cmid c1 is in flight (claimed, not finished).
-	if c, err := e.redis.BeginSend(context.Background(), "g1", "alice", "c1", time.Minute); err != nil || c.State != store.SendClaimed {
+	if c, err := e.redis.BeginSend(context.Background(), "g1", "alice", "c1", time.Minute, nil); err != nil || c.State != store.SendClaimed {
 		t.Fatalf("claim: %+v %v", c, err)
 	}
 	alice.send(map[string]any{"op": "send", "id": "r", "gid": "g1", "cmid": "c1", "body": "resent"})

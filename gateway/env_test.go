@@ -270,7 +270,7 @@ func (e *env) removeMember(gid, uid string) {
 		e.t.Fatalf("remove %s from %s: %d %v", uid, gid, st, out)
 	}
 	waitFor(e.t, uid+" left "+gid, 10*time.Second, func() bool {
-		m, _ := e.redis.Membership(context.Background(), gid, uid)
+		m, _ := e.redis.Membership(context.Background(), gid, uid, nil)
 		return m.State == store.MemberLeft
 	})
 }

@@ -241,7 +241,7 @@ func TestResendWaitsForTheSendInFlight(t *testing.T) {
 	ctx := context.Background()
 	// Another gateway took the claims and is producing.
 	for _, cmid := range []string{"c-slow", "c-stuck"} {
-		if c, err := e.redis.BeginSend(ctx, "g1", "alice", cmid, time.Minute); err != nil || c.State != store.SendClaimed {
+		if c, err := e.redis.BeginSend(ctx, "g1", "alice", cmid, time.Minute, nil); err != nil || c.State != store.SendClaimed {
 			t.Fatalf("claim %s: %+v, %v", cmid, c, err)
 		}
 	}

@@ -288,7 +288,7 @@ func (g *Gateway) removeMember(ctx context.Context, r *http.Request) (any, *prot
 	// end their stretch later than it ended. A leave written but not yet
 	// projected reads as projected (MarkLeaving), for the same reason.
 	var m store.Membership
-	if perr := g.wholeMembers(ctx, gid, func() (err error) { m, err = g.cfg.Redis.Membership(ctx, gid, uid); return err }); perr != nil {
+	if perr := g.wholeMembers(ctx, gid, func() (err error) { m, err = g.cfg.Redis.Membership(ctx, gid, uid, nil); return err }); perr != nil {
 		return nil, perr
 	}
 	if m.State != store.MemberJoined {

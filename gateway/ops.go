@@ -45,11 +45,35 @@ func (g *Gateway) do(ctx context.Context, uid string, r *protocol.Request) (any,
 
 // member loads uid's membership of gid and refuses non-members.
 func (g *Gateway) member(ctx context.Context, uid, gid string) (store.Membership, *protocol.Error) {
-	m, err := g.cfg.Redis.Membership(ctx, gid, uid)
+	built, perr := g.membersFence(ctx, gid)
+	if perr != nil {
+		return store.Membership{}, perr
+	}
+	m, err := g.cfg.Redis.Membership(ctx, gid, uid, built)
 	if err != nil {
-		return m, g.unavailable("membership", err)
+		return m, g.stateErr(err, "membership", gid)
 	}
 	return m, g.notMember(ctx, m, gid, uid)
+}
+
+// membersFence names the member projector's partition of gid, whose replay
+// mark a read of gid's memberships is checked against in its own round
+// trip (see rebuilding).
+func (g *Gateway) membersFence(ctx context.Context, gid string) (*store.Fence, *protocol.Error) {
+	part, err := g.cfg.Producer.Partition(ctx, topics.Members, gid)
+	if err != nil {
+		return nil, g.unavailable("membership", err)
+	}
+	return &store.Fence{Consumer: consumers.GroupMemberProjector, Topic: topics.Members, Partition: part}, nil
+}
+
+// stateErr answers a failed read of uid's state in gid: unavailable, saying
+// that the memberships are being rebuilt when they are (ErrReplaying).
+func (g *Gateway) stateErr(err error, what, gid string) *protocol.Error {
+	if errors.Is(err, store.ErrReplaying) {
+		return g.rebuildErr(err, "the memberships of "+gid)
+	}
+	return g.unavailable(what, err)
 }
 
 // notMember refuses uid, one who never joined gid, unless gid's memberships
@@ -101,11 +125,11 @@ func (g *Gateway) wholeMembers(ctx context.Context, gid string, read func() erro
 // projector notices and replays it, a few seconds; until it has marked
 // gid's partition replayed again, no answer may rest on them.
 func (g *Gateway) rebuilding(ctx context.Context, gid string) *protocol.Error {
-	part, err := g.cfg.Producer.Partition(ctx, topics.Members, gid)
-	if err == nil {
-		err = g.cfg.Redis.CheckReplayed(ctx, consumers.GroupMemberProjector, topics.Members, part)
+	f, perr := g.membersFence(ctx, gid)
+	if perr != nil {
+		return perr
 	}
-	return g.rebuildErr(err, "the memberships of "+gid)
+	return g.rebuildErr(g.cfg.Redis.CheckReplayed(ctx, f.Consumer, f.Topic, f.Partition), "the memberships of "+gid)
 }
 
 // rebuildingAny is rebuilding of every group: a user's groups lie in every
@@ -142,10 +166,14 @@ func (g *Gateway) send(ctx context.Context, uid string, r *protocol.Request) (an
 	var waited time.Duration
 	start := time.Now()
 	defer func() { g.admit.leave(time.Since(start) - waited) }()
+	built, perr := g.membersFence(ctx, r.Gid)
+	if perr != nil {
+		return nil, perr
+	}
 	for wait := 0; ; wait++ {
-		c, err := g.cfg.Redis.BeginSend(ctx, r.Gid, uid, r.Cmid, sendInflight)
+		c, err := g.cfg.Redis.BeginSend(ctx, r.Gid, uid, r.Cmid, sendInflight, built)
 		if err != nil {
-			return nil, g.unavailable("send claim", err)
+			return nil, g.stateErr(err, "send claim", r.Gid)
 		}
 		if c.State == store.SendDone {
 			// A resend: the first send's msgid, also to one who left
@@ -243,9 +271,13 @@ func (g *Gateway) holdSend(ctx context.Context, gid, uid, cmid string) (stop fun
 // the member can see; a cursor at or below the current one is answered
 // without writing anything.
 func (g *Gateway) cursor(ctx context.Context, uid string, r *protocol.Request) (any, *protocol.Error) {
-	cur, err := g.cfg.Redis.CursorState(ctx, r.Gid, uid)
+	built, perr := g.membersFence(ctx, r.Gid)
+	if perr != nil {
+		return nil, perr
+	}
+	cur, err := g.cfg.Redis.CursorState(ctx, r.Gid, uid, built)
 	if err != nil {
-		return nil, g.unavailable("cursors", err)
+		return nil, g.stateErr(err, "cursors", r.Gid)
 	}
 	m := cur.Member
 	if perr := g.notMember(ctx, m, r.Gid, uid); perr != nil {

@@ -116,7 +116,7 @@ func TestEveryMessageOnceThroughFaults(t *testing.T) {
 }
 
 func (e *env) joinPos(uid string) int64 {
-	m, _ := e.redis.Membership(context.Background(), "g", uid)
+	m, _ := e.redis.Membership(context.Background(), "g", uid, nil)
 	return m.JoinedAt
 }
 

@@ -104,6 +104,13 @@ type scriptCall struct {
 // with EVAL. Every script here is idempotent, so a retry is safe. The
 // result has one Cmd per call; err is the first failure.
 func (r *Redis) runScript(ctx context.Context, s *redis.Script, calls []scriptCall) ([]*redis.Cmd, error) {
+	return r.runScriptAfter(ctx, nil, s, calls)
+}
+
+// runScriptAfter is runScript with the commands that before queues (reads,
+// which a retry may repeat) ahead of the scripts in each attempt's
+// pipeline; before may be nil.
+func (r *Redis) runScriptAfter(ctx context.Context, before func(redis.Pipeliner), s *redis.Script, calls []scriptCall) ([]*redis.Cmd, error) {
 	if len(calls) == 0 {
 		return nil, nil
 	}
@@ -114,6 +121,9 @@ func (r *Redis) runScript(ctx context.Context, s *redis.Script, calls []scriptCa
 	}
 	for attempt := 0; len(todo) > 0; attempt++ {
 		pipe := r.client.Pipeline()
+		if before != nil {
+			before(pipe)
+		}
 		for _, i := range todo {
 			if attempt < 2 {
 				cmds[i] = s.EvalSha(ctx, pipe, calls[i].keys, calls[i].args...)

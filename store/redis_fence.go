@@ -122,12 +122,32 @@ func (r *Redis) MarkReplayed(ctx context.Context, consumer, topic string, part i
 // not noticed yet), or the error reading it. A reader that finds nothing
 // in the state tells "nothing there" from "not replayed yet" by it.
 func (r *Redis) CheckReplayed(ctx context.Context, consumer, topic string, part int) error {
-	ok, err := r.client.HExists(ctx, offsetsKey(consumer), replayedField(topic, part)).Result()
+	f := &Fence{Consumer: consumer, Topic: topic, Partition: part}
+	return f.replayed(f.checkReplayed(ctx, r.client))
+}
+
+// checkReplayed queues the test of f's replay mark (MarkReplayed) on c,
+// so that a read of the state f guards can be checked in its own round
+// trip; nil when f is nil.
+func (f *Fence) checkReplayed(ctx context.Context, c redis.Cmdable) *redis.BoolCmd {
+	if f == nil {
+		return nil
+	}
+	return c.HExists(ctx, offsetsKey(f.Consumer), replayedField(f.Topic, f.Partition))
+}
+
+// replayed reports the outcome of checkReplayed: nil when the mark is
+// there (or f is nil), ErrReplaying when not, or the error reading it.
+func (f *Fence) replayed(cmd *redis.BoolCmd) error {
+	if cmd == nil {
+		return nil
+	}
+	ok, err := cmd.Result()
 	switch {
 	case err != nil:
-		return fmt.Errorf("store: replay mark of %q on %s/%d: %w", consumer, topic, part, err)
+		return fmt.Errorf("store: replay mark of %q on %s/%d: %w", f.Consumer, f.Topic, f.Partition, err)
 	case !ok:
-		return fmt.Errorf("%s on %s/%d: %w", consumer, topic, part, ErrReplaying)
+		return fmt.Errorf("%s on %s/%d: %w", f.Consumer, f.Topic, f.Partition, ErrReplaying)
 	}
 	return nil
 }

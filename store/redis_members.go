@@ -226,18 +226,31 @@ func (r *Redis) ApplyMembers(ctx context.Context, ms []schema.Member) error {
 
 // Membership returns the user's membership of the group, with a leave
 // noted by MarkLeaving taken as projected.
-func (r *Redis) Membership(ctx context.Context, gid, uid string) (Membership, error) {
-	var member, leaving *redis.StringCmd
+//
+// When built is not nil (the member projector's partition of gid), the
+// read is checked in the same round trip against its replay mark and fails
+// with ErrReplaying while the projector rebuilds the memberships (Redis
+// lost its data): a member who left reads as joined between their join and
+// their leave in the replay.
+func (r *Redis) Membership(ctx context.Context, gid, uid string, built *Fence) (Membership, error) {
+	var (
+		marked          *redis.BoolCmd
+		member, leaving *redis.StringCmd
+	)
 	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		marked = built.checkReplayed(ctx, p)
 		member = p.HGet(ctx, membersKey(gid), uid)
 		leaving = p.Get(ctx, leavingKey(gid, uid))
 		return nil
 	})
-	if errors.Is(member.Err(), redis.Nil) {
-		return Membership{State: MemberNone}, nil
-	}
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return Membership{}, fmt.Errorf("store: membership of %q in %q: %w", uid, gid, err)
+	}
+	if err := built.replayed(marked); err != nil {
+		return Membership{}, err
+	}
+	if errors.Is(member.Err(), redis.Nil) {
+		return Membership{State: MemberNone}, nil
 	}
 	m, err := parseMembership(member.Val())
 	if err != nil {

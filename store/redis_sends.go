@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -50,18 +51,46 @@ return {m, ''}
 // AbortSend ends it. A send accepted before is SendDone also when uid has
 // left since: its resend is answered with the first send's msgid. A leave
 // noted by MarkLeaving counts as projected.
-func (r *Redis) BeginSend(ctx context.Context, gid, uid, cmid string, inflight time.Duration) (SendClaim, error) {
+//
+// When built is not nil, the membership is checked against its replay
+// mark as Membership does; while it is missing, BeginSend claims nothing
+// and fails with ErrReplaying.
+func (r *Redis) BeginSend(ctx context.Context, gid, uid, cmid string, inflight time.Duration, built *Fence) (SendClaim, error) {
 	out := SendClaim{Member: Membership{State: MemberNone}, MsgID: -1}
-	v, err := beginSendScript.Run(ctx, r.client, []string{sendKey(gid, uid, cmid), membersKey(gid), leavingKey(gid, uid)}, inflight.Milliseconds(), uid).StringSlice()
+	var marked *redis.BoolCmd
+	keys := []string{sendKey(gid, uid, cmid), membersKey(gid), leavingKey(gid, uid)}
+	cmds, err := r.runScriptAfter(ctx, func(p redis.Pipeliner) { marked = built.checkReplayed(ctx, p) },
+		beginSendScript, []scriptCall{{keys: keys, args: []any{inflight.Milliseconds(), uid}}})
 	if err != nil {
 		return out, fmt.Errorf("store: begin send: %w", err)
+	}
+	if out, err = beginSendResult(out, cmds[0]); err != nil {
+		return out, fmt.Errorf("store: membership of %q in %q: %w", uid, gid, err)
+	}
+	if err := built.replayed(marked); err != nil {
+		if out.State == SendClaimed {
+			// The script ran beside the check: give back its claim.
+			if aerr := r.AbortSend(ctx, gid, uid, cmid); aerr != nil {
+				err = errors.Join(err, aerr)
+			}
+		}
+		return SendClaim{Member: Membership{State: MemberNone}, MsgID: -1}, err
+	}
+	return out, nil
+}
+
+// beginSendResult reads beginSendScript's answer into out.
+func beginSendResult(out SendClaim, cmd *redis.Cmd) (SendClaim, error) {
+	v, err := cmd.StringSlice()
+	if err != nil {
+		return out, err
 	}
 	if len(v) != 2 {
 		return out, fmt.Errorf("%w: begin send answered %q", ErrCorruptValue, v)
 	}
 	if v[0] != "" {
 		if out.Member, err = parseMembership(v[0]); err != nil {
-			return out, fmt.Errorf("store: membership of %q in %q: %w", uid, gid, err)
+			return out, err
 		}
 	}
 	switch {

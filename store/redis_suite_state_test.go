@@ -182,7 +182,7 @@ func leaveJoined(gid, uid string, pos, joined int64) schema.Member {
 
 func membership(t *testing.T, r *Redis, gid, uid string) Membership {
 	t.Helper()
-	m, err := r.Membership(context.Background(), gid, uid)
+	m, err := r.Membership(context.Background(), gid, uid, nil)
 	if err != nil {
 		t.Fatalf("Membership(%s, %s): %v", gid, uid, err)
 	}

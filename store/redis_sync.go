@@ -86,15 +86,18 @@ type CursorState struct {
 }
 
 // CursorState returns uid's CursorState in gid in one round trip, with a
-// leave noted by MarkLeaving taken as projected.
-func (r *Redis) CursorState(ctx context.Context, gid, uid string) (CursorState, error) {
+// leave noted by MarkLeaving taken as projected, and checked against
+// built's replay mark as Membership does.
+func (r *Redis) CursorState(ctx context.Context, gid, uid string, built *Fence) (CursorState, error) {
 	var (
+		marked    *redis.BoolCmd
 		member    *redis.StringCmd
 		leaving   *redis.StringCmd
 		head      *redis.StringCmd
 		ack, read *redis.FloatCmd
 	)
 	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		marked = built.checkReplayed(ctx, p)
 		member = p.HGet(ctx, membersKey(gid), uid)
 		leaving = p.Get(ctx, leavingKey(gid, uid))
 		head = p.Get(ctx, headKey(gid))
@@ -104,6 +107,9 @@ func (r *Redis) CursorState(ctx context.Context, gid, uid string) (CursorState, 
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return CursorState{}, fmt.Errorf("store: cursors of %q in %q: %w", uid, gid, err)
+	}
+	if err := built.replayed(marked); err != nil {
+		return CursorState{}, err
 	}
 	st := CursorState{Member: Membership{State: MemberNone}, Head: -1, Ack: scoreOr(ack, -1), Read: scoreOr(read, -1)}
 	if v, err := member.Result(); err == nil {
