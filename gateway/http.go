@@ -302,12 +302,16 @@ func (g *Gateway) removeMember(ctx context.Context, r *http.Request) (any, *prot
 		}
 		return nil, protocol.Errorf(protocol.CodeNotFound, "%s is not a member of %s", uid, gid)
 	}
-	ev, err := g.cfg.Producer.Leave(ctx, gid, uid, m.JoinedAt, "admin")
+	// Once it writes, the removal runs to its end even if the caller goes
+	// away: a retry before the projection finds the leave noted, where a
+	// leave written but not noted would have it write a second one.
+	wctx := context.WithoutCancel(ctx)
+	ev, err := g.cfg.Producer.Leave(wctx, gid, uid, m.JoinedAt, "admin")
 	if err != nil {
 		return nil, g.unavailable("membership change", err)
 	}
 	// A join after this leave is a new one, however soon it comes.
-	if err := g.cfg.Redis.MarkLeaving(ctx, gid, uid, m.JoinedAt, ev.Pos, joiningFor); err != nil {
+	if err := g.cfg.Redis.MarkLeaving(wctx, gid, uid, m.JoinedAt, ev.Pos, joiningFor); err != nil {
 		g.log.Warn("cannot note a leave; a new join of the member waits until the leave is projected and the note of their join expires", "gid", gid, "uid", uid, "after", joiningFor, "err", err)
 	}
 	return map[string]any{"gid": gid, "removed": uid}, nil
