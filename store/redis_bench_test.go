@@ -195,3 +195,37 @@ func benchAckReplay(b *testing.B, rising bool) {
 	b.StopTimer()
 	reportRedis(b, c, cpu0, b.N*len(batch), "acks")
 }
+
+// BenchmarkRedisBeginSend is a gateway's send claim, one round trip per
+// send, without and with the member projector's replay mark read beside
+// it (what every send, ack, read and pull of a member pays for the check).
+func BenchmarkRedisBeginSend(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		built *Fence
+	}{{"unchecked", nil}, {"checked", &Fence{Consumer: "chat.member-projector", Topic: "chat.members", Partition: 0}}} {
+		b.Run(tc.name, func(b *testing.B) {
+			r, c := benchRedisServer(b, RedisConfig{})
+			ctx := context.Background()
+			if err := r.ApplyMembers(ctx, []schema.Member{{Gid: "g", Uid: "u", Op: schema.OpJoin, Pos: -1}}); err != nil {
+				b.Fatal(err)
+			}
+			if ok, err := r.AdvanceOffset(ctx, "chat.member-projector", "chat.members", 0, -1, 0); !ok || err != nil {
+				b.Fatal(ok, err)
+			}
+			if _, err := r.MarkReplayed(ctx, "chat.member-projector", "chat.members", 0); err != nil {
+				b.Fatal(err)
+			}
+			cpu0 := redisCPU(b, c)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if cl, err := r.BeginSend(ctx, "g", "u", "c"+strconv.Itoa(i), time.Minute, tc.built); err != nil || cl.State != SendClaimed {
+					b.Fatal(cl, err)
+				}
+				i++
+			}
+			reportRedis(b, c, cpu0, b.N, "sends")
+		})
+	}
+}
