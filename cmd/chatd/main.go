@@ -15,10 +15,24 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv); err != nil {
+	if err := run(stopOnSignal(), os.Args[1:], os.Getenv); err != nil {
 		fmt.Fprintln(os.Stderr, "chatd:", err)
 		os.Exit(1)
 	}
+}
+
+// stopOnSignal returns a context that ends at the first SIGINT or SIGTERM,
+// which starts a graceful shutdown (within CHAT_SHUTDOWN_TIMEOUT). A
+// second one kills the process at once, for an operator who will not wait.
+func stopOnSignal() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sigs
+		signal.Reset(os.Interrupt, syscall.SIGTERM)
+		fmt.Fprintf(os.Stderr, "chatd: %v: stopping gracefully (up to CHAT_SHUTDOWN_TIMEOUT); send it again to stop at once\n", s)
+		cancel()
+	}()
+	return ctx
 }
