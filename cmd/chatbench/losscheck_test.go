@@ -86,3 +86,28 @@ func TestAnInterruptedOfflineCheckFailsWithoutPanicking(t *testing.T) {
 	}()
 	b.offlineCheck(ctx, newAPI(srv.URL, "admin", 1), b.offlineCount())
 }
+
+// A member handed a message of a group it is not in (a push routed to a
+// non-member) saw what it must not: the check must fail (the offline
+// check counts the same way).
+func TestTheLossCheckFailsOnAMessageOfAnotherGroup(t *testing.T) {
+	// Users 0 and 1 are in g0, users 1 and 2 in g1; one message each.
+	p := &plan{uids: []string{"bx-u0", "bx-u1", "bx-u2"}, gids: []string{"bx-g0", "bx-g1"},
+		members: [][]int{{0, 1}, {1, 2}}, groupsOf: [][]int{{0}, {0, 1}, {1}}, online: []int{0, 1, 2}}
+	b := &bench{cfg: &Config{Prefix: "bx"}, plan: p, accepted: [][]sendRef{{{msgid: 10, k: 0}}, {{msgid: 11, k: 1}}}}
+	for u := range p.uids {
+		m := &member{idx: u, user: u, got: map[string][]sendRef{}}
+		for _, g := range p.groupsOf[u] {
+			m.got[p.gids[g]] = append(m.got[p.gids[g]], sendRef{b.accepted[g][0].msgid, b.accepted[g][0].k, 1})
+		}
+		b.members = append(b.members, m)
+	}
+	if l := b.check(); !l.OK {
+		t.Fatalf("every member got its groups' messages once, yet the check says %+v", l)
+	}
+	// User 0 is handed g1's message too.
+	b.members[0].got["bx-g1"] = []sendRef{{11, 1, 1}}
+	if l := b.check(); l.OK || l.NotMember != 1 {
+		t.Fatalf("user 0 was handed a message of bx-g1, which it is not in, yet the check says %+v", l)
+	}
+}

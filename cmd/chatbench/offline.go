@@ -85,6 +85,7 @@ func (b *bench) offlineCheck(ctx context.Context, a *api, n int) *offlineResult 
 				res.Loss.Delivered += int64(len(got))
 				res.Loss.checkOne(b.plan.gids[g], b.plan.uids[m.user], accepted[g], got)
 			}
+			res.Loss.notMember(b.plan, m)
 			handed += m.n.Load()
 		}
 	}
