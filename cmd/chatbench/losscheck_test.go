@@ -111,3 +111,27 @@ func TestTheLossCheckFailsOnAMessageOfAnotherGroup(t *testing.T) {
 		t.Fatalf("user 0 was handed a message of bx-g1, which it is not in, yet the check says %+v", l)
 	}
 }
+
+// After churn a member's new client hands over again what the old one had
+// not acked, so the member's count of messages reaches the accepted sends
+// while a push is still on its way. The wait for the pushes must not end
+// there: the push that comes next would count as late (a step judged too
+// slow) and as missing before the final pulls.
+func TestWaitingForThePushesLooksPastRedeliveries(t *testing.T) {
+	p := &plan{uids: []string{"bx-u0"}, gids: []string{"bx-g0"}, members: [][]int{{0}}, groupsOf: [][]int{{0}}, online: []int{0}}
+	m := &member{user: 0, got: map[string][]sendRef{"bx-g0": {{10, 0, 1}, {10, 0, 2}}}}
+	m.n.Store(2)
+	b := &bench{cfg: &Config{Prefix: "bx"}, plan: p, members: []*member{m}, accepted: [][]sendRef{{{10, 0, 0}, {11, 1, 0}}}}
+	go func() {
+		time.Sleep(300 * time.Millisecond) // the push of 11 arrives
+		m.mu.Lock()
+		m.got["bx-g0"] = append(m.got["bx-g0"], sendRef{11, 1, 2})
+		m.mu.Unlock()
+		m.n.Add(1)
+	}()
+	t0 := time.Now()
+	b.waitDelivered(context.Background(), time.Now().Add(5*time.Second), 2*time.Second)
+	if l := b.check(); l.Missing != 0 {
+		t.Fatalf("the wait for the pushes ended after %v with message 11 still on its way: %+v", time.Since(t0), l)
+	}
+}
