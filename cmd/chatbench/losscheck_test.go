@@ -135,3 +135,22 @@ func TestWaitingForThePushesLooksPastRedeliveries(t *testing.T) {
 		t.Fatalf("the wait for the pushes ended after %v with message 11 still on its way: %+v", time.Since(t0), l)
 	}
 }
+
+// The report says how many offline members "logged in after the run and
+// pulled": one whose login failed is not among them.
+func TestTheOfflineCheckCountsOnlyTheMembersWhoLoggedIn(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/dev/token" {
+			fmt.Fprint(w, `{"token":"t"}`)
+			return
+		}
+		http.Error(w, "unavailable", http.StatusServiceUnavailable) // every WebSocket dial fails
+	}))
+	defer srv.Close()
+	b := offlineBench(srv.URL)
+	res := b.offlineCheck(context.Background(), newAPI(srv.URL, "admin", 1), b.offlineCount())
+	if res.Checked != 0 || res.Offline != 3 || res.Loss.OK {
+		t.Fatalf("no offline member could log in, yet the report says %d of %d logged in and pulled (loss OK %v, errors %v)",
+			res.Checked, res.Offline, res.Loss.OK, res.Errors)
+	}
+}
