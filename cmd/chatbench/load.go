@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -179,7 +180,7 @@ func (b *bench) dial(ctx context.Context, m *member) error {
 		OnReceipts: b.rec.onReceipts,
 	})
 	if err != nil {
-		return fmt.Errorf("dial %s: %w", b.plan.uids[m.user], err)
+		return fmt.Errorf("%w %s: %w", errDial, b.plan.uids[m.user], err)
 	}
 	cp.Store(c)
 	m.cmu.Lock()
@@ -317,6 +318,9 @@ func (b *bench) send(ctx context.Context, k int) {
 }
 
 var errNoSender = fmt.Errorf("no connected sender")
+
+// errDial marks a client that could not connect and log in.
+var errDial = errors.New("dial")
 
 // sendOn sends send k from m. Its latencies count from when it was due,
 // not from when this goroutine got to run: a generator that fell behind

@@ -149,7 +149,7 @@ func (b *bench) catchUp(ctx context.Context, m *member, accepted [][]sendRef, re
 		},
 	})
 	if err != nil {
-		rec.error(fmt.Errorf("dial %s: %w", b.plan.uids[m.user], err))
+		rec.error(fmt.Errorf("%w %s: %w", errDial, b.plan.uids[m.user], err))
 		return false
 	}
 	defer func() {

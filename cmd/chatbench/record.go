@@ -206,6 +206,8 @@ func errorCode(err error) string {
 	switch {
 	case errors.As(err, &pe):
 		return string(pe.Code)
+	case errors.Is(err, errDial):
+		return "dial_failed"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "timeout"
 	case errors.Is(err, context.Canceled):
