@@ -244,17 +244,23 @@ func (b *bench) body(sent time.Time, k int) string {
 }
 
 // parseBody returns the send time and send number a body carries; k is -1
-// and ok false for a body chatbench did not write in this run.
+// and ok false for a body chatbench did not write in this run, or not
+// whole.
 func (b *bench) parseBody(body string) (sent time.Time, k int32, ok bool) {
 	rest, ok := strings.CutPrefix(body, b.cfg.Prefix+".")
 	if !ok {
 		return time.Time{}, -1, false
 	}
 	ns, rest, ok1 := strings.Cut(rest, ".")
-	ks, _, ok2 := strings.Cut(rest, ".")
+	ks, pad, ok2 := strings.Cut(rest, ".")
 	v, err1 := strconv.ParseInt(ns, 10, 64)
 	kv, err2 := strconv.ParseInt(ks, 10, 32)
 	if !ok1 || !ok2 || err1 != nil || err2 != nil {
+		return time.Time{}, -1, false
+	}
+	// The rest is the padding up to the body size: a body cut or garbled
+	// on the way is not the send's.
+	if len(body) != max(b.cfg.BodySize, len(body)-len(pad)) || strings.Trim(pad, "x") != "" {
 		return time.Time{}, -1, false
 	}
 	return time.Unix(0, v), int32(kv), true

@@ -154,3 +154,21 @@ func TestTheOfflineCheckCountsOnlyTheMembersWhoLoggedIn(t *testing.T) {
 			res.Checked, res.Offline, res.Loss.OK, res.Errors)
 	}
 }
+
+// The accepted msgid came, but with a body chatbench cannot read (cut,
+// garbled, or another run's): the send's own body never reached the
+// member, so the check must not count it as handed over.
+func TestTheLossCheckFailsOnAGarbledBodyUnderAnAcceptedMsgid(t *testing.T) {
+	b := &bench{cfg: &Config{Prefix: "bx", BodySize: 64}}
+	sent := time.Unix(1700000000, 0)
+	whole := b.body(sent, 0)
+	for _, body := range []string{"bx.1700000000000000000.", "xxxx", whole[:20], whole[:60], whole[:60] + "yyyy"} {
+		_, k, _ := b.parseBody(body)
+		var l lossCheck
+		l.checkOne("g", "u", []sendRef{{msgid: 10, k: 0}}, []sendRef{{msgid: 10, k: k, gen: 1}})
+		l.verdict()
+		if l.OK || l.Missing != 1 {
+			t.Errorf("send 0 was accepted as msgid 10 and msgid 10 came with body %q; the check says %+v", body, l)
+		}
+	}
+}

@@ -21,7 +21,7 @@ type lossCheck struct {
 	BodyDuplicates    int64 `json:"body_duplicates"`     // one send's body handed to a member under two msgids
 	OutOfOrder        int64 `json:"out_of_order"`        // a msgid handed by a client after a larger one of its group
 	Unexpected        int64 `json:"unexpected"`          // msgids handed over that no accepted send returned (a send that failed on the client yet got in, or a renumbered one)
-	Mismatched        int64 `json:"mismatched"`          // an accepted msgid handed over with another send's body
+	Mismatched        int64 `json:"mismatched"`          // an accepted msgid handed over with another send's body, or a cut or garbled one
 	Foreign           int64 `json:"foreign"`             // bodies not written by this run
 	NotMember         int64 `json:"not_member"`          // messages handed under a group the member is not in
 	PullRounds        int   `json:"pull_rounds"`         // final Open rounds (each pulls the groups still missing messages)
@@ -151,8 +151,8 @@ func (l *lossCheck) checkOne(gid, uid string, accepted, got []sendRef) {
 		case i == len(accepted) || uniq[j].msgid < accepted[i].msgid:
 			l.Unexpected++
 			j++
-		default: // the accepted msgid came: with the same send's body?
-			if uniq[j].k >= 0 && uniq[j].k != accepted[i].k {
+		default: // the accepted msgid came: with the same send's body, whole?
+			if uniq[j].k != accepted[i].k {
 				l.Mismatched++
 				notHanded(accepted[i])
 			}
