@@ -150,3 +150,28 @@ func msgIDs(msgs []schema.Message) []int64 {
 	}
 	return ids
 }
+
+// The same lagging head for a client scrolling up: a page before msgid 7
+// holds 4..6, which the window has and the head does not count yet. The
+// page's head must not be older than the page's own newest message.
+func TestPullBeforeHeadCoversThePageWhileTheHeadLags(t *testing.T) {
+	srv := testserver.NewRedis(t)
+	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { rc.Close() })
+	r, err := store.NewRedis(rc, store.RedisConfig{WindowSize: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := r.AppendWindow(ctx, nil, gapMsgs("g", 0, 1, 2, 3, 4, 5, 6)); err != nil {
+		t.Fatal(err)
+	}
+	if err := rc.Set(ctx, "chat:{g}:head", "2", 0).Err(); err != nil { // 3..6 added, the head not yet raised
+		t.Fatal(err)
+	}
+	h, _ := New(Config{Redis: r})
+	p, err := h.PullBefore(ctx, "g", -1, 7, 3)
+	if ids := msgIDs(p.Messages); err != nil || fmt.Sprint(ids) != "[4 5 6]" || !p.More || p.Head != 6 {
+		t.Fatalf("PullBefore(before 7, limit 3) = %v, more=%v, head %d, %v; want [4 5 6], more (0..3 precede), head 6", ids, p.More, p.Head, err)
+	}
+}

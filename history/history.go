@@ -181,6 +181,9 @@ func (h *History) PullBefore(ctx context.Context, gid string, after, before int6
 		msgs = msgs[len(msgs)-limit:]
 	}
 	page.Messages = msgs
+	if n := len(msgs); n > 0 {
+		page.Head = max(wr.Head, msgs[n-1].MsgID) // the window may hold messages the head does not count yet
+	}
 	return page, nil
 }
 

@@ -257,3 +257,22 @@ func TestConfigRefusesWhatCannotWork(t *testing.T) {
 		t.Fatalf("-sweep: %v %v", c, err)
 	}
 }
+
+// The search's summary says what its passing steps kept: a step with 0.5%
+// of its sends failed passes (99% must be accepted), so the summary must
+// not claim that every send was.
+func TestTheSearchSummarySaysWhatAPassKept(t *testing.T) {
+	r := &result{}
+	r.Loss.OK = true
+	r.Sends.MeasuredScheduled, r.Sends.MeasuredAccepted = 1000, 995
+	r.EndToEnd = quantiles{Count: 50000, P99: 40}
+	pass, why := judge(r, 100*time.Millisecond)
+	if !pass {
+		t.Fatalf("a step with 995 of 1000 sends accepted failed: %s", why)
+	}
+	var out strings.Builder
+	printSteps(&out, &sweepResult{Mode: "find-max", TargetMS: 100, Steps: []step{{Rate: 100, Pass: true}}, Best: 100})
+	if strings.Contains(out.String(), "every send accepted") || !strings.Contains(out.String(), "99%") {
+		t.Fatalf("the summary of a search whose best step lost 0.5%% of its sends reads:\n%s", out.String())
+	}
+}

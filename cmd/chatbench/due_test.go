@@ -99,3 +99,18 @@ func TestAcceptedPerSecondCountsAcceptancesWithinTheSpan(t *testing.T) {
 		t.Fatalf("a warm-up send accepted within the span: counted %d, want 1", got)
 	}
 }
+
+// A long overloaded run delivers messages many minutes after they were due
+// (the backlog grows with the run). Their latency must be reported as it
+// was, not cut to the histogram's highest value.
+func TestLatenciesOfMinutesAreNotCut(t *testing.T) {
+	h := newHist()
+	for i := range 99 {
+		h.record(i, 20*time.Millisecond)
+	}
+	h.record(99, 12*time.Minute)
+	q := quantilesOf(h.merged())
+	if want := float64(12 * time.Minute / time.Millisecond); q.Max < 0.999*want || q.P999 < 0.999*want || q.Count != 100 {
+		t.Fatalf("a 12-minute latency among 100: %v; want max and p99.9 of 12 min (%.0f ms)", q, want)
+	}
+}

@@ -151,7 +151,7 @@ func dialIdle(ctx context.Context, cfg *Config, urls []string, toks []string, cl
 			OnError: rec.onError,
 		})
 		if err != nil {
-			rec.error(err)
+			rec.error(fmt.Errorf("%w: %w", errDial, err))
 			return nil // count it, keep dialing the others
 		}
 		rec.accept.record(i, time.Since(t0))

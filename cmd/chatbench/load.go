@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -179,7 +180,7 @@ func (b *bench) dial(ctx context.Context, m *member) error {
 		OnReceipts: b.rec.onReceipts,
 	})
 	if err != nil {
-		return fmt.Errorf("dial %s: %w", b.plan.uids[m.user], err)
+		return fmt.Errorf("%w %s: %w", errDial, b.plan.uids[m.user], err)
 	}
 	cp.Store(c)
 	m.cmu.Lock()
@@ -205,9 +206,12 @@ func (b *bench) onMessage(m *member, gen int32, since time.Time, c *client.Clien
 	}
 	b.rec.delivery(m.idx, int(k), sent, now, !sent.Before(since))
 	if c != nil && b.cfg.Read > 0 && msg.Sender != b.plan.uids[m.user] && sample(msg.MsgID, m.idx, b.cfg.Read) {
-		if err := c.MarkRead(context.Background(), msg.Gid, msg.MsgID); err != nil {
+		switch err := c.MarkRead(context.Background(), msg.Gid, msg.MsgID); {
+		case errors.Is(err, client.ErrClosed):
+			// Churn or the run's end is closing c while it hands msg over.
+		case err != nil:
 			b.rec.error(err)
-		} else {
+		default:
 			b.rec.readMarks.Add(1)
 		}
 	}
@@ -240,17 +244,23 @@ func (b *bench) body(sent time.Time, k int) string {
 }
 
 // parseBody returns the send time and send number a body carries; k is -1
-// and ok false for a body chatbench did not write in this run.
+// and ok false for a body chatbench did not write in this run, or not
+// whole.
 func (b *bench) parseBody(body string) (sent time.Time, k int32, ok bool) {
 	rest, ok := strings.CutPrefix(body, b.cfg.Prefix+".")
 	if !ok {
 		return time.Time{}, -1, false
 	}
 	ns, rest, ok1 := strings.Cut(rest, ".")
-	ks, _, ok2 := strings.Cut(rest, ".")
+	ks, pad, ok2 := strings.Cut(rest, ".")
 	v, err1 := strconv.ParseInt(ns, 10, 64)
 	kv, err2 := strconv.ParseInt(ks, 10, 32)
 	if !ok1 || !ok2 || err1 != nil || err2 != nil {
+		return time.Time{}, -1, false
+	}
+	// The rest is the padding up to the body size: a body cut or garbled
+	// on the way is not the send's.
+	if len(body) != max(b.cfg.BodySize, len(body)-len(pad)) || strings.Trim(pad, "x") != "" {
 		return time.Time{}, -1, false
 	}
 	return time.Unix(0, v), int32(kv), true
@@ -317,6 +327,9 @@ func (b *bench) send(ctx context.Context, k int) {
 }
 
 var errNoSender = fmt.Errorf("no connected sender")
+
+// errDial marks a client that could not connect and log in.
+var errDial = errors.New("dial")
 
 // sendOn sends send k from m. Its latencies count from when it was due,
 // not from when this goroutine got to run: a generator that fell behind

@@ -86,3 +86,89 @@ func TestAnInterruptedOfflineCheckFailsWithoutPanicking(t *testing.T) {
 	}()
 	b.offlineCheck(ctx, newAPI(srv.URL, "admin", 1), b.offlineCount())
 }
+
+// A member handed a message of a group it is not in (a push routed to a
+// non-member) saw what it must not: the check must fail (the offline
+// check counts the same way).
+func TestTheLossCheckFailsOnAMessageOfAnotherGroup(t *testing.T) {
+	// Users 0 and 1 are in g0, users 1 and 2 in g1; one message each.
+	p := &plan{uids: []string{"bx-u0", "bx-u1", "bx-u2"}, gids: []string{"bx-g0", "bx-g1"},
+		members: [][]int{{0, 1}, {1, 2}}, groupsOf: [][]int{{0}, {0, 1}, {1}}, online: []int{0, 1, 2}}
+	b := &bench{cfg: &Config{Prefix: "bx"}, plan: p, accepted: [][]sendRef{{{msgid: 10, k: 0}}, {{msgid: 11, k: 1}}}}
+	for u := range p.uids {
+		m := &member{idx: u, user: u, got: map[string][]sendRef{}}
+		for _, g := range p.groupsOf[u] {
+			m.got[p.gids[g]] = append(m.got[p.gids[g]], sendRef{b.accepted[g][0].msgid, b.accepted[g][0].k, 1})
+		}
+		b.members = append(b.members, m)
+	}
+	if l := b.check(); !l.OK {
+		t.Fatalf("every member got its groups' messages once, yet the check says %+v", l)
+	}
+	// User 0 is handed g1's message too.
+	b.members[0].got["bx-g1"] = []sendRef{{11, 1, 1}}
+	if l := b.check(); l.OK || l.NotMember != 1 {
+		t.Fatalf("user 0 was handed a message of bx-g1, which it is not in, yet the check says %+v", l)
+	}
+}
+
+// After churn a member's new client hands over again what the old one had
+// not acked, so the member's count of messages reaches the accepted sends
+// while a push is still on its way. The wait for the pushes must not end
+// there: the push that comes next would count as late (a step judged too
+// slow) and as missing before the final pulls.
+func TestWaitingForThePushesLooksPastRedeliveries(t *testing.T) {
+	p := &plan{uids: []string{"bx-u0"}, gids: []string{"bx-g0"}, members: [][]int{{0}}, groupsOf: [][]int{{0}}, online: []int{0}}
+	m := &member{user: 0, got: map[string][]sendRef{"bx-g0": {{10, 0, 1}, {10, 0, 2}}}}
+	m.n.Store(2)
+	b := &bench{cfg: &Config{Prefix: "bx"}, plan: p, members: []*member{m}, accepted: [][]sendRef{{{10, 0, 0}, {11, 1, 0}}}}
+	go func() {
+		time.Sleep(300 * time.Millisecond) // the push of 11 arrives
+		m.mu.Lock()
+		m.got["bx-g0"] = append(m.got["bx-g0"], sendRef{11, 1, 2})
+		m.mu.Unlock()
+		m.n.Add(1)
+	}()
+	t0 := time.Now()
+	b.waitDelivered(context.Background(), time.Now().Add(5*time.Second), 2*time.Second)
+	if l := b.check(); l.Missing != 0 {
+		t.Fatalf("the wait for the pushes ended after %v with message 11 still on its way: %+v", time.Since(t0), l)
+	}
+}
+
+// The report says how many offline members "logged in after the run and
+// pulled": one whose login failed is not among them.
+func TestTheOfflineCheckCountsOnlyTheMembersWhoLoggedIn(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/dev/token" {
+			fmt.Fprint(w, `{"token":"t"}`)
+			return
+		}
+		http.Error(w, "unavailable", http.StatusServiceUnavailable) // every WebSocket dial fails
+	}))
+	defer srv.Close()
+	b := offlineBench(srv.URL)
+	res := b.offlineCheck(context.Background(), newAPI(srv.URL, "admin", 1), b.offlineCount())
+	if res.Checked != 0 || res.Offline != 3 || res.Loss.OK {
+		t.Fatalf("no offline member could log in, yet the report says %d of %d logged in and pulled (loss OK %v, errors %v)",
+			res.Checked, res.Offline, res.Loss.OK, res.Errors)
+	}
+}
+
+// The accepted msgid came, but with a body chatbench cannot read (cut,
+// garbled, or another run's): the send's own body never reached the
+// member, so the check must not count it as handed over.
+func TestTheLossCheckFailsOnAGarbledBodyUnderAnAcceptedMsgid(t *testing.T) {
+	b := &bench{cfg: &Config{Prefix: "bx", BodySize: 64}}
+	sent := time.Unix(1700000000, 0)
+	whole := b.body(sent, 0)
+	for _, body := range []string{"bx.1700000000000000000.", "xxxx", whole[:20], whole[:60], whole[:60] + "yyyy"} {
+		_, k, _ := b.parseBody(body)
+		var l lossCheck
+		l.checkOne("g", "u", []sendRef{{msgid: 10, k: 0}}, []sendRef{{msgid: 10, k: k, gen: 1}})
+		l.verdict()
+		if l.OK || l.Missing != 1 {
+			t.Errorf("send 0 was accepted as msgid 10 and msgid 10 came with body %q; the check says %+v", body, l)
+		}
+	}
+}

@@ -1,6 +1,6 @@
 // Command chatbench drives a running chatd over WebSocket through the Go
 // client SDK and measures it: accepted sends per second, end-to-end latency
-// from just before Send to OnMessage on every online member (HDR histogram),
+// from a send's due time to OnMessage on every online member (HDR histogram),
 // pushes per second, ack and receipt records per message, errors by code,
 // and a loss check (every member got every accepted message of its groups
 // exactly once: the online ones by push, the offline ones by pull after the

@@ -55,8 +55,9 @@ func (b *bench) offlineCheck(ctx context.Context, a *api, n int) *offlineResult 
 	for i := range users {
 		users[i] = all[i*len(all)/n]
 	}
-	res := &offlineResult{Offline: len(all), Checked: n}
+	res := &offlineResult{Offline: len(all)}
 	rec := newRecorder()
+	var loggedIn atomic.Int64
 	accepted := b.acceptedSorted()
 	var handed int64
 	start := time.Now()
@@ -73,7 +74,9 @@ func (b *bench) offlineCheck(ctx context.Context, a *api, n int) *offlineResult 
 			rec.error(err)
 		} else {
 			_ = parallel(ctx, len(part), b.cfg.Concurrency, func(ctx context.Context, j int) error {
-				b.catchUp(ctx, ms[j], accepted, rec)
+				if b.catchUp(ctx, ms[j], accepted, rec) {
+					loggedIn.Add(1)
+				}
 				return nil
 			})
 		}
@@ -85,9 +88,11 @@ func (b *bench) offlineCheck(ctx context.Context, a *api, n int) *offlineResult 
 				res.Loss.Delivered += int64(len(got))
 				res.Loss.checkOne(b.plan.gids[g], b.plan.uids[m.user], accepted[g], got)
 			}
+			res.Loss.notMember(b.plan, m)
 			handed += m.n.Load()
 		}
 	}
+	res.Checked = int(loggedIn.Load())
 	res.Loss.verdict()
 	if res.Loss.Members < n {
 		res.Loss.OK = false // interrupted: members left unchecked
@@ -104,8 +109,9 @@ func (b *bench) offlineCheck(ctx context.Context, a *api, n int) *offlineResult 
 // catchUp dials a client for m, opens its groups and waits until it was
 // handed every accepted message of them (opening again what is still
 // missing, once a second), or -drain ends; then closes the client. The
-// time from the dial to the last message goes into rec.accept.
-func (b *bench) catchUp(ctx context.Context, m *member, accepted [][]sendRef, rec *recorder) {
+// time from the dial to the last message goes into rec.accept. It reports
+// whether m logged in.
+func (b *bench) catchUp(ctx context.Context, m *member, accepted [][]sendRef, rec *recorder) bool {
 	// What is still to come: the accepted sends of m's groups, by body.
 	// Counting messages instead would stop early under overload, when sends
 	// that timed out on their client yet got in come too.
@@ -143,8 +149,8 @@ func (b *bench) catchUp(ctx context.Context, m *member, accepted [][]sendRef, re
 		},
 	})
 	if err != nil {
-		rec.error(fmt.Errorf("dial %s: %w", b.plan.uids[m.user], err))
-		return
+		rec.error(fmt.Errorf("%w %s: %w", errDial, b.plan.uids[m.user], err))
+		return false
 	}
 	defer func() {
 		closing.Store(true) // its own closing is no error
@@ -153,7 +159,7 @@ func (b *bench) catchUp(ctx context.Context, m *member, accepted [][]sendRef, re
 	deadline := time.Now().Add(b.cfg.Drain)
 	for round := 0; left.Load() > 0 && time.Now().Before(deadline) && ctx.Err() == nil; round++ {
 		if round > 0 && !sleepCtx(ctx, time.Second) {
-			return
+			return true
 		}
 		for _, g := range b.plan.groupsOf[m.user] {
 			octx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -164,13 +170,14 @@ func (b *bench) catchUp(ctx context.Context, m *member, accepted [][]sendRef, re
 		}
 		for wait := time.Now().Add(time.Second); left.Load() > 0 && time.Now().Before(wait); {
 			if !sleepCtx(ctx, 5*time.Millisecond) {
-				return
+				return true
 			}
 		}
 	}
 	if left.Load() == 0 {
 		rec.accept.record(m.idx, time.Since(t0))
 	}
+	return true
 }
 
 func (o *offlineResult) print(w io.Writer) {

@@ -113,7 +113,7 @@ func runPull(ctx context.Context, cfg *Config, d *deployment, stdout io.Writer) 
 
 	res.OK = true
 	for i, tok := range toks {
-		r := pullOnce(ctx, d.URLs[i%len(d.URLs)], tok, pageSize, gids, want, d.Procs)
+		r := pullOnce(ctx, d.URLs[i%len(d.URLs)], tok, pageSize, gids, want, d.Procs, time.Minute)
 		r.Uid = readers[i]
 		res.Runs = append(res.Runs, r)
 		res.OK = res.OK && r.Complete
@@ -250,9 +250,9 @@ func waitPersisted(ctx context.Context, a *api, tok string, gids []string, want 
 }
 
 // pullOnce logs a fresh client in, opens every group at once and times
-// until every wanted message was handed over, then checks each group's
-// messages: all of want, once, in order.
-func pullOnce(ctx context.Context, url, tok string, pageSize int, gids []string, want [][]int64, procs []namedPID) pullRun {
+// until every wanted message was handed over (for at most wait after the
+// login), then checks each group's messages: all of want, once, in order.
+func pullOnce(ctx context.Context, url, tok string, pageSize int, gids []string, want [][]int64, procs []namedPID, wait time.Duration) pullRun {
 	var total int64
 	for _, w := range want {
 		total += int64(len(w))
@@ -281,9 +281,13 @@ func pullOnce(ctx context.Context, url, tok string, pageSize int, gids []string,
 	}
 	defer c.Close()
 	r := pullRun{DialMS: ms(time.Since(t0))}
+	// The wait bounds the Opens too: a client whose gateway is gone waits
+	// in Open to reconnect.
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
 	errs := make(chan error, len(gids))
 	for _, gid := range gids {
-		go func() { errs <- c.Open(ctx, gid) }()
+		go func() { errs <- c.Open(wctx, gid) }()
 	}
 	for range gids {
 		if err := <-errs; err != nil && r.Problem == "" {
@@ -292,9 +296,10 @@ func pullOnce(ctx context.Context, url, tok string, pageSize int, gids []string,
 	}
 	select {
 	case <-done:
-	case <-time.After(time.Minute):
-		r.Problem += fmt.Sprintf(" only %d of %d messages handed over within a minute", n.Load(), total)
-	case <-ctx.Done():
+	case <-wctx.Done():
+		if ctx.Err() == nil {
+			r.Problem += fmt.Sprintf(" only %d of %d messages handed over within %v", n.Load(), total, wait)
+		}
 	}
 	r.TotalMS = ms(time.Since(t0))
 	byProc, bench := mark.spent()

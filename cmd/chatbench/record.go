@@ -16,11 +16,12 @@ import (
 	"github.com/groupchat/chatd/protocol"
 )
 
-// Latencies are recorded in microseconds, from 1 µs to 5 minutes, with 3
-// significant digits.
+// Latencies are recorded in microseconds, from 1 µs to an hour, with 3
+// significant digits: an overloaded run's backlog makes latencies of
+// minutes, which must not be cut to the highest value.
 const (
 	histMin    = 1
-	histMax    = int64(5 * time.Minute / time.Microsecond)
+	histMax    = int64(time.Hour / time.Microsecond)
 	histDigits = 3
 	histShards = 16
 )
@@ -205,6 +206,8 @@ func errorCode(err error) string {
 	switch {
 	case errors.As(err, &pe):
 		return string(pe.Code)
+	case errors.Is(err, errDial):
+		return "dial_failed"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "timeout"
 	case errors.Is(err, context.Canceled):

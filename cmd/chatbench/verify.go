@@ -21,8 +21,9 @@ type lossCheck struct {
 	BodyDuplicates    int64 `json:"body_duplicates"`     // one send's body handed to a member under two msgids
 	OutOfOrder        int64 `json:"out_of_order"`        // a msgid handed by a client after a larger one of its group
 	Unexpected        int64 `json:"unexpected"`          // msgids handed over that no accepted send returned (a send that failed on the client yet got in, or a renumbered one)
-	Mismatched        int64 `json:"mismatched"`          // an accepted msgid handed over with another send's body
+	Mismatched        int64 `json:"mismatched"`          // an accepted msgid handed over with another send's body, or a cut or garbled one
 	Foreign           int64 `json:"foreign"`             // bodies not written by this run
+	NotMember         int64 `json:"not_member"`          // messages handed under a group the member is not in
 	PullRounds        int   `json:"pull_rounds"`         // final Open rounds (each pulls the groups still missing messages)
 
 	Examples    []missingExample `json:"examples,omitempty"` // a few msgids not handed over as accepted
@@ -56,6 +57,7 @@ func (b *bench) check() lossCheck {
 				l.incomplete = append(l.incomplete, slot{i, g})
 			}
 		}
+		l.notMember(b.plan, m)
 		m.mu.Unlock()
 	}
 	l.verdict()
@@ -64,7 +66,18 @@ func (b *bench) check() lossCheck {
 
 // verdict sets OK from the counts.
 func (l *lossCheck) verdict() {
-	l.OK = l.Missing == 0 && l.Mismatched == 0 && l.Duplicates == 0 && l.BodyDuplicates == 0 && l.OutOfOrder == 0
+	l.OK = l.Missing == 0 && l.Mismatched == 0 && l.Duplicates == 0 && l.BodyDuplicates == 0 && l.OutOfOrder == 0 && l.NotMember == 0
+}
+
+// notMember counts what m was handed under a group it is not in (the
+// caller holds m.mu or m's client is closed): a member must see nothing of
+// another group.
+func (l *lossCheck) notMember(p *plan, m *member) {
+	for gid, got := range m.got {
+		if !slices.ContainsFunc(p.groupsOf[m.user], func(g int) bool { return p.gids[g] == gid }) {
+			l.NotMember += int64(len(got))
+		}
+	}
 }
 
 // acceptedSorted is a copy of every group's accepted sends by msgid.
@@ -138,8 +151,8 @@ func (l *lossCheck) checkOne(gid, uid string, accepted, got []sendRef) {
 		case i == len(accepted) || uniq[j].msgid < accepted[i].msgid:
 			l.Unexpected++
 			j++
-		default: // the accepted msgid came: with the same send's body?
-			if uniq[j].k >= 0 && uniq[j].k != accepted[i].k {
+		default: // the accepted msgid came: with the same send's body, whole?
+			if uniq[j].k != accepted[i].k {
 				l.Mismatched++
 				notHanded(accepted[i])
 			}

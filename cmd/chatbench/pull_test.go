@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/groupchat/chatd/protocol"
+)
+
+// The gateway goes down as the member's pulls begin (a crash, a restart
+// that does not come back): the client waits to reconnect. The pull mode
+// must still end within its wait and say what came, not hang until the
+// user presses Ctrl-C.
+func TestThePullModeEndsWhenTheGatewayGoesDown(t *testing.T) {
+	var conns atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if conns.Add(1) > 1 {
+			http.Error(w, "down", http.StatusServiceUnavailable) // it does not come back
+			return
+		}
+		conn, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer conn.CloseNow()
+		for {
+			_, b, err := conn.Read(r.Context())
+			if err != nil {
+				return
+			}
+			var req protocol.Request
+			if err := json.Unmarshal(b, &req); err != nil {
+				return
+			}
+			var ans any
+			switch req.Op {
+			case protocol.OpAuth:
+				ans = protocol.Authed{Op: protocol.OpAuthed, ID: req.ID, Uid: "bx-r0"}
+			case protocol.OpSync:
+				ans = protocol.Synced{Op: protocol.OpSynced, ID: req.ID, Groups: []protocol.GroupState{{Gid: "bx-g0", Head: 2, Ack: -1, Read: -1, Unread: 3, UnreadExact: true}}}
+			default:
+				return // the first pull: the gateway is gone
+			}
+			if err := conn.Write(r.Context(), websocket.MessageText, protocol.Marshal(ans)); err != nil {
+				return
+			}
+		}
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	t0 := time.Now()
+	r := pullOnce(ctx, srv.URL, "t", 100, []string{"bx-g0"}, [][]int64{{0, 1, 2}}, nil, 2*time.Second)
+	if took := time.Since(t0); took > 20*time.Second || r.Complete || r.Problem == "" {
+		t.Fatalf("pull of a gateway gone down returned after %v: complete %v, problem %q; want it within its 2 s wait (plus the SDK's), incomplete, saying so",
+			took.Round(time.Millisecond), r.Complete, r.Problem)
+	}
+}
