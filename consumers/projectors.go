@@ -87,8 +87,17 @@ func (m *MemberProjector) Runner(b Base) (*Runner[schema.Member], error) {
 }
 
 // Handle implements Handler.
+// The events go with their offsets, so that a replay skips what a member
+// had applied already (store.Redis.ApplyMembersAt).
 func (m *MemberProjector) Handle(ctx context.Context, part int, recs []Record[schema.Member]) error {
-	return project(ctx, m.get(m.ClickHouse, (*store.ClickHouse).InsertMembers), part, recs, m.Redis.ApplyMembers, func(r *Record[schema.Member]) store.MemberRow {
+	apply := func(ctx context.Context, ms []schema.Member) error {
+		offsets := make([]int64, len(recs))
+		for i := range recs {
+			offsets[i] = recs[i].Offset
+		}
+		return m.Redis.ApplyMembersAt(ctx, ms, offsets)
+	}
+	return project(ctx, m.get(m.ClickHouse, (*store.ClickHouse).InsertMembers), part, recs, apply, func(r *Record[schema.Member]) store.MemberRow {
 		return store.MemberRow{Member: r.Event, Partition: int32(part), Offset: r.Offset}
 	})
 }
