@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
 
 	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/schema"
@@ -61,5 +62,47 @@ func TestAMemberReplayCutBetweenAJoinAndALeaveDoesNotRejoin(t *testing.T) {
 	}
 	if got, _ := r.Membership(ctx, "g1", "alice"); got != (store.Membership{State: store.MemberJoined, JoinedAt: 9}) {
 		t.Fatalf("alice after her rejoin: %+v, want joined at 9", got)
+	}
+}
+
+// A log that lost its tail (or was recreated) gives offsets the projector
+// applied before to new records: the runner then reads it again from its
+// start, below the saved position, and those records must be applied, not
+// skipped as replays of the old ones.
+func TestAMemberLogThatLostItsTailIsAppliedAgain(t *testing.T) {
+	srv := testserver.NewRedis(t)
+	rc := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{srv.Addr}})
+	t.Cleanup(func() { rc.Close() })
+	r, err := store.NewRedis(rc, store.RedisConfig{WindowSize: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	m := &MemberProjector{Redis: r}
+	rec := func(off int64, op schema.MemberOp, pos int64) Record[schema.Member] {
+		ev := schema.Member{Gid: "g1", Uid: "alice", Op: op, Pos: pos}
+		if op == schema.OpLeave {
+			ev.HasJoined, ev.Joined = true, 3
+		}
+		return Record[schema.Member]{Offset: off, Event: ev}
+	}
+	// The old log: alice joins, leaves and joins again; the position saved
+	// is 13.
+	m.Start(0, kafka.FirstOffset)
+	if err := m.Handle(ctx, 0, []Record[schema.Member]{rec(10, schema.OpJoin, 3), rec(11, schema.OpLeave, 5), rec(12, schema.OpJoin, 7)}); err != nil {
+		t.Fatal(err)
+	}
+	// The log loses offset 12; a leave takes its offset. The runner starts
+	// from the saved 13, finds it past the end, and reads from the start.
+	m.Start(0, 13)
+	if err := m.Handle(ctx, 0, []Record[schema.Member]{rec(10, schema.OpJoin, 3), rec(11, schema.OpLeave, 5)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Handle(ctx, 0, []Record[schema.Member]{rec(12, schema.OpLeave, 8)}); err != nil {
+		t.Fatal(err)
+	}
+	want := store.Membership{State: store.MemberLeft, JoinedAt: 3, LeftAt: 5}
+	if got, _ := r.Membership(ctx, "g1", "alice"); got != want {
+		t.Fatalf("alice after the log lost its tail: %+v, want %+v as the log now says", got, want)
 	}
 }

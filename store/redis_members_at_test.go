@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -41,7 +42,7 @@ func testMembershipReplayAt(t *testing.T, c redis.UniversalClient) {
 	applyIn := func(ms []schema.Member, offs []int64, after func()) {
 		for len(ms) > 0 {
 			n := min(len(ms), 1+rng.IntN(4))
-			if err := r.ApplyMembersAt(ctx, ms[:n], offs[:n]); err != nil {
+			if err := r.ApplyMembersAt(ctx, ms[:n], offs[:n], math.MinInt64); err != nil {
 				t.Fatal(err)
 			}
 			ms, offs = ms[n:], offs[n:]
