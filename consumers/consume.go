@@ -405,11 +405,14 @@ func (r *Runner[E]) claimStart(ctx context.Context, log *slog.Logger, part int, 
 }
 
 // watchSaved checks every StateCheck that the partition's saved position is
-// still the one consume saved last; when it is not (the state was wiped
-// while the partition was idle), it sets gone and cancels consume.
+// still the one consume saved last; when it is not, twice in a row at the
+// same value (the state was wiped while the partition was idle), it sets
+// gone and cancels consume. Once is not enough: a save of consume's own is
+// in the store before its reply is back and saved follows.
 func (r *Runner[E]) watchSaved(ctx context.Context, part int, saved *atomic.Int64, gone *atomic.Bool, cancel context.CancelFunc) {
 	t := time.NewTicker(r.cfg.StateCheck)
 	defer t.Stop()
+	suspect, suspected := int64(0), false // a moved position seen at the last check
 	for {
 		select {
 		case <-ctx.Done():
@@ -427,10 +430,16 @@ func (r *Runner[E]) watchSaved(ctx context.Context, part int, saved *atomic.Int6
 		}
 		// A commit may land between the two loads; only a position that
 		// is neither is a moved one.
-		if after := saved.Load(); at != before && at != after && before != lostPos {
+		after := saved.Load()
+		if at == before || at == after || before == lostPos {
+			suspected = false
+			continue
+		}
+		if suspected && suspect == at {
 			gone.Store(true)
 			cancel()
 			return
 		}
+		suspect, suspected = at, true
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,12 +72,45 @@ type MemberProjector struct {
 	ClickHouse *store.ClickHouse // optional
 
 	lazyRows[store.MemberRow] // Flusher
+
+	mu   sync.Mutex
+	from map[int]int64 // per partition, the offset from which records may be replays (store.Redis.ApplyMembersAt)
 }
 
 var (
 	_ Handler[schema.Member] = (*MemberProjector)(nil)
 	_ Flusher                = (*MemberProjector)(nil)
+	_ Starter                = (*MemberProjector)(nil)
 )
+
+// Start implements Starter: records from the saved position on may have
+// been applied before (a crash between effect and commit). A record below
+// it means the log was cut back or recreated, its offsets given to new
+// records: the rest of the run applies every record.
+func (m *MemberProjector) Start(part int, saved int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.from == nil {
+		m.from = map[int]int64{}
+	}
+	m.from[part] = saved
+}
+
+// replaysFrom returns the offset from which the records of part, the first
+// at first, may be replays. Without Start (chatctl rebuild), every record.
+func (m *MemberProjector) replaysFrom(part int, first int64) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	from, ok := m.from[part]
+	if !ok {
+		return math.MinInt64
+	}
+	if first < from {
+		from = math.MaxInt64
+		m.from[part] = from
+	}
+	return from
+}
 
 // Runner returns the member projector's runner on chat.members.
 func (m *MemberProjector) Runner(b Base) (*Runner[schema.Member], error) {
@@ -87,8 +121,17 @@ func (m *MemberProjector) Runner(b Base) (*Runner[schema.Member], error) {
 }
 
 // Handle implements Handler.
+// The events go with their offsets, so that a replay skips what a member
+// had applied already (store.Redis.ApplyMembersAt).
 func (m *MemberProjector) Handle(ctx context.Context, part int, recs []Record[schema.Member]) error {
-	return project(ctx, m.get(m.ClickHouse, (*store.ClickHouse).InsertMembers), part, recs, m.Redis.ApplyMembers, func(r *Record[schema.Member]) store.MemberRow {
+	apply := func(ctx context.Context, ms []schema.Member) error {
+		offsets := make([]int64, len(recs))
+		for i := range recs {
+			offsets[i] = recs[i].Offset
+		}
+		return m.Redis.ApplyMembersAt(ctx, ms, offsets, m.replaysFrom(part, recs[0].Offset))
+	}
+	return project(ctx, m.get(m.ClickHouse, (*store.ClickHouse).InsertMembers), part, recs, apply, func(r *Record[schema.Member]) store.MemberRow {
 		return store.MemberRow{Member: r.Event, Partition: int32(part), Offset: r.Offset}
 	})
 }

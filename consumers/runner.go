@@ -101,7 +101,8 @@ type Config[E any] struct {
 
 	// StateCheck is how often, with Offsets, a partition checks that its
 	// saved position is still there, so that a wiped state is replayed even
-	// while no records arrive. Default 2s.
+	// while no records arrive (a position moved on two checks in a row).
+	// Default 2s.
 	StateCheck time.Duration
 
 	Logger  *slog.Logger // default slog.Default()

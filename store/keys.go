@@ -21,6 +21,8 @@ import "strconv"
 //	chat:{<gid>}:joining:<uid>             STRING  "1", expiring: a join of uid is being written (MarkJoining)
 //	chat:{<gid>}:leaving:<uid>             STRING  "<joinPos>:<leftPos>", expiring: a leave of uid was written (MarkLeaving)
 //	chat:{<gid>}:members                   HASH    uid -> membership: "j:<joinPos>" or "l:<joinPos>:<leftPos>"
+//	chat:{<gid>}:members-at                HASH    uid -> offset in chat.members of the member's last event applied
+//	                                               (ApplyMembersAt): a replay skips what is at or below it
 //	chat:{u:<uid>}:groups                  HASH    gid -> the same membership value: the user's groups
 //	chat:offsets:<consumer>                HASH    "<topic>/<partition>" -> next offset to read;
 //	                                               "<topic>/<partition>/replayed" -> "1" (MarkReplayed);
@@ -49,6 +51,8 @@ func headKey(gid string) string    { return groupPrefix(gid) + "head" }
 func ackKey(gid string) string     { return groupPrefix(gid) + "ack" }
 func readKey(gid string) string    { return groupPrefix(gid) + "read" }
 func membersKey(gid string) string { return groupPrefix(gid) + "members" }
+
+func memberOffsetsKey(gid string) string { return groupPrefix(gid) + "members-at" }
 
 func claimKey(gid, sender, clientMsgID string) string {
 	return groupPrefix(gid) + "cmid:" + sender + "/" + clientMsgID

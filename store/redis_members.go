@@ -117,9 +117,10 @@ func parseMembership(s string) (Membership, error) {
 }
 
 // membersScript folds one group's member events in order. KEYS: members,
-// ack, read. ARGV: uid, op ("j" or "l"), pos and joined ("" when the event
-// names no join) of each event. It returns uid, new value, ... for every uid
-// it touched, for the user index.
+// ack, read, members-at. ARGV: the offset from which events may be replays,
+// then uid, op ("j" or "l"), pos, joined ("" when the event names no join)
+// and offset in chat.members ("" when not known) of each event. It returns
+// uid, new value, ... for every uid it touched, for the user index.
 //
 // join: joined at pos (whatever the state: the last join wins, as in the
 // compacted topic), ack and read cursors raised to pos; leave on joined:
@@ -128,28 +129,43 @@ func parseMembership(s string) (Membership, error) {
 // compacted away): left at pos, joined where the leave says, or at pos,
 // which grants nothing, when it does not say.
 //
+// An event from the replay offset on, at or below the offset members-at
+// holds for its uid, was applied before: it is skipped. Without that, a replay after a crash between
+// effect and commit would fold the member's earlier events again, and a
+// replay batch that ends between a join and the leave after it would show a
+// member who left as joined until the next batch.
+//
 // The result of a sequence depends only on its events from the last join
 // on, so replaying any suffix of it, on the state it produced, gives the
 // same state: that is what a consumer does after a crash.
 var membersScript = redis.NewScript(`
-local vals, order = {}, {}
-for i = 1, #ARGV, 4 do
-  local uid, op, pos, from = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3]
+local vals, order, at, moved = {}, {}, {}, {}
+local replays = tonumber(ARGV[1])
+for i = 2, #ARGV, 5 do
+  local uid, op, pos, from, off = ARGV[i], ARGV[i+1], ARGV[i+2], ARGV[i+3], tonumber(ARGV[i+4])
   local cur = vals[uid]
   if cur == nil then
     cur = redis.call('HGET', KEYS[1], uid) or ''
     order[#order+1] = uid
+    at[uid] = tonumber(redis.call('HGET', KEYS[4], uid) or '')
   end
-  local state, joined = string.match(cur, '^(%a):(%-?%d+)')
-  if op == 'j' then
-    cur = 'j:' .. pos
-    redis.call('ZADD', KEYS[2], 'GT', pos, uid)
-    redis.call('ZADD', KEYS[3], 'GT', pos, uid)
-  elseif state == 'j' then
-    cur = 'l:' .. joined .. ':' .. pos
-  elseif state ~= 'l' then
-    if from == '' then from = pos end
-    cur = 'l:' .. from .. ':' .. pos
+  if off and off >= replays and at[uid] and off <= at[uid] then
+    -- applied before: a replay
+  else
+    if off then
+      at[uid], moved[uid] = off, true
+    end
+    local state, joined = string.match(cur, '^(%a):(%-?%d+)')
+    if op == 'j' then
+      cur = 'j:' .. pos
+      redis.call('ZADD', KEYS[2], 'GT', pos, uid)
+      redis.call('ZADD', KEYS[3], 'GT', pos, uid)
+    elseif state == 'j' then
+      cur = 'l:' .. joined .. ':' .. pos
+    elseif state ~= 'l' then
+      if from == '' then from = pos end
+      cur = 'l:' .. from .. ':' .. pos
+    end
   end
   vals[uid] = cur
 end
@@ -159,6 +175,9 @@ for _, uid in ipairs(order) do
     redis.call('HSET', KEYS[1], uid, vals[uid])
     out[#out+1] = uid
     out[#out+1] = vals[uid]
+  end
+  if moved[uid] then
+    redis.call('HSET', KEYS[4], uid, string.format('%d', at[uid]))
   end
 end
 return out
@@ -177,12 +196,27 @@ return out
 // index: one script call per group, then one HSET per user, each step
 // pipelined.
 func (r *Redis) ApplyMembers(ctx context.Context, ms []schema.Member) error {
+	return r.ApplyMembersAt(ctx, ms, nil, 0)
+}
+
+// ApplyMembersAt is ApplyMembers of events read from chat.members, with
+// their offsets (offsets[i] is ms[i]'s; nil: none known). It keeps each
+// member's last offset applied and skips the events from replays on that
+// are at or below it, so that a replay, cut into batches anywhere, never
+// shows a member as they stood before an event already applied (a member
+// who left as joined). Events below replays are applied whatever: a log
+// cut back or recreated gives old offsets to new events.
+func (r *Redis) ApplyMembersAt(ctx context.Context, ms []schema.Member, offsets []int64, replays int64) error {
+	if offsets != nil && len(offsets) != len(ms) {
+		return fmt.Errorf("store: apply members: %d offsets for %d events", len(offsets), len(ms))
+	}
 	groups := groupIndexes(len(ms), func(i int) (string, bool) { return ms[i].Gid, true })
 	calls := make([]scriptCall, len(groups))
 	for g, idx := range groups {
-		args := make([]any, 0, 4*len(idx))
+		args := make([]any, 1, 1+5*len(idx))
+		args[0] = replays
 		for _, i := range idx {
-			op, from := "l", ""
+			op, from, off := "l", "", ""
 			if ms[i].Op == schema.OpJoin {
 				op = "j"
 			} else if ms[i].Op != schema.OpLeave {
@@ -191,10 +225,13 @@ func (r *Redis) ApplyMembers(ctx context.Context, ms []schema.Member) error {
 			if ms[i].HasJoined {
 				from = strconv.FormatInt(ms[i].Joined, 10)
 			}
-			args = append(args, ms[i].Uid, op, ms[i].Pos, from)
+			if offsets != nil {
+				off = strconv.FormatInt(offsets[i], 10)
+			}
+			args = append(args, ms[i].Uid, op, ms[i].Pos, from, off)
 		}
 		gid := ms[idx[0]].Gid
-		calls[g] = scriptCall{keys: []string{membersKey(gid), ackKey(gid), readKey(gid)}, args: args}
+		calls[g] = scriptCall{keys: []string{membersKey(gid), ackKey(gid), readKey(gid), memberOffsetsKey(gid)}, args: args}
 	}
 	cmds, err := r.runScript(ctx, membersScript, calls)
 	if err != nil {

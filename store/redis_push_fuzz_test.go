@@ -317,6 +317,24 @@ func testPersistedPrevs(t *testing.T, c redis.UniversalClient) {
 	if err := r.SaveOffsets(ctx, "persister", "chat.messages", map[int]int64{0: 9, 1: 100}); err != nil {
 		t.Fatal(err)
 	}
+	// A position set by hand leaves the state's origin unknown: a group
+	// with no window may have had messages before it.
+	if got := prevs(map[string]int64{"g3": 9}); len(got) != 0 {
+		t.Errorf("g3 before 9, origin unknown: %v, want nothing certain", got)
+	}
+	// A state begun past the partition's first record (rebuilt after
+	// retention moved the log's start) lacks the groups silent since.
+	fence := Fence{Consumer: "persister", Topic: "chat.messages", Partition: 0}
+	if err := r.SaveOrigin(ctx, fence, 9, Origin{Offset: 1, SentAt: t0}); err != nil {
+		t.Fatal(err)
+	}
+	if got := prevs(map[string]int64{"g1": 2, "g3": 9}); len(got) != 0 {
+		t.Errorf("g1 before 2 and g3 before 9, origin 1: %v, want nothing certain", got)
+	}
+	// The state holds the partition's whole log from here on.
+	if err := r.SaveOrigin(ctx, fence, 9, Origin{Offset: 0, SentAt: t0}); err != nil {
+		t.Fatal(err)
+	}
 	// Unseen since an offset the persister has passed: its window is all
 	// there is before it.
 	for _, tc := range []struct {

@@ -16,7 +16,7 @@ type Projection string
 const (
 	ProjectionAcks    Projection = "acks"     // delivery cursors: chat:{gid}:ack
 	ProjectionReads   Projection = "receipts" // read cursors: chat:{gid}:read
-	ProjectionMembers Projection = "members"  // chat:{gid}:members and chat:{u:uid}:groups
+	ProjectionMembers Projection = "members"  // chat:{gid}:members, chat:{gid}:members-at and chat:{u:uid}:groups
 )
 
 // scanBatch is the COUNT hint of SCAN and the most UNLINKs per pipeline.
@@ -125,10 +125,10 @@ func (r *Redis) scanKeys(ctx context.Context, p Projection, fn func(c redis.Univ
 	case ProjectionReads:
 		patterns, match = []string{"chat:{*}:read"}, func(k string) bool { return isGroupKey(k, "read") }
 	case ProjectionMembers:
-		patterns = []string{"chat:{*}:members", "chat:{u:*}:groups"}
+		patterns = []string{"chat:{*}:members", "chat:{*}:members-at", "chat:{u:*}:groups"}
 		match = func(k string) bool {
 			_, user := uidOfKey(k)
-			return isGroupKey(k, "members") || user
+			return isGroupKey(k, "members") || isGroupKey(k, "members-at") || user
 		}
 	default:
 		return fmt.Errorf("store: unknown projection %q; want acks, receipts or members", p)

@@ -45,6 +45,7 @@ func runRedisSuite(t *testing.T, newClient func(t *testing.T) redis.UniversalCli
 		{"Membership", testMembership},
 		{"MembershipReplay", testMembershipReplay},
 		{"MembershipFold", testMembershipFold},
+		{"MembershipReplayAt", testMembershipReplayAt},
 		{"Presence", testPresence},
 		{"PushRoute", testPushRoute},
 		{"PersistedPrevs", testPersistedPrevs},

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 
@@ -136,14 +137,19 @@ func decodeWindowMember(s string) (schema.Message, error) {
 // PersistedPrevs returns, for each gid, the msgid of the group's last
 // message before before[gid] as consumer (the persister) stored it from
 // partition part of topic, where that is certain: the window holds an
-// earlier message of the group, or holds none and never dropped one (then
-// -1: the group had none before), and the consumer's saved position shows
+// earlier message of the group, or holds none and never dropped one while
+// the consumer's state holds the partition's whole log (its origin is
+// offset 0; then -1: the group had none before), and the consumer's saved
+// position shows
 // the window has every message that matters (it saves it only once they are
 // in the window). That is when the position is past every record before
 // before[gid], or past every record before seenFrom: the caller read every
 // record of the partition from seenFrom on and found none of the group's
 // before before[gid], so what the window holds before seenFrom is all
-// there is. Pass math.MaxInt64 as seenFrom when no such read is known. A
+// there is. A state rebuilt from a log whose start retention moved (an
+// origin past 0, see Origin) has no window for a group silent since before
+// that start: its last message is in ClickHouse, so no window is no
+// answer. Pass math.MaxInt64 as seenFrom when no such read is known. A
 // message at offset 0 has prev -1 whatever was saved. Other groups are
 // absent. One pipeline for all.
 //
@@ -161,6 +167,7 @@ func (r *Redis) PersistedPrevs(ctx context.Context, consumer, topic string, part
 	}
 	pipe := r.client.Pipeline()
 	pos := pipe.HGet(ctx, offsetsKey(consumer), offsetField(topic, part))
+	origin := pipe.HGet(ctx, offsetsKey(consumer), originField(topic, part))
 	qs := make(map[string]q, len(before))
 	for gid, id := range before {
 		qs[gid] = q{
@@ -181,6 +188,12 @@ func (r *Redis) PersistedPrevs(ctx context.Context, consumer, topic string, part
 	case next < 0:
 		next = 0 // claimed before its first record: kafka.FirstOffset (-2), nothing stored yet
 	}
+	// A group with no window had no message before id when the caller
+	// read the partition from its first record, or the state holds every
+	// record from there (its origin is 0): a state that began past it, or
+	// whose origin is unknown, lacks the groups silent since.
+	off, _, _ := strings.Cut(origin.Val(), ":")
+	whole := seenFrom == 0 || off == "0"
 	for gid, id := range before {
 		if id <= 0 {
 			out[gid] = -1 // nothing comes before a partition's first record
@@ -193,7 +206,7 @@ func (r *Redis) PersistedPrevs(ctx context.Context, consumer, topic string, part
 		switch {
 		case len(win) > 0:
 			out[gid] = int64(win[0].Score)
-		case floor == 0:
+		case floor == 0 && whole:
 			out[gid] = -1
 		}
 	}
