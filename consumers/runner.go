@@ -155,6 +155,8 @@ func (c Config[E]) Validate() error {
 		return errors.New("consumers: a dead-letter producer is required")
 	case c.BatchSize < 0 || c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff:
 		return errors.New("consumers: batch size and back-off must be positive, max back-off >= min")
+	case c.StateCheck < 0 || c.SessionTimeout < 0 || c.RebalanceTimeout < 0:
+		return errors.New("consumers: the state check interval and the group's timeouts must be positive durations")
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -429,5 +430,23 @@ func TestAnIdlePartitionWithoutAnOffsetStoreIsCommittedOnce(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // ten intervals, nothing new
 	if after := r.Stats().Commits; after != before {
 		t.Fatalf("an idle partition committed %d more times in ten intervals, having nothing new", after-before)
+	}
+}
+
+// A negative interval or timeout is refused when the runner is made, not
+// met later as a panic of the state check's ticker.
+func TestRunnerRefusesNegativeDurations(t *testing.T) {
+	h := newMemAcks()
+	for _, tune := range []func(*Config[schema.Ack]){
+		func(c *Config[schema.Ack]) { c.StateCheck = -time.Second },
+		func(c *Config[schema.Ack]) { c.SessionTimeout = -time.Second },
+		func(c *Config[schema.Ack]) { c.RebalanceTimeout = -time.Second },
+	} {
+		cfg := Config[schema.Ack]{Brokers: []string{"127.0.0.1:1"}, Group: "g", Topic: topics.Acks,
+			Decode: schema.DecodeAck, Handler: h, Offsets: h, DeadLetter: &producers.Producer{}}
+		tune(&cfg)
+		if _, err := NewRunner(cfg); err == nil || !strings.Contains(err.Error(), "positive durations") {
+			t.Errorf("NewRunner with %+v: %v, want a refusal naming the durations", cfg, err)
+		}
 	}
 }
