@@ -64,6 +64,9 @@ func (c *Client) groupLocked(gid string) *group {
 // reconnect. It returns when the messages are queued for OnMessage, not
 // when OnMessage has seen them; when more than MaxQueued would be queued,
 // when the first of them are, and the rest is pulled as OnMessage takes them.
+// A pull the server refuses for a while (unavailable, internal,
+// rate_limited) or that times out is made again after a back-off, until
+// ctx ends.
 func (c *Client) Open(ctx context.Context, gid string) error {
 	if err := schema.ValidID(gid); err != nil {
 		return fmt.Errorf("client: open: %w", err)
@@ -76,16 +79,22 @@ func (c *Client) Open(ctx context.Context, gid string) error {
 	g := c.groupLocked(gid)
 	g.opened, g.seen = true, true
 	c.mu.Unlock()
+	bo := backoff{min: c.cfg.MinBackoff, max: c.cfg.MaxBackoff}
 	for {
 		s, err := c.waitSession(ctx)
 		if err != nil {
 			return fmt.Errorf("client: open %s: %w", gid, err)
 		}
 		err = c.pullGroup(ctx, s, gid)
-		if err == nil {
+		switch {
+		case err == nil:
 			return nil
-		}
-		if !errors.Is(err, ErrDisconnected) {
+		case errors.Is(err, ErrDisconnected):
+		case mayPass(err): // refused for a while, or timed out
+			if err := c.backOff(ctx, bo.next(), err); err != nil {
+				return fmt.Errorf("client: open %s: %w", gid, err)
+			}
+		default:
 			return fmt.Errorf("client: open %s: %w", gid, err)
 		}
 	}
