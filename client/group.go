@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -30,6 +32,7 @@ type group struct {
 	readDue  time.Time
 
 	buf     map[int64]protocol.Message // pushes waiting for their predecessors
+	drained int64                      // contig when buf was last drained
 	pulling bool                       // a pull holds the group: pushes wait in buf
 	later   bool                       // a pull stopped for a full queue: resumed as it drains
 	lock    chan struct{}              // one pull of the group at a time
@@ -41,7 +44,7 @@ type group struct {
 func newGroup(gid string, cursor int64) *group {
 	return &group{
 		gid: gid, head: -1,
-		contig: cursor, delivered: cursor, acked: cursor,
+		contig: cursor, delivered: cursor, acked: cursor, drained: cursor,
 		read: -1, readWant: -1,
 		buf:  make(map[int64]protocol.Message),
 		lock: make(chan struct{}, 1),
@@ -126,7 +129,7 @@ func (c *Client) pushLocked(m protocol.Message) {
 		c.stats.Duplicates++
 		return
 	}
-	if !g.pulling && m.Prev != nil && *m.Prev == g.contig {
+	if m.Prev != nil && *m.Prev == g.contig {
 		c.acceptLocked(g, m)
 		c.drainLocked(g)
 		return
@@ -157,19 +160,24 @@ func (c *Client) acceptLocked(g *group, m protocol.Message) {
 // cursor and drops those it passed. If a gap remains and no pull holds the
 // group, it makes a pull of the group due.
 func (c *Client) drainLocked(g *group) {
-	for progressed := true; progressed; {
-		progressed = false
-		for id, m := range g.buf {
-			switch {
-			case id <= g.contig:
-				delete(g.buf, id)
-				c.stats.Duplicates++
-			case m.Prev != nil && *m.Prev == g.contig:
+	// Only once the cursor moved, and in msgid order, where a chain of
+	// pushes ascends, so one pass takes it: a long gap buffers many pushes,
+	// and a scan of them all per push, or per message of the chain, would
+	// hold the client's lock for seconds.
+	if g.contig != g.drained {
+		for _, id := range slices.Sorted(maps.Keys(g.buf)) {
+			if m := g.buf[id]; id > g.contig && m.Prev != nil && *m.Prev == g.contig {
 				delete(g.buf, id)
 				c.acceptLocked(g, m)
-				progressed = true
 			}
 		}
+		for id := range g.buf {
+			if id <= g.contig {
+				delete(g.buf, id)
+				c.stats.Duplicates++
+			}
+		}
+		g.drained = g.contig
 	}
 	if len(g.buf) > 0 && !g.pulling && !c.closing {
 		c.pullLaterLocked(g, false) // the gap
