@@ -28,7 +28,7 @@ type frame struct {
 	Cmid    string                `json:"cmid"`
 	MsgID   int64                 `json:"msgid"`
 	After   int64                 `json:"after"`
-	Msgs    []protocol.Message    `json:"msgs"`
+	Msgs    msgList               `json:"msgs"`
 	More    bool                  `json:"more"`
 	Head    int64                 `json:"head"`
 	Groups  []protocol.GroupState `json:"groups"`

@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 
 	"github.com/groupchat/chatd/protocol"
 )
@@ -107,21 +108,58 @@ func (d *scanner) frame(f *frame) bool {
 	}
 }
 
+// msgList is a frame's messages. A frame holds at most a page of them
+// (protocol.MaxLimit; a push holds fewer): a frame of more is refused
+// before they are decoded, as a frame of maxFrame bytes of {} would be
+// millions of them and take gigabytes.
+type msgList []protocol.Message
+
+var errTooManyMsgs = fmt.Errorf("client: a frame of more than %d messages: a server fault", protocol.MaxLimit)
+
+// UnmarshalJSON decodes the messages one by one, up to protocol.MaxLimit.
+func (l *msgList) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		*l = nil
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('[') {
+		return fmt.Errorf("client: msgs: want an array, got %.20s", b)
+	}
+	msgs := msgList{}
+	for dec.More() {
+		if len(msgs) == protocol.MaxLimit {
+			return errTooManyMsgs
+		}
+		var m protocol.Message
+		if err := dec.Decode(&m); err != nil {
+			return err
+		}
+		msgs = append(msgs, m)
+	}
+	*l = msgs
+	return nil
+}
+
 // messages reads an array of messages; [] gives an empty, non-nil slice as
-// encoding/json does.
-func (d *scanner) messages(out *[]protocol.Message) bool {
+// encoding/json does. More than protocol.MaxLimit go to encoding/json,
+// which refuses them.
+func (d *scanner) messages(out *msgList) bool {
 	if !d.lit('[') {
 		return false
 	}
 	// A page holds up to 1,000 messages: size the slice once, from the
 	// msgid keys ahead (a body may hold the same text: it only costs room).
-	msgs := make([]protocol.Message, 0, max(1, bytes.Count(d.b[d.i:], []byte(`"msgid":`))))
+	msgs := make(msgList, 0, min(protocol.MaxLimit, max(1, bytes.Count(d.b[d.i:], []byte(`"msgid":`)))))
 	if d.lit(']') {
 		*out = msgs
 		return true
 	}
 	var last *protocol.Message
 	for {
+		if len(msgs) == protocol.MaxLimit {
+			return false
+		}
 		msgs = append(msgs, protocol.Message{})
 		m := &msgs[len(msgs)-1]
 		if last != nil { // strings like the previous message's are shared

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -145,6 +146,44 @@ func BenchmarkDecodeFrame(b *testing.B) {
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*c.msgs), "ns/msg")
 			})
+		}
+	}
+}
+
+// A frame holds at most a page of messages (protocol.MaxLimit; a push
+// holds fewer). A server frame of more, however small each, is refused
+// without decoding them: 8 MiB of {} would be 2.8 million messages, over
+// 250 MiB held and a gigabyte allocated.
+func TestAFrameOfMoreMessagesThanAPageIsRefused(t *testing.T) {
+	frameOf := func(n int, el string) []byte {
+		var b strings.Builder
+		b.WriteString(`{"op":"push","msgs":[`)
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(el)
+		}
+		b.WriteString(`]}`)
+		return []byte(b.String())
+	}
+	for _, el := range []string{`{}`, `{"msgid":1}`, `{"gid":"g","msgid":1,"prev":null}`} {
+		var f frame
+		if err := decodeFrame(frameOf(protocol.MaxLimit, el), &f); err != nil || len(f.Msgs) != protocol.MaxLimit {
+			t.Fatalf("a frame of %d messages %s: %v, %d messages; want them all", protocol.MaxLimit, el, err, len(f.Msgs))
+		}
+		if err := decodeFrame(frameOf(protocol.MaxLimit+1, el), &f); err == nil {
+			t.Fatalf("a frame of %d messages %s decoded: want it refused", protocol.MaxLimit+1, el)
+		}
+		huge := frameOf((8<<20)/(len(el)+1), el)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		err := decodeFrame(huge, &f)
+		runtime.ReadMemStats(&after)
+		if alloc := after.TotalAlloc - before.TotalAlloc; err == nil || alloc > 32<<20 {
+			t.Fatalf("a frame of %d MiB of %s: %v, %d MiB allocated; want it refused, with at most 32 MiB allocated",
+				len(huge)>>20, el, err, alloc>>20)
 		}
 	}
 }

@@ -51,8 +51,9 @@
 // a time, in ascending msgid order per group. It may call any method of the
 // Client (Send, MarkRead, Open, Cursor...) except Close, which waits for
 // OnMessage to return. Once Close has begun, a Send or Open waiting for a
-// connection (or a Send for its turn among the sends in flight) ends with
-// ErrClosed, so an OnMessage blocked in one returns. A slow OnMessage delays acks, not the connection:
+// connection (or a Send for its turn among the sends in flight, or backing
+// off before a resend), and a ReadCounts or WhoRead waiting for its answer,
+// end with ErrClosed, so an OnMessage blocked in one returns. A slow OnMessage delays acks, not the connection:
 // messages wait in memory, and pulls stop while MaxQueued of them wait
 // (pushes, which come at the pace of the conversation, do not).
 //

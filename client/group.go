@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -30,6 +32,7 @@ type group struct {
 	readDue  time.Time
 
 	buf     map[int64]protocol.Message // pushes waiting for their predecessors
+	drained int64                      // contig when buf was last drained
 	pulling bool                       // a pull holds the group: pushes wait in buf
 	later   bool                       // a pull stopped for a full queue: resumed as it drains
 	lock    chan struct{}              // one pull of the group at a time
@@ -41,7 +44,7 @@ type group struct {
 func newGroup(gid string, cursor int64) *group {
 	return &group{
 		gid: gid, head: -1,
-		contig: cursor, delivered: cursor, acked: cursor,
+		contig: cursor, delivered: cursor, acked: cursor, drained: cursor,
 		read: -1, readWant: -1,
 		buf:  make(map[int64]protocol.Message),
 		lock: make(chan struct{}, 1),
@@ -64,6 +67,9 @@ func (c *Client) groupLocked(gid string) *group {
 // reconnect. It returns when the messages are queued for OnMessage, not
 // when OnMessage has seen them; when more than MaxQueued would be queued,
 // when the first of them are, and the rest is pulled as OnMessage takes them.
+// A pull the server refuses for a while (unavailable, internal,
+// rate_limited) or that times out is made again after a back-off, until
+// ctx ends.
 func (c *Client) Open(ctx context.Context, gid string) error {
 	if err := schema.ValidID(gid); err != nil {
 		return fmt.Errorf("client: open: %w", err)
@@ -76,16 +82,22 @@ func (c *Client) Open(ctx context.Context, gid string) error {
 	g := c.groupLocked(gid)
 	g.opened, g.seen = true, true
 	c.mu.Unlock()
+	bo := backoff{min: c.cfg.MinBackoff, max: c.cfg.MaxBackoff}
 	for {
 		s, err := c.waitSession(ctx)
 		if err != nil {
 			return fmt.Errorf("client: open %s: %w", gid, err)
 		}
 		err = c.pullGroup(ctx, s, gid)
-		if err == nil {
+		switch {
+		case err == nil:
 			return nil
-		}
-		if !errors.Is(err, ErrDisconnected) {
+		case errors.Is(err, ErrDisconnected):
+		case mayPass(err): // refused for a while, or timed out
+			if err := c.backOff(ctx, bo.next(), err); err != nil {
+				return fmt.Errorf("client: open %s: %w", gid, err)
+			}
+		default:
 			return fmt.Errorf("client: open %s: %w", gid, err)
 		}
 	}
@@ -117,7 +129,7 @@ func (c *Client) pushLocked(m protocol.Message) {
 		c.stats.Duplicates++
 		return
 	}
-	if !g.pulling && m.Prev != nil && *m.Prev == g.contig {
+	if m.Prev != nil && *m.Prev == g.contig {
 		c.acceptLocked(g, m)
 		c.drainLocked(g)
 		return
@@ -148,19 +160,24 @@ func (c *Client) acceptLocked(g *group, m protocol.Message) {
 // cursor and drops those it passed. If a gap remains and no pull holds the
 // group, it makes a pull of the group due.
 func (c *Client) drainLocked(g *group) {
-	for progressed := true; progressed; {
-		progressed = false
-		for id, m := range g.buf {
-			switch {
-			case id <= g.contig:
-				delete(g.buf, id)
-				c.stats.Duplicates++
-			case m.Prev != nil && *m.Prev == g.contig:
+	// Only once the cursor moved, and in msgid order, where a chain of
+	// pushes ascends, so one pass takes it: a long gap buffers many pushes,
+	// and a scan of them all per push, or per message of the chain, would
+	// hold the client's lock for seconds.
+	if g.contig != g.drained {
+		for _, id := range slices.Sorted(maps.Keys(g.buf)) {
+			if m := g.buf[id]; id > g.contig && m.Prev != nil && *m.Prev == g.contig {
 				delete(g.buf, id)
 				c.acceptLocked(g, m)
-				progressed = true
 			}
 		}
+		for id := range g.buf {
+			if id <= g.contig {
+				delete(g.buf, id)
+				c.stats.Duplicates++
+			}
+		}
+		g.drained = g.contig
 	}
 	if len(g.buf) > 0 && !g.pulling && !c.closing {
 		c.pullLaterLocked(g, false) // the gap

@@ -39,6 +39,8 @@ type peer struct {
 	prevUnknown    bool                                 // pushes carry no prev
 	swallowSends   int                                  // send answers not sent (the message is stored)
 	overloadSends  int                                  // sends refused as overloaded (not stored)
+	refuseSends    int                                  // sends refused with sendRefusal (not stored)
+	sendRefusal    protocol.Code                        // their code
 	refusePulls    int                                  // pulls refused with pullRefusal
 	pullRefusal    protocol.Code                        // their code
 	pushBeforePage func(after int64) []protocol.Message // pushed to the puller just before its page
@@ -233,6 +235,13 @@ func (p *peer) handle(pc *peerConn, req protocol.Request) bool {
 			p.mu.Unlock()
 			p.pushMu.Unlock()
 			return fail(protocol.CodeOverloaded, "overloaded")
+		}
+		if p.refuseSends > 0 {
+			p.refuseSends--
+			code := p.sendRefusal
+			p.mu.Unlock()
+			p.pushMu.Unlock()
+			return fail(code, "try again later")
 		}
 		g := p.groups[req.Gid]
 		if g == nil || !g.members[pc.uid] {

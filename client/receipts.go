@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/groupchat/chatd/protocol"
@@ -11,11 +12,7 @@ import (
 // offline sender's catch-up, and polling for very large groups). Messages
 // the server no longer keeps receipts for are left out.
 func (c *Client) ReadCounts(ctx context.Context, gid string, msgids []int64) ([]protocol.ReadCount, error) {
-	s, err := c.waitSession(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("client: read counts of %s: %w", gid, err)
-	}
-	f, err := s.request(ctx, protocol.Request{Op: protocol.OpReadCounts, Gid: gid, MsgIDs: msgids})
+	f, err := c.ask(ctx, protocol.Request{Op: protocol.OpReadCounts, Gid: gid, MsgIDs: msgids})
 	if err != nil {
 		return nil, fmt.Errorf("client: read counts of %s: %w", gid, err)
 	}
@@ -25,13 +22,33 @@ func (c *Client) ReadCounts(ctx context.Context, gid string, msgids []int64) ([]
 // WhoRead lists who has read one message of gid and who has not, among the
 // members when it was sent (its sender excluded).
 func (c *Client) WhoRead(ctx context.Context, gid string, msgid int64) (read, unread []string, err error) {
-	s, err := c.waitSession(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("client: who read %s/%d: %w", gid, msgid, err)
-	}
-	f, err := s.request(ctx, protocol.Request{Op: protocol.OpWhoRead, Gid: gid, MsgID: &msgid})
+	f, err := c.ask(ctx, protocol.Request{Op: protocol.OpWhoRead, Gid: gid, MsgID: &msgid})
 	if err != nil {
 		return nil, nil, fmt.Errorf("client: who read %s/%d: %w", gid, msgid, err)
 	}
 	return f.Read, f.Unread, nil
+}
+
+// ask makes req on the ready session, waiting for one if needed, and waits
+// for its answer until ctx ends or Close begins (ErrClosed): Close waits for
+// OnMessage, which may be asking.
+func (c *Client) ask(ctx context.Context, req protocol.Request) (*frame, error) {
+	s, err := c.waitSession(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-c.stopDeliver:
+			cancel(ErrClosed)
+		case <-ctx.Done():
+		}
+	}()
+	f, err := s.request(ctx, req)
+	if err != nil && errors.Is(context.Cause(ctx), ErrClosed) {
+		return nil, ErrClosed
+	}
+	return f, err
 }

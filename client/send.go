@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/groupchat/chatd/protocol"
 	"github.com/groupchat/chatd/schema"
@@ -119,8 +120,8 @@ func (c *Client) sendOnce(ctx context.Context, req *protocol.Request, attempt, e
 		if !retryable(pe.Code) {
 			return 0, false, err
 		}
-		if !sleep(ctx, bo.next()) {
-			return 0, false, fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		if err := c.backOff(ctx, bo.next(), err); err != nil {
+			return 0, false, err
 		}
 	case errors.Is(err, ErrDisconnected):
 		// Resend on the next connection, once this one has ended.
@@ -133,11 +134,27 @@ func (c *Client) sendOnce(ctx context.Context, req *protocol.Request, attempt, e
 		// A timeout: the answer was lost, or the server is overloaded
 		// and every client resending at once would keep it so. Resend
 		// after a back-off.
-		if !sleep(ctx, bo.next()) {
-			return 0, false, fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		if err := c.backOff(ctx, bo.next(), err); err != nil {
+			return 0, false, err
 		}
 	}
 	return 0, true, nil
+}
+
+// backOff waits d before a resend whose last attempt failed with last. It
+// ends early with ctx's error, or with ErrClosed once Close has begun: Close
+// waits for OnMessage, which may be sending.
+func (c *Client) backOff(ctx context.Context, d time.Duration, last error) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w (last: %v)", ctx.Err(), last)
+	case <-c.stopDeliver:
+		return ErrClosed
+	}
 }
 
 // retryable reports whether a request refused with code may succeed later

@@ -313,3 +313,52 @@ func TestASendOverTheServersFrameLimitIsRefusedNotResent(t *testing.T) {
 		})
 	}
 }
+
+// Close ends the back-off of a Send from OnMessage between two attempts
+// (after a timeout, or a refusal that may pass) with ErrClosed, as it ends
+// an overload pause: the back-off grows to MaxBackoff, and Close waits for
+// OnMessage.
+func TestCloseEndsASendOfOnMessageBackingOffBeforeAResend(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(p *peer)
+	}{
+		{"timeout", func(p *peer) { p.swallowSends = 1 << 30 }},
+		{"unavailable", func(p *peer) { p.refuseSends, p.sendRefusal = 1<<30, protocol.CodeUnavailable }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			replied := make(chan error, 1)
+			var c *Client
+			c, _ = dial(t, p, "alice", func(cfg *Config) {
+				cfg.SendTimeout = 100 * time.Millisecond
+				cfg.MinBackoff, cfg.MaxBackoff = time.Hour, time.Hour // a back-off of half an hour at least
+				cfg.OnMessage = func(m protocol.Message) {
+					if m.Body == "reply to me" {
+						_, err := c.Send(ctx, m.Gid, "auto-reply")
+						replied <- err
+					}
+				}
+			})
+			p.post("g1", "bob", "reply to me")
+			p.set(tc.set)
+			waitFor(t, "the send", func() bool { return len(p.requests(protocol.OpSend)) == 1 })
+			time.Sleep(300 * time.Millisecond) // past SendTimeout: the send backs off
+
+			closed := make(chan error, 1)
+			go func() { closed <- c.Close() }()
+			select {
+			case <-closed:
+			case <-time.After(3 * time.Second):
+				cancel() // let it end
+				<-closed
+				t.Fatal("Close still blocked after 3 s: it waits for OnMessage, whose Send backs off before a resend")
+			}
+			if err := <-replied; !errors.Is(err, ErrClosed) {
+				t.Fatalf("Send backing off during Close: %v, want ErrClosed", err)
+			}
+		})
+	}
+}
