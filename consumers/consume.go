@@ -19,8 +19,9 @@ import (
 // it vanishes or moves under the runner, consume returns lost.
 func (r *Runner[E]) consume(ctx context.Context, gc *groupCommits, part int, start, pos int64) (lost bool) {
 	log := r.log.With("partition", part)
-	var saved atomic.Int64 // the position this runner saved last
+	var saved savedPos
 	saved.Store(pos)
+	saved.asked.Store(pos)
 	var gone atomic.Bool
 	if r.cfg.Offsets != nil && pos == -1 {
 		// Nothing saved: claim the partition's start before handling a
@@ -320,7 +321,7 @@ const lostPos = -100
 // the generation's next group commit, or at once when final). A
 // saved position that moved means the state was wiped: commit returns
 // false with saved set to lostPos.
-func (r *Runner[E]) commit(ctx context.Context, log *slog.Logger, gc *groupCommits, part int, saved *atomic.Int64, next int64, final bool) bool {
+func (r *Runner[E]) commit(ctx context.Context, log *slog.Logger, gc *groupCommits, part int, saved *savedPos, next int64, final bool) bool {
 	if f, ok := r.cfg.Handler.(Flusher); ok {
 		if !r.flush(ctx, log, f, final) {
 			return false
@@ -330,6 +331,7 @@ func (r *Runner[E]) commit(ctx context.Context, log *slog.Logger, gc *groupCommi
 		}
 	}
 	if r.cfg.Offsets != nil {
+		saved.asked.Store(next)
 		for attempt := 0; ; attempt++ {
 			ok, err := r.cfg.Offsets.AdvanceOffset(ctx, r.cfg.Group, r.cfg.Topic, part, saved.Load(), next)
 			if err == nil && !ok {
@@ -383,7 +385,8 @@ func (r *Runner[E]) nextDue(saved, applied int64) time.Time {
 // claimStart saves kafka.FirstOffset as the position of a partition that
 // has none, retrying until it can or ctx ends. It reports false when ctx
 // ended or someone saved a position first (saved is then lostPos).
-func (r *Runner[E]) claimStart(ctx context.Context, log *slog.Logger, part int, saved *atomic.Int64) bool {
+func (r *Runner[E]) claimStart(ctx context.Context, log *slog.Logger, part int, saved *savedPos) bool {
+	saved.asked.Store(kafka.FirstOffset)
 	for attempt := 0; ; attempt++ {
 		ok, err := r.cfg.Offsets.AdvanceOffset(ctx, r.cfg.Group, r.cfg.Topic, part, -1, kafka.FirstOffset)
 		if err == nil && !ok {
@@ -404,22 +407,27 @@ func (r *Runner[E]) claimStart(ctx context.Context, log *slog.Logger, part int, 
 	}
 }
 
+// savedPos is the position a runner saved for a partition: the last save
+// the store answered, and the last one asked for, which is in the store
+// before its answer is back.
+type savedPos struct {
+	atomic.Int64              // the last save answered
+	asked        atomic.Int64 // the last save asked for
+}
+
 // watchSaved checks every StateCheck that the partition's saved position is
-// still the one consume saved last; when it is not, twice in a row at the
-// same value (the state was wiped while the partition was idle), it sets
-// gone and cancels consume. Once is not enough: a save of consume's own is
-// in the store before its reply is back and saved follows.
-func (r *Runner[E]) watchSaved(ctx context.Context, part int, saved *atomic.Int64, gone *atomic.Bool, cancel context.CancelFunc) {
+// still one consume saved; when it is not (the state was wiped while the
+// partition was idle), it sets gone and cancels consume.
+func (r *Runner[E]) watchSaved(ctx context.Context, part int, saved *savedPos, gone *atomic.Bool, cancel context.CancelFunc) {
 	t := time.NewTicker(r.cfg.StateCheck)
 	defer t.Stop()
-	suspect, suspected := int64(0), false // a moved position seen at the last check
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		before := saved.Load()
+		before, asked := saved.Load(), saved.asked.Load()
 		stored, err := r.cfg.Offsets.Offsets(ctx, r.cfg.Group, r.cfg.Topic)
 		if err != nil {
 			continue // the store is down: the next commit or check tells
@@ -428,18 +436,14 @@ func (r *Runner[E]) watchSaved(ctx context.Context, part int, saved *atomic.Int6
 		if !ok {
 			at = -1
 		}
-		// A commit may land between the two loads; only a position that
-		// is neither is a moved one.
-		after := saved.Load()
-		if at == before || at == after || before == lostPos {
-			suspected = false
+		// A save may be asked for or answered between the loads: the
+		// position is one of consume's if it is any of them (a save is in
+		// the store before its answer is back).
+		if at == before || at == asked || at == saved.Load() || at == saved.asked.Load() || before == lostPos {
 			continue
 		}
-		if suspected && suspect == at {
-			gone.Store(true)
-			cancel()
-			return
-		}
-		suspect, suspected = at, true
+		gone.Store(true)
+		cancel()
+		return
 	}
 }
