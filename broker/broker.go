@@ -86,6 +86,8 @@ func Start(cfg Config) (*Broker, error) {
 		ln.Close()
 		if lock != nil {
 			lock.Close()
+			return nil, fmt.Errorf("broker: start from data dir %s: %w; if a file there is damaged, restore the directory from a backup, "+
+				"or move it away to start with an empty log (which loses every message and cursor in it)", cfg.DataDir, err)
 		}
 		return nil, fmt.Errorf("broker: start: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -203,4 +204,38 @@ func TestASecondBrokerOnADataDirInUseIsRefused(t *testing.T) {
 		t.Fatalf("after the first stopped: %v", err)
 	}
 	b3.Close()
+}
+
+// A data dir whose state files are damaged stops the broker with an error
+// that names the directory and what to do, not a bare JSON parse error.
+func TestADamagedDataDirIsNamedInTheError(t *testing.T) {
+	dir := t.TempDir()
+	b, err := broker.Start(broker.Config{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := topics.Ensure(context.Background(), topics.Config{Brokers: []string{b.Addr()}, Partitions: 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if err := os.WriteFile(filepath.Join(dir, "topics.json"), []byte(`{"topics":[{"name":"chat.mes`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err = broker.Start(broker.Config{DataDir: dir})
+	if err == nil {
+		b.Close()
+		t.Fatal("the broker started on a data dir with a half-written topics.json")
+	}
+	if !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "topics.json") || !strings.Contains(err.Error(), "backup") {
+		t.Fatalf("the error does not name the data dir, the file and what to do: %v", err)
+	}
+	t.Log(err)
+	// The lock is released: the same dir can be tried again once repaired.
+	if err := os.Remove(filepath.Join(dir, "topics.json")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = broker.Start(broker.Config{DataDir: dir}); err != nil {
+		t.Fatalf("after the damaged file was removed: %v", err)
+	}
+	b.Close()
 }
