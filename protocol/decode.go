@@ -38,7 +38,7 @@ func Decode(b []byte, maxBody int) (Request, error) {
 		return Request{}, Errorf(CodeBadFrame, "one JSON object per frame, and nothing after it")
 	}
 	if len(r.ID) > MaxIDLen {
-		return r, Errorf(CodeInvalid, "id is %d bytes; at most %d", len(r.ID), MaxIDLen)
+		return Request{}, Errorf(CodeInvalid, "id is %d bytes; at most %d", len(r.ID), MaxIDLen) // not echoed
 	}
 	return r, r.validate(maxBody)
 }

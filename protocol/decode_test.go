@@ -103,3 +103,16 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// A refused frame's id is echoed in the error frame only when it is within
+// the limit: an id of a whole frame's size would be sent back whole.
+func TestDecodeEchoesNoIDPastTheLimit(t *testing.T) {
+	r, err := Decode([]byte(`{"op":"sync","id":"`+strings.Repeat("i", 50000)+`"}`), 10)
+	if err == nil || r.ID != "" {
+		t.Fatalf("an id of 50000 bytes: error %v, id of %d bytes to echo", err, len(r.ID))
+	}
+	r, err = Decode([]byte(`{"op":"send","id":"7","gid":"g","cmid":"c","body":""}`), 10)
+	if err == nil || r.ID != "7" {
+		t.Fatalf("a refused send: error %v, id %q to echo, want 7", err, r.ID)
+	}
+}
