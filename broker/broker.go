@@ -9,6 +9,7 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -29,6 +30,12 @@ type Config struct {
 	// SyncWrites fsyncs every produced batch before it is acknowledged.
 	// Slower, but a crash of the process loses nothing acknowledged.
 	SyncWrites bool
+
+	// Log receives the broker's warnings and errors: a damaged segment cut
+	// back when the data dir is loaded (its records are gone, and their
+	// offsets go to the next ones), a write to the data dir that failed.
+	// Nil discards them.
+	Log *slog.Logger
 }
 
 func (c *Config) setDefaults() {
@@ -75,6 +82,9 @@ func Start(cfg Config) (*Broker, error) {
 			return ln, nil
 		}),
 	}
+	if cfg.Log != nil {
+		opts = append(opts, kfake.WithLogger(kfakeLog{cfg.Log}))
+	}
 	if cfg.DataDir != "" {
 		opts = append(opts, kfake.DataDir(cfg.DataDir))
 	}
@@ -86,6 +96,8 @@ func Start(cfg Config) (*Broker, error) {
 		ln.Close()
 		if lock != nil {
 			lock.Close()
+			return nil, fmt.Errorf("broker: start from data dir %s: %w; if a file there is damaged, restore the directory from a backup, "+
+				"or move it away to start with an empty log (which loses every message and cursor in it)", cfg.DataDir, err)
 		}
 		return nil, fmt.Errorf("broker: start: %w", err)
 	}
@@ -122,5 +134,18 @@ func (b *Broker) Close() {
 	b.cluster.Close()
 	if b.lock != nil {
 		b.lock.Close()
+	}
+}
+
+// kfakeLog passes kfake's warnings and errors to a slog.Logger; its info
+// and debug lines (every request) are dropped.
+type kfakeLog struct{ l *slog.Logger }
+
+func (k kfakeLog) Logf(level kfake.LogLevel, format string, args ...any) {
+	switch level {
+	case kfake.LogLevelError:
+		k.l.Error("kafka broker: " + fmt.Sprintf(format, args...))
+	case kfake.LogLevelWarn:
+		k.l.Warn("kafka broker: " + fmt.Sprintf(format, args...))
 	}
 }

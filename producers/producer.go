@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/segmentio/kafka-go"
 
@@ -158,6 +159,9 @@ func (p *Producer) SendAcks(ctx context.Context, acks ...schema.Ack) error {
 	for i := range acks {
 		recs[i] = kafka.Message{Topic: topics.Acks, Key: schema.MemberKey(acks[i].Gid, acks[i].Uid),
 			Value: schema.AppendAck(nil, &acks[i])}
+		if _, err := schema.DecodeAck(recs[i].Value); err != nil {
+			return fmt.Errorf("producers: ack %d would not decode: %w", i, err)
+		}
 	}
 	return p.write(ctx, topics.Acks, recs)
 }
@@ -168,6 +172,9 @@ func (p *Producer) SendReceipts(ctx context.Context, rs ...schema.Receipt) error
 	for i := range rs {
 		recs[i] = kafka.Message{Topic: topics.Receipts, Key: schema.MemberKey(rs[i].Gid, rs[i].Uid),
 			Value: schema.AppendReceipt(nil, &rs[i])}
+		if _, err := schema.DecodeReceipt(recs[i].Value); err != nil {
+			return fmt.Errorf("producers: receipt %d would not decode: %w", i, err)
+		}
 	}
 	return p.write(ctx, topics.Receipts, recs)
 }
@@ -179,6 +186,9 @@ func (p *Producer) SendMembers(ctx context.Context, ms ...schema.Member) error {
 	for i := range ms {
 		recs[i] = kafka.Message{Topic: topics.Members, Key: schema.MemberKey(ms[i].Gid, ms[i].Uid),
 			Value: schema.AppendMember(nil, &ms[i])}
+		if _, err := schema.DecodeMember(recs[i].Value); err != nil {
+			return fmt.Errorf("producers: member event %d would not decode: %w", i, err)
+		}
 	}
 	return p.write(ctx, topics.Members, recs)
 }
@@ -316,6 +326,9 @@ func checkMessage(m *schema.Message) error {
 	}
 	if len(m.Body) > MaxBody {
 		return fmt.Errorf("producers: message body is %d bytes, limit %d (what one Kafka record batch carries by default)", len(m.Body), MaxBody)
+	}
+	if !utf8.Valid(m.Body) {
+		return errors.New("producers: message body is not valid UTF-8, which consumers refuse; send text")
 	}
 	return nil
 }

@@ -82,6 +82,40 @@ func TestSendRejectsInvalidIDs(t *testing.T) {
 	}
 }
 
+// What the consumers' decoders would refuse is refused before it reaches a
+// topic: a record there that no consumer can use goes to the dead letters,
+// and a message a sender was given a msgid for would never be delivered.
+func TestSendRefusesWhatConsumersCannotDecode(t *testing.T) {
+	_, p := setup(t, 1)
+	ctx := context.Background()
+	for name, send := range map[string]func() error{
+		"a message whose body is not UTF-8": func() error {
+			_, err := p.SendMessage(ctx, &schema.Message{Gid: "g", Sender: "u", Body: []byte("\xff")})
+			return err
+		},
+		"an ack below -1":       func() error { return p.SendAcks(ctx, schema.Ack{Gid: "g", Uid: "u", Upto: -2}) },
+		"an ack with a bad gid": func() error { return p.SendAcks(ctx, schema.Ack{Gid: "g/x", Uid: "u", Upto: 1}) },
+		"a receipt without uid": func() error { return p.SendReceipts(ctx, schema.Receipt{Gid: "g", Upto: 1}) },
+		"a member with no op":   func() error { return p.SendMembers(ctx, schema.Member{Gid: "g", Uid: "u", Pos: -1}) },
+		"a join with a position": func() error {
+			return p.SendMembers(ctx, schema.Member{Gid: "g", Uid: "u", Op: schema.OpJoin, HasJoined: true})
+		},
+	} {
+		if err := send(); err == nil {
+			t.Errorf("%s was sent", name)
+		}
+	}
+	for _, topic := range []string{topics.Messages, topics.Acks, topics.Receipts, topics.Members} {
+		resp, err := p.client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topic: {kafka.LastOffsetOf(0)}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if end := resp.Topics[topic][0].LastOffset; end != 0 {
+			t.Errorf("%s holds %d records, want none", topic, end)
+		}
+	}
+}
+
 func TestJoinAndLeaveRecordTheHead(t *testing.T) {
 	_, p := setup(t, 2)
 	ctx := context.Background()

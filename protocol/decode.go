@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"unicode/utf8"
 
 	"github.com/groupchat/chatd/schema"
@@ -31,11 +32,13 @@ func Decode(b []byte, maxBody int) (Request, error) {
 		}
 		return Request{}, Errorf(CodeBadFrame, "the frame is not a JSON object: %v", err)
 	}
-	if d.More() {
-		return Request{}, Errorf(CodeBadFrame, "one JSON object per frame")
+	// More would let a stray "}" or "]" after the object pass: only
+	// whitespace may follow it.
+	if _, err := d.Token(); !errors.Is(err, io.EOF) {
+		return Request{}, Errorf(CodeBadFrame, "one JSON object per frame, and nothing after it")
 	}
 	if len(r.ID) > MaxIDLen {
-		return r, Errorf(CodeInvalid, "id is %d bytes; at most %d", len(r.ID), MaxIDLen)
+		return Request{}, Errorf(CodeInvalid, "id is %d bytes; at most %d", len(r.ID), MaxIDLen) // not echoed
 	}
 	return r, r.validate(maxBody)
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/groupchat/chatd/schema"
 )
 
 func TestDecodeValidatesEachOp(t *testing.T) {
@@ -30,6 +32,9 @@ func TestDecodeValidatesEachOp(t *testing.T) {
 		{`{}`, CodeInvalid},
 		{`[1,2]`, CodeBadFrame},
 		{`{"op":"sync"}{"op":"sync"}`, CodeBadFrame},
+		{`{"op":"sync"}}`, CodeBadFrame},
+		{`{"op":"sync"} ]`, CodeBadFrame},
+		{"{\"op\":\"sync\"} \n", ""},
 		{`{"op":"ack","gid":"g","upto":"3"}`, CodeBadFrame},
 		{"{\"op\":\"sync\",\"x\":\"\xff\"}", CodeBadFrame},
 		{`{"op":"sync","id":"` + strings.Repeat("i", 65) + `"}`, CodeInvalid},
@@ -47,7 +52,9 @@ func TestDecodeValidatesEachOp(t *testing.T) {
 
 func FuzzDecode(f *testing.F) {
 	for _, s := range []string{`{"op":"send","gid":"g","cmid":"c","body":"b"}`, `{"op":"pull","gid":"g","after":5,"limit":10}`, `{"op":"pull","gid":"g","before":9}`,
-		`{"op":"ack","gid":"g","upto":1}`, `{"op":"auth","token":"x"}`, `{"op":"sync","id":"1"}`, `{`, `null`, "\xff"} {
+		`{"op":"ack","gid":"g","upto":1}`, `{"op":"auth","token":"x"}`, `{"op":"sync","id":"1"}`, `{`, `null`, "\xff",
+		`{"op":"read_counts","gid":"g","msgids":[41,42]}`, `{"op":"who_read","gid":"g","msgid":42}`, `{"op":"read","gid":"g","upto":-1}`,
+		`{"op":"sync"}}`, `{"op":"send","op":"ack","gid":"g","upto":1}`, `{"op":"ack","gid":"g","upto":9223372036854775808}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -58,6 +65,12 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("error without code and message: %v", err)
 			}
 			return
+		}
+		if len(r.ID) > MaxIDLen {
+			t.Fatalf("accepted an id of %d bytes", len(r.ID))
+		}
+		if r.Op != OpAuth && r.Op != OpSync && schema.ValidID(r.Gid) != nil {
+			t.Fatalf("accepted %s with gid %q", r.Op, r.Gid)
 		}
 		switch r.Op {
 		case OpSend:
@@ -72,9 +85,34 @@ func FuzzDecode(f *testing.F) {
 			if r.Limit < 0 || r.Limit > MaxLimit || r.Before != nil && *r.Before < 0 {
 				t.Fatalf("accepted pull %+v", r)
 			}
-		case OpAuth, OpSync:
+		case OpReadCounts:
+			if len(r.MsgIDs) == 0 || len(r.MsgIDs) > MaxMsgIDs {
+				t.Fatalf("accepted read_counts of %d msgids", len(r.MsgIDs))
+			}
+		case OpWhoRead:
+			if r.MsgID == nil || *r.MsgID < 0 {
+				t.Fatalf("accepted who_read %+v", r)
+			}
+		case OpAuth:
+			if r.Token == "" || len(r.Token) > MaxTokenLen {
+				t.Fatalf("accepted a token of %d bytes", len(r.Token))
+			}
+		case OpSync:
 		default:
 			t.Fatalf("accepted op %q", r.Op)
 		}
 	})
+}
+
+// A refused frame's id is echoed in the error frame only when it is within
+// the limit: an id of a whole frame's size would be sent back whole.
+func TestDecodeEchoesNoIDPastTheLimit(t *testing.T) {
+	r, err := Decode([]byte(`{"op":"sync","id":"`+strings.Repeat("i", 50000)+`"}`), 10)
+	if err == nil || r.ID != "" {
+		t.Fatalf("an id of 50000 bytes: error %v, id of %d bytes to echo", err, len(r.ID))
+	}
+	r, err = Decode([]byte(`{"op":"send","id":"7","gid":"g","cmid":"c","body":""}`), 10)
+	if err == nil || r.ID != "7" {
+		t.Fatalf("a refused send: error %v, id %q to echo, want 7", err, r.ID)
+	}
 }

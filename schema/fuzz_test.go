@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
+	"strings"
 	"testing"
 	"unicode/utf8"
 )
@@ -44,6 +46,9 @@ func fuzzDecode[T any](f *testing.F, decode func([]byte) (T, error), appendT fun
 		{Version, byte(KindAck), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01},
 		[]byte("\x01\x01\x01g\x01u\x00\x02\x02\xff\xfe"),
 	} {
+		f.Add(b)
+	}
+	for _, b := range edgeSeeds() {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -154,4 +159,45 @@ func checkOptionalID(id string) error {
 		return nil
 	}
 	return ValidID(id)
+}
+
+// edgeSeeds are records at and just past each limit the decoders enforce:
+// id lengths and bytes, the optional ids, cursor and position bounds, a
+// join position on the wrong op or out of range, bodies that are not
+// UTF-8, and varints and lengths in a padded (non-minimal) form.
+func edgeSeeds() [][]byte {
+	longest, tooLong := strings.Repeat("i", MaxIDLen), strings.Repeat("i", MaxIDLen+1)
+	var out [][]byte
+	for _, m := range []Message{
+		{Gid: longest, Sender: "u", SentAt: math.MinInt64},
+		{Gid: tooLong, Sender: "u"},
+		{Gid: "g", Sender: "u", ClientMsgID: "c/d"},
+		{Gid: "g", Sender: "", Body: []byte("x")},
+		{Gid: "g", Sender: "u", SentAt: math.MaxInt64, Body: []byte("\xed\xa0\x80")}, // a surrogate
+	} {
+		out = append(out, AppendMessage(nil, &m))
+	}
+	for _, a := range []Ack{{Gid: "g", Uid: "u", Upto: -1}, {Gid: "g", Uid: "u", Upto: -2}, {Gid: "g", Uid: longest, Upto: math.MaxInt64, At: -1}} {
+		out = append(out, AppendAck(nil, &a))
+	}
+	for _, r := range []Receipt{{Gid: "g", Uid: "u", Upto: math.MinInt64}, {Gid: "g{", Uid: "u"}} {
+		out = append(out, AppendReceipt(nil, &r))
+	}
+	for _, m := range []Member{
+		{Gid: "g", Uid: "u", Op: OpJoin, Pos: -1},
+		{Gid: "g", Uid: "u", Op: OpJoin, Pos: -2},
+		{Gid: "g", Uid: "u", Op: OpLeave, Pos: 5, HasJoined: true, Joined: 5},
+		{Gid: "g", Uid: "u", Op: OpLeave, Pos: 5, HasJoined: true, Joined: 6},
+		{Gid: "g", Uid: "u", Op: OpLeave, Pos: 5, HasJoined: true, Joined: -2},
+		{Gid: "g", Uid: "u", Op: OpJoin, Pos: 5, HasJoined: true, Joined: 1},
+		{Gid: "g", Uid: "u", Op: 3, Pos: 5},
+		{Gid: "g", Uid: "u", Op: OpJoin, Pos: 5, By: "a b"},
+	} {
+		out = append(out, AppendMember(nil, &m))
+	}
+	return append(out,
+		[]byte{Version, byte(KindAck), 1, 'g', 1, 'u', 0x80, 0x00, 0},              // upto 0, padded
+		[]byte{Version, byte(KindAck), 0x81, 0x00, 'g', 1, 'u', 0, 0},              // gid length 1, padded
+		[]byte{Version, byte(KindMessage), 1, 'g', 1, 'u', 0, 0, 0x80, 0x80, 0x40}, // body length 1 MiB, no body
+	)
 }

@@ -48,6 +48,19 @@ func Ensure(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// The topics that exist are checked before any is made: one made
+	// beside a mismatched topic would carry the wrong partition count for
+	// good, and the count the error asks for would then mismatch it.
+	var exist []Spec
+	var existStates []State
+	for i, s := range specs {
+		if states[i].Exists {
+			exist, existStates = append(exist, s), append(existStates, states[i])
+		}
+	}
+	if err := mismatch(Verify(exist, existStates)); err != nil {
+		return err
+	}
 	var create []kafka.TopicConfig
 	for i, s := range specs {
 		if states[i].Exists {
@@ -77,12 +90,20 @@ func Ensure(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 	}
 	problems := Verify(specs, states)
+	for _, p := range problems {
+		if !p.Fatal && log != nil {
+			log.Warn("topic differs from its spec", "topic", p.Topic, "detail", p.Detail)
+		}
+	}
+	return mismatch(problems)
+}
+
+// mismatch returns ErrMismatch with the fatal problems, if any.
+func mismatch(problems []Problem) error {
 	var fatal []string
 	for _, p := range problems {
 		if p.Fatal {
 			fatal = append(fatal, p.String())
-		} else if log != nil {
-			log.Warn("topic differs from its spec", "topic", p.Topic, "detail", p.Detail)
 		}
 	}
 	if len(fatal) > 0 {

@@ -111,3 +111,37 @@ func TestBalancerMatchesJavaMurmur2(t *testing.T) {
 		t.Errorf("murmur2(\"21\") = %d, want -973932308", h)
 	}
 }
+
+// A system whose chat.messages was made with another partition count gets
+// no new topics from a mismatched Ensure: a topic created then would carry
+// the wrong count for good, and the count the error says to set would then
+// mismatch it.
+func TestEnsureCreatesNothingBesideAMismatchedTopic(t *testing.T) {
+	b := startBroker(t)
+	ctx := context.Background()
+	client := &kafka.Client{Addr: kafka.TCP(b.Addr())}
+	_, err := client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
+		Topic: Messages, NumPartitions: 4, ReplicationFactor: 1,
+		ConfigEntries: []kafka.ConfigEntry{{ConfigName: "cleanup.policy", ConfigValue: "delete"}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Ensure(ctx, Config{Brokers: []string{b.Addr()}, Partitions: 8}, nil); !errors.Is(err, ErrMismatch) {
+		t.Fatalf("Ensure with 8 partitions over a 4-partition chat.messages: %v, want ErrMismatch", err)
+	}
+	states, err := Describe(ctx, client, Specs(Config{Brokers: []string{b.Addr()}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range states[1:] {
+		if st.Exists {
+			t.Errorf("%s was created with %d partitions beside a mismatched %s", st.Name, st.Partitions, Messages)
+		}
+	}
+	// The fix the error names works: the configured count set to the
+	// existing one makes the rest with it.
+	if err := Ensure(ctx, Config{Brokers: []string{b.Addr()}, Partitions: 4}, nil); err != nil {
+		t.Fatalf("Ensure with the existing count: %v", err)
+	}
+}

@@ -61,7 +61,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	b, err := broker.Start(broker.Config{Listen: c.Listen, DataDir: c.DataDir, SyncWrites: !c.NoSync})
+	b, err := broker.Start(broker.Config{Listen: c.Listen, DataDir: c.DataDir, SyncWrites: !c.NoSync, Log: log})
 	if err != nil {
 		return err
 	}

@@ -134,7 +134,7 @@ func openStack(ctx context.Context, role string, s *settings, log *slog.Logger) 
 // names a server, an embedded Redis. The embedded Redis starts empty: the
 // projections rebuild it from the topics.
 func (st *stack) openEmbedded() (redis.UniversalClient, error) {
-	b, err := broker.Start(broker.Config{Listen: st.s.KafkaListen, DataDir: filepath.Join(st.s.DataDir, "kafka")})
+	b, err := broker.Start(broker.Config{Listen: st.s.KafkaListen, DataDir: filepath.Join(st.s.DataDir, "kafka"), Log: st.log})
 	if err != nil {
 		return nil, err
 	}
