@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -380,11 +381,17 @@ func (c *conn) end() {
 	c.cancel()
 }
 
+// truncate cuts s to fit a close reason (at most 123 bytes) at a
+// character boundary: a reason must be UTF-8.
 func truncate(s string) string {
-	if len(s) > 120 { // close reasons are limited to 123 bytes
-		return s[:120]
+	if len(s) <= 120 {
+		return s
 	}
-	return s
+	n := 120
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 func asProtocol(err error) *protocol.Error {
