@@ -116,6 +116,12 @@ func (g *Gateway) runConn(ws *websocket.Conn, sb *smallBuffers, token string) {
 	c := &conn{g: g, ws: ws, br: sb.br, cork: sb.cork, queue: outQueue{limit: g.cfg.QueueSize, maxB: g.cfg.QueueBytes}, ctx: ctx, cancel: cancel}
 
 	g.authing.Store(c, true) // Shutdown closes it too
+	if g.closing.Load() {
+		// Shutdown began as it was upgraded, and may have listed the
+		// connections authenticating before this one joined them: it
+		// would wait for an auth frame until AuthTimeout.
+		c.close(websocket.StatusGoingAway, shutdownReason)
+	}
 	uid, perr := c.authenticate(token)
 	g.authing.Delete(c)
 	if perr != nil {
