@@ -14,7 +14,7 @@ const maxClaims = 100_000
 // its key when their sent_at are at most the dedup window apart; otherwise
 // it takes the key over. A claim is forgotten when ClaimSends's would
 // expire: the window after its sent_at, or five minutes after it was made
-// if that is later.
+// if that is later, but no later than twice the window after it was made.
 type claimSet struct {
 	m     map[string]claimEntry
 	order []claimRef // in the order claimed
@@ -43,7 +43,7 @@ func (s *claimSet) put(key string, c claim, now, win int64) {
 	if s.m == nil {
 		s.m = map[string]claimEntry{}
 	}
-	s.m[key] = claimEntry{claim: c, expires: max(c.sentAt+win, now+min(win, (5*time.Minute).Milliseconds()))}
+	s.m[key] = claimEntry{claim: c, expires: min(max(c.sentAt+win, now+min(win, (5*time.Minute).Milliseconds())), now+2*win)}
 	s.order = append(s.order, claimRef{key, c.msgid})
 	// Forget from the oldest while they expired or there are too many. A
 	// key claimed again since has a later entry in order.

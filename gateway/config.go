@@ -117,6 +117,17 @@ func (c Config) Validate() error {
 	case c.MaxSending < minSending:
 		return fmt.Errorf("gateway: max sending %d is below the floor of %d", c.MaxSending, minSending)
 	}
+	// The loops tick at a fraction of these (a ticker panics on zero), and
+	// a write or an auth given no time at all cuts every client.
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"WriteTimeout", c.WriteTimeout}, {"PingInterval", c.PingInterval}, {"AuthTimeout", c.AuthTimeout},
+		{"PresenceTTL", c.PresenceTTL}, {"NodeLease", c.NodeLease}} {
+		if d.v != 0 && d.v < time.Millisecond {
+			return fmt.Errorf("gateway: %s is %v; it must be at least 1ms (leave it 0 for the default)", d.name, d.v)
+		}
+	}
 	if c.Node != "" {
 		if err := schema.ValidID(c.Node); err != nil {
 			return fmt.Errorf("gateway: node name: %w", err)

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -115,6 +116,12 @@ func (g *Gateway) runConn(ws *websocket.Conn, sb *smallBuffers, token string) {
 	c := &conn{g: g, ws: ws, br: sb.br, cork: sb.cork, queue: outQueue{limit: g.cfg.QueueSize, maxB: g.cfg.QueueBytes}, ctx: ctx, cancel: cancel}
 
 	g.authing.Store(c, true) // Shutdown closes it too
+	if g.closing.Load() {
+		// Shutdown began as it was upgraded, and may have listed the
+		// connections authenticating before this one joined them: it
+		// would wait for an auth frame until AuthTimeout.
+		c.close(websocket.StatusGoingAway, shutdownReason)
+	}
 	uid, perr := c.authenticate(token)
 	g.authing.Delete(c)
 	if perr != nil {
@@ -380,11 +387,17 @@ func (c *conn) end() {
 	c.cancel()
 }
 
+// truncate cuts s to fit a close reason (at most 123 bytes) at a
+// character boundary: a reason must be UTF-8.
 func truncate(s string) string {
-	if len(s) > 120 { // close reasons are limited to 123 bytes
-		return s[:120]
+	if len(s) <= 120 {
+		return s
 	}
-	return s
+	n := 120
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
 }
 
 func asProtocol(err error) *protocol.Error {

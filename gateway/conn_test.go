@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -306,5 +308,26 @@ func TestAReconnectRacingTheOldConnectionsEndStaysOnline(t *testing.T) {
 	}
 	if len(nodes["alice"]) != 1 {
 		t.Fatalf("alice reconnected and is online on %v; want this gateway: pushes miss her until the next refresh", nodes["alice"])
+	}
+}
+
+// A close reason is cut to fit a control frame at a character boundary:
+// RFC 6455 has a client fail a connection whose close reason is not UTF-8
+// (a browser then sees 1006 and no reason), and a refusal may quote what
+// the client sent.
+func TestACloseReasonCutShortIsStillUTF8(t *testing.T) {
+	e := newEnv(t, envOpts{gateways: 1})
+	r := e.dial(0, "")
+	r.send([]byte(`{"op":"x` + strings.Repeat("é", 60) + `"}`))
+	if f := r.read(); f["code"] != string(protocol.CodeUnknownOp) {
+		t.Fatalf("first frame of an unknown op: %v", f)
+	}
+	_, _, err := r.ws.Read(context.Background())
+	var ce websocket.CloseError
+	if !errors.As(err, &ce) || ce.Code != CloseUnauthenticated {
+		t.Fatalf("read after the refusal: %v; want a close with %d", err, CloseUnauthenticated)
+	}
+	if !utf8.ValidString(ce.Reason) || !strings.HasPrefix(ce.Reason, "unknown_op: unknown op") || len(ce.Reason) > 123 {
+		t.Fatalf("close reason %q (%d bytes): want the refusal, cut to valid UTF-8 of at most 123 bytes", ce.Reason, len(ce.Reason))
 	}
 }

@@ -30,6 +30,8 @@ type Gateway struct {
 	authing   sync.Map    // *conn → true: connections authenticating
 	instance  string      // this process's claim on cfg.Node (see node.go)
 	ready     atomic.Bool // the node's name is held and its pushes are subscribed to
+	nodeMu    sync.RWMutex
+	released  bool // under nodeMu: Run let the name go, and the presence under it may be a successor's
 
 	// dropPush, when set, drops pushes to a user (tests of lost pushes).
 	dropPush func(uid string) bool

@@ -118,15 +118,19 @@ func (g *Gateway) disconnect(c *conn) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := g.cfg.Redis.SetOffline(ctx, g.cfg.Node, []string{c.uid}); err != nil {
-			g.log.Debug("cannot clear presence; it expires by itself", "uid", c.uid, "err", err)
+		g.nodeMu.RLock() // see releaseNode
+		if !g.released {
+			if err := g.cfg.Redis.SetOffline(ctx, g.cfg.Node, []string{c.uid}); err != nil {
+				g.log.Debug("cannot clear presence; it expires by itself", "uid", c.uid, "err", err)
+			}
+			// A connection of the user that came meanwhile (a reconnect)
+			// set them online, perhaps before the clearing above: set it
+			// again, or pushes would miss them until the next refresh.
+			if g.hub.has(c.uid) {
+				g.setOnline(ctx, c.uid)
+			}
 		}
-		// A connection of the user that came meanwhile (a reconnect) set
-		// them online, perhaps before the clearing above: set it again, or
-		// pushes would miss them until the next refresh.
-		if g.hub.has(c.uid) {
-			g.setOnline(ctx, c.uid)
-		}
+		g.nodeMu.RUnlock()
 	}
 	g.metrics.conns.Add(-1)
 	g.cfg.Metrics.ConnClosed()

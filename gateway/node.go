@@ -84,11 +84,21 @@ func (g *Gateway) keepNode(ctx context.Context) {
 	}
 }
 
-// releaseNode ends the lease, so that a gateway restarted under the same
-// name takes it at once.
+// releaseNode takes this node's users offline (it hears no pushes from
+// now on) and ends the lease, so that a gateway restarted under the same
+// name takes it at once. From then on the presence under the name may be
+// the successor's, for the same users: the connections still draining
+// here leave it alone rather than take them offline there.
 func (g *Gateway) releaseNode() {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	g.nodeMu.Lock()
+	g.released = true
+	uids := g.hub.uids()
+	g.nodeMu.Unlock()
+	if err := g.cfg.Redis.SetOffline(ctx, g.cfg.Node, uids); err != nil {
+		g.log.Debug("cannot clear presence; it expires by itself", "users", len(uids), "err", err)
+	}
 	if err := g.cfg.Redis.ReleaseNode(ctx, g.cfg.Node, g.instance); err != nil {
 		g.log.Debug("releasing the node name failed; its lease ends by itself", "err", err)
 	}

@@ -68,3 +68,46 @@ func TestANodeNameHoldsOneRunningGateway(t *testing.T) {
 		return err == nil && holder == "next/2/00"
 	})
 }
+
+// A gateway that stopped running lets its name go at once, while its
+// connections still drain; a gateway restarted under the name may then
+// have the same users. The old one closing its connections must not take
+// them offline there: their pushes would go nowhere until the next refresh.
+func TestAStoppedGatewayDoesNotTakeOfflineTheUsersOfItsSuccessor(t *testing.T) {
+	e := newEnv(t, envOpts{gateways: 1, tune: func(c *Config) { c.NodeLease = time.Second }})
+	old := e.gws[0]
+	waitFor(t, "the first gateway to be ready", 10*time.Second, old.g.Ready)
+	first := e.login(0, "alice")
+	go func() { // answers the close handshake
+		for {
+			if _, _, err := first.ws.Read(context.Background()); err != nil {
+				return
+			}
+		}
+	}()
+
+	waitFor(t, "alice to be registered", 5*time.Second, func() bool { return old.g.Stats().Conns == 1 })
+	old.cancel() // Run ends: the name is let go, the connection stays
+	<-old.done
+	// It hears no pushes any more: pushes for alice go nowhere else.
+	if nodes, err := e.redis.OnlineNodes(context.Background(), []string{"alice"}); err != nil || len(nodes["alice"]) != 0 {
+		t.Fatalf("alice is online on %v (%v) after her gateway stopped running", nodes["alice"], err)
+	}
+	next := e.addGateway(1, func(c *Config) { c.Node, c.NodeLease = old.g.Node(), time.Second })
+	waitFor(t, "the successor to take the name", 10*time.Second, next.g.Ready)
+	e.login(1, "alice")
+	waitFor(t, "alice to be registered there", 5*time.Second, func() bool { return next.g.Stats().Conns == 1 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := old.g.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	nodes, err := e.redis.OnlineNodes(ctx, []string{"alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes["alice"]) != 1 || nodes["alice"][0] != old.g.Node() {
+		t.Fatalf("alice is connected to the successor under %q and online on %v", old.g.Node(), nodes["alice"])
+	}
+}

@@ -97,3 +97,52 @@ func TestShutdownWaitsForAConnectionUpgradedAsItBegins(t *testing.T) {
 		t.Fatal("Shutdown still waiting 10 s after its last connection ended")
 	}
 }
+
+// A connection upgraded as Shutdown begins that has yet to send its auth
+// frame is closed with "going away" at once, not left to wait for the frame
+// (and Shutdown with it) until AuthTimeout closes it as unauthenticated.
+func TestShutdownClosesAConnectionUpgradedAsItBeginsBeforeItsAuthFrame(t *testing.T) {
+	const authTimeout = 8 * time.Second
+	e := newEnv(t, envOpts{gateways: 1, tune: func(c *Config) { c.AuthTimeout = authTimeout }})
+	g := e.gws[0].g
+	hijacking, release := make(chan struct{}), make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		g.Handler().ServeHTTP(stalledHijack{w, hijacking, release}, r)
+	}))
+	defer srv.Close()
+
+	dialed := make(chan *websocket.Conn, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		ws, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/v1/ws", nil)
+		if err != nil {
+			t.Errorf("dial: %v", err)
+		}
+		dialed <- ws
+	}()
+	<-hijacking
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		done <- g.Shutdown(ctx)
+	}()
+	time.Sleep(100 * time.Millisecond) // Shutdown has closed what it knows of
+	close(release)
+	ws := <-dialed
+	if ws == nil {
+		t.FailNow()
+	}
+	defer ws.CloseNow()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*authTimeout)
+	defer cancel()
+	_, b, err := ws.Read(ctx)
+	if s := websocket.CloseStatus(err); s != websocket.StatusGoingAway {
+		t.Fatalf("the connection ended with %q, %v (%d) after %v; want 1001 going away", b, err, s, time.Since(start).Round(time.Millisecond))
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Shutdown: %v", err)
+	}
+}
