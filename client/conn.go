@@ -21,23 +21,23 @@ const maxFrame = 32 << 20
 
 // frame is any server frame; which fields are set depends on Op.
 type frame struct {
-	Op      string                `json:"op"`
-	ID      string                `json:"id"`
-	Uid     string                `json:"uid"`
-	Gid     string                `json:"gid"`
-	Cmid    string                `json:"cmid"`
-	MsgID   int64                 `json:"msgid"`
-	After   int64                 `json:"after"`
-	Msgs    msgList               `json:"msgs"`
-	More    bool                  `json:"more"`
-	Head    int64                 `json:"head"`
-	Groups  []protocol.GroupState `json:"groups"`
-	Code    protocol.Code         `json:"code"`
-	Message string                `json:"message"`
-	Counts  []protocol.ReadCount  `json:"counts"`
-	Unknown []int64               `json:"unknown"`
-	Read    []string              `json:"read"`
-	Unread  []string              `json:"unread"`
+	Op      string        `json:"op"`
+	ID      string        `json:"id"`
+	Uid     string        `json:"uid"`
+	Gid     string        `json:"gid"`
+	Cmid    string        `json:"cmid"`
+	MsgID   int64         `json:"msgid"`
+	After   int64         `json:"after"`
+	Msgs    msgList       `json:"msgs"`
+	More    bool          `json:"more"`
+	Head    int64         `json:"head"`
+	Groups  groupList     `json:"groups"`
+	Code    protocol.Code `json:"code"`
+	Message string        `json:"message"`
+	Counts  countList     `json:"counts"`
+	Unknown idList        `json:"unknown"`
+	Read    uidList       `json:"read"`
+	Unread  uidList       `json:"unread"`
 }
 
 // session is one authenticated connection. It ends when its read loop ends.
