@@ -38,6 +38,8 @@ type frame struct {
 	Unknown idList        `json:"unknown"`
 	Read    uidList       `json:"read"`
 	Unread  uidList       `json:"unread"`
+
+	err error // the answer was refused at decode: why
 }
 
 // session is one authenticated connection. It ends when its read loop ends.
@@ -118,7 +120,12 @@ func (s *session) readLoop() {
 		var f frame
 		if err := decodeFrame(b, &f); err != nil {
 			s.c.log.Warn("chat client: undecodable server frame", "err", err, "len", len(b))
-			continue
+			// An answer fails its request with the reason, at once.
+			var id struct{ ID string }
+			if json.Unmarshal(b, &id) != nil || id.ID == "" {
+				continue
+			}
+			f = frame{ID: id.ID, err: err}
 		}
 		s.dispatch(&f)
 	}
@@ -224,7 +231,10 @@ func (s *session) request(ctx context.Context, req protocol.Request) (*frame, er
 			return nil, s.endErr(len(b))
 		}
 	}
-	if f.Op == protocol.OpError {
+	switch {
+	case f.err != nil:
+		return nil, f.err
+	case f.Op == protocol.OpError:
 		return nil, &protocol.Error{Code: f.Code, Message: f.Message}
 	}
 	return f, nil
