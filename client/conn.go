@@ -276,7 +276,9 @@ func (c *Client) applySync(s *session, groups []protocol.GroupState) error {
 		return fmt.Errorf("%w: the connection ended as it synced", ErrDisconnected)
 	}
 	c.lastSync = slices.Clone(groups)
+	named := make(map[string]bool, len(groups))
 	for _, gs := range groups {
+		named[gs.Gid] = true
 		g := c.groups[gs.Gid]
 		if g == nil {
 			// First sight of the group: start at the member's ack cursor.
@@ -289,6 +291,7 @@ func (c *Client) applySync(s *session, groups []protocol.GroupState) error {
 		g.readWant = max(g.readWant, g.read) // another device may have read further
 		g.head = max(g.head, gs.Head)
 	}
+	c.forgetLocked(named)
 	if c.everSynced {
 		c.stats.Reconnects++
 	}
@@ -420,7 +423,9 @@ func (c *Client) resync(s *session) {
 		case mayPass(err):
 			c.reportError(fmt.Errorf("client: resync %s: %w; pulling it again after a back-off", gid, err))
 			c.mu.Lock()
-			c.pullLaterLocked(c.groups[gid], true)
+			if g := c.groups[gid]; g != nil { // not forgotten by a later sync
+				c.pullLaterLocked(g, true)
+			}
 			c.mu.Unlock()
 		default:
 			c.reportError(fmt.Errorf("client: resync %s: %w", gid, err))

@@ -62,6 +62,23 @@ func (c *Client) groupLocked(gid string) *group {
 	return g
 }
 
+// forgetLocked drops the groups a sync did not name (the user is not a
+// member: never was, or the server forgot) of which nothing waits: not
+// opened, every message received handed to OnMessage and its ack confirmed,
+// no read to send, no push buffered, no pull. A server naming new groups on
+// every reconnect would otherwise grow the client without bound. Nothing
+// is delivered twice: a group named again starts at the server's ack
+// cursor, which never moves back from the one confirmed.
+func (c *Client) forgetLocked(named map[string]bool) {
+	for gid, g := range c.groups {
+		if !named[gid] && !g.opened && g.contig == g.delivered && g.delivered <= g.acked &&
+			g.readWant <= g.read && len(g.buf) == 0 && !g.pulling && !g.later &&
+			!g.pullDue && !g.puller && len(g.lock) == 0 {
+			delete(c.groups, gid)
+		}
+	}
+}
+
 // Open pulls what is missing of group gid (everything after the client's
 // contiguous cursor, page by page) and keeps the group pulled on every
 // reconnect. It returns when the messages are queued for OnMessage, not

@@ -106,3 +106,71 @@ func TestALongGapBuffersAndDrainsPushesInLinearTime(t *testing.T) {
 		t.Fatalf("%d pushes buffered behind a gap and drained in %v: want well under 2 s", n, took.Round(time.Millisecond))
 	}
 }
+
+// A server that names new groups in every sync answer must not grow the
+// client without bound: a group the latest sync does not name, of which
+// nothing waits (no message buffered or queued, no ack or read to send, no
+// pull, not opened), is forgotten. One named again starts at the server's
+// cursors, so nothing is delivered twice.
+func TestGroupsTheLatestSyncDoesNotNameAreForgotten(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}, "g2": {"alice", "bob"}})
+	var syncs int
+	p.set(func(p *peer) {
+		p.extraGroups = func(string) []protocol.GroupState {
+			syncs++
+			gs := make([]protocol.GroupState, 1000)
+			for i := range gs {
+				gs[i] = protocol.GroupState{Gid: fmt.Sprintf("s%d-%d", syncs, i), Head: 5, Ack: 5, Read: 5}
+			}
+			return gs
+		}
+	})
+	c, rec := dial(t, p, "alice", nil)
+	if err := c.Open(context.Background(), "g2"); err != nil {
+		t.Fatal(err)
+	}
+	p.post("g1", "bob", "one")
+	waitFor(t, "g1's message acked", func() bool { a, _ := c.Cursor("g1"); return a >= 0 })
+	reconnect := func(n int64) {
+		t.Helper()
+		p.kill()
+		waitFor(t, "the reconnect", func() bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return c.stats.Reconnects == n && c.sess != nil
+		})
+	}
+	for i := range int64(5) {
+		reconnect(i + 1)
+	}
+	c.mu.Lock()
+	n := len(c.groups)
+	c.mu.Unlock()
+	if n > 1000+2 {
+		t.Fatalf("after 6 syncs of 1,000 new groups each, the client keeps %d groups; want the latest sync's 1,000 and g1, g2", n)
+	}
+
+	// g1 and g2 no longer named: g1 is forgotten, g2 (opened) kept.
+	p.set(func(p *peer) { p.groups["g1"].members["alice"], p.groups["g2"].members["alice"] = false, false })
+	reconnect(6)
+	if a, ct := c.Cursor("g1"); a != -1 || ct != -1 {
+		t.Fatalf("g1, not named by the latest sync and settled: cursors %d, %d; want it forgotten", a, ct)
+	}
+	c.mu.Lock()
+	g2 := c.groups["g2"]
+	c.mu.Unlock()
+	if g2 == nil {
+		t.Fatal("g2, opened, was forgotten")
+	}
+	// Named again: it starts at the server's cursors, and its next message
+	// is delivered once, its first not again.
+	p.set(func(p *peer) { p.groups["g1"].members["alice"], p.groups["g2"].members["alice"] = true, true })
+	reconnect(7)
+	p.post("g1", "bob", "two")
+	waitFor(t, "g1's second message", func() bool { return len(rec.bodies("g1")) == 2 })
+	time.Sleep(50 * time.Millisecond)
+	if got := rec.bodies("g1"); !slices.Equal(got, []string{"one", "two"}) {
+		t.Fatalf("g1 delivered %q, want [one two]", got)
+	}
+	rec.check(t)
+}
