@@ -233,6 +233,7 @@ func (c *Client) retake(g *group) bool {
 	g.readWant = max(g.read, min(g.readWant, g.acked)) // marked read past a message that is not
 	g.unacked, g.ackDue = 0, time.Time{}
 	clear(g.buf)
+	g.owed = -1
 	c.pullLaterLocked(g, false)
 	return true
 }

@@ -408,7 +408,7 @@ func (c *Client) resync(s *session) {
 	c.mu.Lock()
 	var gids []string
 	for gid, g := range c.groups {
-		if g.opened || len(g.buf) > 0 || g.seen && g.head > g.contig {
+		if g.opened || g.gap() || g.seen && g.head > g.contig {
 			gids = append(gids, gid)
 		}
 	}

@@ -32,7 +32,8 @@ type group struct {
 	readWant int64 // MarkRead's newest upto
 	readDue  time.Time
 
-	buf     map[int64]protocol.Message // pushes waiting for their predecessors
+	buf     map[int64]protocol.Message // pushes waiting for their predecessors, up to MaxQueued
+	owed    int64                      // the newest push not held for a full buf: a pull brings it; -1: none
 	drained int64                      // contig when buf was last drained
 	pulling bool                       // a pull holds the group: pushes wait in buf
 	later   bool                       // a pull stopped for a full queue: resumed as it drains
@@ -46,7 +47,7 @@ func newGroup(gid string, cursor int64) *group {
 	return &group{
 		gid: gid, head: -1,
 		contig: cursor, delivered: cursor, acked: cursor, drained: cursor,
-		read: -1, readWant: -1,
+		read: -1, readWant: -1, owed: -1,
 		buf:  make(map[int64]protocol.Message),
 		lock: make(chan struct{}, 1),
 	}
@@ -73,7 +74,7 @@ func (c *Client) groupLocked(gid string) *group {
 func (c *Client) forgetLocked(named map[string]bool) {
 	for gid, g := range c.groups {
 		if !named[gid] && !g.opened && g.contig == g.delivered && g.delivered <= g.acked &&
-			g.readWant <= g.read && len(g.buf) == 0 && !g.pulling && !g.later &&
+			g.readWant <= g.read && !g.gap() && !g.pulling && !g.later &&
 			!g.pullDue && !g.puller && len(g.lock) == 0 {
 			delete(c.groups, gid)
 		}
@@ -160,9 +161,17 @@ func (c *Client) pushLocked(m protocol.Message) {
 		}
 		c.log.Debug("chat client: gap", "gid", m.Gid, "msgid", m.MsgID, "prev", prev, "contig", g.contig)
 	}
-	g.buf[m.MsgID] = m
+	if len(g.buf) < c.cfg.MaxQueued {
+		g.buf[m.MsgID] = m
+	} else {
+		g.owed = max(g.owed, m.MsgID) // held, a gap this long would fill memory
+	}
 	c.drainLocked(g)
 }
+
+// gap reports whether pushes of g wait for their predecessors: held in
+// buf, or not held (owed) and to be pulled.
+func (g *group) gap() bool { return len(g.buf) > 0 || g.owed > g.contig }
 
 // acceptLocked moves the contiguous cursor to m and queues m for OnMessage.
 func (c *Client) acceptLocked(g *group, m protocol.Message) {
@@ -197,7 +206,7 @@ func (c *Client) drainLocked(g *group) {
 		}
 		g.drained = g.contig
 	}
-	if len(g.buf) > 0 && !g.pulling && !c.closing {
+	if g.gap() && !g.pulling && !c.closing {
 		c.pullLaterLocked(g, false) // the gap
 	}
 }
@@ -313,7 +322,7 @@ func (c *Client) puller(g *group, backOff bool) {
 			if g.later {
 				g.pullDue = false
 			}
-			backOff = len(g.buf) > 0 && !g.later
+			backOff = g.gap() && !g.later
 			c.mu.Unlock()
 			if !backOff {
 				bo.reset()
@@ -321,6 +330,7 @@ func (c *Client) puller(g *group, backOff bool) {
 		case errors.As(err, &pe) && !retryable(pe.Code):
 			c.mu.Lock()
 			clear(g.buf) // pushes the member may not have; the group is gone for it
+			g.owed = -1
 			g.pullDue = false
 			c.mu.Unlock()
 			c.reportError(fmt.Errorf("client: pull %s: %w", g.gid, err))

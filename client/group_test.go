@@ -76,6 +76,8 @@ func TestOpenPullsAgainWhenRefusedForAWhile(t *testing.T) {
 func TestALongGapBuffersAndDrainsPushesInLinearTime(t *testing.T) {
 	const n = 20_000
 	c := &Client{groups: map[string]*group{}, deliverKick: make(chan struct{}, 1), closing: true} // closing: no puller
+	// Every push held.
+	c.cfg.MaxQueued = n + 1
 	c.cfg.setDefaults()
 	c.log = c.cfg.Logger
 	c.mu.Lock()
@@ -173,4 +175,37 @@ func TestGroupsTheLatestSyncDoesNotNameAreForgotten(t *testing.T) {
 		t.Fatalf("g1 delivered %q, want [one two]", got)
 	}
 	rec.check(t)
+}
+
+// Pushes that wait behind a gap are held up to MaxQueued per group: past
+// it they are dropped, as the pull that closes the gap brings them again.
+// A server whose pulls fail (or that pushes gaps on purpose) must not fill
+// the client's memory with them; and those not held are pulled even once
+// the gap before the held ones is closed.
+func TestPushesBehindAGapAreHeldUpToMaxQueued(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	c, rec := dial(t, p, "alice", func(cfg *Config) { cfg.MaxQueued = 100 })
+	p.set(func(p *peer) { p.prevUnknown, p.refusePulls, p.pullRefusal = true, 1<<30, protocol.CodeUnavailable })
+	var want []string
+	for i := range 1000 {
+		p.post("g1", "bob", fmt.Sprint(i))
+		want = append(want, fmt.Sprint(i))
+	}
+	waitFor(t, "the pushes", func() bool { st := c.Stats(); return st.Pushes == 1000 })
+	c.mu.Lock()
+	held := len(c.groups["g1"].buf)
+	c.mu.Unlock()
+	if held > 100 {
+		t.Fatalf("%d pushes held behind the gap; want at most MaxQueued (100)", held)
+	}
+	// The store lags: pulls bring the messages held, not those after.
+	held100 := p.msgs("g1")[99].MsgID
+	p.set(func(p *peer) { p.refusePulls, p.lagTo = 0, held100 })
+	waitFor(t, "the messages held", func() bool { return rec.len() == 100 })
+	time.Sleep(50 * time.Millisecond)
+	p.set(func(p *peer) { p.lagTo = -1 }) // the ones not held are pulled still
+	waitFor(t, "every message", func() bool { return rec.len() == 1000 })
+	if got := rec.bodies("g1"); !slices.Equal(got, want) {
+		t.Fatalf("delivered %d messages, not the 1,000 in order", len(got))
+	}
 }
