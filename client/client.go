@@ -141,6 +141,7 @@ type Client struct {
 	ready      chan struct{} // closed when sess is set
 	groups     map[string]*group
 	lastSync   []protocol.GroupState
+	named      map[string]bool    // the gids of lastSync
 	queue      []protocol.Message // accepted, not yet handed to OnMessage
 	stats      Stats
 	sending    *window

@@ -72,13 +72,19 @@ func (c *Client) groupLocked(gid string) *group {
 // is delivered twice: a group named again starts at the server's ack
 // cursor, which never moves back from the one confirmed.
 func (c *Client) forgetLocked(named map[string]bool) {
+	c.named = named
 	for gid, g := range c.groups {
-		if !named[gid] && !g.opened && g.contig == g.delivered && g.delivered <= g.acked &&
-			g.readWant <= g.read && !g.gap() && !g.pulling && !g.later &&
-			!g.pullDue && !g.puller && len(g.lock) == 0 {
+		if !named[gid] && g.idle() && !g.puller {
 			delete(c.groups, gid)
 		}
 	}
+}
+
+// idle reports whether nothing of g waits but its puller, if it runs: g
+// may be forgotten.
+func (g *group) idle() bool {
+	return !g.opened && g.contig == g.delivered && g.delivered <= g.acked && g.readWant <= g.read &&
+		!g.gap() && !g.pulling && !g.later && !g.pullDue && len(g.lock) == 0
 }
 
 // Open pulls what is missing of group gid (everything after the client's
@@ -332,6 +338,9 @@ func (c *Client) puller(g *group, backOff bool) {
 			clear(g.buf) // pushes the member may not have; the group is gone for it
 			g.owed = -1
 			g.pullDue = false
+			if c.groups[g.gid] == g && !c.named[g.gid] && g.idle() {
+				delete(c.groups, g.gid) // and forgotten, as by a sync not naming it
+			}
 			c.mu.Unlock()
 			c.reportError(fmt.Errorf("client: pull %s: %w", g.gid, err))
 		case mayPass(err):

@@ -209,3 +209,23 @@ func TestPushesBehindAGapAreHeldUpToMaxQueued(t *testing.T) {
 		t.Fatalf("delivered %d messages, not the 1,000 in order", len(got))
 	}
 }
+
+// Pushes of groups the user is not in (a faulty server) make groups of the
+// client, whose pulls the server refuses as not_member: those groups are
+// forgotten then, not kept until the next sync, which a server that never
+// ends the connection never makes.
+func TestGroupsWhosePullIsRefusedForGoodAreForgotten(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	c, _ := dial(t, p, "alice", nil)
+	var msgs []protocol.Message
+	for i := range 1000 {
+		msgs = append(msgs, protocol.Message{Gid: fmt.Sprintf("x%d", i), MsgID: 7, Sender: "mallory", Body: "hi"})
+	}
+	p.pushRaw("alice", msgs...)
+	waitFor(t, "the pulls", func() bool { return len(p.requests(protocol.OpPull)) == 1000 })
+	waitFor(t, "the groups forgotten", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.groups) == 1
+	})
+}
