@@ -223,6 +223,12 @@ func (c *Client) drainLocked(g *group) {
 // of the group wait in its buffer meanwhile.
 func (c *Client) pullGroup(ctx context.Context, s *session, gid string) error {
 	c.mu.Lock()
+	if s.ended {
+		// A later sync may have forgotten gid: it is not made again (at
+		// the member's start) for a pull that cannot be made.
+		c.mu.Unlock()
+		return fmt.Errorf("%w: the connection ended", ErrDisconnected)
+	}
 	g := c.groupLocked(gid)
 	c.mu.Unlock()
 	select {

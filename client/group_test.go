@@ -229,3 +229,31 @@ func TestGroupsWhosePullIsRefusedForGoodAreForgotten(t *testing.T) {
 		return len(c.groups) == 1
 	})
 }
+
+// A resync of a connection that ended may still be pulling its groups
+// while the next connection's sync forgets one: its pull must not make the
+// group again at the member's start, where a later sync naming it would
+// find it and leave it there (its messages up to the ack cursor delivered
+// again on the next push).
+func TestAPullOfAnEndedConnectionMakesNoForgottenGroupAgain(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	c, rec := dial(t, p, "alice", nil)
+	p.post("g1", "bob", "one")
+	waitFor(t, "g1's message acked", func() bool { a, _ := c.Cursor("g1"); return a >= 0 })
+	c.mu.Lock()
+	old := c.sess
+	c.mu.Unlock()
+	p.set(func(p *peer) { p.groups["g1"].members["alice"] = false })
+	p.kill()
+	waitFor(t, "g1 forgotten", func() bool { _, ct := c.Cursor("g1"); return ct == -1 })
+	_ = c.pullGroup(context.Background(), old, "g1") // the old connection's resync, late
+	p.set(func(p *peer) { p.groups["g1"].members["alice"] = true })
+	p.kill()
+	waitFor(t, "g1 named again", func() bool { a, _ := c.Cursor("g1"); return a >= 0 })
+	p.post("g1", "bob", "two")
+	waitFor(t, "g1's second message", func() bool { return slices.Contains(rec.bodies("g1"), "two") })
+	time.Sleep(50 * time.Millisecond)
+	if got := rec.bodies("g1"); !slices.Equal(got, []string{"one", "two"}) {
+		t.Fatalf("g1 delivered %q, want [one two]", got)
+	}
+}
