@@ -186,7 +186,10 @@ func (c *Client) sendCursors(ctx context.Context, s *session, ups []cursorUpdate
 		u := ups[i]
 		if err := errs[i]; err != nil {
 			var pe *protocol.Error
-			if !errors.As(err, &pe) || retryable(pe.Code) || pe.Code == protocol.CodeBeyondHead {
+			switch {
+			case u.op == protocol.OpAck && errors.As(err, &pe) && pe.Code == protocol.CodeBeyondHead && c.retake(u.g):
+				err = fmt.Errorf("%w; refused %d times in a row: taking the group up again from the ack cursor", err, retakeAfter)
+			case !errors.As(err, &pe) || retryable(pe.Code) || pe.Code == protocol.CodeBeyondHead:
 				failed = append(failed, u) // else left to the next delivery or MarkRead
 			}
 			all = append(all, fmt.Errorf("client: %s %s upto %d: %w", u.op, u.g.gid, u.upto, err))
@@ -194,6 +197,7 @@ func (c *Client) sendCursors(ctx context.Context, s *session, ups []cursorUpdate
 		}
 		c.mu.Lock()
 		if u.op == protocol.OpAck {
+			u.g.beyond = 0
 			u.g.acked = max(u.g.acked, u.upto)
 		} else {
 			u.g.read = max(u.g.read, u.upto)
@@ -202,6 +206,36 @@ func (c *Client) sendCursors(ctx context.Context, s *session, ups []cursorUpdate
 	}
 	c.retryLater(failed)
 	return errors.Join(all...)
+}
+
+// retakeAfter is how many acks of a group refused as beyond_head in a row
+// make the client take the group up again (retake).
+const retakeAfter = 10
+
+// retake counts an ack of g refused as beyond_head: the server has no such
+// message in g, or its view lags its pushes (then a retry passes). After
+// retakeAfter refusals in a row, with nothing of g waiting for OnMessage
+// and no pull of it, it takes g up again from the ack cursor the server
+// confirmed, as a new Client would, and reports true: a push of a msgid
+// the group does not have, whose prev matched, would otherwise have the
+// client drop the group's later messages as older, for its whole life.
+// The messages delivered since that cursor may be delivered again; none
+// is lost, as nothing was acked past it.
+func (c *Client) retake(g *group) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if g.beyond++; g.beyond < retakeAfter || g.contig != g.delivered || g.pulling || c.closing {
+		return false
+	}
+	c.log.Warn("chat client: acks refused as beyond the group's head; taking the group up again", "gid", g.gid, "contig", g.contig, "acked", g.acked)
+	g.beyond = 0
+	g.contig, g.delivered, g.drained = g.acked, g.acked, g.acked
+	g.readWant = max(g.read, min(g.readWant, g.acked)) // marked read past a message that is not
+	g.unacked, g.ackDue = 0, time.Time{}
+	clear(g.buf)
+	g.owed = -1
+	c.pullLaterLocked(g, false)
+	return true
 }
 
 // retryLater makes failed updates due again after AckInterval. A refused ack

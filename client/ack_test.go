@@ -167,7 +167,9 @@ func TestAckBeyondHeadRetried(t *testing.T) {
 	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
 	var refused atomic.Int32
 	c, rec := dial(t, p, "alice", func(c *Config) {
-		c.AckEvery, c.AckInterval = 1, 10*time.Millisecond
+		// Refused fewer than retakeAfter times: the client does not take
+		// the group up again.
+		c.AckEvery, c.AckInterval = 1, 50*time.Millisecond
 		c.OnError = func(err error) {
 			var pe *protocol.Error
 			if errors.As(err, &pe) && pe.Code == protocol.CodeBeyondHead {
@@ -274,5 +276,36 @@ func TestAGapRefusedForGoodIsDropped(t *testing.T) {
 	}
 	if _, contig := c.Cursor("g1"); contig != m1.MsgID || rec.len() != 1 {
 		t.Fatalf("contiguous cursor %d, %d delivered: want %d and 1", contig, rec.len(), m1.MsgID)
+	}
+}
+
+// A push of a msgid the group does not have (here the largest int64) whose
+// prev is the client's cursor is taken: nothing tells it from a real one.
+// The server then refuses its ack as beyond_head. Once it has refused it
+// several times in a row, the client takes the group up again from its
+// confirmed ack cursor: the group's later messages are delivered, not
+// dropped as older than the bogus one for the life of the Client.
+func TestAGroupWedgedByAMsgidTheServerDoesNotHaveIsTakenUpAgain(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	c, rec := dial(t, p, "alice", func(c *Config) { c.AckEvery, c.AckInterval = 1, 10*time.Millisecond })
+	m1 := p.post("g1", "bob", "one")
+	waitFor(t, "ack of the first", func() bool { return slices.Contains(p.cursors("ack", "g1", "alice"), m1.MsgID) })
+	prev := m1.MsgID
+	p.pushRaw("alice", protocol.Message{Gid: "g1", MsgID: 1<<63 - 1, Prev: &prev, Sender: "bob", Body: "bogus"})
+	waitFor(t, "the bogus message", func() bool { return rec.len() == 2 })
+
+	m3 := p.post("g1", "bob", "three")
+	deadline := time.Now().Add(3 * time.Second)
+	for !slices.Contains(p.cursors("ack", "g1", "alice"), m3.MsgID) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got, want := rec.bodies("g1"), []string{"one", "bogus", "three"}; !slices.Equal(got, want) {
+		t.Fatalf("delivered %q, want %q", got, want)
+	}
+	if acks := p.cursors("ack", "g1", "alice"); !slices.Contains(acks, m3.MsgID) {
+		t.Fatalf("acks %v: want the ack of %d", acks, m3.MsgID)
+	}
+	if acked, contig := c.Cursor("g1"); acked != m3.MsgID || contig != m3.MsgID {
+		t.Fatalf("Cursor (%d, %d), want (%d, %d)", acked, contig, m3.MsgID, m3.MsgID)
 	}
 }

@@ -38,7 +38,7 @@ type Config struct {
 	MaxBackoff     time.Duration                             // default 10s; the reconnect delay restarts at MinBackoff only after a connection that lasted this long
 	PageSize       int                                       // default 200, at most protocol.MaxLimit: messages per pull
 	MaxSending     int                                       // default 32: sends in flight at once; more wait, and fewer after the server says overloaded
-	MaxQueued      int                                       // default 10,000: pulls wait while this many messages wait for OnMessage
+	MaxQueued      int                                       // default 10,000: pulls wait while this many messages wait for OnMessage; and pushes of a group held behind a gap, the rest pulled
 	OnMessage      func(protocol.Message)                    // optional: once per message, msgid order per group, from one goroutine
 	OnError        func(error)                               // optional: asynchronous errors, serialised
 	OnReceipts     func(protocol.Receipts)                   // optional: new read counts of your messages; called from the reader goroutine: must not block, nor call ReadCounts, WhoRead or Close (they wait for that goroutine)
@@ -141,6 +141,7 @@ type Client struct {
 	ready      chan struct{} // closed when sess is set
 	groups     map[string]*group
 	lastSync   []protocol.GroupState
+	named      map[string]bool    // the gids of lastSync
 	queue      []protocol.Message // accepted, not yet handed to OnMessage
 	stats      Stats
 	sending    *window

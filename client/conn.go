@@ -21,23 +21,25 @@ const maxFrame = 32 << 20
 
 // frame is any server frame; which fields are set depends on Op.
 type frame struct {
-	Op      string                `json:"op"`
-	ID      string                `json:"id"`
-	Uid     string                `json:"uid"`
-	Gid     string                `json:"gid"`
-	Cmid    string                `json:"cmid"`
-	MsgID   int64                 `json:"msgid"`
-	After   int64                 `json:"after"`
-	Msgs    msgList               `json:"msgs"`
-	More    bool                  `json:"more"`
-	Head    int64                 `json:"head"`
-	Groups  []protocol.GroupState `json:"groups"`
-	Code    protocol.Code         `json:"code"`
-	Message string                `json:"message"`
-	Counts  []protocol.ReadCount  `json:"counts"`
-	Unknown []int64               `json:"unknown"`
-	Read    []string              `json:"read"`
-	Unread  []string              `json:"unread"`
+	Op      string        `json:"op"`
+	ID      string        `json:"id"`
+	Uid     string        `json:"uid"`
+	Gid     string        `json:"gid"`
+	Cmid    string        `json:"cmid"`
+	MsgID   int64         `json:"msgid"`
+	After   int64         `json:"after"`
+	Msgs    msgList       `json:"msgs"`
+	More    bool          `json:"more"`
+	Head    int64         `json:"head"`
+	Groups  groupList     `json:"groups"`
+	Code    protocol.Code `json:"code"`
+	Message string        `json:"message"`
+	Counts  countList     `json:"counts"`
+	Unknown idList        `json:"unknown"`
+	Read    uidList       `json:"read"`
+	Unread  uidList       `json:"unread"`
+
+	err error // the answer was refused at decode: why
 }
 
 // session is one authenticated connection. It ends when its read loop ends.
@@ -118,7 +120,12 @@ func (s *session) readLoop() {
 		var f frame
 		if err := decodeFrame(b, &f); err != nil {
 			s.c.log.Warn("chat client: undecodable server frame", "err", err, "len", len(b))
-			continue
+			// An answer fails its request with the reason, at once.
+			var id struct{ ID string }
+			if json.Unmarshal(b, &id) != nil || id.ID == "" {
+				continue
+			}
+			f = frame{ID: id.ID, err: err}
 		}
 		s.dispatch(&f)
 	}
@@ -224,7 +231,10 @@ func (s *session) request(ctx context.Context, req protocol.Request) (*frame, er
 			return nil, s.endErr(len(b))
 		}
 	}
-	if f.Op == protocol.OpError {
+	switch {
+	case f.err != nil:
+		return nil, f.err
+	case f.Op == protocol.OpError:
 		return nil, &protocol.Error{Code: f.Code, Message: f.Message}
 	}
 	return f, nil
@@ -266,7 +276,9 @@ func (c *Client) applySync(s *session, groups []protocol.GroupState) error {
 		return fmt.Errorf("%w: the connection ended as it synced", ErrDisconnected)
 	}
 	c.lastSync = slices.Clone(groups)
+	named := make(map[string]bool, len(groups))
 	for _, gs := range groups {
+		named[gs.Gid] = true
 		g := c.groups[gs.Gid]
 		if g == nil {
 			// First sight of the group: start at the member's ack cursor.
@@ -279,6 +291,7 @@ func (c *Client) applySync(s *session, groups []protocol.GroupState) error {
 		g.readWant = max(g.readWant, g.read) // another device may have read further
 		g.head = max(g.head, gs.Head)
 	}
+	c.forgetLocked(named)
 	if c.everSynced {
 		c.stats.Reconnects++
 	}
@@ -395,7 +408,7 @@ func (c *Client) resync(s *session) {
 	c.mu.Lock()
 	var gids []string
 	for gid, g := range c.groups {
-		if g.opened || len(g.buf) > 0 || g.seen && g.head > g.contig {
+		if g.opened || g.gap() || g.seen && g.head > g.contig {
 			gids = append(gids, gid)
 		}
 	}
@@ -410,7 +423,9 @@ func (c *Client) resync(s *session) {
 		case mayPass(err):
 			c.reportError(fmt.Errorf("client: resync %s: %w; pulling it again after a back-off", gid, err))
 			c.mu.Lock()
-			c.pullLaterLocked(c.groups[gid], true)
+			if g := c.groups[gid]; g != nil { // not forgotten by a later sync
+				c.pullLaterLocked(g, true)
+			}
 			c.mu.Unlock()
 		default:
 			c.reportError(fmt.Errorf("client: resync %s: %w", gid, err))

@@ -221,3 +221,25 @@ func TestASilentConnectionDuringTheResyncIsDroppedByTheKeepalive(t *testing.T) {
 	waitFor(t, "the message sent while silent", func() bool { return rec.len() == 1 })
 	rec.check(t)
 }
+
+// An answer the client refuses to decode (here a sync answer of more
+// groups than a server sends) fails its request at once, with the reason:
+// not after RequestTimeout, as a timeout that says nothing of the cause.
+func TestAnAnswerRefusedAtDecodeFailsItsRequestWithTheReason(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice"}})
+	p.set(func(p *peer) {
+		p.extraGroups = func(string) []protocol.GroupState {
+			gs := make([]protocol.GroupState, maxGroups)
+			for i := range gs {
+				gs[i] = protocol.GroupState{Gid: fmt.Sprintf("x%d", i), Head: -1, Ack: -1, Read: -1}
+			}
+			return gs
+		}
+	})
+	start := time.Now()
+	_, err := Dial(context.Background(), Config{URL: p.url, RequestTimeout: 30 * time.Second,
+		Token: func(context.Context) (string, error) { return "alice", nil }})
+	if took := time.Since(start); err == nil || !strings.Contains(err.Error(), "groups") || took > 15*time.Second {
+		t.Fatalf("Dial on a sync answer of %d groups: %v after %v; want it refused at once, naming the groups", maxGroups+1, err, took.Round(time.Millisecond))
+	}
+}

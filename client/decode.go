@@ -141,6 +141,91 @@ func (l *msgList) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// The other lists of a server frame, each bounded by what a server sends:
+// past its bound a list is refused before the rest of it is decoded, as 32
+// MiB of {} would be 11 million entries and take gigabytes.
+const (
+	// maxGroups bounds a sync answer's groups. The server sets no bound on
+	// a user's groups: this one is far past any user's, and keeps a sync
+	// answer's groups and the client's state of them to tens of MiB.
+	maxGroups = 100_000
+	// maxCounts bounds the counts of a counts answer (one per msgid asked,
+	// at most protocol.MaxMsgIDs) and of a receipts push (a sender's
+	// messages among the newest of the group, 200 by default).
+	maxCounts = 1000
+	// maxReaders bounds each of a readers answer's read and unread
+	// members: a group has at most 10,000 members.
+	maxReaders = 10_000
+)
+
+type (
+	groupList []protocol.GroupState
+	countList []protocol.ReadCount
+	idList    []int64
+	uidList   []string
+)
+
+func (l *groupList) UnmarshalJSON(b []byte) (err error) {
+	*l, err = decodeList[protocol.GroupState](b, maxGroups, "groups")
+	return err
+}
+
+func (l *countList) UnmarshalJSON(b []byte) (err error) {
+	*l, err = decodeList[protocol.ReadCount](b, maxCounts, "read counts")
+	return err
+}
+
+func (l *idList) UnmarshalJSON(b []byte) (err error) {
+	*l, err = decodeList[int64](b, protocol.MaxMsgIDs, "unknown msgids")
+	return err
+}
+
+func (l *uidList) UnmarshalJSON(b []byte) (err error) {
+	*l, err = decodeList[string](b, maxReaders, "members in read or unread")
+	return err
+}
+
+// decodeList decodes a JSON array (or null) of at most most values of T;
+// what names them in the error. b is valid JSON (encoding/json checks a
+// frame before it decodes it): its values are counted first, without
+// decoding them.
+func decodeList[T any](b []byte, most int, what string) ([]T, error) {
+	if n := arrayLen(b); n > most {
+		return nil, fmt.Errorf("client: a server frame of %d %s, more than the %d a server sends: a server fault", n, what, most)
+	}
+	var out []T
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// arrayLen counts the values of b, a valid JSON array; 0 for anything else.
+func arrayLen(b []byte) int {
+	b = bytes.TrimSpace(b)
+	if len(b) < 2 || b[0] != '[' || len(bytes.TrimSpace(b[1:len(b)-1])) == 0 {
+		return 0
+	}
+	n, depth, inStr, esc := 1, 0, false, false
+	for _, c := range b {
+		switch {
+		case esc:
+			esc = false
+		case inStr:
+			esc, inStr = c == '\\', c != '"'
+		case c == '"':
+			inStr = true
+		case c == '[' || c == '{':
+			depth++
+		case c == ']' || c == '}':
+			depth--
+		case c == ',' && depth == 1:
+			n++
+		}
+	}
+	return n
+}
+
 // messages reads an array of messages; [] gives an empty, non-nil slice as
 // encoding/json does. More than protocol.MaxLimit go to encoding/json,
 // which refuses them.

@@ -40,6 +40,9 @@ var frameSamples = []struct {
 	// UTF-8, duplicate keys, other spellings of a key, unknown keys.
 	{`{"op":"synced","id":"4","groups":[{"gid":"g","head":3,"ack":1,"read":0,"unread":2,"unread_exact":true}]}`, false},
 	{`{"op":"receipts","gid":"g","counts":[{"msgid":3,"read":1,"audience":4}]}`, false},
+	{`{"op":"counts","id":"5","gid":"g","counts":[{"msgid":3,"read":1,"audience":4}],"unknown":[1,2]}`, false},
+	{`{"op":"readers","id":"6","gid":"g","msgid":3,"read":["a","b\\\"],[,"],"unread":[]}`, false},
+	{`{"op":"synced","id":"4","groups":null}`, false},
 	{`{"op":"push","msgs":[{"gid":"g","msgid":1,"prev":null,"sender":"a","sent_at":1,"body":"x"}]}`, false},
 	{`{"op":"push","msgs":null}`, false},
 	{`{"op":"push","msgs":[{"gid":"g","msgid":1,"sender":"a","sent_at":1,"body":"\ud83d\udc4b"}]}`, false},
@@ -184,6 +187,71 @@ func TestAFrameOfMoreMessagesThanAPageIsRefused(t *testing.T) {
 		if alloc := after.TotalAlloc - before.TotalAlloc; err == nil || alloc > 32<<20 {
 			t.Fatalf("a frame of %d MiB of %s: %v, %d MiB allocated; want it refused, with at most 32 MiB allocated",
 				len(huge)>>20, el, err, alloc>>20)
+		}
+	}
+}
+
+// The other lists of a server frame are bounded too: a sync answer's
+// groups, a counts answer's or receipts push's counts and unknown msgids,
+// a readers answer's read and unread members. Past its bound a list is
+// refused without decoding it, with an error naming it: 8 MiB of {} would
+// be 2.8 million groups, 150 MiB held and more allocated, and the client
+// makes each a group of its own.
+func TestAFrameOfListsLongerThanTheServerSendsIsRefused(t *testing.T) {
+	frameOf := func(op, key string, n int, el string) []byte {
+		var b strings.Builder
+		fmt.Fprintf(&b, `{"op":%q,"id":"1",%q:[`, op, key)
+		for i := range n {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(el)
+		}
+		b.WriteString(`]}`)
+		return []byte(b.String())
+	}
+	for _, c := range []struct {
+		op, key, el string
+		max         int
+		n           func(*frame) int
+	}{
+		{protocol.OpSynced, "groups", `{}`, maxGroups, func(f *frame) int { return len(f.Groups) }},
+		{protocol.OpSynced, "groups", `{"gid":"g"}`, maxGroups, func(f *frame) int { return len(f.Groups) }},
+		{protocol.OpCounts, "counts", `{}`, maxCounts, func(f *frame) int { return len(f.Counts) }},
+		{protocol.OpReceipts, "counts", `{"msgid":1,"read":1,"audience":2}`, maxCounts, func(f *frame) int { return len(f.Counts) }},
+		{protocol.OpCounts, "unknown", `1`, protocol.MaxMsgIDs, func(f *frame) int { return len(f.Unknown) }},
+		{protocol.OpReaders, "read", `""`, maxReaders, func(f *frame) int { return len(f.Read) }},
+		{protocol.OpReaders, "unread", `"u"`, maxReaders, func(f *frame) int { return len(f.Unread) }},
+	} {
+		var f frame
+		if err := decodeFrame(frameOf(c.op, c.key, c.max, c.el), &f); err != nil || c.n(&f) != c.max {
+			t.Fatalf("%s of %d %s: %v, %d decoded; want them all", c.key, c.max, c.el, err, c.n(&f))
+		}
+		err := decodeFrame(frameOf(c.op, c.key, c.max+1, c.el), &f)
+		if err == nil || !strings.Contains(err.Error(), c.key) {
+			t.Fatalf("%s of %d %s: %v; want it refused, naming %s", c.key, c.max+1, c.el, err, c.key)
+		}
+		huge := frameOf(c.op, c.key, (8<<20)/(len(c.el)+1), c.el)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		err = decodeFrame(huge, &f)
+		runtime.ReadMemStats(&after)
+		if alloc := after.TotalAlloc - before.TotalAlloc; err == nil || alloc > 32<<20 {
+			t.Fatalf("%s of %d MiB of %s: %v, %d MiB allocated; want it refused, with at most 32 MiB allocated",
+				c.key, len(huge)>>20, c.el, err, alloc>>20)
+		}
+	}
+}
+
+func TestArrayLenCountsTheValuesOfAnArray(t *testing.T) {
+	for in, want := range map[string]int{
+		`[]`: 0, ` [ ] `: 0, `null`: 0, `[1]`: 1, `[ {} ]`: 1, `[1,2,3]`: 3,
+		`[{"a":[1,2],"b":{"c":","}},"]\",[",[[],[]]]`: 3,
+		`["\\",","]`: 2,
+	} {
+		if got := arrayLen([]byte(in)); got != want {
+			t.Errorf("arrayLen(%s) = %d, want %d", in, got, want)
 		}
 	}
 }

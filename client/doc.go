@@ -26,7 +26,18 @@
 // (the sync on login), so messages delivered and acked by an earlier Client
 // are not delivered again; messages delivered but not yet acked when a
 // process died are delivered again (at-least-once across processes,
-// exactly-once within one Client).
+// exactly-once within one Client). One exception: a group whose acks the
+// server refuses as beyond its newest message 10 times in a row (a push of
+// a msgid the group does not have was taken) is taken up again from the
+// ack cursor the server confirmed, as a new Client would, and what was
+// delivered since may be delivered again.
+//
+// A group the latest sync does not name is forgotten once nothing of it
+// waits (not opened, everything received delivered and acked, no read to
+// send, no pull). A server frame longer than a server sends (more messages
+// than a page, groups than 100,000, counts, unknown msgids or readers than
+// an answer holds) is refused, and the request it answered fails with the
+// reason.
 //
 // On every (re)connect the client authenticates with an auth frame (calling
 // Config.Token; the token never goes into the URL, where logs would keep it),

@@ -25,13 +25,15 @@ type group struct {
 	delivered int64 // OnMessage returned for every message up to it
 	acked     int64 // the server's ack cursor as last confirmed
 	unacked   int   // messages delivered since the last ack was sent
+	beyond    int   // acks refused as beyond_head in a row (retake)
 	ackDue    time.Time
 
 	read     int64 // the server's read cursor as last confirmed
 	readWant int64 // MarkRead's newest upto
 	readDue  time.Time
 
-	buf     map[int64]protocol.Message // pushes waiting for their predecessors
+	buf     map[int64]protocol.Message // pushes waiting for their predecessors, up to MaxQueued
+	owed    int64                      // the newest push not held for a full buf: a pull brings it; -1: none
 	drained int64                      // contig when buf was last drained
 	pulling bool                       // a pull holds the group: pushes wait in buf
 	later   bool                       // a pull stopped for a full queue: resumed as it drains
@@ -45,7 +47,7 @@ func newGroup(gid string, cursor int64) *group {
 	return &group{
 		gid: gid, head: -1,
 		contig: cursor, delivered: cursor, acked: cursor, drained: cursor,
-		read: -1, readWant: -1,
+		read: -1, readWant: -1, owed: -1,
 		buf:  make(map[int64]protocol.Message),
 		lock: make(chan struct{}, 1),
 	}
@@ -60,6 +62,29 @@ func (c *Client) groupLocked(gid string) *group {
 		c.groups[gid] = g
 	}
 	return g
+}
+
+// forgetLocked drops the groups a sync did not name (the user is not a
+// member: never was, or the server forgot) of which nothing waits: not
+// opened, every message received handed to OnMessage and its ack confirmed,
+// no read to send, no push buffered, no pull. A server naming new groups on
+// every reconnect would otherwise grow the client without bound. Nothing
+// is delivered twice: a group named again starts at the server's ack
+// cursor, which never moves back from the one confirmed.
+func (c *Client) forgetLocked(named map[string]bool) {
+	c.named = named
+	for gid, g := range c.groups {
+		if !named[gid] && g.idle() && !g.puller {
+			delete(c.groups, gid)
+		}
+	}
+}
+
+// idle reports whether nothing of g waits but its puller, if it runs: g
+// may be forgotten.
+func (g *group) idle() bool {
+	return !g.opened && g.contig == g.delivered && g.delivered <= g.acked && g.readWant <= g.read &&
+		!g.gap() && !g.pulling && !g.later && !g.pullDue && len(g.lock) == 0
 }
 
 // Open pulls what is missing of group gid (everything after the client's
@@ -142,9 +167,17 @@ func (c *Client) pushLocked(m protocol.Message) {
 		}
 		c.log.Debug("chat client: gap", "gid", m.Gid, "msgid", m.MsgID, "prev", prev, "contig", g.contig)
 	}
-	g.buf[m.MsgID] = m
+	if len(g.buf) < c.cfg.MaxQueued {
+		g.buf[m.MsgID] = m
+	} else {
+		g.owed = max(g.owed, m.MsgID) // held, a gap this long would fill memory
+	}
 	c.drainLocked(g)
 }
+
+// gap reports whether pushes of g wait for their predecessors: held in
+// buf, or not held (owed) and to be pulled.
+func (g *group) gap() bool { return len(g.buf) > 0 || g.owed > g.contig }
 
 // acceptLocked moves the contiguous cursor to m and queues m for OnMessage.
 func (c *Client) acceptLocked(g *group, m protocol.Message) {
@@ -179,7 +212,7 @@ func (c *Client) drainLocked(g *group) {
 		}
 		g.drained = g.contig
 	}
-	if len(g.buf) > 0 && !g.pulling && !c.closing {
+	if g.gap() && !g.pulling && !c.closing {
 		c.pullLaterLocked(g, false) // the gap
 	}
 }
@@ -190,6 +223,12 @@ func (c *Client) drainLocked(g *group) {
 // of the group wait in its buffer meanwhile.
 func (c *Client) pullGroup(ctx context.Context, s *session, gid string) error {
 	c.mu.Lock()
+	if s.ended {
+		// A later sync may have forgotten gid: it is not made again (at
+		// the member's start) for a pull that cannot be made.
+		c.mu.Unlock()
+		return fmt.Errorf("%w: the connection ended", ErrDisconnected)
+	}
 	g := c.groupLocked(gid)
 	c.mu.Unlock()
 	select {
@@ -295,7 +334,7 @@ func (c *Client) puller(g *group, backOff bool) {
 			if g.later {
 				g.pullDue = false
 			}
-			backOff = len(g.buf) > 0 && !g.later
+			backOff = g.gap() && !g.later
 			c.mu.Unlock()
 			if !backOff {
 				bo.reset()
@@ -303,7 +342,11 @@ func (c *Client) puller(g *group, backOff bool) {
 		case errors.As(err, &pe) && !retryable(pe.Code):
 			c.mu.Lock()
 			clear(g.buf) // pushes the member may not have; the group is gone for it
+			g.owed = -1
 			g.pullDue = false
+			if c.groups[g.gid] == g && !c.named[g.gid] && g.idle() {
+				delete(c.groups, g.gid) // and forgotten, as by a sync not naming it
+			}
 			c.mu.Unlock()
 			c.reportError(fmt.Errorf("client: pull %s: %w", g.gid, err))
 		case mayPass(err):

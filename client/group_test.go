@@ -76,6 +76,8 @@ func TestOpenPullsAgainWhenRefusedForAWhile(t *testing.T) {
 func TestALongGapBuffersAndDrainsPushesInLinearTime(t *testing.T) {
 	const n = 20_000
 	c := &Client{groups: map[string]*group{}, deliverKick: make(chan struct{}, 1), closing: true} // closing: no puller
+	// Every push held.
+	c.cfg.MaxQueued = n + 1
 	c.cfg.setDefaults()
 	c.log = c.cfg.Logger
 	c.mu.Lock()
@@ -104,5 +106,154 @@ func TestALongGapBuffersAndDrainsPushesInLinearTime(t *testing.T) {
 	}
 	if took > 2*time.Second {
 		t.Fatalf("%d pushes buffered behind a gap and drained in %v: want well under 2 s", n, took.Round(time.Millisecond))
+	}
+}
+
+// A server that names new groups in every sync answer must not grow the
+// client without bound: a group the latest sync does not name, of which
+// nothing waits (no message buffered or queued, no ack or read to send, no
+// pull, not opened), is forgotten. One named again starts at the server's
+// cursors, so nothing is delivered twice.
+func TestGroupsTheLatestSyncDoesNotNameAreForgotten(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}, "g2": {"alice", "bob"}})
+	var syncs int
+	p.set(func(p *peer) {
+		p.extraGroups = func(string) []protocol.GroupState {
+			syncs++
+			gs := make([]protocol.GroupState, 1000)
+			for i := range gs {
+				gs[i] = protocol.GroupState{Gid: fmt.Sprintf("s%d-%d", syncs, i), Head: 5, Ack: 5, Read: 5}
+			}
+			return gs
+		}
+	})
+	c, rec := dial(t, p, "alice", nil)
+	if err := c.Open(context.Background(), "g2"); err != nil {
+		t.Fatal(err)
+	}
+	p.post("g1", "bob", "one")
+	waitFor(t, "g1's message acked", func() bool { a, _ := c.Cursor("g1"); return a >= 0 })
+	reconnect := func(n int64) {
+		t.Helper()
+		p.kill()
+		waitFor(t, "the reconnect", func() bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return c.stats.Reconnects == n && c.sess != nil
+		})
+	}
+	for i := range int64(5) {
+		reconnect(i + 1)
+	}
+	c.mu.Lock()
+	n := len(c.groups)
+	c.mu.Unlock()
+	if n > 1000+2 {
+		t.Fatalf("after 6 syncs of 1,000 new groups each, the client keeps %d groups; want the latest sync's 1,000 and g1, g2", n)
+	}
+
+	// g1 and g2 no longer named: g1 is forgotten, g2 (opened) kept.
+	p.set(func(p *peer) { p.groups["g1"].members["alice"], p.groups["g2"].members["alice"] = false, false })
+	reconnect(6)
+	if a, ct := c.Cursor("g1"); a != -1 || ct != -1 {
+		t.Fatalf("g1, not named by the latest sync and settled: cursors %d, %d; want it forgotten", a, ct)
+	}
+	c.mu.Lock()
+	g2 := c.groups["g2"]
+	c.mu.Unlock()
+	if g2 == nil {
+		t.Fatal("g2, opened, was forgotten")
+	}
+	// Named again: it starts at the server's cursors, and its next message
+	// is delivered once, its first not again.
+	p.set(func(p *peer) { p.groups["g1"].members["alice"], p.groups["g2"].members["alice"] = true, true })
+	reconnect(7)
+	p.post("g1", "bob", "two")
+	waitFor(t, "g1's second message", func() bool { return len(rec.bodies("g1")) == 2 })
+	time.Sleep(50 * time.Millisecond)
+	if got := rec.bodies("g1"); !slices.Equal(got, []string{"one", "two"}) {
+		t.Fatalf("g1 delivered %q, want [one two]", got)
+	}
+	rec.check(t)
+}
+
+// Pushes that wait behind a gap are held up to MaxQueued per group: past
+// it they are dropped, as the pull that closes the gap brings them again.
+// A server whose pulls fail (or that pushes gaps on purpose) must not fill
+// the client's memory with them; and those not held are pulled even once
+// the gap before the held ones is closed.
+func TestPushesBehindAGapAreHeldUpToMaxQueued(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	c, rec := dial(t, p, "alice", func(cfg *Config) { cfg.MaxQueued = 100 })
+	p.set(func(p *peer) { p.prevUnknown, p.refusePulls, p.pullRefusal = true, 1<<30, protocol.CodeUnavailable })
+	var want []string
+	for i := range 1000 {
+		p.post("g1", "bob", fmt.Sprint(i))
+		want = append(want, fmt.Sprint(i))
+	}
+	waitFor(t, "the pushes", func() bool { st := c.Stats(); return st.Pushes == 1000 })
+	c.mu.Lock()
+	held := len(c.groups["g1"].buf)
+	c.mu.Unlock()
+	if held > 100 {
+		t.Fatalf("%d pushes held behind the gap; want at most MaxQueued (100)", held)
+	}
+	// The store lags: pulls bring the messages held, not those after.
+	held100 := p.msgs("g1")[99].MsgID
+	p.set(func(p *peer) { p.refusePulls, p.lagTo = 0, held100 })
+	waitFor(t, "the messages held", func() bool { return rec.len() == 100 })
+	time.Sleep(50 * time.Millisecond)
+	p.set(func(p *peer) { p.lagTo = -1 }) // the ones not held are pulled still
+	waitFor(t, "every message", func() bool { return rec.len() == 1000 })
+	if got := rec.bodies("g1"); !slices.Equal(got, want) {
+		t.Fatalf("delivered %d messages, not the 1,000 in order", len(got))
+	}
+}
+
+// Pushes of groups the user is not in (a faulty server) make groups of the
+// client, whose pulls the server refuses as not_member: those groups are
+// forgotten then, not kept until the next sync, which a server that never
+// ends the connection never makes.
+func TestGroupsWhosePullIsRefusedForGoodAreForgotten(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	c, _ := dial(t, p, "alice", nil)
+	var msgs []protocol.Message
+	for i := range 1000 {
+		msgs = append(msgs, protocol.Message{Gid: fmt.Sprintf("x%d", i), MsgID: 7, Sender: "mallory", Body: "hi"})
+	}
+	p.pushRaw("alice", msgs...)
+	waitFor(t, "the pulls", func() bool { return len(p.requests(protocol.OpPull)) == 1000 })
+	waitFor(t, "the groups forgotten", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.groups) == 1
+	})
+}
+
+// A resync of a connection that ended may still be pulling its groups
+// while the next connection's sync forgets one: its pull must not make the
+// group again at the member's start, where a later sync naming it would
+// find it and leave it there (its messages up to the ack cursor delivered
+// again on the next push).
+func TestAPullOfAnEndedConnectionMakesNoForgottenGroupAgain(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	c, rec := dial(t, p, "alice", nil)
+	p.post("g1", "bob", "one")
+	waitFor(t, "g1's message acked", func() bool { a, _ := c.Cursor("g1"); return a >= 0 })
+	c.mu.Lock()
+	old := c.sess
+	c.mu.Unlock()
+	p.set(func(p *peer) { p.groups["g1"].members["alice"] = false })
+	p.kill()
+	waitFor(t, "g1 forgotten", func() bool { _, ct := c.Cursor("g1"); return ct == -1 })
+	_ = c.pullGroup(context.Background(), old, "g1") // the old connection's resync, late
+	p.set(func(p *peer) { p.groups["g1"].members["alice"] = true })
+	p.kill()
+	waitFor(t, "g1 named again", func() bool { a, _ := c.Cursor("g1"); return a >= 0 })
+	p.post("g1", "bob", "two")
+	waitFor(t, "g1's second message", func() bool { return slices.Contains(rec.bodies("g1"), "two") })
+	time.Sleep(50 * time.Millisecond)
+	if got := rec.bodies("g1"); !slices.Equal(got, []string{"one", "two"}) {
+		t.Fatalf("g1 delivered %q, want [one two]", got)
 	}
 }

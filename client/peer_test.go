@@ -34,19 +34,20 @@ type peer struct {
 	cursor []cursorRec        // every ack and read accepted
 
 	// knobs, guarded by mu
-	refuse         bool                                 // answer upgrades with 503
-	dropPush       func(protocol.Message) bool          // push not sent
-	prevUnknown    bool                                 // pushes carry no prev
-	swallowSends   int                                  // send answers not sent (the message is stored)
-	overloadSends  int                                  // sends refused as overloaded (not stored)
-	refuseSends    int                                  // sends refused with sendRefusal (not stored)
-	sendRefusal    protocol.Code                        // their code
-	refusePulls    int                                  // pulls refused with pullRefusal
-	pullRefusal    protocol.Code                        // their code
-	pushBeforePage func(after int64) []protocol.Message // pushed to the puller just before its page
-	lagTo          int64                                // if >= 0, pulls see msgids <= lagTo only (a lagging store)
-	earlyPush      []protocol.Message                   // pushed right after authed, before the sync answer
-	silentAfter    int                                  // connections that go silent after their sync answer: no reads, answers or pongs (a peer gone without a FIN)
+	refuse         bool                                   // answer upgrades with 503
+	dropPush       func(protocol.Message) bool            // push not sent
+	prevUnknown    bool                                   // pushes carry no prev
+	swallowSends   int                                    // send answers not sent (the message is stored)
+	overloadSends  int                                    // sends refused as overloaded (not stored)
+	refuseSends    int                                    // sends refused with sendRefusal (not stored)
+	sendRefusal    protocol.Code                          // their code
+	refusePulls    int                                    // pulls refused with pullRefusal
+	pullRefusal    protocol.Code                          // their code
+	pushBeforePage func(after int64) []protocol.Message   // pushed to the puller just before its page
+	lagTo          int64                                  // if >= 0, pulls see msgids <= lagTo only (a lagging store)
+	earlyPush      []protocol.Message                     // pushed right after authed, before the sync answer
+	silentAfter    int                                    // connections that go silent after their sync answer: no reads, answers or pongs (a peer gone without a FIN)
+	extraGroups    func(uid string) []protocol.GroupState // added to every sync answer
 
 	quit     chan struct{} // closed by close: silent connections end
 	quitOnce sync.Once
@@ -224,6 +225,9 @@ func (p *peer) handle(pc *peerConn, req protocol.Request) bool {
 				}
 			}
 			out.Groups = append(out.Groups, st)
+		}
+		if p.extraGroups != nil {
+			out.Groups = append(out.Groups, p.extraGroups(pc.uid)...)
 		}
 		p.mu.Unlock()
 		p.write(pc, protocol.Marshal(out))
