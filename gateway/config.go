@@ -49,6 +49,7 @@ type Config struct {
 	PresenceTTL  time.Duration // presence entries expire unless refreshed; default 30s
 	NodeLease    time.Duration // this gateway's hold on its Node name, renewed every third of it; default 10s
 	TokenTTL     time.Duration // lifetime of dev tokens; default 24h
+	MaxMembers   int           // members of one group at most; default (and at most) 10,000, what a who-read answer lists
 
 	Logger  *slog.Logger
 	Metrics *metrics.Set // optional: sends, pushes, end-to-end latency, connections
@@ -76,6 +77,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.QueueSize == 0 {
 		c.QueueSize = 512
+	}
+	if c.MaxMembers == 0 {
+		c.MaxMembers = maxMembers
 	}
 	if c.QueueBytes == 0 {
 		c.QueueBytes = 16 << 20
@@ -114,6 +118,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway: max body %d out of range 1..%d (what one Kafka record batch carries by default)", c.MaxBody, producers.MaxBody)
 	case c.SendRate < 0 || c.SendBurst < 1 || c.QueueSize < 1 || c.QueueBytes < 1:
 		return errors.New("gateway: send rate, burst, queue size and queue bytes must be positive")
+	case c.MaxMembers < 1 || c.MaxMembers > maxMembers:
+		return fmt.Errorf("gateway: max members %d out of range 1..%d", c.MaxMembers, maxMembers)
 	case c.MaxSending < minSending:
 		return fmt.Errorf("gateway: max sending %d is below the floor of %d", c.MaxSending, minSending)
 	}

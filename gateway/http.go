@@ -186,8 +186,8 @@ func (g *Gateway) createGroup(ctx context.Context, r *http.Request) (any, *proto
 	if perr != nil {
 		return nil, perr
 	}
-	if len(req.Members) == 0 || len(req.Members) > 10000 {
-		return nil, protocol.Errorf(protocol.CodeInvalid, "a group needs 1 to 10000 members")
+	if len(req.Members) == 0 || len(req.Members) > g.cfg.MaxMembers {
+		return nil, protocol.Errorf(protocol.CodeInvalid, "a group needs 1 to %d members", g.cfg.MaxMembers)
 	}
 	return g.join(ctx, req.Gid, req.Members)
 }
@@ -227,6 +227,9 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 			join = append(join, uid)
 		}
 	}
+	if perr := g.roomFor(gid, current, leaving, len(join)); perr != nil {
+		return nil, perr
+	}
 	// A join written but not yet projected reads as none: a retry within
 	// the projection's lag would write a second one.
 	fresh, err := g.cfg.Redis.MarkJoining(ctx, gid, join, joiningFor)
@@ -258,6 +261,30 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 func stillJoined(m store.Membership, leaving map[string]store.Membership, uid string) bool {
 	l, ok := leaving[uid]
 	return m.State == store.MemberJoined && !(ok && l.JoinedAt == m.JoinedAt)
+}
+
+// maxMembers bounds Config.MaxMembers: what PROTOCOL.md promises and what a
+// who-read answer lists at most.
+const maxMembers = 10000
+
+// roomFor refuses adding n members to gid when its joined members (current,
+// less those of the request whose leave is noted) and they would pass
+// MaxMembers. Joins being written by another call are not counted: two
+// calls at once may pass the limit by what they add.
+func (g *Gateway) roomFor(gid string, current, leaving map[string]store.Membership, n int) *protocol.Error {
+	if n == 0 {
+		return nil
+	}
+	joined := 0
+	for uid, m := range current {
+		if stillJoined(m, leaving, uid) {
+			joined++
+		}
+	}
+	if joined+n > g.cfg.MaxMembers {
+		return protocol.Errorf(protocol.CodeInvalid, "%s has %d members; adding %d would pass the limit of %d: remove members first", gid, joined, n, g.cfg.MaxMembers)
+	}
+	return nil
 }
 
 // joiningFor is how long a join written is taken as done before the member

@@ -167,3 +167,30 @@ func TestARetriedJoinBeforeItsProjectionIsWrittenOnce(t *testing.T) {
 	}
 	e.waitMembers("g1", "alice")
 }
+
+// A group takes at most MaxMembers members: a create or an add past it is
+// refused with what to do, and writes nothing; room made by a removal is
+// taken again.
+func TestAGroupTakesAtMostMaxMembers(t *testing.T) {
+	e := newEnv(t, envOpts{tune: func(c *Config) { c.MaxMembers = 3 }})
+	if st, out := e.http("POST", "/v1/admin/groups", adminToken, map[string]any{"gid": "big", "members": []string{"a", "b", "c", "d"}}); st != 400 || !strings.Contains(fmt.Sprint(out["message"]), "1 to 3 members") {
+		t.Fatalf("create with 4 members: %d %v, want 400 naming the limit", st, out)
+	}
+	e.group("g1", "a", "b", "c")
+	ends := e.topicEndsOf(topics.Members)
+	st, out := e.http("POST", "/v1/admin/groups/g1/members", adminToken, map[string]any{"uid": "d"})
+	if st != 400 || code(out) != string(protocol.CodeInvalid) || !strings.Contains(fmt.Sprint(out["message"]), "remove members first") {
+		t.Fatalf("a 4th member: %d %v, want 400 invalid saying to remove members first", st, out)
+	}
+	if got := e.topicEndsOf(topics.Members); got != ends {
+		t.Fatalf("a refused add wrote %d membership changes", got-ends)
+	}
+	// Adding one who is a member is still a no-op, not a refusal.
+	if st, out := e.http("POST", "/v1/admin/groups/g1/members", adminToken, map[string]any{"uid": "a"}); st != 200 {
+		t.Fatalf("adding a member again at the limit: %d %v, want 200", st, out)
+	}
+	e.removeMember("g1", "c")
+	if st, out := e.http("POST", "/v1/admin/groups/g1/members", adminToken, map[string]any{"uid": "d"}); st != 200 {
+		t.Fatalf("a 4th member after a removal: %d %v, want 200", st, out)
+	}
+}
