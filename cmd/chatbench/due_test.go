@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 )
@@ -14,32 +12,8 @@ import (
 // stall shows in the end-to-end and accept latencies instead of vanishing
 // from them (and a step with a 100 ms p99 target is not passed).
 func TestLatencyCountsFromWhenTheSendWasDue(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "chatd")
-	if out, err := exec.Command("go", "build", "-o", bin, "../chatd").CombinedOutput(); err != nil {
-		t.Fatalf("go build chatd: %v\n%s", err, out)
-	}
-	cfg := &Config{Launch: launchConfig{Chatd: bin}, Groups: 1, GroupSize: 2, Rate: 10, Quiet: true}
-	cfg.setDefaults()
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	err := withDeployment(ctx, cfg, func(d *deployment) error {
-		p := newPlan(cfg)
-		b := &bench{cfg: cfg, plan: p, dep: d, rec: newRecorder(), byUser: make([]*member, len(p.uids)),
-			tokens: make([]string, len(p.uids)), accepted: make([][]sendRef, len(p.gids))}
-		a := newAPI(d.URLs[0], d.Admin, cfg.Concurrency)
-		if err := b.fetchTokens(ctx, a, p.online); err != nil {
-			return err
-		}
-		if err := setupGroups(ctx, cfg, a, p, b.tokens); err != nil {
-			return err
-		}
-		if err := b.connect(ctx); err != nil {
-			return err
-		}
-		defer b.close()
+	cfg := &Config{Groups: 1, GroupSize: 2, Rate: 10, Quiet: true}
+	withConnectedBench(t, cfg, func(ctx context.Context, b *bench, p *plan) error {
 		time.Sleep(3 * time.Second) // as runLoad: the fan-out sees the connections
 
 		// The schedule began 2 s ago, and the generator did not run since:
@@ -64,9 +38,6 @@ func TestLatencyCountsFromWhenTheSendWasDue(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // Throughput counts the sends accepted within the measured span, whatever
