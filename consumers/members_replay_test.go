@@ -19,22 +19,8 @@ import (
 // finds (the replay mark is there), and a member who left would read, and
 // send to, the group for as long as the rest of the replay takes.
 func TestAMemberReplayCutBetweenAJoinAndALeaveDoesNotRejoin(t *testing.T) {
-	srv := testserver.NewRedis(t)
-	rc := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{srv.Addr}})
-	t.Cleanup(func() { rc.Close() })
-	r, err := store.NewRedis(rc, store.RedisConfig{WindowSize: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, m, rec := memberReplayEnv(t)
 	ctx := context.Background()
-	m := &MemberProjector{Redis: r}
-	rec := func(off int64, op schema.MemberOp, pos int64) Record[schema.Member] {
-		ev := schema.Member{Gid: "g1", Uid: "alice", Op: op, Pos: pos}
-		if op == schema.OpLeave {
-			ev.HasJoined, ev.Joined = true, 3
-		}
-		return Record[schema.Member]{Offset: off, Event: ev}
-	}
 	join, leave, rejoin := rec(10, schema.OpJoin, 3), rec(11, schema.OpLeave, 7), rec(12, schema.OpJoin, 9)
 	left := store.Membership{State: store.MemberLeft, JoinedAt: 3, LeftAt: 7}
 
@@ -71,22 +57,8 @@ func TestAMemberReplayCutBetweenAJoinAndALeaveDoesNotRejoin(t *testing.T) {
 // start, below the saved position, and those records must be applied, not
 // skipped as replays of the old ones.
 func TestAMemberLogThatLostItsTailIsAppliedAgain(t *testing.T) {
-	srv := testserver.NewRedis(t)
-	rc := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{srv.Addr}})
-	t.Cleanup(func() { rc.Close() })
-	r, err := store.NewRedis(rc, store.RedisConfig{WindowSize: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
+	r, m, rec := memberReplayEnv(t)
 	ctx := context.Background()
-	m := &MemberProjector{Redis: r}
-	rec := func(off int64, op schema.MemberOp, pos int64) Record[schema.Member] {
-		ev := schema.Member{Gid: "g1", Uid: "alice", Op: op, Pos: pos}
-		if op == schema.OpLeave {
-			ev.HasJoined, ev.Joined = true, 3
-		}
-		return Record[schema.Member]{Offset: off, Event: ev}
-	}
 	// The old log: alice joins, leaves and joins again; the position saved
 	// is 13.
 	m.Start(0, kafka.FirstOffset)
@@ -107,4 +79,26 @@ func TestAMemberLogThatLostItsTailIsAppliedAgain(t *testing.T) {
 		got := all["alice"]
 		t.Fatalf("alice after the log lost its tail: %+v, want %+v as the log now says", got, want)
 	}
+}
+
+// memberReplayEnv returns a store on a fresh redis-server, a member
+// projector on it, and a maker of alice's records in g1 (a leave ends her
+// join at 3).
+func memberReplayEnv(t *testing.T) (*store.Redis, *MemberProjector, func(off int64, op schema.MemberOp, pos int64) Record[schema.Member]) {
+	t.Helper()
+	srv := testserver.NewRedis(t)
+	rc := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{srv.Addr}})
+	t.Cleanup(func() { rc.Close() })
+	r, err := store.NewRedis(rc, store.RedisConfig{WindowSize: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := func(off int64, op schema.MemberOp, pos int64) Record[schema.Member] {
+		ev := schema.Member{Gid: "g1", Uid: "alice", Op: op, Pos: pos}
+		if op == schema.OpLeave {
+			ev.HasJoined, ev.Joined = true, 3
+		}
+		return Record[schema.Member]{Offset: off, Event: ev}
+	}
+	return r, &MemberProjector{Redis: r}, rec
 }
