@@ -115,21 +115,8 @@ func TestPagesInTheWindowNeedNoClickHouse(t *testing.T) {
 // (a ZADD, then the trim script). A pull between the two sees messages past
 // the head, and must still say that more follow a full page.
 func TestPullSaysMoreWhileTheHeadLagsTheWindow(t *testing.T) {
-	srv := testserver.NewRedis(t)
-	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
-	t.Cleanup(func() { rc.Close() })
-	r, err := store.NewRedis(rc, store.RedisConfig{WindowSize: 100})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := lagHeadHistory(t)
 	ctx := context.Background()
-	if err := r.AppendWindow(ctx, nil, gapMsgs("g", 0, 1, 2, 3, 4, 5, 6)); err != nil {
-		t.Fatal(err)
-	}
-	if err := rc.Set(ctx, "chat:{g}:head", "2", 0).Err(); err != nil { // 3..6 added, the head not yet raised
-		t.Fatal(err)
-	}
-	h, _ := New(Config{Redis: r})
 	p, err := h.Pull(ctx, "g", 0, 3)
 	if err != nil {
 		t.Fatal(err)
@@ -155,6 +142,19 @@ func msgIDs(msgs []schema.Message) []int64 {
 // holds 4..6, which the window has and the head does not count yet. The
 // page's head must not be older than the page's own newest message.
 func TestPullBeforeHeadCoversThePageWhileTheHeadLags(t *testing.T) {
+	h := lagHeadHistory(t)
+	ctx := context.Background()
+	p, err := h.PullBefore(ctx, "g", -1, 7, 3)
+	if ids := msgIDs(p.Messages); err != nil || fmt.Sprint(ids) != "[4 5 6]" || !p.More || p.Head != 6 {
+		t.Fatalf("PullBefore(before 7, limit 3) = %v, more=%v, head %d, %v; want [4 5 6], more (0..3 precede), head 6", ids, p.More, p.Head, err)
+	}
+}
+
+// lagHeadHistory returns a History on a fresh redis-server whose group g has
+// messages 0..6 in its window and its head still at 2: the persister added
+// 3..6 and has not raised the head yet.
+func lagHeadHistory(t *testing.T) *History {
+	t.Helper()
 	srv := testserver.NewRedis(t)
 	rc := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { rc.Close() })
@@ -166,12 +166,12 @@ func TestPullBeforeHeadCoversThePageWhileTheHeadLags(t *testing.T) {
 	if err := r.AppendWindow(ctx, nil, gapMsgs("g", 0, 1, 2, 3, 4, 5, 6)); err != nil {
 		t.Fatal(err)
 	}
-	if err := rc.Set(ctx, "chat:{g}:head", "2", 0).Err(); err != nil { // 3..6 added, the head not yet raised
+	if err := rc.Set(ctx, "chat:{g}:head", "2", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	h, _ := New(Config{Redis: r})
-	p, err := h.PullBefore(ctx, "g", -1, 7, 3)
-	if ids := msgIDs(p.Messages); err != nil || fmt.Sprint(ids) != "[4 5 6]" || !p.More || p.Head != 6 {
-		t.Fatalf("PullBefore(before 7, limit 3) = %v, more=%v, head %d, %v; want [4 5 6], more (0..3 precede), head 6", ids, p.More, p.Head, err)
+	h, err := New(Config{Redis: r})
+	if err != nil {
+		t.Fatal(err)
 	}
+	return h
 }
