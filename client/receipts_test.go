@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -43,18 +44,25 @@ func TestCloseEndsAReceiptsCallOfOnMessageTheServerDoesNotAnswer(t *testing.T) {
 			<-asked
 			time.Sleep(50 * time.Millisecond) // the call waits for its answer
 
-			closed := make(chan error, 1)
-			go func() { closed <- c.Close() }()
-			select {
-			case <-closed:
-			case <-time.After(3 * time.Second):
-				cancel() // let it end
-				<-closed
-				t.Fatalf("Close still blocked after 3 s: it waits for OnMessage, whose %s waits for an answer", tc.name)
-			}
+			closeWithin3s(t, c, cancel, fmt.Sprintf("it waits for OnMessage, whose %s waits for an answer", tc.name))
 			if err := <-callErr; !errors.Is(err, ErrClosed) {
 				t.Fatalf("%s from OnMessage during Close: %v, want ErrClosed", tc.name, err)
 			}
 		})
+	}
+}
+
+// closeWithin3s closes c and fails t, saying why, when Close is still
+// blocked 3 s later; it then cancels the test's ctx to let Close end.
+func closeWithin3s(t *testing.T, c *Client, cancel context.CancelFunc, why string) {
+	t.Helper()
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(3 * time.Second):
+		cancel()
+		<-closed
+		t.Fatal("Close still blocked after 3 s: " + why)
 	}
 }

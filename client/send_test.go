@@ -210,15 +210,7 @@ func TestCloseEndsASendOfOnMessageWaitingOutAnOverloadPause(t *testing.T) {
 	p.post("g1", "bob", "reply to me")
 	time.Sleep(50 * time.Millisecond) // the reply waits out the pause
 
-	closed := make(chan error, 1)
-	go func() { closed <- c.Close() }()
-	select {
-	case <-closed:
-	case <-time.After(3 * time.Second):
-		cancel() // let it end
-		<-closed
-		t.Fatal("Close still blocked after 3 s: it waits for OnMessage, whose Send waits out the overload pause")
-	}
+	closeWithin3s(t, c, cancel, "it waits for OnMessage, whose Send waits out the overload pause")
 	for _, ch := range []chan error{replied, refused} {
 		if err := <-ch; !errors.Is(err, ErrClosed) {
 			t.Fatalf("Send waiting out a pause during Close: %v, want ErrClosed", err)
@@ -347,15 +339,7 @@ func TestCloseEndsASendOfOnMessageBackingOffBeforeAResend(t *testing.T) {
 			waitFor(t, "the send", func() bool { return len(p.requests(protocol.OpSend)) == 1 })
 			time.Sleep(300 * time.Millisecond) // past SendTimeout: the send backs off
 
-			closed := make(chan error, 1)
-			go func() { closed <- c.Close() }()
-			select {
-			case <-closed:
-			case <-time.After(3 * time.Second):
-				cancel() // let it end
-				<-closed
-				t.Fatal("Close still blocked after 3 s: it waits for OnMessage, whose Send backs off before a resend")
-			}
+			closeWithin3s(t, c, cancel, "it waits for OnMessage, whose Send backs off before a resend")
 			if err := <-replied; !errors.Is(err, ErrClosed) {
 				t.Fatalf("Send backing off during Close: %v, want ErrClosed", err)
 			}
