@@ -42,7 +42,7 @@ type Gateway struct {
 
 // Metrics are the gateway's counters since start.
 type Metrics struct {
-	conns, sends, acks, reads, pulls, pushes, slowCut, overloaded atomic.Int64
+	conns, sends, acks, reads, pulls, pushes, slowCut, overloaded, resyncs atomic.Int64
 }
 
 // Snapshot is a copy of the counters.
@@ -50,13 +50,14 @@ type Snapshot struct {
 	Conns, Sends, Acks, Reads, Pulls, Pushes, SlowCut int64
 	Overloaded                                        int64 // sends refused as overloaded
 	SendBound                                         int   // the admission's bound now
+	Resyncs                                           int64 // resync frames sent
 }
 
 // Stats returns the counters.
 func (g *Gateway) Stats() Snapshot {
 	m := &g.metrics
 	return Snapshot{m.conns.Load(), m.sends.Load(), m.acks.Load(), m.reads.Load(), m.pulls.Load(), m.pushes.Load(), m.slowCut.Load(),
-		m.overloaded.Load(), g.admit.bound()}
+		m.overloaded.Load(), g.admit.bound(), m.resyncs.Load()}
 }
 
 // New checks cfg and returns a Gateway.

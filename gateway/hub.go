@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/groupchat/chatd/protocol"
 )
 
 // hub knows this node's connections by user and keeps their presence in
@@ -190,11 +192,16 @@ func (g *Gateway) deliver(ctx context.Context) error {
 	for b := range batches {
 		if len(b.Items) == 0 {
 			// The subscription reconnected: Redis may have restarted and
-			// lost presence. Announce every local user again at once.
+			// lost presence. Announce every local user again at once, then
+			// tell them to sync: pushes published meanwhile are lost, and
+			// the next push of a quiet group, whose prev would show the
+			// gap, may be long in coming.
 			if uids := g.hub.uids(); len(uids) > 0 {
 				if err := g.cfg.Redis.SetOnline(ctx, g.cfg.Node, uids, g.cfg.PresenceTTL, true); err != nil {
 					g.log.Warn("re-registering presence after a Redis reconnect failed", "err", err)
 				}
+				go g.resyncAll(ctx, protocol.ResyncPushRoute) // ends with Run
+
 			}
 			continue
 		}

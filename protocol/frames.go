@@ -27,6 +27,7 @@ const (
 	OpReaders  = "readers"  // answer to who_read
 	OpReceipts = "receipts" // pushed to a sender: new read counts of their messages
 	OpError    = "error"    // answer to any request that failed
+	OpResync   = "resync"   // pushes to you may have been lost: sync, then pull what is missing
 )
 
 // MaxMsgIDs is the most msgids one read_counts request may name.
@@ -153,6 +154,20 @@ type Receipts struct {
 	Gid    string      `json:"gid"`
 	Counts []ReadCount `json:"counts"`
 }
+
+// Resync tells a client that pushes to it may have been lost; it should
+// sync and pull what the heads show it is missing, as after a reconnect.
+type Resync struct {
+	Op     string `json:"op"`     // "resync"
+	Reason string `json:"reason"` // a ResyncXxx: why, for logs
+}
+
+// Reasons of a resync.
+const (
+	// ResyncPushRoute: the gateway's route for pushes (its Redis
+	// subscription) broke and was re-established.
+	ResyncPushRoute = "push_route"
+)
 
 // ErrorFrame answers a request that failed.
 type ErrorFrame struct {

@@ -1,0 +1,53 @@
+package gateway
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// A push lost while the gateway's push route to Redis is broken must not
+// stay lost until the group's next message: once the route is back, the
+// gateway asks its clients to sync, and they pull what they missed.
+func TestAPushLostWhileThePushRouteBrokeIsPulledAfterIt(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g", "alice", "bob")
+	var dropping atomic.Bool
+	e.gws[0].g.dropPush = func(uid string) bool { return uid == "bob" && dropping.Load() }
+	alice, bob := e.connect(0, "alice", nil), e.connect(0, "bob", nil)
+	ctx := context.Background()
+	if err := bob.c.Open(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	first, err := alice.c.Send(ctx, "g", "before the break")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "bob gets the first message", 10*time.Second, func() bool { return len(bob.delivered("g")) == 1 })
+
+	// The route breaks: what is published meanwhile is lost (dropped here,
+	// as a message published to nobody would be).
+	dropping.Store(true)
+	lost, err := alice.c.Send(ctx, "g", "while the route is down")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the lost message stored", 10*time.Second, func() bool { h, _ := e.redis.Head(ctx, "g"); return h == lost })
+	time.Sleep(200 * time.Millisecond) // its push, dropped, is behind us
+	dropping.Store(false)
+	before := e.gws[0].g.Stats().Resyncs
+	if n, err := e.rc.ClientKillByFilter(ctx, "TYPE", "pubsub").Result(); err != nil || n == 0 {
+		t.Fatalf("killing the pub/sub connections: %d killed, %v", n, err)
+	}
+
+	// No other message follows: only the resync can bring it.
+	waitFor(t, "bob gets the lost message without another one sent", 15*time.Second, func() bool { return len(bob.delivered("g")) == 2 })
+	bob.checkExactlyOnceInOrder(t, "g", []int64{first, lost})
+	if got := e.gws[0].g.Stats().Resyncs - before; got != 2 {
+		t.Errorf("the gateway sent %d resync frames, want one for each of its 2 connections", got)
+	}
+	if st := bob.c.Stats(); st.Resyncs != 1 || st.Reconnects != 0 {
+		t.Errorf("bob: %+v; want one resync, on the same connection", st)
+	}
+}
