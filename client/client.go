@@ -122,6 +122,7 @@ type Stats struct {
 	Resends    int64 // sends repeated with the same cmid
 	Overloaded int64 // sends the server refused as overloaded (each waited and was resent)
 	Reconnects int64 // connections made after the first
+	Resyncs    int64 // syncs the server asked for (pushes may have been lost)
 }
 
 // Client is a connection to a gateway that reconnects by itself. Create it

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -37,6 +36,7 @@ type frame struct {
 	Unknown idList        `json:"unknown"`
 	Read    uidList       `json:"read"`
 	Unread  uidList       `json:"unread"`
+	Reason  string        `json:"reason"`
 
 	err error // the answer was refused at decode: why
 }
@@ -55,6 +55,9 @@ type session struct {
 	waiters map[string]chan *frame
 	largest int  // bytes of the largest frame written, or being written
 	tooBig  bool // the server closed the connection on a frame over its size limit (1009)
+
+	resyncing   bool // guarded by mu: a sync the server asked for runs
+	resyncAgain bool // guarded by mu: and another was asked meanwhile
 
 	synced bool               // guarded by c.mu: the sync answer was applied
 	early  []protocol.Message // guarded by c.mu: pushes that arrived before it
@@ -134,6 +137,8 @@ func (s *session) dispatch(f *frame) {
 	switch {
 	case f.Op == protocol.OpPush:
 		s.c.onPush(s, f.Msgs)
+	case f.Op == protocol.OpResync:
+		s.resyncAsked(f.Reason)
 	case f.Op == protocol.OpReceipts:
 		if s.c.cfg.OnReceipts != nil {
 			s.c.cfg.OnReceipts(protocol.Receipts{Op: f.Op, Gid: f.Gid, Counts: f.Counts})
@@ -274,23 +279,7 @@ func (c *Client) applySync(s *session, groups []protocol.GroupState) error {
 	if s.ended {
 		return fmt.Errorf("%w: the connection ended as it synced", ErrDisconnected)
 	}
-	c.lastSync = slices.Clone(groups)
-	named := make(map[string]bool, len(groups))
-	for _, gs := range groups {
-		named[gs.Gid] = true
-		g := c.groups[gs.Gid]
-		if g == nil {
-			// First sight of the group: start at the member's ack cursor.
-			g = newGroup(gs.Gid, gs.Ack)
-			g.read, g.readWant = gs.Read, gs.Read
-			c.groups[gs.Gid] = g
-		}
-		g.acked = max(g.acked, gs.Ack)
-		g.read = max(g.read, gs.Read)
-		g.readWant = max(g.readWant, g.read) // another device may have read further
-		g.head = max(g.head, gs.Head)
-	}
-	c.forgetLocked(named)
+	c.applyGroupsLocked(groups)
 	if c.everSynced {
 		c.stats.Reconnects++
 	}
@@ -396,38 +385,6 @@ func (c *Client) serve(s *session) {
 				c.log.Warn("chat client: ping failed; reconnecting", "err", err)
 				_ = s.conn.CloseNow()
 			}
-		}
-	}
-}
-
-// resync pulls, after a reconnect, every opened group and every group the
-// client has messages of whose head moved past its cursor. A pull refused
-// for a while (unavailable...) is left to the group's puller.
-func (c *Client) resync(s *session) {
-	c.mu.Lock()
-	var gids []string
-	for gid, g := range c.groups {
-		if g.opened || g.gap() || g.seen && g.head > g.contig {
-			gids = append(gids, gid)
-		}
-	}
-	c.mu.Unlock()
-	slices.Sort(gids)
-	for _, gid := range gids {
-		err := c.pullGroup(c.ctx, s, gid)
-		switch {
-		case err == nil:
-		case !s.alive() || c.ctx.Err() != nil:
-			return // the next connection resyncs
-		case mayPass(err):
-			c.reportError(fmt.Errorf("client: resync %s: %w; pulling it again after a back-off", gid, err))
-			c.mu.Lock()
-			if g := c.groups[gid]; g != nil { // not forgotten by a later sync
-				c.pullLaterLocked(g, true)
-			}
-			c.mu.Unlock()
-		default:
-			c.reportError(fmt.Errorf("client: resync %s: %w", gid, err))
 		}
 	}
 }

@@ -243,3 +243,41 @@ func TestAnAnswerRefusedAtDecodeFailsItsRequestWithTheReason(t *testing.T) {
 		t.Fatalf("Dial on a sync answer of %d groups: %v after %v; want it refused at once, naming the groups", maxGroups+1, err, took.Round(time.Millisecond))
 	}
 }
+
+// A resync frame makes the client sync again on the same connection, and
+// pull what the heads show it missed; a sync refused as unavailable (the
+// server rebuilding its memberships) is tried again. Frames that come while
+// one resync runs add one more, not one each.
+func TestAResyncFrameSyncsAndPullsWhatWasMissed(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	c, rec := dial(t, p, "alice", nil)
+	if err := c.Open(context.Background(), "g1"); err != nil {
+		t.Fatal(err)
+	}
+	p.post("g1", "bob", "one")
+	waitFor(t, "the first message", func() bool { return rec.len() == 1 })
+
+	p.set(func(p *peer) { p.dropPush = func(protocol.Message) bool { return true } })
+	p.post("g1", "bob", "two, whose push is lost")
+	p.set(func(p *peer) { p.dropPush, p.refuseSyncs = nil, 2 })
+	syncs := len(p.requests(protocol.OpSync))
+	for range 5 {
+		p.resync("alice")
+	}
+	waitFor(t, "the lost message", func() bool { return rec.len() == 2 })
+	rec.check(t)
+	waitFor(t, "the resyncs to end", func() bool {
+		c.mu.Lock()
+		s := c.sess
+		c.mu.Unlock()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return !s.resyncing
+	})
+	if st := c.Stats(); st.Reconnects != 0 || st.Resyncs < 1 || st.Resyncs > 2 {
+		t.Fatalf("%+v; want 1 or 2 resyncs (5 frames, coalesced) on the same connection", st)
+	}
+	if n := len(p.requests(protocol.OpSync)) - syncs; n < 3 || n > 4 {
+		t.Fatalf("%d syncs after the resync frames, want 3 or 4: two refused, then one for each resync", n)
+	}
+}

@@ -47,7 +47,10 @@
 // when the group is opened (or when a push reveals a gap). A pull the server
 // refuses for a while (unavailable, internal, rate_limited) or that times
 // out is made again with back-off, until it completes or the connection
-// ends.
+// ends. When the server says it may have lost pushes to the client (a
+// resync frame), the client does the same sync and pulls on the
+// connection it has, trying the sync again with back-off while it is
+// refused as unavailable.
 //
 // Reconnects wait Config.MinBackoff at first, doubling to MaxBackoff, with
 // jitter. The wait starts over only after a connection that lasted

@@ -42,6 +42,7 @@ type peer struct {
 	refuseSends    int                                    // sends refused with sendRefusal (not stored)
 	sendRefusal    protocol.Code                          // their code
 	refusePulls    int                                    // pulls refused with pullRefusal
+	refuseSyncs    int                                    // syncs refused as unavailable
 	pullRefusal    protocol.Code                          // their code
 	pushBeforePage func(after int64) []protocol.Message   // pushed to the puller just before its page
 	lagTo          int64                                  // if >= 0, pulls see msgids <= lagTo only (a lagging store)
@@ -213,6 +214,11 @@ func (p *peer) handle(pc *peerConn, req protocol.Request) bool {
 		return true
 	case protocol.OpSync:
 		p.mu.Lock()
+		if p.refuseSyncs > 0 {
+			p.refuseSyncs--
+			p.mu.Unlock()
+			return fail(protocol.CodeUnavailable, "memberships are being rebuilt; retry shortly")
+		}
 		out := protocol.Synced{Op: protocol.OpSynced, ID: req.ID, Groups: []protocol.GroupState{}}
 		for gid, g := range p.groups {
 			if !g.members[pc.uid] {
@@ -393,16 +399,28 @@ func (p *peer) post(gid, sender, body string) protocol.Message {
 
 // pushRaw sends msgs as one push frame to uid's connections, as is.
 func (p *peer) pushRaw(uid string, msgs ...protocol.Message) {
+	for _, pc := range p.connsOf(uid) {
+		p.write(pc, protocol.Marshal(protocol.Push{Op: protocol.OpPush, Msgs: msgs}))
+	}
+}
+
+// connsOf returns uid's connections.
+func (p *peer) connsOf(uid string) []*peerConn {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	var to []*peerConn
 	for pc := range p.conns {
 		if pc.uid == uid {
 			to = append(to, pc)
 		}
 	}
-	p.mu.Unlock()
-	for _, pc := range to {
-		p.write(pc, protocol.Marshal(protocol.Push{Op: protocol.OpPush, Msgs: msgs}))
+	return to
+}
+
+// resync sends uid's connections a resync frame.
+func (p *peer) resync(uid string) {
+	for _, pc := range p.connsOf(uid) {
+		p.write(pc, protocol.Marshal(protocol.Resync{Op: protocol.OpResync, Reason: protocol.ResyncPushRoute}))
 	}
 }
 

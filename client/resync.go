@@ -1,0 +1,134 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/groupchat/chatd/protocol"
+)
+
+// applyGroupsLocked records the groups of a sync answer: new groups start
+// at the member's ack cursor, known ones take the cursors and heads that
+// moved, and groups the answer no longer names are forgotten.
+func (c *Client) applyGroupsLocked(groups []protocol.GroupState) {
+	c.lastSync = slices.Clone(groups)
+	named := make(map[string]bool, len(groups))
+	for _, gs := range groups {
+		named[gs.Gid] = true
+		g := c.groups[gs.Gid]
+		if g == nil {
+			// First sight of the group: start at the member's ack cursor.
+			g = newGroup(gs.Gid, gs.Ack)
+			g.read, g.readWant = gs.Read, gs.Read
+			c.groups[gs.Gid] = g
+		}
+		g.acked = max(g.acked, gs.Ack)
+		g.read = max(g.read, gs.Read)
+		g.readWant = max(g.readWant, g.read) // another device may have read further
+		g.head = max(g.head, gs.Head)
+	}
+	c.forgetLocked(named)
+}
+
+// resyncAsked answers the server's resync frame (pushes to this client may
+// have been lost): the session syncs again and pulls what the heads show
+// missing, in its own goroutine, not the read loop's. A resync asked while
+// one runs runs once more after it.
+func (s *session) resyncAsked(reason string) {
+	if len(reason) > 64 { // the server's words, logged: bounded
+		reason = reason[:64] + "..."
+	}
+	s.c.log.Info("chat client: the server asks for a sync; pushes may have been lost", "reason", reason)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.resyncing {
+		s.resyncAgain = true
+		return
+	}
+	s.resyncing = true
+	s.c.wg.Add(1) // the read loop, which calls this, holds the count above 0
+	go func() {
+		defer s.c.wg.Done()
+		for {
+			s.c.syncAgain(s)
+			s.mu.Lock()
+			again := s.resyncAgain
+			s.resyncAgain, s.resyncing = false, again
+			s.mu.Unlock()
+			if !again {
+				return
+			}
+		}
+	}()
+}
+
+// syncAgain syncs s, retrying while the server cannot answer yet (its
+// memberships are rebuilt after a Redis loss, the usual reason for a
+// resync), then pulls as after a reconnect.
+func (c *Client) syncAgain(s *session) {
+	c.mu.Lock()
+	c.stats.Resyncs++
+	c.mu.Unlock()
+	bo := backoff{min: c.cfg.MinBackoff, max: c.cfg.MaxBackoff}
+	for {
+		ctx, cancel := context.WithTimeout(s.ctx, c.cfg.RequestTimeout)
+		f, err := s.request(ctx, protocol.Request{Op: protocol.OpSync})
+		cancel()
+		if err == nil {
+			c.mu.Lock()
+			ended := s.ended
+			if !ended {
+				c.applyGroupsLocked(f.Groups)
+			}
+			c.mu.Unlock()
+			if !ended {
+				c.resync(s)
+			}
+			return
+		}
+		if !s.alive() || c.ctx.Err() != nil {
+			return // the next connection syncs
+		}
+		if !mayPass(err) {
+			c.reportError(fmt.Errorf("client: sync asked by the server: %w", err))
+			return
+		}
+		c.reportError(fmt.Errorf("client: sync asked by the server: %w; trying again after a back-off", err))
+		if !sleep(s.ctx, bo.next()) {
+			return
+		}
+	}
+}
+
+// resync pulls, after a reconnect, every opened group and every group the
+// client has messages of whose head moved past its cursor. A pull refused
+// for a while (unavailable...) is left to the group's puller.
+func (c *Client) resync(s *session) {
+	c.mu.Lock()
+	var gids []string
+	for gid, g := range c.groups {
+		if g.opened || g.gap() || g.seen && g.head > g.contig {
+			gids = append(gids, gid)
+		}
+	}
+	c.mu.Unlock()
+	slices.Sort(gids)
+	for _, gid := range gids {
+		err := c.pullGroup(c.ctx, s, gid)
+		switch {
+		case err == nil:
+		case !s.alive() || c.ctx.Err() != nil:
+			return // the next connection resyncs
+		case mayPass(err):
+			c.reportError(fmt.Errorf("client: resync %s: %w; pulling it again after a back-off", gid, err))
+			c.mu.Lock()
+			if g := c.groups[gid]; g != nil { // not forgotten by a later sync
+				c.pullLaterLocked(g, true)
+			}
+			c.mu.Unlock()
+		default:
+			c.reportError(fmt.Errorf("client: resync %s: %w", gid, err))
+		}
+	}
+}
