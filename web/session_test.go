@@ -222,3 +222,32 @@ func TestASyncRefusedWithALongMessageClosesTheSession(t *testing.T) {
 		t.Errorf("the page logged errors: %v", p)
 	}
 }
+
+// A resync frame (the server may have lost pushes to the page) syncs at
+// once, not at the next heartbeat, and pulls what the open group is
+// missing; a refused sync is asked again soon, not a heartbeat later.
+func TestAResyncFrameSyncsAndPullsAtOnce(t *testing.T) {
+	p, b, c := listed(t, 10, 10, 10)
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 && f["before"] == nil })
+	c.answer(f, page(f, false, 10))
+	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 11.0 })
+	c.answer(f, page(f, false, 10, msg(10, noPrev, "v", "m10")))
+	b.WaitUntil("the history shown", `document.querySelectorAll('#messages .msg').length === 1`)
+
+	c.write(map[string]any{"op": "resync", "reason": "push_route"})
+	if f = c.next("sync", 2*time.Second); f == nil {
+		t.Fatalf("no sync within 2 s of a resync frame; page %s", b.State())
+	}
+	c.answer(f, map[string]any{"op": "error", "code": "unavailable", "message": "memberships are being rebuilt; retry shortly"})
+	if f = c.next("sync", 4*time.Second); f == nil {
+		t.Fatalf("the refused sync of a resync was not asked again within 4 s; page %s", b.State())
+	}
+	synced(c, f, 12, 10, 10)
+	f = c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	c.answer(f, page(f, false, 12, msg(12, noPrev, "v", "m12, whose push was lost")))
+	b.WaitUntil("the lost message shown", `document.querySelectorAll('#messages .msg').length === 2`)
+	if n := p.maxCursor("ack"); n > 12 {
+		t.Fatalf("ack %d past the newest message", n)
+	}
+}

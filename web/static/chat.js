@@ -5,7 +5,8 @@
 // not the contiguous cursor until a pull fills the gap. Acks every 10
 // messages or 1 s; reads only for messages that were shown and only up to
 // the contiguous cursor. Sends keep their cmid across resends. A new session
-// syncs, pulls the open group again, flushes cursors and resends.
+// syncs, pulls the open group again, flushes cursors and resends; so does
+// a resync frame (the server may have lost pushes to us), on the same one.
 //
 // Everything runs on the page's one thread; state changes are announced as
 // events: status, groups, messages, pending, counts, error. Acks and reads
@@ -19,6 +20,7 @@ const PAGE = 100; // a forward pull page
 const OLDER_PAGE = 50; // a page when scrolling up
 const FILL = 30; // an opened group shows at least this many messages when it has them
 const HEARTBEAT = 25000;
+const RESYNC_RETRY = 2000; // a sync the server asked for, refused, is asked again after this
 const MAX_COUNTS = 200; // msgids per read_counts (protocol.MaxMsgIDs)
 const MAX_BUF = 1000; // pushes held back for a group that is not open; the rest is pulled when it opens
 const KEEP_CLOSED = 200; // messages kept of a group that is not open; older ones come back by scrolling up
@@ -147,7 +149,9 @@ export class Chat extends EventTarget {
 
   // beat syncs every HEARTBEAT: it refreshes the badges, finds pushes that
   // were lost at the tail of the open group, and finds a dead connection.
-  beat() {
+  // A resync frame (the server may have lost pushes to us) beats at once,
+  // and tries again in RESYNC_RETRY while the sync is refused.
+  beat(delay = HEARTBEAT) {
     clearTimeout(this.timers.heartbeat);
     this.timers.heartbeat = setTimeout(async () => {
       try {
@@ -155,13 +159,14 @@ export class Chat extends EventTarget {
       } catch (e) {
         if (e instanceof Disconnected) return; // the next session beats again
         if (e instanceof Timeout) return this.conn.drop('no answer to sync');
-        this.beat(); // refused (unavailable, rate_limited, …): try at the next beat
+        // refused (unavailable, rate_limited, …): try at the next beat
+        this.beat(delay < HEARTBEAT ? RESYNC_RETRY : HEARTBEAT);
         return;
       }
       const g = this.current && this.groups.get(this.current);
       if (g && g.head > g.contig) this.pullForward(g).catch((e) => this.failed('pull', e));
       this.beat();
-    }, HEARTBEAT);
+    }, delay);
   }
 
   syncSoon(delay = 200) {
@@ -210,6 +215,10 @@ export class Chat extends EventTarget {
         break;
       case 'receipts':
         this.receipts(f.gid, f.counts || []);
+        break;
+      case 'resync': // pushes to us may have been lost: sync and pull now
+        console.info('chatd: the server asks for a sync:', String(f.reason).slice(0, 64));
+        if (this.online) this.beat(0);
         break;
       case 'error':
         this.emit('error', { message: `${f.code}: ${f.message}` });
