@@ -69,6 +69,9 @@ type conn struct {
 	sends    bucket      // used by handle only
 	frames   bucket
 
+	coverSince atomic.Int64 // g.since of the moment the next sync must cover, 0: none (see cover.go)
+	coverWatch atomic.Int64 // the coverSince a watch was started for
+
 	ctx    context.Context
 	cancel context.CancelFunc
 	once   sync.Once
@@ -136,6 +139,7 @@ func (g *Gateway) runConn(ws *websocket.Conn, sb *smallBuffers, token string) {
 	c.uid = uid
 	c.heard.Store(true) // before connect: pingConns may ping it from then on
 	g.connect(c)
+	c.coverFrom(g.since()) // after the presence: the fan-out may have missed it before
 	if g.closing.Load() {
 		// Shutdown began as it authenticated, and may have listed the
 		// connections before this one joined them.

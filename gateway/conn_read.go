@@ -140,7 +140,13 @@ func (c *conn) handle(typ websocket.MessageType, data []byte) {
 		c.reply(protocol.Errorf(protocol.CodeRateLimited, "more than %.0f sends per second; retry later with the same cmid", c.g.cfg.SendRate).Frame(req.ID))
 		return
 	}
-	ans, perr := c.g.do(c.ctx, c.uid, &req)
+	var ans any
+	var perr *protocol.Error
+	if req.Op == protocol.OpSync {
+		ans, perr = c.syncCovered(c.ctx, &req)
+	} else {
+		ans, perr = c.g.do(c.ctx, c.uid, &req)
+	}
 	switch {
 	case perr != nil:
 		c.reply(perr.Frame(req.ID))

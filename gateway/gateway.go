@@ -7,6 +7,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/coder/websocket"
 
@@ -32,6 +33,10 @@ type Gateway struct {
 	ready     atomic.Bool // the node's name is held and its pushes are subscribed to
 	nodeMu    sync.RWMutex
 	released  bool // under nodeMu: Run let the name go, and the presence under it may be a successor's
+
+	epoch  time.Time   // the gateway's start, for since
+	ends   endsFetcher // the log's ends, for syncs that check what they cover
+	stored storedWatch // the persister's position, for connections waiting on it
 
 	// dropPush, when set, drops pushes to a user (tests of lost pushes).
 	dropPush func(uid string) bool
@@ -67,8 +72,11 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	return &Gateway{cfg: cfg, log: cfg.Logger.With("node", cfg.Node), hub: newHub(),
-		admit: newAdmission(cfg.SendTarget, cfg.MaxSending), instance: newInstance()}, nil
+		admit: newAdmission(cfg.SendTarget, cfg.MaxSending), instance: newInstance(), epoch: time.Now()}, nil
 }
+
+// since is the time since the gateway's start, monotonic and never 0.
+func (g *Gateway) since() time.Duration { return time.Since(g.epoch) + 1 }
 
 // Node is the name under which this gateway registers presence.
 func (g *Gateway) Node() string { return g.cfg.Node }

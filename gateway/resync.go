@@ -32,6 +32,10 @@ func (g *Gateway) resyncAll(ctx context.Context, reason string) {
 	g.log.Info("telling connections to sync again: pushes to them may have been lost", "conns", len(conns), "reason", reason)
 	t := time.NewTicker(resyncTick)
 	defer t.Stop()
+	now := g.since()
+	for _, c := range conns {
+		c.coverFrom(now) // their next sync must cover what the fan-out handled during the break
+	}
 	for len(conns) > 0 {
 		n := min(len(conns), resyncBurst)
 		for _, c := range conns[:n] {

@@ -51,3 +51,46 @@ func TestAPushLostWhileThePushRouteBrokeIsPulledAfterIt(t *testing.T) {
 		t.Errorf("bob: %+v; want one resync, on the same connection", st)
 	}
 }
+
+// A message sent while the persister is stopped (ClickHouse down, say) is
+// not in the heads of a sync answered meanwhile, and was not pushed to a
+// member who connected after it was fanned out. Once the persister has
+// stored it, the gateway tells that member to sync again; a member whose
+// sync was complete hears nothing.
+func TestASyncAnsweredBeforeTheStoreCaughtUpIsFollowedByAResync(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g", "alice", "bob")
+	alice := e.connect(0, "alice", nil)
+	ctx := context.Background()
+	first, err := alice.c.Send(ctx, "g", "stored")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first message stored", 10*time.Second, func() bool { h, _ := e.redis.Head(ctx, "g"); return h == first })
+
+	e.parts["persister"].stop()
+	late, err := alice.c.Send(ctx, "g", "sent while the store is stopped")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "alice gets it pushed", 10*time.Second, func() bool { return len(alice.delivered("g")) == 2 })
+	bob := e.connect(0, "bob", nil)
+	if err := bob.c.Open(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "bob pulls the first", 10*time.Second, func() bool { return len(bob.delivered("g")) == 1 })
+	time.Sleep(300 * time.Millisecond)
+	if n := len(bob.delivered("g")); n != 1 {
+		t.Fatalf("bob has %d messages while the store lacks the second; the test is not testing", n)
+	}
+
+	e.runConsumer("persister", e.parts["persister"].mk)
+	waitFor(t, "bob gets the late message without another one sent", 15*time.Second, func() bool { return len(bob.delivered("g")) == 2 })
+	bob.checkExactlyOnceInOrder(t, "g", []int64{first, late})
+	if st := bob.c.Stats(); st.Resyncs != 1 || st.Reconnects != 0 {
+		t.Errorf("bob: %+v; want one resync, on the same connection", st)
+	}
+	if st := alice.c.Stats(); st.Resyncs != 0 {
+		t.Errorf("alice, whose sync was complete: %+v; want no resync", st)
+	}
+}

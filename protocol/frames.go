@@ -167,6 +167,10 @@ const (
 	// ResyncPushRoute: the gateway's route for pushes (its Redis
 	// subscription) broke and was re-established.
 	ResyncPushRoute = "push_route"
+	// ResyncLateStore: the sync answered just after the connection (or
+	// its push route) came up missed messages that were not pushed to
+	// it, as the store had not written them yet.
+	ResyncLateStore = "late_store"
 )
 
 // ErrorFrame answers a request that failed.

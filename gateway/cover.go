@@ -1,0 +1,264 @@
+package gateway
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/groupchat/chatd/consumers"
+	"github.com/groupchat/chatd/protocol"
+	"github.com/groupchat/chatd/topics"
+)
+
+// A connection gets the pushes of the messages the fan-out handles once it
+// sees the user online here. The ones it handled before (the moment the
+// connection registered, or its push route came back after a break) reach
+// the client only through a sync's heads, which the persister writes: when
+// it lags, as while ClickHouse is down, a sync misses them, and in a quiet
+// group nothing shows the client the gap.
+//
+// So the first sync after such a moment is checked: every message the
+// fan-out may have handled before it lies below the log's ends read after
+// it, and the sync covered them if the persister had stored them all
+// before the sync read the heads. If not, the gateway waits until the
+// persister has, and sends a resync frame if one of them is in a group the
+// sync answered for, above the head it gave. After the check, later syncs
+// need none until the next such moment.
+
+// coverPoll is how often the persister's position is read while a
+// connection waits for it (one read for all of this node's connections).
+const coverPoll = 100 * time.Millisecond
+
+// behind is a group of a sync answered before the persister had stored
+// the messages below its partition's end.
+type behind struct {
+	gid  string
+	head int64 // the sync's
+	part int
+	end  int64
+}
+
+// coverFrom marks that the sync of c must cover the messages the fan-out
+// handled before now.
+func (c *conn) coverFrom(now time.Duration) { c.coverSince.Store(int64(now)) }
+
+// syncCovered answers a sync, checking it when it must cover a moment
+// (see above).
+func (c *conn) syncCovered(ctx context.Context, r *protocol.Request) (any, *protocol.Error) {
+	g := c.g
+	since := c.coverSince.Load()
+	if since == 0 {
+		return g.do(ctx, c.uid, r)
+	}
+	ends, err := g.ends.after(ctx, time.Duration(since), g.since, g.cfg.Producer.MessageEnds)
+	if err != nil {
+		g.log.Warn("cannot read the log's ends; a sync goes unchecked until the next", "err", err)
+		return g.do(ctx, c.uid, r)
+	}
+	// Read before the heads: what it says stored, the heads hold.
+	stored, err := g.cfg.Redis.Offsets(ctx, consumers.GroupPersister, topics.Messages)
+	if err != nil {
+		g.log.Warn("cannot read the persister's position; a sync goes unchecked until the next", "err", err)
+		return g.do(ctx, c.uid, r)
+	}
+	ans, perr := g.do(ctx, c.uid, r)
+	if perr != nil {
+		return ans, perr
+	}
+	var late []behind
+	for _, gs := range ans.(*protocol.Synced).Groups {
+		if gs.Left {
+			continue
+		}
+		p := topics.Partition(gs.Gid, len(ends))
+		if stored[p] < ends[p] {
+			late = append(late, behind{gid: gs.Gid, head: gs.Head, part: p, end: ends[p]})
+		}
+	}
+	if len(late) == 0 {
+		c.coverSince.CompareAndSwap(since, 0)
+	} else if c.coverWatch.Swap(since) != since {
+		go g.watchCover(c, since, late)
+	}
+	return ans, nil
+}
+
+// watchCover waits until the persister has stored what late lacks, then
+// tells c to sync again if the sync it answered missed a message.
+func (g *Gateway) watchCover(c *conn, since int64, late []behind) {
+	caughtUp := func(stored map[int]int64) bool {
+		for _, b := range late {
+			if stored[b.part] < b.end {
+				return false
+			}
+		}
+		return true
+	}
+	if g.stored.wait(c.ctx, g, caughtUp) != nil || c.coverSince.Load() != since {
+		return // closed, or another sync covered it or has its own moment
+	}
+	missed, err := g.missedBelow(c.ctx, late)
+	if err != nil {
+		g.log.Warn("cannot tell whether a sync missed messages; asking the client to sync again", "uid", c.uid, "err", err)
+		missed = true
+	}
+	if !missed {
+		c.coverSince.CompareAndSwap(since, 0)
+		return
+	}
+	c.reply(resyncFrame(protocol.ResyncLateStore))
+	g.metrics.resyncs.Add(1)
+}
+
+// missedBelow reports whether a group of late has a message above the
+// head its sync gave and below its partition's end.
+func (g *Gateway) missedBelow(ctx context.Context, late []behind) (bool, error) {
+	gids := make([]string, len(late))
+	for i, b := range late {
+		gids[i] = b.gid
+	}
+	heads, err := g.cfg.Redis.Heads(ctx, gids)
+	if err != nil {
+		return false, err
+	}
+	for _, b := range late {
+		if heads[b.gid] <= b.head {
+			continue
+		}
+		w, err := g.cfg.Redis.Window(ctx, b.gid, b.head, 1)
+		if err != nil {
+			return false, err
+		}
+		if w.Floor > b.head || len(w.Messages) > 0 && w.Messages[0].MsgID < b.end {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// endsFetcher reads the log's ends for the syncs that need them, sharing
+// one read among all that need ends read after the same moment: a node's
+// connections all reconnecting cost a few reads, not one each.
+type endsFetcher struct {
+	mu   sync.Mutex
+	cur  *endsFetch // in flight
+	next *endsFetch // for those who came after cur began: starts when it ends
+	last *endsFetch // the newest that succeeded
+}
+
+type endsFetch struct {
+	began time.Duration // since the gateway's start
+	done  chan struct{}
+	ends  map[int]int64
+	err   error
+}
+
+// after returns ends read by a fetch that began after moment t (as
+// measured by now).
+func (f *endsFetcher) after(ctx context.Context, t time.Duration, now func() time.Duration, fetch func(context.Context) (map[int]int64, error)) (map[int]int64, error) {
+	f.mu.Lock()
+	var x *endsFetch
+	switch {
+	case f.last != nil && f.last.began >= t:
+		x = f.last
+	case f.cur != nil && f.cur.began >= t:
+		x = f.cur
+	case f.cur != nil:
+		if f.next == nil {
+			f.next = &endsFetch{done: make(chan struct{})}
+		}
+		x = f.next
+	default:
+		x = &endsFetch{done: make(chan struct{})}
+		f.cur = x
+		x.began = now()
+		go f.run(x, now, fetch)
+	}
+	f.mu.Unlock()
+	select {
+	case <-x.done:
+		return x.ends, x.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (f *endsFetcher) run(x *endsFetch, now func() time.Duration, fetch func(context.Context) (map[int]int64, error)) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	x.ends, x.err = fetch(ctx)
+	cancel()
+	close(x.done)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if x.err == nil {
+		f.last = x
+	}
+	f.cur, f.next = f.next, nil
+	if f.cur != nil {
+		f.cur.began = now()
+		go f.run(f.cur, now, fetch)
+	}
+}
+
+// storedWatch reads the persister's position every coverPoll while
+// connections wait for it.
+type storedWatch struct {
+	mu      sync.Mutex
+	waiters int
+	polling bool          // poll runs
+	stored  map[int]int64 // the last read, nil before the first
+	changed chan struct{} // closed at the next read
+}
+
+// wait returns when ok holds for the persister's position, or ctx ends.
+func (w *storedWatch) wait(ctx context.Context, g *Gateway, ok func(map[int]int64) bool) error {
+	w.mu.Lock()
+	w.waiters++
+	if !w.polling {
+		w.polling, w.stored, w.changed = true, nil, make(chan struct{})
+		go w.poll(g)
+	}
+	w.mu.Unlock()
+	defer func() {
+		w.mu.Lock()
+		w.waiters--
+		w.mu.Unlock()
+	}()
+	for {
+		w.mu.Lock()
+		stored, changed := w.stored, w.changed
+		w.mu.Unlock()
+		if stored != nil && ok(stored) {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// poll reads the position until nobody waits.
+func (w *storedWatch) poll(g *Gateway) {
+	t := time.NewTicker(coverPoll)
+	defer t.Stop()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), coverPoll)
+		stored, err := g.cfg.Redis.Offsets(ctx, consumers.GroupPersister, topics.Messages)
+		cancel()
+		w.mu.Lock()
+		if err == nil {
+			w.stored = stored
+			close(w.changed)
+			w.changed = make(chan struct{})
+		}
+		if w.waiters == 0 {
+			w.polling = false
+			w.mu.Unlock()
+			return
+		}
+		w.mu.Unlock()
+		<-t.C
+	}
+}
