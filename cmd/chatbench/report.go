@@ -72,11 +72,11 @@ func (r *result) ok() bool { return r.Loss.OK && (r.Offline == nil || r.Offline.
 // sdkStats sums client.Stats over every client.
 type sdkStats struct {
 	Pushes, Pulled, Duplicates, Gaps, Pulls, Delivered, Acks, Reads, Resends, Reconnects int64
-	Overloaded                                                                           int64
+	Overloaded, Resyncs                                                                  int64
 }
 
 func (s *sdkStats) add(t client.Stats) {
-	s.plus(sdkStats{t.Pushes, t.Pulled, t.Duplicates, t.Gaps, t.Pulls, t.Delivered, t.Acks, t.Reads, t.Resends, t.Reconnects, t.Overloaded})
+	s.plus(sdkStats{t.Pushes, t.Pulled, t.Duplicates, t.Gaps, t.Pulls, t.Delivered, t.Acks, t.Reads, t.Resends, t.Reconnects, t.Overloaded, t.Resyncs})
 }
 
 func (s *sdkStats) plus(t sdkStats) {
@@ -91,6 +91,7 @@ func (s *sdkStats) plus(t sdkStats) {
 	s.Resends += t.Resends
 	s.Reconnects += t.Reconnects
 	s.Overloaded += t.Overloaded
+	s.Resyncs += t.Resyncs
 }
 
 func (r *result) fill(cfg *Config, p *plan, b *bench) {
@@ -157,8 +158,8 @@ func (r *result) print(w io.Writer) {
 	fmt.Fprintf(w, "records:      %s\n", r.Records)
 	fmt.Fprintf(w, "receipts:     %d read marks, %d receipt pushes to senders (%.4f per accepted send) carrying %d counts\n",
 		r.Receipts.ReadMarks, r.Receipts.Pushes, r.Receipts.PushesPerSend, r.Receipts.Counts)
-	fmt.Fprintf(w, "sdk:          %d by push, %d by pull (%d pulls), %d duplicates dropped, %d gaps, %d ack frames, %d read frames, %d resends (%d refused as overloaded), %d reconnects\n",
-		r.SDK.Pushes, r.SDK.Pulled, r.SDK.Pulls, r.SDK.Duplicates, r.SDK.Gaps, r.SDK.Acks, r.SDK.Reads, r.SDK.Resends, r.SDK.Overloaded, r.SDK.Reconnects)
+	fmt.Fprintf(w, "sdk:          %d by push, %d by pull (%d pulls), %d duplicates dropped, %d gaps, %d ack frames, %d read frames, %d resends (%d refused as overloaded), %d reconnects, %d resyncs the server asked for\n",
+		r.SDK.Pushes, r.SDK.Pulled, r.SDK.Pulls, r.SDK.Duplicates, r.SDK.Gaps, r.SDK.Acks, r.SDK.Reads, r.SDK.Resends, r.SDK.Overloaded, r.SDK.Reconnects, r.SDK.Resyncs)
 	if r.Churn.Out > 0 {
 		fmt.Fprintf(w, "churn:        %d disconnects, %d reconnects\n", r.Churn.Out, r.Churn.In)
 	}
