@@ -107,7 +107,7 @@ func (g *Gateway) watchCover(c *conn, since int64, late []behind) {
 		return
 	}
 	c.reply(resyncFrame(protocol.ResyncLateStore))
-	g.metrics.resyncs.Add(1)
+	g.resynced(protocol.ResyncLateStore, 1)
 }
 
 // missedBelow reports whether a group of late has a message above the

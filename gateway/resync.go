@@ -41,7 +41,7 @@ func (g *Gateway) resyncAll(ctx context.Context, reason string) {
 		for _, c := range conns[:n] {
 			c.reply(frame)
 		}
-		g.metrics.resyncs.Add(int64(n))
+		g.resynced(reason, n)
 		conns = conns[n:]
 		if len(conns) == 0 {
 			return
@@ -52,4 +52,10 @@ func (g *Gateway) resyncAll(ctx context.Context, reason string) {
 		case <-t.C:
 		}
 	}
+}
+
+// resynced counts n resync frames sent for reason.
+func (g *Gateway) resynced(reason string, n int) {
+	g.metrics.resyncs.Add(int64(n))
+	g.cfg.Metrics.Resynced(reason, n)
 }

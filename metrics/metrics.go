@@ -14,6 +14,7 @@
 //	chat_pushes_total                        messages written to client connections (gateway)
 //	chat_e2e_latency_seconds                 histogram: a message's sent_at to its push written to a recipient
 //	chat_connections                         open, authenticated client connections (gateway)
+//	chat_resyncs_total{reason}               resync frames sent: pushes to a connection may have been lost (gateway)
 //	chat_consumer_lag{group,partition}       records left to read, per assigned partition
 //	chat_consumer_records_total{group}       records handed to a consumer's handler
 //	chat_batch_size{group}                   histogram: records per handled batch
@@ -37,6 +38,7 @@ type Set struct {
 	pushes      prometheus.Counter
 	e2e         prometheus.Histogram
 	connections prometheus.Gauge
+	resyncs     *prometheus.CounterVec
 	lag         *prometheus.GaugeVec
 	records     *prometheus.CounterVec
 	batch       *prometheus.HistogramVec
@@ -66,6 +68,9 @@ func New(reg prometheus.Registerer) (*Set, error) {
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "chat_connections", Help: "Open, authenticated client connections.",
 		}),
+		resyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chat_resyncs_total", Help: "Resync frames a gateway sent, by reason: pushes to the connection may have been lost, and it syncs and pulls.",
+		}, []string{"reason"}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "chat_consumer_lag", Help: "Records left to read in a partition assigned to this process, after its last batch.",
 		}, []string{"group", "partition"}),
@@ -89,12 +94,19 @@ func New(reg prometheus.Registerer) (*Set, error) {
 			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1, 5},
 		}, []string{"store", "op"}),
 	}
-	for _, c := range []prometheus.Collector{s.sends, s.overloaded, s.pushes, s.e2e, s.connections, s.lag, s.records, s.batch, s.retries, s.deadletter, s.store} {
+	for _, c := range []prometheus.Collector{s.sends, s.overloaded, s.pushes, s.e2e, s.connections, s.resyncs, s.lag, s.records, s.batch, s.retries, s.deadletter, s.store} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return s, nil
+}
+
+// Resynced counts n resync frames sent for reason.
+func (s *Set) Resynced(reason string, n int) {
+	if s != nil {
+		s.resyncs.WithLabelValues(reason).Add(float64(n))
+	}
 }
 
 // Overloaded counts a send refused as overloaded.

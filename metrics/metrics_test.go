@@ -49,6 +49,8 @@ func TestSeriesCountWhatHappened(t *testing.T) {
 	s.Lag("chat.persister", 2, 40)
 	s.Lag("chat.persister", 3, -1) // unknown: shown as 0
 	s.DeadLettered("chat.acks")
+	s.Resynced("push_route", 3)
+	s.Resynced("late_store", 1)
 
 	for name, want := range map[string]float64{
 		"chat_sends_total":  2,
@@ -64,6 +66,9 @@ func TestSeriesCountWhatHappened(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(s.lag.WithLabelValues("chat.persister", "2")); got != 40 {
 		t.Errorf("lag of partition 2 = %v, want 40", got)
+	}
+	if got := testutil.ToFloat64(s.resyncs.WithLabelValues("push_route")); got != 3 {
+		t.Errorf("push_route resyncs = %v, want 3", got)
 	}
 	if got := testutil.ToFloat64(s.deadletter.WithLabelValues("chat.acks")); got != 1 {
 		t.Errorf("dead letters = %v, want 1", got)
