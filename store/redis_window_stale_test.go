@@ -46,11 +46,16 @@ func TestALateAppendOfTrimmedMessagesKeepsTheFloor(t *testing.T) {
 	lc := newServerClient(t, srv)
 	late := newTestRedis(t, lc, cfg)
 
+	ran := false
 	lc.AddHook(afterFloorsRead{once: &sync.Once{}, run: func() {
+		ran = true
 		appendAll(t, owner, batchOf("g1", span(0, 4)...)...)
 		appendAll(t, owner, batchOf("g1", span(5, 14)...)...) // window 10..14, floor 9
 	}})
 	appendAll(t, late, batchOf("g1", span(0, 4)...)...)
+	if !ran {
+		t.Fatal("the late append read no floor; the test no longer puts the owner between its steps")
+	}
 
 	ids, complete := window(t, reader, "g1", 4, 100)
 	if complete && len(ids) > 0 && ids[0] != 5 {
