@@ -196,6 +196,9 @@ func (p *Persister) origin(ctx context.Context, part int, fence *store.Fence, ms
 	}
 	if fresh {
 		o := store.Origin{Offset: msgs[0].MsgID, SentAt: msgs[0].SentAt}
+		if err := p.seedSilentGroups(ctx, fence, o.Offset); err != nil {
+			return nil, err
+		}
 		if err := p.Redis.SaveOrigin(ctx, *fence, s.saved, o); err != nil {
 			return nil, fmt.Errorf("consumers: %w", err)
 		}
@@ -203,6 +206,26 @@ func (p *Persister) origin(ctx context.Context, part int, fence *store.Fence, ms
 	}
 	s.resolved = true
 	return s.origin, nil
+}
+
+// seedSilentGroups gives every group of the partition that ClickHouse
+// holds messages of below origin a window saying so (store.SeedWindows),
+// when the state begins past the partition's first record: a group silent
+// since before origin would otherwise look empty (head -1, nothing to
+// pull, acks refused) until its next message. Done before the origin is
+// saved, so a run that stops before its first commit, and so starts fresh
+// again, seeds again.
+func (p *Persister) seedSilentGroups(ctx context.Context, fence *store.Fence, origin int64) error {
+	if p.ClickHouse == nil || origin <= 0 {
+		return nil
+	}
+	err := p.ClickHouse.NewestOfPartition(ctx, int32(fence.Partition), origin, func(newest map[string]int64) error {
+		return p.Redis.SeedWindows(ctx, fence, newest)
+	})
+	if err != nil {
+		return fmt.Errorf("consumers: seed the windows of groups silent since before offset %d: %w", origin, err)
+	}
+	return nil
 }
 
 // claimOriginals claims again, before ClaimSends, the first sends of the

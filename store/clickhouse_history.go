@@ -119,3 +119,41 @@ func (c *ClickHouse) FirstSendsBefore(ctx context.Context, part int32, start, fi
 	}
 	return out, nil
 }
+
+// seedChunk is how many groups NewestOfPartition hands over at a time.
+const seedChunk = 1000
+
+// NewestOfPartition calls each with the newest stored msgid of every
+// group of partition part that has messages below before, a chunk of
+// groups at a time, so that a partition of millions of groups needs no
+// map of them all. The persister seeds the windows of groups silent since
+// before a replay's origin with it (see Redis.SeedWindows).
+func (c *ClickHouse) NewestOfPartition(ctx context.Context, part int32, before int64, each func(map[string]int64) error) error {
+	if before <= 0 {
+		return nil
+	}
+	ctx, cancel := c.timeout(ctx)
+	defer cancel()
+	chunk := make(map[string]int64, seedChunk)
+	err := c.eachRow(ctx, func(rows driver.Rows) error {
+		var gid string
+		var msgid uint64
+		if err := rows.Scan(&gid, &msgid); err != nil {
+			return err
+		}
+		chunk[gid] = int64(msgid)
+		if len(chunk) < seedChunk {
+			return nil
+		}
+		err := each(chunk)
+		clear(chunk)
+		return err
+	}, "SELECT gid, max(msgid) FROM messages PREWHERE `partition` = ? AND msgid < ? GROUP BY gid", uint16(part), uint64(before))
+	if err == nil && len(chunk) > 0 {
+		err = each(chunk)
+	}
+	if err != nil {
+		return fmt.Errorf("clickhouse: newest messages of the groups of partition %d before %d: %w", part, before, err)
+	}
+	return nil
+}

@@ -58,10 +58,15 @@ end
 ` + luaRaiseFloorAndHead)
 
 // luaRaiseFloorAndHead ends both window scripts: it stores the new floor
-// (newfloor, when trimming happened) and raises the head to top (ARGV[3]).
+// (newfloor, when trimming happened) if it is above the stored one (got[1])
+// and raises the head to top (ARGV[3]). Trimming can find only messages
+// below the floor to drop when a writer stalled between reading the floor
+// and its ZADD (an old owner of the partition, resumed after the new one
+// appended past its batch): lowering the floor to them would make the
+// window claim what was trimmed long ago.
 const luaRaiseFloorAndHead = `
 local set = {}
-if newfloor then
+if newfloor and tonumber(newfloor) > tonumber(got[1] or '-1') then
   set[#set+1] = KEYS[2]
   set[#set+1] = newfloor
 end

@@ -23,6 +23,7 @@ import (
 const (
 	clickHouseStartTimeout = 60 * time.Second // until it answers /ping
 	clickHouseStopTimeout  = 10 * time.Second // SIGTERM to SIGKILL
+	pauseTimeout           = 10 * time.Second // SIGSTOP to every thread stopped
 )
 
 // clickHouseInstallHint ends every failure of NewClickHouse and
@@ -244,8 +245,25 @@ func (c *ClickHouse) Kill() error {
 }
 
 // Pause freezes the server (SIGSTOP): it keeps its sockets but answers
-// nothing, as a hung server would. Resume undoes it.
-func (c *ClickHouse) Pause() error { return c.signalRunning(syscall.SIGSTOP) }
+// nothing, as a hung server would. It returns once every thread of the
+// server has stopped: kill(2) returns before that, and on a busy machine a
+// server "paused" that way still answered a call made right after. Resume
+// undoes it.
+func (c *ClickHouse) Pause() error {
+	if err := c.signalRunning(syscall.SIGSTOP); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	p := c.proc
+	c.mu.Unlock()
+	if p == nil {
+		return fmt.Errorf("testserver: clickhouse on %s: not running", c.Addr)
+	}
+	if err := p.waitStopped(pauseTimeout); err != nil {
+		return fmt.Errorf("testserver: clickhouse on %s: %w", c.Addr, err)
+	}
+	return nil
+}
 
 // Resume continues a paused server (SIGCONT).
 func (c *ClickHouse) Resume() error { return c.signalRunning(syscall.SIGCONT) }

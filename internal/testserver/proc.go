@@ -1,10 +1,16 @@
 package testserver
 
 import (
+	"bytes"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"runtime"
+	"strconv"
 	"syscall"
+	"time"
 )
 
 // Proc is one run of a server process.
@@ -68,5 +74,38 @@ func (p *Proc) exited() bool {
 func setPdeathsig(a *syscall.SysProcAttr) {
 	if f := reflect.ValueOf(a).Elem().FieldByName("Pdeathsig"); f.IsValid() && f.CanSet() {
 		f.Set(reflect.ValueOf(syscall.SIGKILL))
+	}
+}
+
+// waitStopped waits until every thread of the process is stopped (state T
+// in /proc/PID/task/*/stat), after a SIGSTOP: the kernel stops them one
+// after another once a thread has taken the signal, some time after kill(2)
+// returned. Without procfs it returns at once.
+func (p *Proc) waitStopped(timeout time.Duration) error {
+	pid := p.cmd.Process.Pid
+	deadline := time.Now().Add(timeout)
+	for {
+		stats, _ := filepath.Glob(filepath.Join("/proc", strconv.Itoa(pid), "task", "*", "stat"))
+		running := 0
+		for _, f := range stats {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				continue // the thread ended
+			}
+			// The state follows the command name, which ends with ") ".
+			if i := bytes.LastIndexByte(b, ')'); i < 0 || i+2 >= len(b) || b[i+2] != 'T' && b[i+2] != 't' {
+				running++
+			}
+		}
+		if running == 0 {
+			return nil
+		}
+		if p.exited() {
+			return fmt.Errorf("pid %d exited while being stopped", pid)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("pid %d: %d threads still running %v after SIGSTOP", pid, running, timeout)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
