@@ -132,16 +132,23 @@ func TestReconnectsBackOffWhileTheServerEndsEveryConnectionAtOnce(t *testing.T) 
 // a code that says "try again" is pulled again after a back-off: else the
 // messages missed while offline wait for the group's next message or the
 // next reconnect.
+// openedWithOne connects alice, who opened g1 and got bob's first message.
+func openedWithOne(t *testing.T) (*peer, *Client, *recorder) {
+	t.Helper()
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	c, rec := dial(t, p, "alice", nil)
+	if err := c.Open(context.Background(), "g1"); err != nil {
+		t.Fatal(err)
+	}
+	p.post("g1", "bob", "one")
+	waitFor(t, "the first message", func() bool { return rec.len() == 1 })
+	return p, c, rec
+}
+
 func TestAResyncPullRefusedForAWhileIsPulledAgain(t *testing.T) {
 	for _, code := range []protocol.Code{protocol.CodeUnavailable, protocol.CodeInternal, protocol.CodeRateLimited} {
 		t.Run(string(code), func(t *testing.T) {
-			p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
-			c, rec := dial(t, p, "alice", nil)
-			if err := c.Open(context.Background(), "g1"); err != nil {
-				t.Fatal(err)
-			}
-			p.post("g1", "bob", "one")
-			waitFor(t, "the first message", func() bool { return rec.len() == 1 })
+			p, c, rec := openedWithOne(t)
 
 			p.set(func(p *peer) { p.refuse = true })
 			p.kill()
@@ -249,13 +256,7 @@ func TestAnAnswerRefusedAtDecodeFailsItsRequestWithTheReason(t *testing.T) {
 // server rebuilding its memberships) is tried again. Frames that come while
 // one resync runs add one more, not one each.
 func TestAResyncFrameSyncsAndPullsWhatWasMissed(t *testing.T) {
-	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
-	c, rec := dial(t, p, "alice", nil)
-	if err := c.Open(context.Background(), "g1"); err != nil {
-		t.Fatal(err)
-	}
-	p.post("g1", "bob", "one")
-	waitFor(t, "the first message", func() bool { return rec.len() == 1 })
+	p, c, rec := openedWithOne(t)
 
 	p.set(func(p *peer) { p.dropPush = func(protocol.Message) bool { return true } })
 	p.post("g1", "bob", "two, whose push is lost")
