@@ -237,10 +237,13 @@ async function openGroup(gid) {
 // opened (not those arriving live) are marked so.
 function messageEl(m, older) {
   const mine = m.sender === chat.uid;
+  // Any int64 is a SentAt: one past what a Date holds is shown without it.
+  const at = new Date(m.sent_at);
+  const ok = !isNaN(at);
   const li = el('li', { className: mine ? 'msg mine' : 'msg' },
     el('div', { className: 'meta' }, el('b', { textContent: m.sender }), ' ',
-      el('time', { textContent: new Date(m.sent_at).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' }),
-        dateTime: new Date(m.sent_at).toISOString() })),
+      el('time', { textContent: ok ? at.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' }) : '',
+        dateTime: ok ? at.toISOString() : '' })),
     el('div', { className: 'body', textContent: m.body }));
   li.dataset.msgid = m.msgid;
   li.dataset.sender = m.sender;
