@@ -56,6 +56,17 @@ function signOut(message) {
   view = null;
   sessionStorage.removeItem('chatd.session');
   clearInterval(countdown);
+  // The next to sign in at this browser sees nothing of this user's.
+  observer.disconnect();
+  visible.clear();
+  $('messages').replaceChildren();
+  $('outbox').replaceChildren();
+  $('groups').replaceChildren();
+  $('chat-title').textContent = '';
+  $('composer').body.value = ''; // a draft
+  document.title = 'chatd';
+  for (const id of ['chat-head', 'scroller', 'composer', 'jump', 'readers']) $(id).hidden = true;
+  $('pick').hidden = false;
   showSignin(message);
 }
 
