@@ -190,7 +190,13 @@ func never(error) bool { return false }
 
 func waitRedis(ctx context.Context, rc redis.UniversalClient, log *slog.Logger) error {
 	return waitStart(ctx, log, "Redis", "check CHAT_REDIS_ADDRS and that redis-server runs",
-		func() error { return rc.Ping(ctx).Err() }, never)
+		func() error {
+			err := rc.Ping(ctx).Err()
+			if redis.IsAuthError(err) {
+				return fmt.Errorf("Redis refused the password: %w; set CHAT_REDIS_PASSWORD (-redis-password) to the one Redis requires", err)
+			}
+			return err
+		}, redis.IsAuthError) // a refused password: waiting does not mend it
 }
 
 // waitClickHouse opens ClickHouse and applies the migrations.
