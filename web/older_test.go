@@ -2,8 +2,10 @@ package web
 
 import (
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/coder/websocket"
 
 	"github.com/groupchat/chatd/internal/browsertest"
 )
@@ -36,5 +38,43 @@ func TestAnOlderPageAnsweredAfterClosingLeavesNoHole(t *testing.T) {
 	b.WaitUntil("the older pull answered", `!chat.group('g').loadingOlder`)
 	if got := browsertest.Eval[[]int](b, `((o) => [o.length, o[0], o[o.length - 1]])(chat.group('g').order)`); got[2]-got[1]+1 != got[0] {
 		t.Fatalf("the group holds %d messages from %d to %d: a hole that scrolling up never fills", got[0], got[1], got[2])
+	}
+}
+
+// The connection drops while a page of older messages loads, the view at
+// the top of the group: once back, that page is asked for again. At the
+// top no scroll event comes (there is nowhere further up to scroll), so
+// the view said "Scroll up for older messages." and loaded nothing until
+// the user scrolled down and up again.
+func TestAnOlderPageLostToADisconnectIsAskedAgain(t *testing.T) {
+	p, b, c := listed(t, 140, 140, 140)
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 140.0 })
+	c.answer(f, page(f, false, 140))
+	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 141.0 })
+	var held []map[string]any
+	for id := int64(91); id <= 140; id++ {
+		held = append(held, msg(id, -2, "v", "m"))
+	}
+	c.answer(f, page(f, true, 140, held...))
+	b.WaitUntil("opened", `document.querySelectorAll('#messages .msg').length === 50 && !chat.group('g').loadingOlder`)
+	browsertest.Eval[bool](b, `(document.getElementById('scroller').scrollTop = 0, true)`)
+	c.expect("pull", func(f map[string]any) bool { return f["before"] == 91.0 })
+	c.ws.Close(websocket.StatusGoingAway, "test: going away")
+	c = p.nextConn()
+	synced(c, c.expect("sync", nil), 140, 140, 140)
+	f = c.expect("pull", func(f map[string]any) bool { return f["after"] == 140.0 })
+	c.answer(f, page(f, false, 140))
+	f = nil // asked before or after the forward pull
+	for _, s := range c.stashed {
+		if s["op"] == "pull" && s["before"] == 91.0 {
+			f = s
+		}
+	}
+	if f == nil {
+		f = c.next("pull", 5*time.Second)
+	}
+	if f == nil || f["before"] != 91.0 {
+		t.Fatalf("back online with the view at the top, the page pulled %v, want the older page before 91 again; page %s", f, b.State())
 	}
 }

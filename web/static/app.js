@@ -105,6 +105,9 @@ function onStatus(d) {
       st.textContent = 'online';
       $('me').textContent = chat.uid;
       $('banner').hidden = true;
+      // An older page lost with the last session: at the top no scroll
+      // event asks for it again.
+      if (view && !view.loading && scroller.scrollTop < 80) loadOlder(view.gid);
       break;
     case 'connecting':
       st.textContent = 'connecting…';
