@@ -34,3 +34,27 @@ func TestAMessageWithAnImpossibleTimeDoesNotHideThoseAfterIt(t *testing.T) {
 		t.Errorf("the impossible time is shown as %q, want nothing", got)
 	}
 }
+
+// An answer that comes after its request timed out is for a request the
+// page has given up on and redone: a late refusal of a send that its
+// resend got through must not be shown as an error.
+func TestALateRefusalOfARequestGivenUpOnIsNotShown(t *testing.T) {
+	_, b, c := listed(t, 10, 10, 10)
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	c.answer(f, page(f, false, 10))
+	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 11.0 })
+	c.answer(f, page(f, false, 10))
+	browsertest.Eval[bool](b, `(document.getElementById('composer').body.value = 'hi', document.getElementById('composer').requestSubmit(), true)`)
+	first := c.expect("send", nil)
+	again := c.expect("send", func(f map[string]any) bool { return f["id"] != first["id"] }) // after the 10 s timeout
+	if again["cmid"] != first["cmid"] {
+		t.Fatalf("the resend has cmid %v, the send %v", again["cmid"], first["cmid"])
+	}
+	c.answer(again, map[string]any{"op": "accepted", "gid": "g", "cmid": again["cmid"], "msgid": 11})
+	c.answer(first, map[string]any{"op": "error", "code": "overloaded", "message": "the gateway has more sends in hand than it can take in time"})
+	time.Sleep(500 * time.Millisecond)
+	if toast := browsertest.Eval[string](b, `document.getElementById('toast').hidden ? '' : document.getElementById('toast').textContent`); toast != "" {
+		t.Fatalf("the late refusal of a send whose resend was accepted is shown: %q", toast)
+	}
+}

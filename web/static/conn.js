@@ -135,6 +135,12 @@ export class Conn {
       else w.resolve(f);
       return;
     }
+    if (f.id) {
+      // The answer to a request that timed out: it was given up on, and
+      // redone where that mattered.
+      console.debug('chatd: a late answer dropped', f.op, f.code || '');
+      return;
+    }
     this.hooks.frame(f);
   }
 
