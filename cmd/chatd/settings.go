@@ -116,6 +116,9 @@ func parseSettings(role string, args []string, getenv func(string) string, stder
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	if err := checkEnv(fs, getenv); err != nil {
+		return nil, err
+	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q; flags go after the role: chatd %s -flag value", fs.Arg(0), role)
 	}
@@ -126,6 +129,29 @@ func parseSettings(role string, args []string, getenv func(string) string, stder
 		return nil, fmt.Errorf("chatd dev runs its own embedded broker, but CHAT_KAFKA_BROKERS (-kafka-brokers) is set to %q: unset it for dev, or run the production roles (gateway, fanout, persister, projector) against that Kafka", s.KafkaBrokers)
 	}
 	return s, s.validate()
+}
+
+// checkEnv refuses a CHAT_* variable that does not parse, naming it: its
+// flag's default was a placeholder that validate refuses without saying
+// which variable held what. A flag given instead of it wins.
+func checkEnv(fs *flag.FlagSet, getenv func(string) string) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for _, st := range allSettings {
+		v := getenv(st.env)
+		if v == "" || given[st.flag] {
+			continue
+		}
+		f := fs.Lookup(st.flag)
+		if err := f.Value.Set(v); err != nil {
+			want := "a whole number"
+			if _, ok := f.Value.(flag.Getter).Get().(time.Duration); ok {
+				want = "a duration such as 10s, 90m or 168h (units: ns, us, ms, s, m, h)"
+			}
+			return fmt.Errorf("%s=%q: want %s; %s", st.env, v, want, st.usage)
+		}
+	}
+	return nil
 }
 
 func (s *settings) validate() error {

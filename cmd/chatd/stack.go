@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -190,15 +191,41 @@ func never(error) bool { return false }
 
 func waitRedis(ctx context.Context, rc redis.UniversalClient, log *slog.Logger) error {
 	return waitStart(ctx, log, "Redis", "check CHAT_REDIS_ADDRS and that redis-server runs",
-		func() error { return rc.Ping(ctx).Err() }, never)
+		func() error {
+			err := rc.Ping(ctx).Err()
+			if redis.IsAuthError(err) {
+				return fmt.Errorf("Redis refused the password: %w; set CHAT_REDIS_PASSWORD (-redis-password) to the one Redis requires", err)
+			}
+			return err
+		}, redis.IsAuthError) // a refused password: waiting does not mend it
 }
 
 // waitClickHouse opens ClickHouse and applies the migrations.
 func waitClickHouse(ctx context.Context, cfg store.ClickHouseConfig, log *slog.Logger) (ch *store.ClickHouse, err error) {
 	err = waitStart(ctx, log, "ClickHouse at "+strings.Join(cfg.Addrs, ","),
 		"check CHAT_CLICKHOUSE_ADDRS and that clickhouse-server runs",
-		func() (err error) { ch, err = store.OpenClickHouse(ctx, cfg); return err }, never)
+		func() (err error) {
+			if ch, err = store.OpenClickHouse(ctx, cfg); clickHouseRefusedLogin(err) {
+				return fmt.Errorf("ClickHouse refused user %q: %w; set CHAT_CLICKHOUSE_USER and CHAT_CLICKHOUSE_PASSWORD to a user of it", cfg.Username, err)
+			}
+			return err
+		}, clickHouseRefusedLogin)
 	return ch, err
+}
+
+// clickHouseRefusedLogin tells a user or password ClickHouse refused, which
+// waiting does not mend, from an outage: UNKNOWN_USER, WRONG_PASSWORD,
+// REQUIRED_PASSWORD (18.16) and AUTHENTICATION_FAILED (later releases).
+func clickHouseRefusedLogin(err error) bool {
+	var ex *clickhouse.Exception
+	if !errors.As(err, &ex) {
+		return false
+	}
+	switch ex.Code {
+	case 192, 193, 194, 516:
+		return true
+	}
+	return false
 }
 
 // waitKafka creates or checks the topics. Only a broker that cannot be

@@ -56,6 +56,17 @@ function signOut(message) {
   view = null;
   sessionStorage.removeItem('chatd.session');
   clearInterval(countdown);
+  // The next to sign in at this browser sees nothing of this user's.
+  observer.disconnect();
+  visible.clear();
+  $('messages').replaceChildren();
+  $('outbox').replaceChildren();
+  $('groups').replaceChildren();
+  $('chat-title').textContent = '';
+  $('composer').body.value = ''; // a draft
+  document.title = 'chatd';
+  for (const id of ['chat-head', 'scroller', 'composer', 'jump', 'readers']) $(id).hidden = true;
+  $('pick').hidden = false;
   showSignin(message);
 }
 
@@ -94,6 +105,9 @@ function onStatus(d) {
       st.textContent = 'online';
       $('me').textContent = chat.uid;
       $('banner').hidden = true;
+      // An older page lost with the last session: at the top no scroll
+      // event asks for it again.
+      if (view && !view.loading && scroller.scrollTop < 80) loadOlder(view.gid);
       break;
     case 'connecting':
       st.textContent = 'connecting…';
@@ -237,10 +251,13 @@ async function openGroup(gid) {
 // opened (not those arriving live) are marked so.
 function messageEl(m, older) {
   const mine = m.sender === chat.uid;
+  // Any int64 is a SentAt: one past what a Date holds is shown without it.
+  const at = new Date(m.sent_at);
+  const ok = !isNaN(at);
   const li = el('li', { className: mine ? 'msg mine' : 'msg' },
     el('div', { className: 'meta' }, el('b', { textContent: m.sender }), ' ',
-      el('time', { textContent: new Date(m.sent_at).toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' }),
-        dateTime: new Date(m.sent_at).toISOString() })),
+      el('time', { textContent: ok ? at.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' }) : '',
+        dateTime: ok ? at.toISOString() : '' })),
     el('div', { className: 'body', textContent: m.body }));
   li.dataset.msgid = m.msgid;
   li.dataset.sender = m.sender;

@@ -365,6 +365,9 @@ export class Chat extends EventTarget {
       const before = g.order.length ? g.order[0] : g.contig + 1;
       this.stats.olderPulls++;
       const p = await this.conn.request({ op: 'pull', gid, before, limit: OLDER_PAGE });
+      // Closing the group meanwhile forgot the messages the page joined
+      // onto: taken, it would leave a hole. Scrolling up asks again.
+      if ((g.order.length ? g.order[0] : g.contig + 1) !== before) return 0;
       const fresh = p.msgs.filter((m) => m.msgid < before && !g.msgs.has(m.msgid));
       let outbox = false;
       for (const m of fresh) {

@@ -135,6 +135,12 @@ export class Conn {
       else w.resolve(f);
       return;
     }
+    if (f.id) {
+      // The answer to a request that timed out: it was given up on, and
+      // redone where that mattered.
+      console.debug('chatd: a late answer dropped', f.op, f.code || '');
+      return;
+    }
     this.hooks.frame(f);
   }
 
@@ -144,9 +150,15 @@ export class Conn {
     const wasUp = this.isUp;
     this.isUp = false;
     const err = new Disconnected(`disconnected (${ev.code}${ev.reason ? ' ' + ev.reason : ''})`);
+    // 1009: the server read a frame over its size limit, the largest one
+    // waiting (a message body). Sent again it would end every session.
+    let big = null;
+    if (ev.code === 1009) {
+      for (const w of this.waiters.values()) if (!big || w.size > big.size) big = w;
+    }
     for (const w of this.waiters.values()) {
       clearTimeout(w.timer);
-      w.reject(err);
+      w.reject(w === big ? new ProtocolError('too_large', 'too large for this server (it closed the connection with 1009); shorten it or split it in several messages') : err);
     }
     this.waiters.clear();
     if (ev.code === 4001) {
@@ -169,8 +181,9 @@ export class Conn {
         this.waiters.delete(id);
         reject(new Timeout(`no answer to ${frame.op} within ${timeoutMs} ms`));
       }, timeoutMs);
-      this.waiters.set(id, { resolve, reject, timer });
-      this.ws.send(JSON.stringify({ ...frame, id }));
+      const data = JSON.stringify({ ...frame, id });
+      this.waiters.set(id, { resolve, reject, timer, size: data.length });
+      this.ws.send(data);
     });
   }
 }

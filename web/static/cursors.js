@@ -67,6 +67,8 @@ export class Cursors {
         if (upto > g.read && (all || g.readDue && now >= g.readDue)) {
           reads.push([g, upto]);
           g.readDue = 0;
+        } else if (upto <= g.read) {
+          g.readDue = 0; // read already, here or on another device
         }
       }
       await Promise.all(acks.map(([g, upto]) => this.send('ack', g, upto)));

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+)
+
+// A CHAT_* variable that does not parse is named in the error, with the
+// value and the form wanted. It was swapped for a placeholder that
+// validate refused with a message naming no variable ("message-retention,
+// event-retention and shutdown-timeout must be durations"), so the
+// newcomer who wrote CHAT_SHUTDOWN_TIMEOUT=10 or CHAT_EVENT_RETENTION=90d
+// could not tell which of three to fix, nor why.
+func TestAnUnparsableVariableIsNamedWithItsValue(t *testing.T) {
+	for _, c := range []struct{ env, value, want string }{
+		{"CHAT_SHUTDOWN_TIMEOUT", "10", "duration"},
+		{"CHAT_EVENT_RETENTION", "90d", "duration"},
+		{"CHAT_PARTITIONS", "sixteen", "whole number"},
+		{"CHAT_MAX_BODY", "16k", "whole number"},
+	} {
+		getenv := func(k string) string {
+			if k == c.env {
+				return c.value
+			}
+			return ""
+		}
+		_, err := parseSettings("gateway", nil, getenv, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.env) || !strings.Contains(err.Error(), `"`+c.value+`"`) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s=%s: error %v, want one naming the variable, its value and the form wanted (%s)", c.env, c.value, err, c.want)
+		}
+	}
+	// A flag wins over the variable: a valid flag beside a bad variable is used.
+	s, err := parseSettings("gateway", []string{"-shutdown-timeout", "5s"}, func(k string) string {
+		if k == "CHAT_SHUTDOWN_TIMEOUT" {
+			return "10"
+		}
+		return ""
+	}, io.Discard)
+	if err != nil || s.ShutdownTimeout.String() != "5s" {
+		t.Errorf("-shutdown-timeout 5s beside CHAT_SHUTDOWN_TIMEOUT=10: %v, %v; want 5s", s, err)
+	}
+}

@@ -1,0 +1,80 @@
+package web
+
+import (
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/coder/websocket"
+
+	"github.com/groupchat/chatd/internal/browsertest"
+)
+
+// A page of older messages that comes back after the group was closed,
+// and closing forgot the oldest messages it held (a closed group keeps its
+// newest 200), no longer joins what is held: taking it left a hole, and
+// scrolling up went on from below the page, so the forgotten messages
+// were never shown again.
+func TestAnOlderPageAnsweredAfterClosingLeavesNoHole(t *testing.T) {
+	_, b, c := listed(t, 300, 300, 300)
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 300.0 })
+	c.answer(f, page(f, false, 300))
+	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 301.0 })
+	var held []map[string]any
+	for id := int64(51); id <= 300; id++ {
+		held = append(held, msg(id, -2, "v", "m"))
+	}
+	c.answer(f, page(f, true, 300, held...))
+	b.WaitUntil("250 held", `chat.group('g').order.length === 250`)
+	browsertest.Eval[bool](b, `(chat.loadOlder('g'), true)`)
+	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 51.0 })
+	browsertest.Eval[bool](b, `(chat.closeGroup('g'), true)`)
+	var older []map[string]any
+	for id := int64(1); id <= 50; id++ {
+		older = append(older, msg(id, -2, "v", "m"))
+	}
+	c.answer(f, page(f, false, 300, older...))
+	b.WaitUntil("the older pull answered", `!chat.group('g').loadingOlder`)
+	if got := browsertest.Eval[[]int](b, `((o) => [o.length, o[0], o[o.length - 1]])(chat.group('g').order)`); got[2]-got[1]+1 != got[0] {
+		t.Fatalf("the group holds %d messages from %d to %d: a hole that scrolling up never fills", got[0], got[1], got[2])
+	}
+}
+
+// The connection drops while a page of older messages loads, the view at
+// the top of the group: once back, that page is asked for again. At the
+// top no scroll event comes (there is nowhere further up to scroll), so
+// the view said "Scroll up for older messages." and loaded nothing until
+// the user scrolled down and up again.
+func TestAnOlderPageLostToADisconnectIsAskedAgain(t *testing.T) {
+	p, b, c := listed(t, 140, 140, 140)
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 140.0 })
+	c.answer(f, page(f, false, 140))
+	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 141.0 })
+	var held []map[string]any
+	for id := int64(91); id <= 140; id++ {
+		held = append(held, msg(id, -2, "v", "m"))
+	}
+	c.answer(f, page(f, true, 140, held...))
+	b.WaitUntil("opened", `document.querySelectorAll('#messages .msg').length === 50 && !chat.group('g').loadingOlder`)
+	browsertest.Eval[bool](b, `(document.getElementById('scroller').scrollTop = 0, true)`)
+	c.expect("pull", func(f map[string]any) bool { return f["before"] == 91.0 })
+	c.ws.Close(websocket.StatusGoingAway, "test: going away")
+	c = p.nextConn()
+	synced(c, c.expect("sync", nil), 140, 140, 140)
+	f = c.expect("pull", func(f map[string]any) bool { return f["after"] == 140.0 })
+	c.answer(f, page(f, false, 140))
+	f = nil // asked before or after the forward pull
+	for _, s := range c.stashed {
+		if s["op"] == "pull" && s["before"] == 91.0 {
+			f = s
+		}
+	}
+	if f == nil {
+		f = c.next("pull", 5*time.Second)
+	}
+	if f == nil || f["before"] != 91.0 {
+		t.Fatalf("back online with the view at the top, the page pulled %v, want the older page before 91 again; page %s", f, b.State())
+	}
+}
