@@ -28,6 +28,10 @@ type lane struct {
 	// id is used by the lane's sender goroutine only (one at a time).
 	id    identity
 	hasID bool
+	// last is the offset of the lane's newest record, as its sender
+	// goroutine saw it appended (hasLast once it has).
+	last    int64
+	hasLast bool
 
 	mu      sync.Mutex
 	waiting []*job
@@ -141,6 +145,9 @@ func (p *Producer) sendJobs(l *lane, jobs []*job, recs int) {
 			p.sendJobs(l, []*job{j}, len(j.msgs))
 		}
 		return
+	}
+	if err == nil {
+		p.appended(l, base, base+int64(len(all))-1)
 	}
 	for _, j := range jobs {
 		j.base, j.err = base, err

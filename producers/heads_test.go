@@ -1,0 +1,76 @@
+package producers
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/topics"
+)
+
+// When chat.messages' log goes back (a broker that lost its unsynced tail,
+// a topic recreated), offsets are handed out again: the heads and keys the
+// producer learnt of the old log must not answer for the new one, or the
+// gateway takes an ack past the group's newest message and refuses one of
+// a message it has.
+func TestHeadsAreForgottenWhenTheLogGoesBack(t *testing.T) {
+	b, p := setup(t, 1)
+	ctx := context.Background()
+	send := func(gid string, n int) []int64 {
+		t.Helper()
+		ms := make([]schema.Message, n)
+		for i := range ms {
+			ms[i] = schema.Message{Gid: gid, Sender: "u1", ClientMsgID: fmt.Sprintf("%s-%d-%d", gid, i, time.Now().UnixNano()), Body: []byte("x")}
+		}
+		ids, err := p.SendMessages(ctx, ms)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	send("a", 1)
+	old := send("b", 3) // offsets 1..3, one batch
+	if ok, err := p.IsMessageOf(ctx, "b", old[1]); err != nil || !ok {
+		t.Fatalf("IsMessageOf(b, %d) = %v, %v; want true", old[1], ok, err)
+	}
+
+	// The log starts again from offset 0.
+	c := &kafka.Client{Addr: kafka.TCP(b.Addr()), Timeout: 10 * time.Second}
+	if _, err := c.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{topics.Messages}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the topic to be gone", func() bool {
+		md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topics.Messages}})
+		return err == nil && (len(md.Topics) == 0 || md.Topics[0].Error != nil)
+	})
+	if err := topics.Ensure(ctx, topics.Config{Brokers: []string{b.Addr()}, Partitions: 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var now []int64 // offsets 0..2 again
+	waitFor(t, "a send into the new topic", func() bool {
+		ms := make([]schema.Message, 3)
+		for i := range ms {
+			ms[i] = schema.Message{Gid: "a", Sender: "u1", ClientMsgID: fmt.Sprintf("new-%d", i), Body: []byte("x")}
+		}
+		var err error
+		now, err = p.SendMessages(ctx, ms)
+		return err == nil
+	})
+	if now[2] >= old[2] {
+		t.Fatalf("the new log reached %d, want it below the old head %d", now[2], old[2])
+	}
+
+	if h, err := p.HeadAtLeast(ctx, "b", old[2]); err != nil || h >= old[2] {
+		t.Errorf("HeadAtLeast(b, %d) = %d, %v; the log ends at %d", old[2], h, err, now[2])
+	}
+	if ok, err := p.IsMessageOf(ctx, "a", now[2]); err != nil || !ok {
+		t.Errorf("IsMessageOf(a, %d) = %v, %v; the record there is a's", now[2], ok, err)
+	}
+	if ok, err := p.IsMessageOf(ctx, "b", now[1]); err != nil || ok {
+		t.Errorf("IsMessageOf(b, %d) = %v, %v; the record there is a's", now[1], ok, err)
+	}
+}
