@@ -51,12 +51,36 @@ type job struct {
 func newJob(msgs []kafka.Message) *job {
 	j := &job{msgs: msgs, done: make(chan struct{})}
 	for _, m := range msgs {
-		j.bytes += int64(len(m.Key) + len(m.Value) + recordOverhead)
-		for _, h := range m.Headers {
-			j.bytes += int64(len(h.Key) + len(h.Value) + 10)
-		}
+		j.bytes += recordBytes(&m)
 	}
 	return j
+}
+
+// recordBytes is what m takes in a request, framing included.
+func recordBytes(m *kafka.Message) int64 {
+	n := int64(len(m.Key) + len(m.Value) + recordOverhead)
+	for _, h := range m.Headers {
+		n += int64(len(h.Key) + len(h.Value) + 10)
+	}
+	return n
+}
+
+// chunk cuts idx (indexes into recs, of one partition) into runs that fit
+// one request each, in order: a call may hand a partition more than the
+// broker takes in one request (a projector appending again thousands of
+// cursors), and that request would be refused for good.
+func (p *Producer) chunk(recs []kafka.Message, idx []int) [][]int {
+	var out [][]int
+	start, bytes := 0, int64(0)
+	for k, i := range idx {
+		b := recordBytes(&recs[i])
+		if k > start && (k-start >= p.cfg.BatchSize || bytes+b > p.cfg.BatchBytes) {
+			out = append(out, idx[start:k])
+			start, bytes = k, 0
+		}
+		bytes += b
+	}
+	return append(out, idx[start:])
 }
 
 // lane returns the lane of (topic, part), made on first use.
