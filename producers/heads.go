@@ -115,6 +115,13 @@ func (p *Producer) IsMessageOf(ctx context.Context, gid string, msgid int64) (bo
 		return key == want, nil
 	}
 	keys, err := p.fetchKeys(ctx, part, msgid)
+	if errors.Is(err, kafka.OffsetOutOfRange) {
+		// Past the log's end: a head known from a log that has gone back
+		// since (see appended) sent the caller here. Head corrects it.
+		if head, herr := p.Head(ctx, gid); herr == nil && msgid > head {
+			return false, nil
+		}
+	}
 	if err != nil {
 		return false, err
 	}

@@ -74,3 +74,58 @@ func TestHeadsAreForgottenWhenTheLogGoesBack(t *testing.T) {
 		t.Errorf("IsMessageOf(b, %d) = %v, %v; the record there is a's", now[1], ok, err)
 	}
 }
+
+// A head this producer learnt from the old log, before the log went back
+// and with no send of its own since, still answers HeadAtLeast; the look-up
+// of the record past the new end must then answer "not a message", and
+// correct the head, rather than fail: the gateway would tell the member to
+// retry an ack past the group's head for ever.
+func TestARecordPastTheEndOfALogThatWentBackIsNoMessage(t *testing.T) {
+	b, p := setup(t, 1)
+	ctx := context.Background()
+	ms := make([]schema.Message, 4)
+	for i := range ms {
+		ms[i] = schema.Message{Gid: "b", Sender: "u1", ClientMsgID: fmt.Sprint("c", i), Body: []byte("x")}
+	}
+	old, err := p.SendMessages(ctx, ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recreate(t, b.Addr())
+	q, err := New(Config{Brokers: []string{b.Addr()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	waitFor(t, "a send into the new topic", func() bool {
+		_, err := q.SendMessage(ctx, &schema.Message{Gid: "a", Sender: "u1", Body: []byte("x")})
+		return err == nil
+	})
+	waitFor(t, "p to see the new topic", func() bool { // its transport keeps metadata for a while
+		_, err := p.fetchKeys(ctx, 0, 0)
+		return err == nil
+	})
+	if ok, err := p.IsMessageOf(ctx, "b", old[3]); err != nil || ok {
+		t.Errorf("IsMessageOf(b, %d) past the end of the new log = %v, %v; want false, nil", old[3], ok, err)
+	}
+	if h, err := p.HeadAtLeast(ctx, "b", old[3]); err != nil || h != 0 {
+		t.Errorf("HeadAtLeast(b, %d) = %d, %v; the new log ends at 0", old[3], h, err)
+	}
+}
+
+// recreate deletes chat.messages and creates it again, empty.
+func recreate(t *testing.T, addr string) {
+	t.Helper()
+	ctx := context.Background()
+	c := &kafka.Client{Addr: kafka.TCP(addr), Timeout: 10 * time.Second}
+	if _, err := c.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{topics.Messages}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the topic to be gone", func() bool {
+		md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topics.Messages}})
+		return err == nil && (len(md.Topics) == 0 || md.Topics[0].Error != nil)
+	})
+	if err := topics.Ensure(ctx, topics.Config{Brokers: []string{addr}, Partitions: 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+}
