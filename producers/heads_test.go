@@ -3,11 +3,13 @@ package producers
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/groupchat/chatd/broker"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/topics"
 )
@@ -127,5 +129,70 @@ func recreate(t *testing.T, addr string) {
 	})
 	if err := topics.Ensure(ctx, topics.Config{Brokers: []string{addr}, Partitions: 1}, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// The embedded broker without SyncWrites can come back from a crash with
+// the tail of its log gone: the offsets of the lost records go to the next
+// ones. The producer goes on sending, and forgets the heads it knew.
+func TestSendsGoOnWhenTheBrokerLostItsTail(t *testing.T) {
+	dir, saved := t.TempDir(), t.TempDir()
+	start := func(listen string) *broker.Broker {
+		t.Helper()
+		b, err := broker.Start(broker.Config{Listen: listen, DataDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	b := start("")
+	addr := b.Addr()
+	if err := topics.Ensure(context.Background(), topics.Config{Brokers: []string{addr}, Partitions: 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(Config{Brokers: []string{addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx := context.Background()
+	send := func(gid string, i int) (int64, error) {
+		return p.SendMessage(ctx, &schema.Message{Gid: gid, Sender: "u1", ClientMsgID: fmt.Sprint("c", i), Body: []byte("x")})
+	}
+	for i := range 3 {
+		if _, err := send("a", i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.Close()
+	if err := os.CopyFS(saved, os.DirFS(dir)); err != nil { // what a crash leaves
+		t.Fatal(err)
+	}
+	b = start(addr)
+	var last int64
+	for i := 3; i < 6; i++ {
+		waitFor(t, "a send", func() bool { last, err = send("b", i); return err == nil })
+	}
+	b.Close()
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(dir, os.DirFS(saved)); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(dir + "/.lock")
+	b = start(addr)
+	defer b.Close()
+
+	var id int64
+	waitFor(t, "a send after the loss", func() bool { id, err = send("a", 9); return err == nil })
+	if id != 3 {
+		t.Fatalf("the send after the loss got msgid %d, want 3 (the log kept 0..2)", id)
+	}
+	if h, err := p.HeadAtLeast(ctx, "b", last); err != nil || h >= last {
+		t.Errorf("HeadAtLeast(b, %d) = %d, %v; the log ends at %d", last, h, err, id)
+	}
+	if ok, err := p.IsMessageOf(ctx, "b", id); err != nil || ok {
+		t.Errorf("IsMessageOf(b, %d) = %v, %v; the record there is a's", id, ok, err)
 	}
 }
