@@ -67,7 +67,7 @@ func (p *Producer) Head(ctx context.Context, gid string) (int64, error) {
 			if po.Error != nil {
 				return -1, fmt.Errorf("producers: head of %s/%d: %w", topics.Messages, part, po.Error)
 			}
-			p.sawHead(part, po.LastOffset-1)
+			p.brokerHead(part, po.LastOffset-1)
 			return po.LastOffset - 1, nil
 		}
 	}
@@ -115,6 +115,13 @@ func (p *Producer) IsMessageOf(ctx context.Context, gid string, msgid int64) (bo
 		return key == want, nil
 	}
 	keys, err := p.fetchKeys(ctx, part, msgid)
+	if errors.Is(err, kafka.OffsetOutOfRange) {
+		// Past the log's end: a head known from a log that has gone back
+		// since (see appended) sent the caller here. Head corrects it.
+		if head, herr := p.Head(ctx, gid); herr == nil && msgid > head {
+			return false, nil
+		}
+	}
 	if err != nil {
 		return false, err
 	}
@@ -163,11 +170,40 @@ func (p *Producer) fetchKeys(ctx context.Context, part int, offset int64) (map[i
 	}
 }
 
-// sawHead notes that offset exists in partition part of chat.messages.
-func (p *Producer) sawHead(part int, offset int64) {
+// appended notes that a request of lane l got offsets first to last.
+// Within a lane they only grow while the log lives: an offset handed out
+// again means the log went back (a broker that lost its unsynced tail, the
+// topic recreated), and what this producer knew of the partition's old log
+// (its head, the keys of a batch) would answer for records that are not
+// there, or that are another group's now.
+func (p *Producer) appended(l *lane, first, last int64) {
+	if l.topic != topics.Messages {
+		return
+	}
+	back := l.hasLast && first <= l.last
+	l.last, l.hasLast = last, true
 	p.mu.Lock()
-	if h, ok := p.heads[part]; !ok || offset > h {
-		p.heads[part] = offset
+	if h, ok := p.heads[l.part]; back || !ok || last > h {
+		p.heads[l.part] = last
+	}
+	if back {
+		delete(p.keys, l.part)
+	}
+	p.mu.Unlock()
+}
+
+// brokerHead notes the head the broker reported for partition part of
+// chat.messages. One below what this producer knew means the log went back
+// (see appended), or a send appended since the broker answered: either
+// way the lower head is safe to keep, as it only sends the next question
+// about a higher msgid to the broker.
+func (p *Producer) brokerHead(part int, head int64) {
+	p.mu.Lock()
+	if h, ok := p.heads[part]; !ok || head != h {
+		p.heads[part] = head
+		if ok && head < h {
+			delete(p.keys, part)
+		}
 	}
 	p.mu.Unlock()
 }

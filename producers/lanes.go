@@ -28,6 +28,10 @@ type lane struct {
 	// id is used by the lane's sender goroutine only (one at a time).
 	id    identity
 	hasID bool
+	// last is the offset of the lane's newest record, as its sender
+	// goroutine saw it appended (hasLast once it has).
+	last    int64
+	hasLast bool
 
 	mu      sync.Mutex
 	waiting []*job
@@ -47,12 +51,36 @@ type job struct {
 func newJob(msgs []kafka.Message) *job {
 	j := &job{msgs: msgs, done: make(chan struct{})}
 	for _, m := range msgs {
-		j.bytes += int64(len(m.Key) + len(m.Value) + recordOverhead)
-		for _, h := range m.Headers {
-			j.bytes += int64(len(h.Key) + len(h.Value) + 10)
-		}
+		j.bytes += recordBytes(&m)
 	}
 	return j
+}
+
+// recordBytes is what m takes in a request, framing included.
+func recordBytes(m *kafka.Message) int64 {
+	n := int64(len(m.Key) + len(m.Value) + recordOverhead)
+	for _, h := range m.Headers {
+		n += int64(len(h.Key) + len(h.Value) + 10)
+	}
+	return n
+}
+
+// chunk cuts idx (indexes into recs, of one partition) into runs that fit
+// one request each, in order: a call may hand a partition more than the
+// broker takes in one request (a projector appending again thousands of
+// cursors), and that request would be refused for good.
+func (p *Producer) chunk(recs []kafka.Message, idx []int) [][]int {
+	var out [][]int
+	start, bytes := 0, int64(0)
+	for k, i := range idx {
+		b := recordBytes(&recs[i])
+		if k > start && (k-start >= p.cfg.BatchSize || bytes+b > p.cfg.BatchBytes) {
+			out = append(out, idx[start:k])
+			start, bytes = k, 0
+		}
+		bytes += b
+	}
+	return append(out, idx[start:])
 }
 
 // lane returns the lane of (topic, part), made on first use.
@@ -141,6 +169,9 @@ func (p *Producer) sendJobs(l *lane, jobs []*job, recs int) {
 			p.sendJobs(l, []*job{j}, len(j.msgs))
 		}
 		return
+	}
+	if err == nil {
+		p.appended(l, base, base+int64(len(all))-1)
 	}
 	for _, j := range jobs {
 		j.base, j.err = base, err

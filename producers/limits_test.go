@@ -246,3 +246,41 @@ func TestSendsGoOnAfterALaneGaveUpOnARequest(t *testing.T) {
 		t.Fatalf("log %v, second send at %d; want c0 once, then c1", recs, id)
 	}
 }
+
+// One call may hand a partition more records than one produce request
+// carries (a projector appending again the cursors a replayed batch left
+// behind: up to its batch of 10000). They go in as many requests as the
+// limits need, in order, instead of one the broker refuses for good.
+func TestOneCallOfMoreThanARequestCarriesIsSplit(t *testing.T) {
+	b, p := setup(t, 1)
+	ctx := context.Background()
+	long := strings.Repeat("u", schema.MaxIDLen-8)
+	acks := make([]schema.Ack, 10000)
+	for i := range acks {
+		acks[i] = schema.Ack{Gid: "g1", Uid: fmt.Sprintf("%s%08d", long, i), Upto: int64(i), At: 1}
+	}
+	if err := p.SendAcks(ctx, acks...); err != nil {
+		t.Fatalf("10000 acks in one call: %v", err)
+	}
+	ms := make([]schema.Message, 3000)
+	for i := range ms {
+		ms[i] = schema.Message{Gid: "g1", Sender: long, ClientMsgID: fmt.Sprintf("%s%08d", long, i), Body: bytes.Repeat([]byte("x"), 300)}
+	}
+	ids, err := p.SendMessages(ctx, ms)
+	if err != nil {
+		t.Fatalf("3000 messages of 600 bytes in one call: %v", err)
+	}
+	recs := readAll(t, b, 0)
+	if len(recs) != len(ms) {
+		t.Fatalf("chat.messages holds %d records, want %d", len(recs), len(ms))
+	}
+	for i, id := range ids {
+		got, err := schema.DecodeMessage(recs[id].Value)
+		if err != nil || got.ClientMsgID != ms[i].ClientMsgID {
+			t.Fatalf("msgid %d of send %d holds %q (%v), want %q", id, i, got.ClientMsgID, err, ms[i].ClientMsgID)
+		}
+		if i > 0 && id <= ids[i-1] {
+			t.Fatalf("msgid %d after %d: out of order", id, ids[i-1])
+		}
+	}
+}

@@ -143,14 +143,11 @@ func (p *Producer) SendMessages(ctx context.Context, ms []schema.Message) ([]int
 			Time:  time.UnixMilli(ms[i].SentAt),
 		}
 	}
-	ids, parts, err := p.send(ctx, topics.Messages, recs)
+	ids, _, err := p.send(ctx, topics.Messages, recs)
 	if err != nil {
 		return nil, err
 	}
-	for i := range ids {
-		p.sawHead(parts[i], ids[i])
-	}
-	return ids, nil
+	return ids, nil // their lanes noted the heads (see appended)
 }
 
 // SendAcks appends delivery-cursor events to chat.acks.
@@ -247,7 +244,7 @@ func (p *Producer) write(ctx context.Context, topic string, recs []kafka.Message
 
 // send appends recs to topic, each to the partition of the gid in its key,
 // and returns their offsets and partitions. The records of one partition go
-// in one request, in order.
+// in order, in one request when the batch limits let them.
 func (p *Producer) send(ctx context.Context, topic string, recs []kafka.Message) (offsets []int64, parts []int, err error) {
 	if p.cfg.Observe != nil {
 		defer func(start time.Time) { p.cfg.Observe(topic, time.Since(start)) }(time.Now())
@@ -276,15 +273,17 @@ func (p *Producer) send(ctx context.Context, topic string, recs []kafka.Message)
 		idx []int
 	}
 	jobs := make([]placed, 0, len(byPart))
-	for part, idx := range byPart {
-		msgs := make([]kafka.Message, len(idx))
-		for k, i := range idx {
-			msgs[k] = recs[i]
-		}
-		j := newJob(msgs)
+	for part, all := range byPart {
 		l := p.lane(topic, part)
-		p.enqueue(l, j)
-		jobs = append(jobs, placed{l, j, idx})
+		for _, idx := range p.chunk(recs, all) {
+			msgs := make([]kafka.Message, len(idx))
+			for k, i := range idx {
+				msgs[k] = recs[i]
+			}
+			j := newJob(msgs)
+			p.enqueue(l, j)
+			jobs = append(jobs, placed{l, j, idx})
+		}
 	}
 	offsets = make([]int64, len(recs))
 	for k, pl := range jobs {

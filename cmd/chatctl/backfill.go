@@ -52,6 +52,11 @@ func backfill(ctx context.Context, c *command, opts any, args []string) error {
 		}
 		todo = append(todo, t)
 	}
+	if o.dedup < time.Millisecond {
+		// The persister refuses such a window: with it, every resend would
+		// be written as a message of its own.
+		return fmt.Errorf("-dedup-window %v: want the persister's dedup window (24h unless its store was set otherwise), at least 1ms", o.dedup)
+	}
 	ch, err := c.s.clickhouse(ctx)
 	if err != nil {
 		return err

@@ -197,3 +197,17 @@ func TestBackfillTriesABatchAgainAfterAFailure(t *testing.T) {
 		t.Fatalf("cancelled while waiting: err %v after %d calls in %v, want %v after 1 at once", err, calls, time.Since(start), down)
 	}
 }
+
+// A dedup window below a millisecond decides no resend a duplicate (the
+// persister refuses one): the backfill would write every resend as a
+// message of its own. It is refused before anything is read or written.
+func TestBackfillRefusesADedupWindowThatKeepsEveryResend(t *testing.T) {
+	for _, win := range []string{"-24h", "0s", "500us"} {
+		err := run(context.Background(), []string{"backfill", "-dedup-window", win},
+			func(k string) string { return map[string]string{"CHAT_KAFKA_BROKERS": "127.0.0.1:1", "CHAT_CLICKHOUSE_ADDRS": "127.0.0.1:1"}[k] },
+			&strings.Builder{}, &strings.Builder{})
+		if err == nil || !strings.HasPrefix(err.Error(), "-dedup-window ") || !strings.Contains(err.Error(), "persister") {
+			t.Errorf("backfill -dedup-window %s: %v; want a refusal naming the window and the persister's", win, err)
+		}
+	}
+}

@@ -53,8 +53,12 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 	if err != nil {
 		return err
 	}
-	current, err := membership(ctx, brokers, gid)
+	current, err := membership(ctx, brokers, gid, c.s.Partitions)
 	if err != nil {
+		return err
+	}
+	// The position of a change is the head of gid's partition there.
+	if err := checkPartitions(ctx, newAdmin(brokers), topics.Messages, c.s.Partitions); err != nil {
 		return err
 	}
 	prod, err := producers.New(producers.Config{Brokers: brokers})
@@ -95,7 +99,7 @@ func groupsShow(ctx context.Context, c *command, _ any, args []string) error {
 	if err != nil {
 		return err
 	}
-	ms, err := membership(ctx, brokers, args[0])
+	ms, err := membership(ctx, brokers, args[0], c.s.Partitions)
 	if err != nil {
 		return err
 	}
@@ -121,12 +125,17 @@ func groupsShow(ctx context.Context, c *command, _ any, args []string) error {
 }
 
 // membership folds the member events of gid, read from its partition of
-// chat.members, exactly as the member projector does.
-func membership(ctx context.Context, brokers []string, gid string) (map[string]store.Membership, error) {
+// chat.members, exactly as the member projector does. The topic must have
+// the configured partition count (partitions), the one the running
+// services place groups by.
+func membership(ctx context.Context, brokers []string, gid string, partitions int) (map[string]store.Membership, error) {
 	a := newAdmin(brokers)
 	all, _, err := a.spans(ctx, topics.Members, nil)
 	if err != nil {
 		return nil, err
+	}
+	if len(all) != partitions {
+		return nil, partitionsErr(topics.Members, len(all), partitions)
 	}
 	part := topics.Partition(gid, len(all))
 	var spans []span
@@ -157,4 +166,26 @@ func opName(op schema.MemberOp) string {
 		return "joined"
 	}
 	return "left"
+}
+
+// checkPartitions refuses a topic whose partition count is not the
+// configured one.
+func checkPartitions(ctx context.Context, a *admin, topic string, want int) error {
+	parts, err := a.partitions(ctx, topic)
+	if err != nil {
+		return err
+	}
+	if len(parts) != want {
+		return partitionsErr(topic, len(parts), want)
+	}
+	return nil
+}
+
+// partitionsErr says that topic has n partitions where the configuration
+// says want: a group is placed by the count, so with another one its events
+// land where the running services do not look for them.
+func partitionsErr(topic string, n, want int) error {
+	return fmt.Errorf("%s has %d partitions, the configuration says %d (CHAT_PARTITIONS / -partitions): groups are placed by that count, "+
+		"and partition counts never change on a live system; set CHAT_PARTITIONS to the deployment's count, "+
+		"or if partitions were added, restore the topics (`chatctl topics verify` shows every difference)", topic, n, want)
 }

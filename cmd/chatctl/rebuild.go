@@ -94,11 +94,16 @@ func rebuild(ctx context.Context, c *command, opts any, args []string) error {
 		return err
 	}
 	fmt.Fprintf(c.stdout, "wiped %s: %d keys (with %s's saved offsets)\n", p, deleted, group)
+	// Cut short from here, the projection is partly rebuilt: a projector
+	// started on it would not replay the joins' cursor raises.
+	partly := func(err error) error {
+		return fmt.Errorf("%w; %s is wiped and only partly rebuilt: run `chatctl rebuild %s` again before starting %s", err, p, p, group)
+	}
 
 	r := &replay{rds: rds, expect: newExpectation(p)}
 	if p != store.ProjectionMembers {
 		if r.prod, err = producers.New(producers.Config{Brokers: brokers}); err != nil {
-			return err
+			return partly(err)
 		}
 		defer r.prod.Close()
 	}
@@ -109,7 +114,7 @@ func rebuild(ctx context.Context, c *command, opts any, args []string) error {
 		cfg.onSkip = skipNotice(c.stderr, topics.Members, "the rebuilt "+string(p))
 		if err := scan(ctx, cfg, joins, r.joins(p)); err != nil {
 			prog.finish()
-			return fmt.Errorf("replaying the joins of %s: %w", topics.Members, err)
+			return partly(fmt.Errorf("replaying the joins of %s: %w", topics.Members, err))
 		}
 	}
 	cfg.topic = topic
@@ -120,14 +125,14 @@ func rebuild(ctx context.Context, c *command, opts any, args []string) error {
 	err = scan(ctx, cfg, spans, r.records(p, group, topic))
 	records, took := prog.finish()
 	if err != nil {
-		return fmt.Errorf("replaying %s: %w", topic, err)
+		return partly(fmt.Errorf("replaying %s: %w", topic, err))
 	}
 	ends := map[int]int64{}
 	for _, s := range spans {
 		ends[s.part] = s.to
 	}
 	if err := rds.SaveOffsets(ctx, group, topic, ends); err != nil {
-		return err
+		return partly(err)
 	}
 	if err := a.commit(ctx, group, topic, ends); err != nil && !o.force {
 		return err

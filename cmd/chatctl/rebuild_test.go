@@ -346,3 +346,37 @@ func TestCursorRebuildWantsTheMemberProjectorStopped(t *testing.T) {
 		}
 	}
 }
+
+// cancelOn cancels when what it is written contains word.
+type cancelOn struct {
+	strings.Builder
+	word   string
+	cancel func()
+}
+
+func (c *cancelOn) Write(p []byte) (int, error) {
+	n, err := c.Builder.Write(p)
+	if strings.Contains(c.String(), c.word) {
+		c.cancel()
+	}
+	return n, err
+}
+
+// A rebuild cut short after the wipe leaves the projection partly rebuilt:
+// a projector started on it would replay its topic but not the joins of
+// chat.members, and the joiners' cursors would be missing for good. The
+// error says so, and what to do.
+func TestARebuildCutShortSaysToRunItAgain(t *testing.T) {
+	e := newEnv(t, 1)
+	e.mustCtl("groups", "create", "g", "alice", "bob")
+	if err := e.prod.SendAcks(context.Background(), schema.Ack{Gid: "g", Uid: "alice", Upto: -1, At: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &cancelOn{word: "wiped", cancel: cancel}
+	err := run(ctx, []string{"rebuild", "acks"}, func(k string) string { return e.vars[k] }, out, &strings.Builder{})
+	if err == nil || !strings.Contains(err.Error(), "chatctl rebuild acks") || !strings.Contains(err.Error(), "again") {
+		t.Fatalf("rebuild cut short after the wipe: %v\n%s; want an error saying to run it again", err, out.String())
+	}
+}

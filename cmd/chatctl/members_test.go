@@ -1,0 +1,61 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/groupchat/chatd/topics"
+)
+
+// Partitions added to a chat.* topic behind the tooling's back move groups
+// to other partitions: the membership read from the new partition is empty
+// and a second join would move a member's start forward (the messages in
+// between lost to them), and the head read there is another group's. The
+// member commands refuse, saying why, rather than write there.
+func TestMemberCommandsRefuseAChangedPartitionCount(t *testing.T) {
+	e := newEnv(t, 2)
+	gid := ""
+	for i := 0; gid == ""; i++ {
+		if g := fmt.Sprint("team", i); topics.Partition(g, 2) != topics.Partition(g, 3) {
+			gid = g
+		}
+	}
+	e.mustCtl("groups", "create", gid, "alice")
+	grow := func(topic string) {
+		t.Helper()
+		c := &kafka.Client{Addr: kafka.TCP(e.brokers...)}
+		res, err := c.CreatePartitions(context.Background(), &kafka.CreatePartitionsRequest{
+			Topics: []kafka.TopicPartitionsConfig{{Name: topic, Count: 3}}})
+		if err != nil || res.Errors[topic] != nil {
+			t.Fatalf("add a partition to %s: %v %v", topic, err, res)
+		}
+		// Every chatctl command is a new process in real use; in process,
+		// kafka-go's default transport keeps metadata for a few seconds.
+		e.waitFor("the new partition count of "+topic, func() bool {
+			md, err := c.Metadata(context.Background(), &kafka.MetadataRequest{Topics: []string{topic}})
+			return err == nil && len(md.Topics) == 1 && len(md.Topics[0].Partitions) == 3
+		})
+	}
+	refused := func(topic string, args ...string) {
+		t.Helper()
+		out, err := e.ctl(args...)
+		if err == nil || !strings.Contains(err.Error(), topic+" has 3 partitions") || !strings.Contains(err.Error(), "CHAT_PARTITIONS") {
+			t.Errorf("chatctl %s with 3 partitions of %s where there were 2: %v\n%s", strings.Join(args, " "), topic, err, out)
+		}
+	}
+	// The position of a change is read from chat.messages.
+	grow(topics.Messages)
+	refused(topics.Messages, "members", "add", gid, "bob")
+	grow(topics.Members)
+	refused(topics.Members, "members", "add", gid, "alice")
+	refused(topics.Members, "members", "remove", gid, "alice")
+	refused(topics.Members, "groups", "show", gid)
+	tail := e.mustCtl("tail", topics.Members)
+	if n := strings.Count(tail, `"op":"join"`); n != 1 || strings.Contains(tail, `"op":"leave"`) {
+		t.Fatalf("%s after the refusals: %d joins (want alice's one) and no leave:\n%s", topics.Members, n, tail)
+	}
+}
