@@ -33,9 +33,7 @@ func (p *Producer) MessageEnds(ctx context.Context) (map[int]int64, error) {
 			return nil, fmt.Errorf("producers: end of %s/%d: %w", topics.Messages, po.Partition, po.Error)
 		}
 		ends[po.Partition] = po.LastOffset
-		if po.LastOffset > 0 {
-			p.sawHead(po.Partition, po.LastOffset-1)
-		}
+		p.brokerHead(po.Partition, po.LastOffset-1)
 	}
 	if len(ends) != n {
 		return nil, fmt.Errorf("producers: ends of %s: %d of %d partitions answered", topics.Messages, len(ends), n)
