@@ -29,6 +29,10 @@ import (
 // connection waits for it (one read for all of this node's connections).
 const coverPoll = 100 * time.Millisecond
 
+// endsGap is the least time between two reads of the log's ends: a node's
+// connections all reconnecting share a few reads a second, not one each.
+const endsGap = 50 * time.Millisecond
+
 // behind is a group of a sync answered before the persister had stored
 // the messages below its partition's end.
 type behind struct {
@@ -43,16 +47,14 @@ type behind struct {
 func (c *conn) coverFrom(now time.Duration) { c.coverSince.Store(int64(now)) }
 
 // syncCovered answers a sync, checking it when it must cover a moment
-// (see above).
+// (see above). The check runs after the answer, so that a sync waits for
+// no more than one extra read (the persister's position); the log's ends
+// it reads then are later than the heads, and a message that came in
+// between, pushed already, may bring a resync that was not needed.
 func (c *conn) syncCovered(ctx context.Context, r *protocol.Request) (any, *protocol.Error) {
 	g := c.g
 	since := c.coverSince.Load()
 	if since == 0 {
-		return g.do(ctx, c.uid, r)
-	}
-	ends, err := g.ends.after(ctx, time.Duration(since), g.since, g.cfg.Producer.MessageEnds)
-	if err != nil {
-		g.log.Warn("cannot read the log's ends; a sync goes unchecked until the next", "err", err)
 		return g.do(ctx, c.uid, r)
 	}
 	// Read before the heads: what it says stored, the heads hold.
@@ -65,22 +67,38 @@ func (c *conn) syncCovered(ctx context.Context, r *protocol.Request) (any, *prot
 	if perr != nil {
 		return ans, perr
 	}
-	var late []behind
+	var heads []behind
 	for _, gs := range ans.(*protocol.Synced).Groups {
-		if gs.Left {
-			continue
+		if !gs.Left {
+			heads = append(heads, behind{gid: gs.Gid, head: gs.Head})
 		}
-		p := topics.Partition(gs.Gid, len(ends))
-		if stored[p] < ends[p] {
-			late = append(late, behind{gid: gs.Gid, head: gs.Head, part: p, end: ends[p]})
+	}
+	go g.checkCover(c, since, stored, heads)
+	return ans, nil
+}
+
+// checkCover checks a sync of c answered with heads, when the persister's
+// position was stored (see syncCovered).
+func (g *Gateway) checkCover(c *conn, since int64, stored map[int]int64, heads []behind) {
+	ends, err := g.ends.after(c.ctx, time.Duration(since), g.since, g.cfg.Producer.MessageEnds)
+	if err != nil {
+		if c.ctx.Err() == nil {
+			g.log.Warn("cannot read the log's ends; a sync goes unchecked until the next", "err", err)
+		}
+		return
+	}
+	late := heads[:0]
+	for _, b := range heads {
+		b.part = topics.Partition(b.gid, len(ends))
+		if b.end = ends[b.part]; stored[b.part] < b.end {
+			late = append(late, b)
 		}
 	}
 	if len(late) == 0 {
 		c.coverSince.CompareAndSwap(since, 0)
 	} else if c.coverWatch.Swap(since) != since {
-		go g.watchCover(c, since, late)
+		g.watchCover(c, since, late)
 	}
-	return ans, nil
 }
 
 // watchCover waits until the persister has stored what late lacks, then
@@ -184,6 +202,18 @@ func (f *endsFetcher) after(ctx context.Context, t time.Duration, now func() tim
 }
 
 func (f *endsFetcher) run(x *endsFetch, now func() time.Duration, fetch func(context.Context) (map[int]int64, error)) {
+	// One read every endsGap at most: a sync's check waits, its answer
+	// does not. x.began stays when it was due, before the read: ends read
+	// later still hold every message sent before.
+	f.mu.Lock()
+	var wait time.Duration
+	if f.last != nil {
+		wait = f.last.began + endsGap - now()
+	}
+	f.mu.Unlock()
+	if wait > 0 {
+		time.Sleep(wait)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	x.ends, x.err = fetch(ctx)
 	cancel()

@@ -101,10 +101,12 @@ func runLoad(ctx context.Context, cfg *Config, d *deployment) (*result, error) {
 		return nil, err
 	}
 	logf("connecting %d clients to %d gateway(s)...", len(p.online), len(d.URLs))
+	connecting := time.Now()
 	if err := b.connect(ctx); err != nil {
 		b.close()
 		return nil, err
 	}
+	logf("connected in %.2f s (dial, auth and sync each)", time.Since(connecting).Seconds())
 	// The fan-out caches presence for 2 s: let it see every connection.
 	if !sleepCtx(ctx, 3*time.Second) {
 		b.close()
