@@ -95,3 +95,34 @@ func TestParseRunID(t *testing.T) {
 		}
 	}
 }
+
+// A consumer's save of its position, without and with the fingerprint read
+// the runner makes before it: what the restart detector costs per save (at
+// most one a CommitInterval per partition).
+func BenchmarkRedisSavePosition(b *testing.B) {
+	for _, fingerprint := range []bool{false, true} {
+		name := "advance"
+		if fingerprint {
+			name = "fingerprint+advance"
+		}
+		b.Run(name, func(b *testing.B) {
+			r, c := benchRedisServer(b, RedisConfig{})
+			ctx := context.Background()
+			cpu0 := redisCPU(b, c)
+			b.ReportAllocs()
+			at := int64(-1)
+			for b.Loop() {
+				if fingerprint {
+					if fp, err := r.Fingerprint(ctx); err != nil || fp == "" {
+						b.Fatal(fp, err)
+					}
+				}
+				if ok, err := r.AdvanceOffset(ctx, "chat.persister", "chat.messages", 0, at, at+1); !ok || err != nil {
+					b.Fatal(ok, err)
+				}
+				at++
+			}
+			reportRedis(b, c, cpu0, b.N, "saves")
+		})
+	}
+}
