@@ -16,13 +16,17 @@ import (
 // consume reads one partition from start until ctx ends (rebalance or
 // shutdown). It never skips a record it could not make durable. With an
 // OffsetStore, pos is the position saved for the partition (-1: none); when
-// it vanishes or moves under the runner, consume returns lost.
+// it vanishes or moves under the runner, or the store's servers change
+// (state.go), consume returns lost.
 func (r *Runner[E]) consume(ctx context.Context, gc *groupCommits, part int, start, pos int64) (lost bool) {
 	log := r.log.With("partition", part)
 	var saved savedPos
 	saved.Store(pos)
 	saved.asked.Store(pos)
 	var gone atomic.Bool
+	if r.cfg.Offsets != nil && !r.fingerprint(ctx, log, &saved) {
+		return false // ctx ended
+	}
 	if r.cfg.Offsets != nil && pos == -1 {
 		// Nothing saved: claim the partition's start before handling a
 		// record, so that every later save names a position to find and a
@@ -39,7 +43,7 @@ func (r *Runner[E]) consume(ctx context.Context, gc *groupCommits, part int, sta
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
 		defer cancel()
-		go r.watchSaved(ctx, part, &saved, &gone, cancel)
+		go r.watchSaved(ctx, log, part, &saved, &gone, cancel)
 	}
 	reader := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:         r.cfg.Brokers,
@@ -312,15 +316,12 @@ func (r *Runner[E]) deadLetter(ctx context.Context, log *slog.Logger, m kafka.Me
 	}
 }
 
-// lostPos marks, in consume's saved position, that the position moved
-// under the runner.
-const lostPos = -100
-
 // commit saves the position next to the state (when the consumer keeps it
 // there), from the one saved last, and then commits it to the group (with
 // the generation's next group commit, or at once when final). A
-// saved position that moved means the state was wiped: commit returns
-// false with saved set to lostPos.
+// saved position that moved means the state was wiped, and servers that
+// changed mean it may have been rolled back: commit returns false with
+// saved set to lostPos.
 func (r *Runner[E]) commit(ctx context.Context, log *slog.Logger, gc *groupCommits, part int, saved *savedPos, next int64, final bool) bool {
 	if f, ok := r.cfg.Handler.(Flusher); ok {
 		if !r.flush(ctx, log, f, final) {
@@ -333,7 +334,13 @@ func (r *Runner[E]) commit(ctx context.Context, log *slog.Logger, gc *groupCommi
 	if r.cfg.Offsets != nil {
 		saved.asked.Store(next)
 		for attempt := 0; ; attempt++ {
-			ok, err := r.cfg.Offsets.AdvanceOffset(ctx, r.cfg.Group, r.cfg.Topic, part, saved.Load(), next)
+			// Checked before every attempt: a save that failed because
+			// Redis was down must not succeed on the Redis that came back.
+			changed, err := r.serverChanged(ctx, log, saved)
+			ok := !changed
+			if err == nil && !changed {
+				ok, err = r.cfg.Offsets.AdvanceOffset(ctx, r.cfg.Group, r.cfg.Topic, part, saved.Load(), next)
+			}
 			if err == nil && !ok {
 				saved.Store(lostPos)
 				return false
@@ -404,46 +411,5 @@ func (r *Runner[E]) claimStart(ctx context.Context, log *slog.Logger, part int, 
 		if !sleep(ctx, r.backoff(attempt)) {
 			return false
 		}
-	}
-}
-
-// savedPos is the position a runner saved for a partition: the last save
-// the store answered, and the last one asked for, which is in the store
-// before its answer is back.
-type savedPos struct {
-	atomic.Int64              // the last save answered
-	asked        atomic.Int64 // the last save asked for
-}
-
-// watchSaved checks every StateCheck that the partition's saved position is
-// still one consume saved; when it is not (the state was wiped while the
-// partition was idle), it sets gone and cancels consume.
-func (r *Runner[E]) watchSaved(ctx context.Context, part int, saved *savedPos, gone *atomic.Bool, cancel context.CancelFunc) {
-	t := time.NewTicker(r.cfg.StateCheck)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		before, asked := saved.Load(), saved.asked.Load()
-		stored, err := r.cfg.Offsets.Offsets(ctx, r.cfg.Group, r.cfg.Topic)
-		if err != nil {
-			continue // the store is down: the next commit or check tells
-		}
-		at, ok := stored[part]
-		if !ok {
-			at = -1
-		}
-		// A save may be asked for or answered between the loads: the
-		// position is one of consume's if it is any of them (a save is in
-		// the store before its answer is back).
-		if at == before || at == asked || at == saved.Load() || at == saved.asked.Load() || before == lostPos {
-			continue
-		}
-		gone.Store(true)
-		cancel()
-		return
 	}
 }

@@ -24,10 +24,36 @@ type memAcks struct {
 	// marks[part] is what the partition had handled when it was marked
 	// replayed (ReplayMarker), once a mark; a wipe takes the marks too.
 	marks map[int][]int
+	// server is the Fingerprint; a restart from a snapshot changes it.
+	server   string
+	restarts int
 }
 
 func newMemAcks() *memAcks {
-	return &memAcks{cursors: map[string]int64{}, seen: map[int64]int{}, offsets: map[int]int64{}, marks: map[int][]int{}}
+	return &memAcks{cursors: map[string]int64{}, seen: map[int64]int{}, offsets: map[int]int64{}, marks: map[int][]int{}, server: "mem-0"}
+}
+
+func (m *memAcks) Fingerprint(ctx context.Context) (string, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.server, nil
+}
+
+// rdbSave copies the state, the positions and the marks, as an RDB snapshot
+// does. The restart it returns brings them back under a new fingerprint,
+// as Redis restarted from that snapshot does: what was handled and saved
+// since is gone.
+func (m *memAcks) rdbSave() (restart func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cursors, seen, offsets, marks := maps.Clone(m.cursors), maps.Clone(m.seen), maps.Clone(m.offsets), maps.Clone(m.marks)
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.cursors, m.seen, m.offsets, m.marks = maps.Clone(cursors), maps.Clone(seen), maps.Clone(offsets), maps.Clone(marks)
+		m.restarts++
+		m.server = fmt.Sprintf("mem-%d", m.restarts)
+	}
 }
 
 func (m *memAcks) Handle(ctx context.Context, part int, recs []Record[schema.Ack]) error {

@@ -47,9 +47,18 @@ type Starter interface {
 // moved or vanished under a running consumer means its state was wiped while
 // it ran (Redis restarted without persistence), and the runner replays the
 // partition from what is saved.
+//
+// Fingerprint names the server(s) that hold the state; it changes when they
+// restart or fail over. A Redis back from an older snapshot (or a promoted
+// replica that lagged) may hold the very position the runner saved last
+// without the effects made after it, so the runner compares the
+// fingerprint taken when it started a partition with the one before each
+// save and at each state check, and replays the partition from what is
+// saved when they differ. "" when the store cannot tell: the check is off.
 type OffsetStore interface {
 	Offsets(ctx context.Context, consumer, topic string) (map[int]int64, error)
 	AdvanceOffset(ctx context.Context, consumer, topic string, part int, from, to int64) (bool, error)
+	Fingerprint(ctx context.Context) (string, error)
 }
 
 // ReplayMarker is an OffsetStore that also keeps a mark, beside a
@@ -180,7 +189,7 @@ type Stats struct {
 	DeadLettered int64
 	Retries      int64 // failed Handle calls
 	Commits      int64 // offsets saved and committed
-	Replays      int64 // partitions replayed because their saved position vanished (the state was wiped)
+	Replays      int64 // partitions replayed because their saved position vanished (the state was wiped) or Redis restarted or failed over under them
 }
 
 // NewRunner checks cfg and returns a Runner; Run starts it.
@@ -343,7 +352,7 @@ func (r *Runner[E]) consumeSaved(ctx context.Context, gc *groupCommits, part int
 		if !ok {
 			from = -1 // the start
 		}
-		r.log.Warn("the saved position moved or vanished: the state next to it was wiped (Redis restarted without persistence?) or another consumer saved it; going on from what is saved",
+		r.log.Warn("the state next to the saved position was lost (Redis restarted without persistence or from an older snapshot, failed over, or another consumer saved the position); going on from what is saved",
 			"partition", part, "from", from)
 	}
 }

@@ -27,7 +27,10 @@ const (
 
 // Redis is a redis-server child process on a loopback port, without
 // persistence: a restart (Stop or Kill, then Start) loses every key, which is
-// what the "Redis restart with data lost" tests need.
+// what the "Redis restart with data lost" tests need. Unless a SAVE wrote a
+// snapshot (dump.rdb in Dir) before: Start loads it, as a Redis restarted
+// from an older RDB snapshot, or from an AOF that lost its last writes, does.
+// Every start has a new run_id (INFO server).
 //
 // Its methods are safe for concurrent use.
 type Redis struct {
@@ -99,8 +102,8 @@ func startRedis(dir string, args ...string) (*Redis, error) {
 	return nil, last
 }
 
-// Start starts the server again on the same port with an empty data set. It
-// fails if the server is running. A port taken meanwhile is retried for a
+// Start starts the server again on the same port with an empty data set, or
+// the one the last SAVE wrote. It fails if the server is running. A port taken meanwhile is retried for a
 // few seconds.
 func (r *Redis) Start() error {
 	r.mu.Lock()
