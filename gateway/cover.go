@@ -33,6 +33,18 @@ const coverPoll = 100 * time.Millisecond
 // connections all reconnecting share a few reads a second, not one each.
 const endsGap = 50 * time.Millisecond
 
+// coverReads are the reads the checks make.
+type coverReads struct {
+	ends   func(context.Context) (map[int]int64, error) // the log's ends, by partition
+	stored func(context.Context) (map[int]int64, error) // the persister's position, by partition
+}
+
+func newCoverReads(cfg Config) coverReads {
+	return coverReads{ends: cfg.Producer.MessageEnds, stored: func(ctx context.Context) (map[int]int64, error) {
+		return cfg.Redis.Offsets(ctx, consumers.GroupPersister, topics.Messages)
+	}}
+}
+
 // behind is a group of a sync answered before the persister had stored
 // the messages below its partition's end.
 type behind struct {
@@ -57,11 +69,13 @@ func (c *conn) syncCovered(ctx context.Context, r *protocol.Request) (any, *prot
 	if since == 0 {
 		return g.do(ctx, c.uid, r)
 	}
-	// Read before the heads: what it says stored, the heads hold.
-	stored, err := g.cfg.Redis.Offsets(ctx, consumers.GroupPersister, topics.Messages)
+	// Read before the heads: what it says stored, the heads hold. Unread,
+	// it is taken as nothing stored: every group whose partition holds a
+	// message is then checked.
+	stored, err := g.reads.stored(ctx)
 	if err != nil {
-		g.log.Warn("cannot read the persister's position; a sync goes unchecked until the next", "err", err)
-		return g.do(ctx, c.uid, r)
+		g.log.Warn("cannot read the persister's position; checking every group of a sync", "err", err)
+		stored = map[int]int64{}
 	}
 	ans, perr := g.do(ctx, c.uid, r)
 	if perr != nil {
@@ -80,17 +94,28 @@ func (c *conn) syncCovered(ctx context.Context, r *protocol.Request) (any, *prot
 // checkCover checks a sync of c answered with heads, when the persister's
 // position was stored (see syncCovered).
 func (g *Gateway) checkCover(c *conn, since int64, stored map[int]int64, heads []behind) {
-	ends, err := g.ends.after(c.ctx, time.Duration(since), g.since, g.cfg.Producer.MessageEnds)
-	if err != nil {
-		if c.ctx.Err() == nil {
-			g.log.Warn("cannot read the log's ends; a sync goes unchecked until the next", "err", err)
+	var ends map[int]int64
+	for attempt := 0; ; attempt++ {
+		var err error
+		if ends, err = g.ends.after(c.ctx, time.Duration(since), g.since, g.reads.ends); err == nil {
+			break
 		}
-		return
+		if c.ctx.Err() != nil || c.coverSince.Load() != since {
+			return // closed, or another sync covered it or has its own moment
+		}
+		if attempt == 0 {
+			g.log.Warn("cannot read the log's ends to check a sync; retrying", "uid", c.uid, "err", err)
+		}
+		select {
+		case <-time.After(min(endsGap<<min(attempt, 6), 2*time.Second)):
+		case <-c.ctx.Done():
+			return
+		}
 	}
 	late := heads[:0]
 	for _, b := range heads {
 		b.part = topics.Partition(b.gid, len(ends))
-		if b.end = ends[b.part]; stored[b.part] < b.end {
+		if b.end = ends[b.part]; lacks(stored, b.part, b.end) {
 			late = append(late, b)
 		}
 	}
@@ -105,8 +130,11 @@ func (g *Gateway) checkCover(c *conn, since int64, stored map[int]int64, heads [
 // tells c to sync again if the sync it answered missed a message.
 func (g *Gateway) watchCover(c *conn, since int64, late []behind) {
 	caughtUp := func(stored map[int]int64) bool {
+		if c.coverSince.Load() != since {
+			return true // another sync covered it, or has its own moment
+		}
 		for _, b := range late {
-			if stored[b.part] < b.end {
+			if lacks(stored, b.part, b.end) {
 				return false
 			}
 		}
@@ -126,6 +154,14 @@ func (g *Gateway) watchCover(c *conn, since int64, late []behind) {
 	}
 	c.reply(resyncFrame(protocol.ResyncLateStore))
 	g.resynced(protocol.ResyncLateStore, 1)
+}
+
+// lacks reports whether the persister's position stored has not reached
+// end in partition part. A partition it claimed from the start and has not
+// read yet is saved as kafka.FirstOffset (-2): it has stored nothing there,
+// which covers an empty partition (end 0).
+func lacks(stored map[int]int64, part int, end int64) bool {
+	return max(stored[part], 0) < end
 }
 
 // missedBelow reports whether a group of late has a message above the
@@ -275,7 +311,7 @@ func (w *storedWatch) poll(g *Gateway) {
 	defer t.Stop()
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), coverPoll)
-		stored, err := g.cfg.Redis.Offsets(ctx, consumers.GroupPersister, topics.Messages)
+		stored, err := g.reads.stored(ctx)
 		cancel()
 		w.mu.Lock()
 		if err == nil {

@@ -6,6 +6,11 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/groupchat/chatd/consumers"
+	"github.com/groupchat/chatd/topics"
 )
 
 // A node's connections syncing at once share the reads of the log's ends,
@@ -42,4 +47,46 @@ func TestSyncsShareTheReadsOfTheLogsEnds(t *testing.T) {
 		t.Fatalf("%d reads of the ends for 1,000 syncs: not shared", n)
 	}
 	t.Logf("%d reads for 1,000 syncs", reads.Load())
+}
+
+// The first sync of a connection is checked; in a group whose partition
+// is empty, with the persister holding it from its start (its position
+// kafka.FirstOffset, -2), there is nothing to store and the check ends at
+// once. It used to wait for the persister to pass offset 0, reading its
+// position every coverPoll for as long as the connection lived.
+func TestTheCheckOfASyncOverAnEmptyPartitionEnds(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("quiet", "bob")
+	ctx := context.Background()
+	part := topics.Partition("quiet", 4)
+	waitFor(t, "the persister to claim the empty partition's start", 10*time.Second, func() bool {
+		stored, err := e.redis.Offsets(ctx, consumers.GroupPersister, topics.Messages)
+		return err == nil && stored[part] == kafka.FirstOffset
+	})
+	bob := e.connect(0, "bob", nil)
+	defer bob.c.Close()
+	e.waitSyncChecked(0, "bob")
+	g := e.gws[0].g
+	g.stored.mu.Lock()
+	defer g.stored.mu.Unlock()
+	if g.stored.waiters != 0 {
+		t.Fatalf("%d connections still wait for the persister", g.stored.waiters)
+	}
+}
+
+// waitSyncChecked waits until the first sync of every connection of uid
+// on gateway gwi has been checked (see syncCovered).
+func (e *env) waitSyncChecked(gwi int, uid string) {
+	e.t.Helper()
+	g := e.gws[gwi].g
+	waitFor(e.t, uid+"'s connection registered", 5*time.Second, func() bool { return g.hub.has(uid) })
+	waitFor(e.t, "the check of "+uid+"'s sync to end", 5*time.Second, func() bool {
+		var open int
+		g.hub.each(uid, func(c *conn) {
+			if c.coverSince.Load() != 0 {
+				open++
+			}
+		})
+		return open == 0
+	})
 }

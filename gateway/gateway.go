@@ -37,6 +37,7 @@ type Gateway struct {
 	epoch  time.Time   // the gateway's start, for since
 	ends   endsFetcher // the log's ends, for syncs that check what they cover
 	stored storedWatch // the persister's position, for connections waiting on it
+	reads  coverReads  // what the checks read; tests replace them
 
 	// dropPush, when set, drops pushes to a user (tests of lost pushes).
 	dropPush func(uid string) bool
@@ -72,7 +73,8 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	return &Gateway{cfg: cfg, log: cfg.Logger.With("node", cfg.Node), hub: newHub(),
-		admit: newAdmission(cfg.SendTarget, cfg.MaxSending), instance: newInstance(), epoch: time.Now()}, nil
+		admit: newAdmission(cfg.SendTarget, cfg.MaxSending), instance: newInstance(), epoch: time.Now(),
+		reads: newCoverReads(cfg)}, nil
 }
 
 // since is the time since the gateway's start, monotonic and never 0.

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -58,9 +59,37 @@ func TestAPushLostWhileThePushRouteBrokeIsPulledAfterIt(t *testing.T) {
 // stored it, the gateway tells that member to sync again; a member whose
 // sync was complete hears nothing.
 func TestASyncAnsweredBeforeTheStoreCaughtUpIsFollowedByAResync(t *testing.T) {
+	lateStore(t, nil)
+}
+
+// The check of a sync holds when its first reads fail.
+func TestASyncIsCheckedWhenItsReadsFail(t *testing.T) {
+	failing := func(n int64, read func(context.Context) (map[int]int64, error)) func(context.Context) (map[int]int64, error) {
+		var left atomic.Int64
+		left.Store(n)
+		return func(ctx context.Context) (map[int]int64, error) {
+			if left.Add(-1) >= 0 {
+				return nil, errors.New("read refused by the test")
+			}
+			return read(ctx)
+		}
+	}
+	t.Run("the persister's position", func(t *testing.T) {
+		lateStore(t, func(g *Gateway) { g.reads.stored = failing(1, g.reads.stored) })
+	})
+	t.Run("the log's ends", func(t *testing.T) {
+		lateStore(t, func(g *Gateway) { g.reads.ends = failing(3, g.reads.ends) })
+	})
+}
+
+// lateStore shows a member who connected while the persister was stopped
+// told to sync again once it has stored what he missed; breakReads, if
+// set, is called on the gateway as he connects.
+func lateStore(t *testing.T, breakReads func(*Gateway)) {
 	e := newEnv(t, envOpts{})
 	e.group("g", "alice", "bob")
 	alice := e.connect(0, "alice", nil)
+	e.waitSyncChecked(0, "alice") // a send before could be above her sync's head and below the ends its check reads
 	ctx := context.Background()
 	first, err := alice.c.Send(ctx, "g", "stored")
 	if err != nil {
@@ -74,6 +103,9 @@ func TestASyncAnsweredBeforeTheStoreCaughtUpIsFollowedByAResync(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "alice gets it pushed", 10*time.Second, func() bool { return len(alice.delivered("g")) == 2 })
+	if breakReads != nil {
+		breakReads(e.gws[0].g)
+	}
 	bob := e.connect(0, "bob", nil)
 	if err := bob.c.Open(ctx, "g"); err != nil {
 		t.Fatal(err)
