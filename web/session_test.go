@@ -251,3 +251,22 @@ func TestAResyncFrameSyncsAndPullsAtOnce(t *testing.T) {
 		t.Fatalf("ack %d past the newest message", n)
 	}
 }
+
+// A resync frame that comes while the session's first sync is under way
+// may be about what that sync was answered without: the page syncs again
+// as soon as the first is answered, not at the next heartbeat.
+func TestAResyncFrameDuringTheFirstSyncIsObeyed(t *testing.T) {
+	p := newPeer(t)
+	b := browsertest.NewTab(t, browsertest.Start(t), "u")
+	signIn(t, p, b)
+	c := p.nextConn()
+	f := c.expect("sync", nil)
+	c.write(map[string]any{"op": "resync", "reason": "late_store"})
+	time.Sleep(100 * time.Millisecond) // the frame reaches the page before the answer
+	synced(c, f, 10, 10, 10)
+	if f = c.next("sync", 2*time.Second); f == nil {
+		t.Fatalf("no sync within 2 s of a resync frame that came during the first sync; page %s", b.State())
+	}
+	synced(c, f, 11, 10, 10)
+	b.WaitUntil("the new head counted", `document.querySelector('#groups li[data-gid=g] .badge')?.textContent === '1'`)
+}

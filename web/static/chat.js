@@ -72,6 +72,7 @@ export class Chat extends EventTarget {
     this.stats = { sessions: 0, reconnects: 0, syncs: 0, pulls: 0, olderPulls: 0, pushes: 0, duplicates: 0,
       gaps: 0, acks: 0, reads: 0, sends: 0, resends: 0 };
     this.timers = { heartbeat: 0, sync: 0 };
+    this.resyncAsked = false; // see sessionUp
     this.outbox = new Outbox(this);
     this.cursors = new Cursors(this);
     this.onOffline = () => this.conn.drop('the browser went offline');
@@ -111,6 +112,7 @@ export class Chat extends EventTarget {
   async sessionUp(uid) {
     if (this.stats.sessions++ > 0) this.stats.reconnects++;
     this.uid = uid || this.uid; // the token's user
+    this.resyncAsked = false; // a resync frame during the first sync: it may have been answered before what it is about
     try {
       await this.sync();
     } catch (e) {
@@ -120,7 +122,7 @@ export class Chat extends EventTarget {
     this.conn.healthy();
     this.online = true;
     this.emit('status', { state: 'online' });
-    this.beat();
+    this.beat(this.resyncAsked ? 0 : HEARTBEAT);
     this.cursors.flush(false);
     this.outbox.resendAll();
     const g = this.current && this.groups.get(this.current);
@@ -219,6 +221,7 @@ export class Chat extends EventTarget {
       case 'resync': // pushes to us may have been lost: sync and pull now
         console.info('chatd: the server asks for a sync:', String(f.reason).slice(0, 64));
         if (this.online) this.beat(0);
+        else this.resyncAsked = true; // the session's first sync is under way: sync again after it
         break;
       case 'error':
         this.emit('error', { message: `${f.code}: ${f.message}` });
