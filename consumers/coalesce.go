@@ -71,7 +71,7 @@ func (c *coalescer[T]) add(ctx context.Context, rows []T) error {
 	}
 	c.mu.Unlock()
 	if lead {
-		c.lead(ctx, r)
+		go c.lead(ctx, r)
 	}
 	select {
 	case <-r.done:
@@ -82,6 +82,9 @@ func (c *coalescer[T]) add(ctx context.Context, rows []T) error {
 }
 
 // lead waits for the round to fill, closes it to new rows and inserts it.
+// The leader's ctx ending (its partition revoked, its runner stopping)
+// cuts the wait short, but not the insert, which carries other callers'
+// rows too: the insert bounds its own time (ClickHouse's QueryTimeout).
 func (c *coalescer[T]) lead(ctx context.Context, r *round[T]) {
 	t := time.NewTimer(c.wait)
 	select {
@@ -96,6 +99,6 @@ func (c *coalescer[T]) lead(ctx context.Context, r *round[T]) {
 	}
 	c.mu.Unlock()
 	// r.rows no longer changes: the round is closed.
-	r.err = c.insert(ctx, r.rows)
+	r.err = c.insert(context.WithoutCancel(ctx), r.rows)
 	close(r.done)
 }

@@ -107,8 +107,11 @@ func TestCoalescerStopsWaitingWhenTheCallerLeaves(t *testing.T) {
 	cancel()
 	select {
 	case err := <-done:
-		if err == nil {
-			t.Error("add returned nil after its context ended; its rows may not be in")
+		rec.mu.Lock()
+		in := len(rec.calls) == 1 && slices.Equal(rec.calls[0], []int{1})
+		rec.mu.Unlock()
+		if err == nil && !in {
+			t.Error("add returned nil after its context ended, and its rows are not in")
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("add kept waiting after its context ended")
@@ -125,5 +128,38 @@ func TestCoalescerWithoutWaitInsertsEachBatch(t *testing.T) {
 	}
 	if len(rec.calls) != 3 {
 		t.Errorf("%d inserts, want one per batch (3)", len(rec.calls))
+	}
+}
+
+// The first caller of a round leaving (its partition revoked) must not
+// fail the insert of the others who joined it.
+func TestCoalescerInsertsTheRoundWhenItsLeaderLeaves(t *testing.T) {
+	rec := &recorder{}
+	c := newCoalescer(300*time.Millisecond, rec.insert)
+	ctx, cancel := context.WithCancel(context.Background())
+	leader := make(chan error, 1)
+	go func() { leader <- c.add(ctx, []int{1}) }()
+	time.Sleep(50 * time.Millisecond)
+	follower := make(chan error, 1)
+	go func() { follower <- c.add(context.Background(), []int{2}) }()
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	select {
+	case <-leader:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the leader kept waiting after its context ended")
+	}
+	select {
+	case err := <-follower:
+		if err != nil {
+			t.Fatalf("the follower's rows failed with the leader's context: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the follower waited for ever")
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.calls) != 1 || !slices.Equal(slices.Sorted(slices.Values(rec.calls[0])), []int{1, 2}) {
+		t.Fatalf("inserts %v, want one of [1 2]", rec.calls)
 	}
 }
