@@ -148,8 +148,10 @@ func (g *Gateway) watchCover(c *conn, since int64, late []behind) {
 		g.log.Warn("cannot tell whether a sync missed messages; asking the client to sync again", "uid", c.uid, "err", err)
 		missed = true
 	}
+	// The check ends either way: the sync a resync asks for reads the
+	// heads after the store caught up, and covers the moment.
+	c.coverSince.CompareAndSwap(since, 0)
 	if !missed {
-		c.coverSince.CompareAndSwap(since, 0)
 		return
 	}
 	c.reply(resyncFrame(protocol.ResyncLateStore))
