@@ -3,6 +3,9 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -191,4 +194,40 @@ func TestALateStoreResyncEndsTheCheck(t *testing.T) {
 		t.Fatalf("bob's sync after the resync: %v", f)
 	}
 	e.waitSyncChecked(0, "bob")
+}
+
+// A push route that breaks again while the connections are being told to
+// sync starts the telling over, at the same pace: two breaks in a row
+// must not add their storms up (ten thousand connections told twice as
+// fast as the pace), and every connection is told after the last break.
+func TestBreaksInARowKeepTheResyncPace(t *testing.T) {
+	g := &Gateway{log: slog.New(slog.NewTextHandler(io.Discard, nil)), hub: newHub(), epoch: time.Now(),
+		resyncAsk: make(chan string, 1), pace: resyncPace{burst: 2, every: 100 * time.Millisecond}}
+	var conns []*conn
+	for i := range 10 {
+		c := &conn{g: g, uid: fmt.Sprint("u", i), queue: outQueue{stopped: true}} // frames are dropped
+		g.hub.add(c)
+		conns = append(conns, c)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); g.resyncConns(ctx) }()
+	defer func() { cancel(); <-done }()
+	told := func() int64 { return g.metrics.resyncs.Load() }
+
+	g.askResync(protocol.ResyncPushRoute)
+	waitFor(t, "the first burst", 5*time.Second, func() bool { return told() >= 2 })
+	first := time.Now()
+	g.askResync(protocol.ResyncPushRoute) // the route broke again
+	waitFor(t, "the next burst", 5*time.Second, func() bool { return told() >= 3 })
+	if d := time.Since(first); d < 90*time.Millisecond {
+		t.Fatalf("%d resync frames within %v of the first burst; want at most %d every %v", told(), d, g.pace.burst, g.pace.every)
+	}
+	waitFor(t, "every connection told after the second break", 5*time.Second, func() bool { return told() >= 12 })
+	since := conns[0].coverSince.Load()
+	for _, c := range conns {
+		if c.coverSince.Load() != since {
+			t.Fatalf("%s must cover the moment of the second break", c.uid)
+		}
+	}
 }
