@@ -148,8 +148,10 @@ func (g *Gateway) watchCover(c *conn, since int64, late []behind) {
 		g.log.Warn("cannot tell whether a sync missed messages; asking the client to sync again", "uid", c.uid, "err", err)
 		missed = true
 	}
+	// The check ends either way: the sync a resync asks for reads the
+	// heads after the store caught up, and covers the moment.
+	c.coverSince.CompareAndSwap(since, 0)
 	if !missed {
-		c.coverSince.CompareAndSwap(since, 0)
 		return
 	}
 	c.reply(resyncFrame(protocol.ResyncLateStore))
@@ -195,9 +197,10 @@ func (g *Gateway) missedBelow(ctx context.Context, late []behind) (bool, error) 
 // connections all reconnecting cost a few reads, not one each.
 type endsFetcher struct {
 	mu   sync.Mutex
-	cur  *endsFetch // in flight
-	next *endsFetch // for those who came after cur began: starts when it ends
-	last *endsFetch // the newest that succeeded
+	cur  *endsFetch    // in flight
+	next *endsFetch    // for those who came after cur began: starts when it ends
+	last *endsFetch    // the newest that succeeded
+	read time.Duration // when the newest read, failed or not, began
 }
 
 type endsFetch struct {
@@ -238,18 +241,23 @@ func (f *endsFetcher) after(ctx context.Context, t time.Duration, now func() tim
 }
 
 func (f *endsFetcher) run(x *endsFetch, now func() time.Duration, fetch func(context.Context) (map[int]int64, error)) {
-	// One read every endsGap at most: a sync's check waits, its answer
-	// does not. x.began stays when it was due, before the read: ends read
-	// later still hold every message sent before.
+	// One read every endsGap at most, failed ones too (the checks of a
+	// node's connections retry them while the broker is down): a sync's
+	// check waits, its answer does not. x.began stays when it was due,
+	// before the read: ends read later still hold every message sent
+	// before.
 	f.mu.Lock()
 	var wait time.Duration
-	if f.last != nil {
-		wait = f.last.began + endsGap - now()
+	if f.read != 0 {
+		wait = f.read + endsGap - now()
 	}
 	f.mu.Unlock()
 	if wait > 0 {
 		time.Sleep(wait)
 	}
+	f.mu.Lock()
+	f.read = now()
+	f.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	x.ends, x.err = fetch(ctx)
 	cancel()

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -89,4 +90,37 @@ func (e *env) waitSyncChecked(gwi int, uid string) {
 		})
 		return open == 0
 	})
+}
+
+// While the log's ends cannot be read (the broker down), the checks that
+// retry keep to one read every endsGap between them, as when reads
+// succeed: a node's connections retrying must not hammer the broker with
+// reads back to back.
+func TestFailedReadsOfTheLogsEndsKeepTheirGap(t *testing.T) {
+	epoch := time.Now()
+	now := func() time.Duration { return time.Since(epoch) + 1 }
+	var f endsFetcher
+	var reads atomic.Int64
+	fetch := func(context.Context) (map[int]int64, error) {
+		reads.Add(1)
+		return nil, errors.New("broker down (the test)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				f.after(ctx, now(), now, fetch)
+			}
+		}()
+	}
+	wg.Wait()
+	// Let the reads in flight or queued end, so that none outlives the test.
+	f.after(context.Background(), now(), now, fetch)
+	if n, most := reads.Load(), int64(500*time.Millisecond/endsGap)+3; n > most {
+		t.Fatalf("%d failed reads of the ends in 500 ms; want at most %d, one every %v", n, most, endsGap)
+	}
 }

@@ -39,6 +39,9 @@ type Gateway struct {
 	stored storedWatch // the persister's position, for connections waiting on it
 	reads  coverReads  // what the checks read; tests replace them
 
+	resyncAsk chan string // see askResync
+	pace      resyncPace
+
 	// dropPush, when set, drops pushes to a user (tests of lost pushes).
 	dropPush func(uid string) bool
 	// beforeOffline, when set, runs as a user's last connection here has
@@ -74,7 +77,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	return &Gateway{cfg: cfg, log: cfg.Logger.With("node", cfg.Node), hub: newHub(),
 		admit: newAdmission(cfg.SendTarget, cfg.MaxSending), instance: newInstance(), epoch: time.Now(),
-		reads: newCoverReads(cfg)}, nil
+		reads: newCoverReads(cfg), resyncAsk: make(chan string, 1), pace: resyncPace{resyncBurst, resyncTick}}, nil
 }
 
 // since is the time since the gateway's start, monotonic and never 0.
@@ -108,7 +111,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		loops.Wait()
 		g.releaseNode()
 	}()
-	for _, loop := range []func(context.Context){g.keepNode, g.refreshPresence, g.pingConns} {
+	for _, loop := range []func(context.Context){g.keepNode, g.refreshPresence, g.pingConns, g.resyncConns} {
 		loops.Add(1)
 		go func() { defer loops.Done(); loop(ctx) }()
 	}

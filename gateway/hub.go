@@ -200,8 +200,7 @@ func (g *Gateway) deliver(ctx context.Context) error {
 				if err := g.cfg.Redis.SetOnline(ctx, g.cfg.Node, uids, g.cfg.PresenceTTL, true); err != nil {
 					g.log.Warn("re-registering presence after a Redis reconnect failed", "err", err)
 				}
-				go g.resyncAll(ctx, protocol.ResyncPushRoute) // ends with Run
-
+				g.askResync(protocol.ResyncPushRoute)
 			}
 			continue
 		}

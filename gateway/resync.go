@@ -9,8 +9,13 @@ import (
 )
 
 // resyncPace spreads the resync frames of a node's connections: at most
-// resyncBurst connections are told each resyncTick, so that ten thousand
-// clients do not sync at the same moment (10,000 a second).
+// burst connections are told each every, so that ten thousand clients do
+// not sync at the same moment. The defaults tell 10,000 a second.
+type resyncPace struct {
+	burst int
+	every time.Duration
+}
+
 const (
 	resyncBurst = 1000
 	resyncTick  = 100 * time.Millisecond
@@ -22,36 +27,71 @@ func resyncFrame(reason string) []byte {
 	return b
 }
 
-// resyncAll tells every connection of this node (all authenticated) to sync and pull what it
-// is missing: pushes to them may have been lost. Connections that arrive
-// meanwhile sync anyway. It returns when every connection has been told,
-// or ctx ends.
-func (g *Gateway) resyncAll(ctx context.Context, reason string) {
+// askResync asks for every connection of this node to be told to sync
+// again (see resyncConns). It never blocks: an ask made while another
+// waits is the same ask.
+func (g *Gateway) askResync(reason string) {
+	select {
+	case g.resyncAsk <- reason:
+	default:
+	}
+}
+
+// resyncConns tells the connections of this node to sync again whenever
+// asked (askResync), until ctx ends. One loop for the node keeps the pace
+// whatever the asks: a push route that breaks again while connections are
+// being told starts the telling over, for every connection (pushes to
+// those told already may have been lost too), at the same pace, rather
+// than adding a second storm to the first.
+func (g *Gateway) resyncConns(ctx context.Context) {
+	var last time.Time // of the last burst
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case reason := <-g.resyncAsk:
+			for reason != "" {
+				reason = g.resyncAll(ctx, reason, &last)
+			}
+		}
+	}
+}
+
+// resyncAll tells every connection of this node (all authenticated) to
+// sync and pull what it is missing: pushes to them may have been lost.
+// Connections that arrive meanwhile sync anyway. It returns when every
+// connection has been told or ctx ends, with "", or at a new ask, with its
+// reason. last is the time of the last burst, kept across calls.
+func (g *Gateway) resyncAll(ctx context.Context, reason string, last *time.Time) (again string) {
 	frame := resyncFrame(reason)
 	conns := g.hub.all()
 	g.log.Info("telling connections to sync again: pushes to them may have been lost", "conns", len(conns), "reason", reason)
-	t := time.NewTicker(resyncTick)
-	defer t.Stop()
 	now := g.since()
 	for _, c := range conns {
 		c.coverFrom(now) // their next sync must cover what the fan-out handled during the break
 	}
 	for len(conns) > 0 {
-		n := min(len(conns), resyncBurst)
+		if wait := time.Until(last.Add(g.pace.every)); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ""
+			case again = <-g.resyncAsk:
+				t.Stop()
+				return again
+			case <-t.C:
+			}
+		}
+		n := min(len(conns), g.pace.burst)
 		for _, c := range conns[:n] {
 			c.reply(frame)
 		}
 		g.resynced(reason, n)
+		*last = time.Now()
 		conns = conns[n:]
-		if len(conns) == 0 {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
 	}
+	return ""
 }
 
 // resynced counts n resync frames sent for reason.

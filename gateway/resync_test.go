@@ -3,9 +3,15 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/groupchat/chatd/protocol"
+	"github.com/groupchat/chatd/topics"
 )
 
 // A push lost while the gateway's push route to Redis is broken must not
@@ -124,5 +130,104 @@ func lateStore(t *testing.T, breakReads func(*Gateway)) {
 	}
 	if st := alice.c.Stats(); st.Resyncs != 0 {
 		t.Errorf("alice, whose sync was complete: %+v; want no resync", st)
+	}
+}
+
+// A late_store resync ends the check of the moment it was about: the sync
+// it asks for reads the heads after the store caught up, and it and the
+// syncs after it are not checked again. The check used to stay open: a
+// sync after it, seeing ends read later than the store's position (other
+// connections' checks read them, messages kept coming), was found behind
+// with its watch already spent, so the check never ended and every later
+// sync of the connection paid one more read.
+func TestALateStoreResyncEndsTheCheck(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g", "alice", "bob", "carol")
+	alice := e.connect(0, "alice", nil)
+	e.waitSyncChecked(0, "alice")
+	ctx := context.Background()
+	first, err := alice.c.Send(ctx, "g", "stored")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first message stored", 10*time.Second, func() bool { h, _ := e.redis.Head(ctx, "g"); return h == first })
+
+	e.parts["persister"].stop()
+	if _, err := alice.c.Send(ctx, "g", "sent while the store is stopped"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "alice gets it pushed", 10*time.Second, func() bool { return len(alice.delivered("g")) == 2 })
+	bob := e.login(0, "bob")
+	defer bob.ws.CloseNow()
+	if f := bob.call(map[string]any{"op": "sync"}); f["op"] != protocol.OpSynced {
+		t.Fatalf("bob's sync: %v", f)
+	}
+	e.runConsumer("persister", e.parts["persister"].mk)
+	for {
+		f := bob.read()
+		if f["op"] == protocol.OpResync {
+			if f["reason"] != protocol.ResyncLateStore {
+				t.Fatalf("resync for %v, want %s", f["reason"], protocol.ResyncLateStore)
+			}
+			break
+		}
+	}
+
+	// The store lags again, and another connection's check reads the
+	// log's ends past what it has stored.
+	e.parts["persister"].stop()
+	later, err := alice.c.Send(ctx, "g", "sent while the store is stopped again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	carol := e.connect(0, "carol", nil)
+	defer carol.c.Close()
+	g := e.gws[0].g
+	part := topics.Partition("g", 4)
+	waitFor(t, "ends read past the new message", 10*time.Second, func() bool {
+		g.ends.mu.Lock()
+		defer g.ends.mu.Unlock()
+		return g.ends.last != nil && g.ends.last.ends[part] > later
+	})
+
+	if f := bob.call(map[string]any{"op": "sync"}); f["op"] != protocol.OpSynced {
+		t.Fatalf("bob's sync after the resync: %v", f)
+	}
+	e.waitSyncChecked(0, "bob")
+}
+
+// A push route that breaks again while the connections are being told to
+// sync starts the telling over, at the same pace: two breaks in a row
+// must not add their storms up (ten thousand connections told twice as
+// fast as the pace), and every connection is told after the last break.
+func TestBreaksInARowKeepTheResyncPace(t *testing.T) {
+	g := &Gateway{log: slog.New(slog.NewTextHandler(io.Discard, nil)), hub: newHub(), epoch: time.Now(),
+		resyncAsk: make(chan string, 1), pace: resyncPace{burst: 2, every: 100 * time.Millisecond}}
+	var conns []*conn
+	for i := range 10 {
+		c := &conn{g: g, uid: fmt.Sprint("u", i), queue: outQueue{stopped: true}} // frames are dropped
+		g.hub.add(c)
+		conns = append(conns, c)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); g.resyncConns(ctx) }()
+	defer func() { cancel(); <-done }()
+	told := func() int64 { return g.metrics.resyncs.Load() }
+
+	g.askResync(protocol.ResyncPushRoute)
+	waitFor(t, "the first burst", 5*time.Second, func() bool { return told() >= 2 })
+	first := time.Now()
+	g.askResync(protocol.ResyncPushRoute) // the route broke again
+	waitFor(t, "the next burst", 5*time.Second, func() bool { return told() >= 3 })
+	if d := time.Since(first); d < 90*time.Millisecond {
+		t.Fatalf("%d resync frames within %v of the first burst; want at most %d every %v", told(), d, g.pace.burst, g.pace.every)
+	}
+	waitFor(t, "every connection told after the second break", 5*time.Second, func() bool { return told() >= 12 })
+	since := conns[0].coverSince.Load()
+	for _, c := range conns {
+		if c.coverSince.Load() != since {
+			t.Fatalf("%s must cover the moment of the second break", c.uid)
+		}
 	}
 }
