@@ -270,3 +270,30 @@ func TestAResyncFrameDuringTheFirstSyncIsObeyed(t *testing.T) {
 	synced(c, f, 11, 10, 10)
 	b.WaitUntil("the new head counted", `document.querySelector('#groups li[data-gid=g] .badge')?.textContent === '1'`)
 }
+
+// A resync frame that comes while a sync is under way, with that sync's
+// answer right behind it, is not swallowed by the answer: the page syncs
+// once more after it, not at the next heartbeat.
+func TestAResyncFrameDuringASyncIsObeyedAfterIt(t *testing.T) {
+	_, b, c := listed(t, 10, 10, 10)
+	c.write(map[string]any{"op": "resync", "reason": "push_route"})
+	f := c.expect("sync", nil)
+	// Both frames wait while the page is busy, then come one after the
+	// other. Chromium runs the timer the first one sets before handling
+	// the second; a browser that handled the answer first used to lose the
+	// resync until the next heartbeat.
+	busy := make(chan struct{})
+	go func() {
+		defer close(busy)
+		browsertest.Eval[bool](b, `(() => { const t = Date.now(); while (Date.now() - t < 800) {} return true })()`)
+	}()
+	time.Sleep(300 * time.Millisecond)
+	c.write(map[string]any{"op": "resync", "reason": "late_store"})
+	synced(c, f, 10, 10, 10)
+	<-busy
+	if f = c.next("sync", 2*time.Second); f == nil {
+		t.Fatalf("no sync within 2 s of a resync frame that came during a sync; page %s", b.State())
+	}
+	synced(c, f, 11, 10, 10)
+	b.WaitUntil("the new head counted", `document.querySelector('#groups li[data-gid=g] .badge')?.textContent === '1'`)
+}

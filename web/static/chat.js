@@ -112,7 +112,7 @@ export class Chat extends EventTarget {
   async sessionUp(uid) {
     if (this.stats.sessions++ > 0) this.stats.reconnects++;
     this.uid = uid || this.uid; // the token's user
-    this.resyncAsked = false; // a resync frame during the first sync: it may have been answered before what it is about
+    this.resyncAsked = false; // set by a resync frame: see frame()
     try {
       await this.sync();
     } catch (e) {
@@ -156,6 +156,7 @@ export class Chat extends EventTarget {
   beat(delay = HEARTBEAT) {
     clearTimeout(this.timers.heartbeat);
     this.timers.heartbeat = setTimeout(async () => {
+      this.resyncAsked = false; // one asked from here on is about this sync's answer, or later
       try {
         await this.sync();
       } catch (e) {
@@ -167,7 +168,7 @@ export class Chat extends EventTarget {
       }
       const g = this.current && this.groups.get(this.current);
       if (g && g.head > g.contig) this.pullForward(g).catch((e) => this.failed('pull', e));
-      this.beat();
+      this.beat(this.resyncAsked ? 0 : HEARTBEAT);
     }, delay);
   }
 
@@ -220,8 +221,10 @@ export class Chat extends EventTarget {
         break;
       case 'resync': // pushes to us may have been lost: sync and pull now
         console.info('chatd: the server asks for a sync:', String(f.reason).slice(0, 64));
+        // A sync under way may have been answered before what this is
+        // about: the one that ends it (or the session's first) beats again.
+        this.resyncAsked = true;
         if (this.online) this.beat(0);
-        else this.resyncAsked = true; // the session's first sync is under way: sync again after it
         break;
       case 'error':
         this.emit('error', { message: `${f.code}: ${f.message}` });
