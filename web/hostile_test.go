@@ -58,3 +58,78 @@ func TestALateRefusalOfARequestGivenUpOnIsNotShown(t *testing.T) {
 		t.Fatalf("the late refusal of a send whose resend was accepted is shown: %q", toast)
 	}
 }
+
+// watchWarnings keeps the page's console warnings from now on in
+// window.warned, to show that what was dropped was said.
+func watchWarnings(b *browsertest.Tab) {
+	browsertest.Eval[bool](b, `(window.warned = [], console.warn = ((w) => (...a) => { window.warned.push(a.join(' ')); w(...a); })(console.warn), true)`)
+}
+
+// warned fails t unless the page warned at least n times.
+func warned(t *testing.T, b *browsertest.Tab, n int) {
+	t.Helper()
+	if got := browsertest.Eval[[]string](b, `window.warned`); len(got) < n {
+		t.Errorf("the page warned %d times (%q), want at least %d: what it dropped goes unsaid", len(got), got, n)
+	}
+}
+
+// waitCursor waits until the page has sent op upto want.
+func waitCursor(t *testing.T, p *peer, b *browsertest.Tab, op string, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for p.maxCursor(op) != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("the page sent %s upto %d, want %d; page %s", op, p.maxCursor(op), want, b.State())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// groupsHeld is every gid the page holds state for, listed or not.
+func groupsHeld(b *browsertest.Tab) []string {
+	return browsertest.Eval[[]string](b, `[...chat.groups.keys()].map(String)`)
+}
+
+// opened opens g (head 10) and answers its loading with message 10.
+func opened(c *peerConn, b *browsertest.Tab, sender string) {
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	c.answer(f, page(f, false, 10))
+	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 11.0 })
+	c.answer(f, page(f, false, 10, msg(9, noPrev, sender, "m9"), msg(10, noPrev, sender, "m10")))
+	b.WaitUntil("the history shown", `document.querySelectorAll('#messages .msg').length === 2`)
+}
+
+// A push frame that is null or whose msgs is no list is dropped, and so is
+// a pushed message that is null, has no gid, or a msgid that is no
+// integer; the rest of the frame is taken. A msgid "x" made the group's
+// contiguous cursor NaN (nothing after it was ever shown or acked), 10.5
+// was acked as such, null threw and dropped the rest of the frame, and a
+// message without gid made a group "undefined".
+func TestMalformedPushesAreDroppedAndTheRestShown(t *testing.T) {
+	p, b, c := listed(t, 10, 10, 10)
+	opened(c, b, "v")
+	watchWarnings(b)
+	c.write(nil)
+	c.write(map[string]any{"op": "push", "msgs": map[string]any{"gid": "g", "msgid": 11, "prev": 10}})
+	nogid := msg(11, 10, "v", "no gid")
+	delete(nogid, "gid")
+	x := msg(11, 10, "v", "msgid x")
+	x["msgid"] = "x"
+	half := msg(11, 10, "v", "msgid 10.5")
+	half["msgid"] = 10.5
+	c.write(map[string]any{"op": "push", "msgs": []any{nogid, x, half, nil, msg(11, 10, "v", "m11")}})
+	c.write(map[string]any{"op": "push", "msgs": []any{msg(12, 11, "v", "m12")}})
+	b.WaitUntil("m11 and m12 shown", `document.querySelectorAll('#messages .msg').length >= 4`)
+	if got := b.Bodies(); len(got) != 4 || got[2] != "m11" || got[3] != "m12" {
+		t.Fatalf("the group shows %q, want m9 to m12", got)
+	}
+	waitCursor(t, p, b, "ack", 12)
+	if got := groupsHeld(b); len(got) != 1 || got[0] != "g" {
+		t.Errorf("the page holds groups %q, want only g", got)
+	}
+	if p := b.TakeProblems(); len(p) > 0 {
+		t.Errorf("the page threw: %v", p)
+	}
+	warned(t, b, 6)
+}

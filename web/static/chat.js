@@ -15,6 +15,7 @@
 import { Conn, Disconnected, Timeout, Backoff, retryable } from './conn.js';
 import { Cursors } from './cursors.js';
 import { Outbox } from './outbox.js';
+import * as frames from './frames.js';
 
 const PAGE = 100; // a forward pull page
 const OLDER_PAGE = 50; // a page when scrolling up
@@ -213,7 +214,7 @@ export class Chat extends EventTarget {
   frame(f) {
     switch (f.op) {
       case 'push':
-        for (const m of f.msgs || []) this.push(m);
+        for (const m of frames.messages(f.msgs, 'push')) this.push(m);
         break;
       case 'receipts':
         this.receipts(f.gid, f.counts || []);

@@ -1,0 +1,44 @@
+// frames.js: what the page takes from the server's frames. A part that is
+// not what PROTOCOL.md says (a msgid that is no integer, a group without a
+// gid, a list that is no list, null) is dropped with a warning and the
+// rest is taken: trusted, it became a NaN cursor that stopped a group for
+// good, a group named "undefined", or an exception that ended the handling
+// of the frame, or every session at its first sync.
+
+// A msgid is an offset: an integer from 0. A cursor is one, or -1 (none).
+export const isMsgid = (v) => Number.isSafeInteger(v) && v >= 0;
+export const isCursor = (v) => Number.isSafeInteger(v) && v >= -1;
+const isCount = isMsgid;
+const isObject = (v) => typeof v === 'object' && v !== null && !Array.isArray(v);
+const isGid = (v) => typeof v === 'string' && v !== '';
+
+function dropped(what, v) {
+  console.warn(`chatd: ${what} dropped:`, String(JSON.stringify(v)).slice(0, 200));
+}
+
+// list is v when it is a list; absent (or null) it is empty, silently.
+function list(v, what) {
+  if (Array.isArray(v)) return v;
+  if (v !== undefined && v !== null) dropped(`${what} that is no list`, v);
+  return [];
+}
+
+// frame is a frame that is an object, else null.
+export function frame(f) {
+  if (isObject(f)) return f;
+  dropped('a frame that is no object', f);
+  return null;
+}
+
+// messages are the messages of a push (gid undefined: each names its
+// group) or of a page of gid (each of that group, or naming none). A prev
+// that is no cursor is left as it is: it matches no cursor, so the message
+// waits for a pull, as one with prev unknown does.
+export function messages(msgs, what, gid) {
+  return list(msgs, `the msgs of a ${what}`).filter((m) => {
+    const ok = isObject(m) && isMsgid(m.msgid) &&
+      (gid === undefined ? isGid(m.gid) : m.gid === undefined || m.gid === gid);
+    if (!ok) dropped(`a message of a ${what}`, m);
+    return ok;
+  });
+}
