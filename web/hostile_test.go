@@ -100,6 +100,51 @@ func opened(c *peerConn, b *browsertest.Tab, sender string) {
 	b.WaitUntil("the history shown", `document.querySelectorAll('#messages .msg').length === 2`)
 }
 
+// A page whose msgs is no list is an empty page; a message in a page that
+// is null, names no msgid (or one that is no integer) or another group is
+// dropped; a page without head leaves the head as it was. msgs "none"
+// threw, the group's loading stopped and its history was never asked; a
+// missing head made the group's head NaN for good, and the heartbeat never
+// again pulled messages whose pushes were lost.
+func TestMalformedPagesAreDroppedAndTheRestShown(t *testing.T) {
+	_, b, c := listed(t, 10, 10, 10)
+	watchWarnings(b)
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	c.answer(f, map[string]any{"op": "page", "gid": "g", "after": 10, "msgs": "none", "more": false, "head": 10})
+	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 11.0 })
+	other := msg(7, noPrev, "v", "m7 of h")
+	other["gid"] = "h"
+	c.answer(f, page(f, false, 10, nil,
+		map[string]any{"gid": "g", "sender": "v", "body": "no msgid"},
+		map[string]any{"gid": "g", "msgid": 6.5, "sender": "v", "body": "msgid 6.5"},
+		other, msg(8, noPrev, "v", "m8"), msg(10, noPrev, "v", "m10")))
+	b.WaitUntil("the history shown", `document.querySelectorAll('#messages .msg').length >= 2`)
+	time.Sleep(300 * time.Millisecond) // the rest of the page, if it were drawn
+	if got := b.Bodies(); len(got) != 2 || got[0] != "m8" || got[1] != "m10" {
+		t.Fatalf("the older page shows %q, want m8 and m10 only", got)
+	}
+
+	// Message 11's push is lost; the sync of a resync frame finds it.
+	c.write(map[string]any{"op": "resync", "reason": "push_route"})
+	synced(c, c.expect("sync", nil), 11, 10, 10)
+	f = c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	headless := page(f, false, 11, msg(11, noPrev, "v", "m11"), map[string]any{"gid": "g", "msgid": nil, "body": "msgid null"})
+	delete(headless, "head")
+	c.answer(f, headless)
+	b.WaitUntil("m11 shown", `document.querySelectorAll('#messages .msg').length === 3`)
+	// And message 12's.
+	c.write(map[string]any{"op": "resync", "reason": "push_route"})
+	synced(c, c.expect("sync", nil), 12, 10, 10)
+	f = c.expect("pull", func(f map[string]any) bool { return f["after"] == 11.0 })
+	c.answer(f, page(f, false, 12, msg(12, noPrev, "v", "m12")))
+	b.WaitUntil("m12 shown", `document.querySelectorAll('#messages .msg').length === 4`)
+	if p := b.TakeProblems(); len(p) > 0 {
+		t.Errorf("the page threw: %v", p)
+	}
+	warned(t, b, 6)
+}
+
 // A push frame that is null or whose msgs is no list is dropped, and so is
 // a pushed message that is null, has no gid, or a msgid that is no
 // integer; the rest of the frame is taken. A msgid "x" made the group's

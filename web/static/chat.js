@@ -342,7 +342,7 @@ export class Chat extends EventTarget {
         for (;;) {
           const after = g.contig;
           this.stats.pulls++;
-          const p = await this.conn.request({ op: 'pull', gid: g.gid, after, limit: PAGE });
+          const p = frames.page(await this.conn.request({ op: 'pull', gid: g.gid, after, limit: PAGE }), g.gid);
           g.head = Math.max(g.head, p.head);
           const fresh = p.msgs.filter((m) => m.msgid > g.contig);
           this.stats.duplicates += p.msgs.length - fresh.length;
@@ -368,7 +368,7 @@ export class Chat extends EventTarget {
     try {
       const before = g.order.length ? g.order[0] : g.contig + 1;
       this.stats.olderPulls++;
-      const p = await this.conn.request({ op: 'pull', gid, before, limit: OLDER_PAGE });
+      const p = frames.page(await this.conn.request({ op: 'pull', gid, before, limit: OLDER_PAGE }), gid);
       // Closing the group meanwhile forgot the messages the page joined
       // onto: taken, it would leave a hole. Scrolling up asks again.
       if ((g.order.length ? g.order[0] : g.contig + 1) !== before) return 0;

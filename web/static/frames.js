@@ -42,3 +42,14 @@ export function messages(msgs, what, gid) {
     return ok;
   });
 }
+
+// page is a page answer of gid: its messages, more, and its head (-1 when
+// it names none: the head known stays).
+export function page(p, gid) {
+  let head = p.head;
+  if (!isCursor(head)) {
+    dropped('the head of a page', head);
+    head = -1;
+  }
+  return { msgs: messages(p.msgs, 'page', gid), more: p.more, head };
+}
