@@ -100,6 +100,37 @@ func opened(c *peerConn, b *browsertest.Tab, sender string) {
 	b.WaitUntil("the history shown", `document.querySelectorAll('#messages .msg').length === 2`)
 }
 
+// A receipts frame is best effort, and one with bad parts (counts that are
+// no list, no gid, an entry that is null or names no msgid, a count that
+// is no number) drops those parts. The null threw and left the good counts
+// after it unshown; a msgid "10" was shown on message 10 as read by 7.
+func TestMalformedReceiptsAreDroppedAndTheRestShown(t *testing.T) {
+	_, b, c := listed(t, 10, 10, 10)
+	opened(c, b, "u")
+	b.WaitUntil("the receipts drawn", `document.querySelectorAll('#messages .receipt').length === 2`)
+	watchWarnings(b)
+	c.write(map[string]any{"op": "receipts", "gid": "g", "counts": map[string]any{"msgid": 10, "read": 2, "audience": 2}})
+	c.write(map[string]any{"op": "receipts", "counts": []any{map[string]any{"msgid": 10, "read": 2, "audience": 2}}})
+	c.write(map[string]any{"op": "receipts", "gid": "g", "counts": []any{
+		nil,
+		map[string]any{"msgid": `x"]`, "read": 1, "audience": 1},
+		map[string]any{"msgid": 9, "read": 1, "audience": 2},
+		map[string]any{"msgid": "10", "read": 7, "audience": 2},
+		map[string]any{"msgid": 10, "read": "all"},
+	}})
+	b.WaitUntil("the good count shown", browsertest.ReceiptOf("m9")+` === 'read by 1'`)
+	if got := browsertest.Eval[string](b, browsertest.ReceiptOf("m10")); got != "read by 0" {
+		t.Errorf("message 10 shows %q from counts that name no msgid or no number, want read by 0", got)
+	}
+	if got := groupsHeld(b); len(got) != 1 || got[0] != "g" {
+		t.Errorf("the page holds groups %q, want only g", got)
+	}
+	if p := b.TakeProblems(); len(p) > 0 {
+		t.Errorf("the page threw: %v", p)
+	}
+	warned(t, b, 5)
+}
+
 // A page whose msgs is no list is an empty page; a message in a page that
 // is null, names no msgid (or one that is no integer) or another group is
 // dropped; a page without head leaves the head as it was. msgs "none"

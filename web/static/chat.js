@@ -216,9 +216,11 @@ export class Chat extends EventTarget {
       case 'push':
         for (const m of frames.messages(f.msgs, 'push')) this.push(m);
         break;
-      case 'receipts':
-        this.receipts(f.gid, f.counts || []);
+      case 'receipts': {
+        const gid = frames.gid(f);
+        if (gid) this.receipts(gid, f.counts);
         break;
+      }
       case 'resync': // pushes to us may have been lost: sync and pull now
         console.info('chatd: the server asks for a sync:', String(f.reason).slice(0, 64));
         if (this.online) this.beat(0);
@@ -422,7 +424,8 @@ export class Chat extends EventTarget {
 
   // --- receipts ---
 
-  receipts(gid, counts) {
+  receipts(gid, cs) {
+    const counts = frames.counts(cs);
     const g = this.group(gid);
     for (const c of counts) {
       const old = g.counts.get(c.msgid);
@@ -439,7 +442,7 @@ export class Chat extends EventTarget {
     for (let i = 0; i < mine.length; i += MAX_COUNTS) {
       try {
         const f = await this.conn.request({ op: 'read_counts', gid: g.gid, msgids: mine.slice(i, i + MAX_COUNTS) });
-        this.receipts(g.gid, f.counts || []);
+        this.receipts(g.gid, f.counts);
       } catch (e) {
         return this.failed('read counts', e);
       }

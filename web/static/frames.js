@@ -53,3 +53,19 @@ export function page(p, gid) {
   }
   return { msgs: messages(p.msgs, 'page', gid), more: p.more, head };
 }
+
+// counts are the read counts of a receipts or counts frame.
+export function counts(cs) {
+  return list(cs, 'read counts').filter((c) => {
+    const ok = isObject(c) && isMsgid(c.msgid) && isCount(c.read) && isCount(c.audience);
+    if (!ok) dropped('a read count', c);
+    return ok;
+  });
+}
+
+// gid is f.gid when it is one, else null (warned).
+export function gid(f) {
+  if (isGid(f.gid)) return f.gid;
+  dropped(`a ${f.op} frame without a gid`, f);
+  return null;
+}
