@@ -209,3 +209,51 @@ func TestMalformedPushesAreDroppedAndTheRestShown(t *testing.T) {
 	}
 	warned(t, b, 6)
 }
+
+// A sync answer whose groups is no list is one without groups, and an
+// entry that is null, has no gid, or lacks a cursor (head, ack, read) is
+// dropped; an unread that is no count is 0. groups {} threw, and every
+// session ended at its first sync; an entry without gid was a group
+// "undefined" whose name threw while the list was drawn; one without
+// cursors made them NaN for good (its first pull was after null), and one
+// without unread made its badge NaN, so no push ever showed on it.
+func TestMalformedSyncEntriesAreDropped(t *testing.T) {
+	p := newPeer(t)
+	b := browsertest.NewTab(t, browsertest.Start(t), "u")
+	signIn(t, p, b)
+	c := p.nextConn()
+	b.WaitUntil("the page loaded", `window.chat`)
+	watchWarnings(b)
+	c.answer(c.expect("sync", nil), map[string]any{"op": "synced", "groups": map[string]any{"gid": "g"}})
+	b.WaitUntil("online", `document.getElementById('status').textContent === 'online'`)
+
+	c.write(map[string]any{"op": "resync", "reason": "push_route"})
+	c.answer(c.expect("sync", nil), map[string]any{"op": "synced", "groups": []any{
+		nil,
+		map[string]any{"head": 5, "ack": 5, "read": 5, "unread": 0, "unread_exact": true},
+		map[string]any{"gid": "h", "head": 7},
+		map[string]any{"gid": "g", "head": 10, "ack": 10, "read": 10, "unread_exact": true},
+	}})
+	b.WaitUntil("g listed", `document.querySelector('#groups li[data-gid=g] button')`)
+	if got := browsertest.Eval[[]string](b, `[...document.querySelectorAll('#groups li')].map((li) => li.dataset.gid)`); len(got) != 1 {
+		t.Errorf("the page lists %q, want g only", got)
+	}
+	c.write(map[string]any{"op": "push", "msgs": []any{msg(11, 10, "v", "m11")}})
+	b.WaitUntil("m11 counted", `document.querySelector('#groups li[data-gid=g] .badge')?.textContent === '1'`)
+
+	c.write(map[string]any{"op": "resync", "reason": "push_route"})
+	c.answer(c.expect("sync", nil), map[string]any{"op": "synced", "groups": []any{
+		map[string]any{"gid": "g", "head": 11, "ack": 10, "read": 10, "unread": 1, "unread_exact": true},
+		map[string]any{"gid": "h", "head": 7, "ack": 5, "read": 5, "unread": 2, "unread_exact": true},
+	}})
+	b.WaitUntil("h listed", `document.querySelector('#groups li[data-gid=h] button')`)
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=h] button`)))
+	f := c.expect("pull", func(f map[string]any) bool { return f["gid"] == "h" && f["before"] == nil })
+	if f["after"] != 5.0 {
+		t.Errorf("opening h pulls after %v, want after its ack, 5", f["after"])
+	}
+	if p := b.TakeProblems(); len(p) > 0 {
+		t.Errorf("the page threw: %v", p)
+	}
+	warned(t, b, 4)
+}

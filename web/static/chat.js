@@ -183,7 +183,8 @@ export class Chat extends EventTarget {
   async sync() {
     this.stats.syncs++;
     const f = await this.conn.request({ op: 'sync' });
-    for (const gs of f.groups) {
+    const groups = frames.groups(f.groups);
+    for (const gs of groups) {
       const g = this.group(gs.gid);
       if (!g.known) {
         // First sight: what the user received before (elsewhere, earlier)
@@ -208,7 +209,7 @@ export class Chat extends EventTarget {
       this.drain(g);
     }
     this.emit('groups');
-    return f.groups;
+    return groups;
   }
 
   frame(f) {

@@ -63,6 +63,20 @@ export function counts(cs) {
   });
 }
 
+// groups are the group states of a synced answer: each with a gid and its
+// cursors; an unread that is no count is 0.
+export function groups(gs) {
+  const out = [];
+  for (const g of list(gs, 'the groups of a sync')) {
+    if (!isObject(g) || !isGid(g.gid) || !isCursor(g.head) || !isCursor(g.ack) || !isCursor(g.read)) {
+      dropped('a group of a sync', g);
+      continue;
+    }
+    out.push(isCount(g.unread) ? g : { ...g, unread: 0 });
+  }
+  return out;
+}
+
 // gid is f.gid when it is one, else null (warned).
 export function gid(f) {
   if (isGid(f.gid)) return f.gid;
