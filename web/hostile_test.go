@@ -257,3 +257,25 @@ func TestMalformedSyncEntriesAreDropped(t *testing.T) {
 	}
 	warned(t, b, 4)
 }
+
+// A readers answer whose read is no list, or that names a member with
+// null or a number, shows the names it has. read "bob" threw, and the
+// list was not shown at all.
+func TestMalformedReadersAreDroppedAndTheRestShown(t *testing.T) {
+	_, b, c := listed(t, 10, 10, 10)
+	opened(c, b, "u")
+	watchWarnings(b)
+	b.Run(chromedp.Click(chromedp.CSS(`#messages .msg[data-msgid="10"] .receipt`)))
+	f := c.expect("who_read", nil)
+	c.answer(f, map[string]any{"op": "readers", "gid": "g", "msgid": 10, "read": "bob", "unread": []any{nil, "carol", 7}})
+	b.WaitUntil("the readers shown", `!document.getElementById('readers').hidden`)
+	read := browsertest.Eval[[]string](b, `[...document.querySelectorAll('#readers-read li')].map((li) => li.textContent)`)
+	unread := browsertest.Eval[[]string](b, `[...document.querySelectorAll('#readers-unread li')].map((li) => li.textContent)`)
+	if len(read) != 1 || read[0] != "nobody" || len(unread) != 1 || unread[0] != "carol" {
+		t.Errorf("the readers shown are %q, the others %q; want nobody, and carol", read, unread)
+	}
+	if p := b.TakeProblems(); len(p) > 0 {
+		t.Errorf("the page threw: %v", p)
+	}
+	warned(t, b, 3)
+}

@@ -452,7 +452,7 @@ export class Chat extends EventTarget {
 
   async whoRead(gid, msgid) {
     const f = await this.conn.request({ op: 'who_read', gid, msgid });
-    return { read: f.read || [], unread: f.unread || [] };
+    return { read: frames.names(f.read), unread: frames.names(f.unread) };
   }
 
   failed(what, e) {

@@ -77,6 +77,15 @@ export function groups(gs) {
   return out;
 }
 
+// names are the members named in a readers answer's list v.
+export function names(v) {
+  return list(v, 'readers').filter((n) => {
+    const ok = typeof n === 'string';
+    if (!ok) dropped('a reader that is no name', n);
+    return ok;
+  });
+}
+
 // gid is f.gid when it is one, else null (warned).
 export function gid(f) {
   if (isGid(f.gid)) return f.gid;
