@@ -58,3 +58,224 @@ func TestALateRefusalOfARequestGivenUpOnIsNotShown(t *testing.T) {
 		t.Fatalf("the late refusal of a send whose resend was accepted is shown: %q", toast)
 	}
 }
+
+// watchWarnings keeps the page's console warnings from now on in
+// window.warned, to show that what was dropped was said.
+func watchWarnings(b *browsertest.Tab) {
+	browsertest.Eval[bool](b, `(window.warned = [], console.warn = ((w) => (...a) => { window.warned.push(a.join(' ')); w(...a); })(console.warn), true)`)
+}
+
+// warned fails t unless the page warned at least n times.
+func warned(t *testing.T, b *browsertest.Tab, n int) {
+	t.Helper()
+	if got := browsertest.Eval[[]string](b, `window.warned`); len(got) < n {
+		t.Errorf("the page warned %d times (%q), want at least %d: what it dropped goes unsaid", len(got), got, n)
+	}
+}
+
+// waitCursor waits until the page has sent op upto want.
+func waitCursor(t *testing.T, p *peer, b *browsertest.Tab, op string, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for p.maxCursor(op) != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("the page sent %s upto %d, want %d; page %s", op, p.maxCursor(op), want, b.State())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// groupsHeld is every gid the page holds state for, listed or not.
+func groupsHeld(b *browsertest.Tab) []string {
+	return browsertest.Eval[[]string](b, `[...chat.groups.keys()].map(String)`)
+}
+
+// opened opens g (head 10) and answers its loading with message 10.
+func opened(c *peerConn, b *browsertest.Tab, sender string) {
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	c.answer(f, page(f, false, 10))
+	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 11.0 })
+	c.answer(f, page(f, false, 10, msg(9, noPrev, sender, "m9"), msg(10, noPrev, sender, "m10")))
+	b.WaitUntil("the history shown", `document.querySelectorAll('#messages .msg').length === 2`)
+}
+
+// A receipts frame is best effort, and one with bad parts (counts that are
+// no list, no gid, an entry that is null or names no msgid, a count that
+// is no number) drops those parts. The null threw and left the good counts
+// after it unshown; a msgid "10" was shown on message 10 as read by 7.
+func TestMalformedReceiptsAreDroppedAndTheRestShown(t *testing.T) {
+	_, b, c := listed(t, 10, 10, 10)
+	opened(c, b, "u")
+	b.WaitUntil("the receipts drawn", `document.querySelectorAll('#messages .receipt').length === 2`)
+	watchWarnings(b)
+	c.write(map[string]any{"op": "receipts", "gid": "g", "counts": map[string]any{"msgid": 10, "read": 2, "audience": 2}})
+	c.write(map[string]any{"op": "receipts", "counts": []any{map[string]any{"msgid": 10, "read": 2, "audience": 2}}})
+	c.write(map[string]any{"op": "receipts", "gid": "g", "counts": []any{
+		nil,
+		map[string]any{"msgid": `x"]`, "read": 1, "audience": 1},
+		map[string]any{"msgid": 9, "read": 1, "audience": 2},
+		map[string]any{"msgid": "10", "read": 7, "audience": 2},
+		map[string]any{"msgid": 10, "read": "all"},
+	}})
+	b.WaitUntil("the good count shown", browsertest.ReceiptOf("m9")+` === 'read by 1'`)
+	if got := browsertest.Eval[string](b, browsertest.ReceiptOf("m10")); got != "read by 0" {
+		t.Errorf("message 10 shows %q from counts that name no msgid or no number, want read by 0", got)
+	}
+	if got := groupsHeld(b); len(got) != 1 || got[0] != "g" {
+		t.Errorf("the page holds groups %q, want only g", got)
+	}
+	if p := b.TakeProblems(); len(p) > 0 {
+		t.Errorf("the page threw: %v", p)
+	}
+	warned(t, b, 5)
+}
+
+// A page whose msgs is no list is an empty page; a message in a page that
+// is null, names no msgid (or one that is no integer) or another group is
+// dropped; a page without head leaves the head as it was. msgs "none"
+// threw, the group's loading stopped and its history was never asked; a
+// missing head made the group's head NaN for good, and the heartbeat never
+// again pulled messages whose pushes were lost.
+func TestMalformedPagesAreDroppedAndTheRestShown(t *testing.T) {
+	_, b, c := listed(t, 10, 10, 10)
+	watchWarnings(b)
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	c.answer(f, map[string]any{"op": "page", "gid": "g", "after": 10, "msgs": "none", "more": false, "head": 10})
+	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 11.0 })
+	other := msg(7, noPrev, "v", "m7 of h")
+	other["gid"] = "h"
+	c.answer(f, page(f, false, 10, nil,
+		map[string]any{"gid": "g", "sender": "v", "body": "no msgid"},
+		map[string]any{"gid": "g", "msgid": 6.5, "sender": "v", "body": "msgid 6.5"},
+		other, msg(8, noPrev, "v", "m8"), msg(10, noPrev, "v", "m10")))
+	b.WaitUntil("the history shown", `document.querySelectorAll('#messages .msg').length >= 2`)
+	time.Sleep(300 * time.Millisecond) // the rest of the page, if it were drawn
+	if got := b.Bodies(); len(got) != 2 || got[0] != "m8" || got[1] != "m10" {
+		t.Fatalf("the older page shows %q, want m8 and m10 only", got)
+	}
+
+	// Message 11's push is lost; the sync of a resync frame finds it.
+	c.write(map[string]any{"op": "resync", "reason": "push_route"})
+	synced(c, c.expect("sync", nil), 11, 10, 10)
+	f = c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	headless := page(f, false, 11, msg(11, noPrev, "v", "m11"), map[string]any{"gid": "g", "msgid": nil, "body": "msgid null"})
+	delete(headless, "head")
+	c.answer(f, headless)
+	b.WaitUntil("m11 shown", `document.querySelectorAll('#messages .msg').length === 3`)
+	// And message 12's.
+	c.write(map[string]any{"op": "resync", "reason": "push_route"})
+	synced(c, c.expect("sync", nil), 12, 10, 10)
+	f = c.expect("pull", func(f map[string]any) bool { return f["after"] == 11.0 })
+	c.answer(f, page(f, false, 12, msg(12, noPrev, "v", "m12")))
+	b.WaitUntil("m12 shown", `document.querySelectorAll('#messages .msg').length === 4`)
+	if p := b.TakeProblems(); len(p) > 0 {
+		t.Errorf("the page threw: %v", p)
+	}
+	warned(t, b, 6)
+}
+
+// A push frame that is null or whose msgs is no list is dropped, and so is
+// a pushed message that is null, has no gid, or a msgid that is no
+// integer; the rest of the frame is taken. A msgid "x" made the group's
+// contiguous cursor NaN (nothing after it was ever shown or acked), 10.5
+// was acked as such, null threw and dropped the rest of the frame, and a
+// message without gid made a group "undefined".
+func TestMalformedPushesAreDroppedAndTheRestShown(t *testing.T) {
+	p, b, c := listed(t, 10, 10, 10)
+	opened(c, b, "v")
+	watchWarnings(b)
+	c.write(nil)
+	c.write(map[string]any{"op": "push", "msgs": map[string]any{"gid": "g", "msgid": 11, "prev": 10}})
+	nogid := msg(11, 10, "v", "no gid")
+	delete(nogid, "gid")
+	x := msg(11, 10, "v", "msgid x")
+	x["msgid"] = "x"
+	half := msg(11, 10, "v", "msgid 10.5")
+	half["msgid"] = 10.5
+	c.write(map[string]any{"op": "push", "msgs": []any{nogid, x, half, nil, msg(11, 10, "v", "m11")}})
+	c.write(map[string]any{"op": "push", "msgs": []any{msg(12, 11, "v", "m12")}})
+	b.WaitUntil("m11 and m12 shown", `document.querySelectorAll('#messages .msg').length >= 4`)
+	if got := b.Bodies(); len(got) != 4 || got[2] != "m11" || got[3] != "m12" {
+		t.Fatalf("the group shows %q, want m9 to m12", got)
+	}
+	waitCursor(t, p, b, "ack", 12)
+	if got := groupsHeld(b); len(got) != 1 || got[0] != "g" {
+		t.Errorf("the page holds groups %q, want only g", got)
+	}
+	if p := b.TakeProblems(); len(p) > 0 {
+		t.Errorf("the page threw: %v", p)
+	}
+	warned(t, b, 6)
+}
+
+// A sync answer whose groups is no list is one without groups, and an
+// entry that is null, has no gid, or lacks a cursor (head, ack, read) is
+// dropped; an unread that is no count is 0. groups {} threw, and every
+// session ended at its first sync; an entry without gid was a group
+// "undefined" whose name threw while the list was drawn; one without
+// cursors made them NaN for good (its first pull was after null), and one
+// without unread made its badge NaN, so no push ever showed on it.
+func TestMalformedSyncEntriesAreDropped(t *testing.T) {
+	p := newPeer(t)
+	b := browsertest.NewTab(t, browsertest.Start(t), "u")
+	signIn(t, p, b)
+	c := p.nextConn()
+	b.WaitUntil("the page loaded", `window.chat`)
+	watchWarnings(b)
+	c.answer(c.expect("sync", nil), map[string]any{"op": "synced", "groups": map[string]any{"gid": "g"}})
+	b.WaitUntil("online", `document.getElementById('status').textContent === 'online'`)
+
+	c.write(map[string]any{"op": "resync", "reason": "push_route"})
+	c.answer(c.expect("sync", nil), map[string]any{"op": "synced", "groups": []any{
+		nil,
+		map[string]any{"head": 5, "ack": 5, "read": 5, "unread": 0, "unread_exact": true},
+		map[string]any{"gid": "h", "head": 7},
+		map[string]any{"gid": "g", "head": 10, "ack": 10, "read": 10, "unread_exact": true},
+	}})
+	b.WaitUntil("g listed", `document.querySelector('#groups li[data-gid=g] button')`)
+	if got := browsertest.Eval[[]string](b, `[...document.querySelectorAll('#groups li')].map((li) => li.dataset.gid)`); len(got) != 1 {
+		t.Errorf("the page lists %q, want g only", got)
+	}
+	c.write(map[string]any{"op": "push", "msgs": []any{msg(11, 10, "v", "m11")}})
+	b.WaitUntil("m11 counted", `document.querySelector('#groups li[data-gid=g] .badge')?.textContent === '1'`)
+
+	c.write(map[string]any{"op": "resync", "reason": "push_route"})
+	c.answer(c.expect("sync", nil), map[string]any{"op": "synced", "groups": []any{
+		map[string]any{"gid": "g", "head": 11, "ack": 10, "read": 10, "unread": 1, "unread_exact": true},
+		map[string]any{"gid": "h", "head": 7, "ack": 5, "read": 5, "unread": 2, "unread_exact": true},
+	}})
+	b.WaitUntil("h listed", `document.querySelector('#groups li[data-gid=h] button')`)
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=h] button`)))
+	f := c.expect("pull", func(f map[string]any) bool { return f["gid"] == "h" && f["before"] == nil })
+	if f["after"] != 5.0 {
+		t.Errorf("opening h pulls after %v, want after its ack, 5", f["after"])
+	}
+	if p := b.TakeProblems(); len(p) > 0 {
+		t.Errorf("the page threw: %v", p)
+	}
+	warned(t, b, 4)
+}
+
+// A readers answer whose read is no list, or that names a member with
+// null or a number, shows the names it has. read "bob" threw, and the
+// list was not shown at all.
+func TestMalformedReadersAreDroppedAndTheRestShown(t *testing.T) {
+	_, b, c := listed(t, 10, 10, 10)
+	opened(c, b, "u")
+	watchWarnings(b)
+	b.Run(chromedp.Click(chromedp.CSS(`#messages .msg[data-msgid="10"] .receipt`)))
+	f := c.expect("who_read", nil)
+	c.answer(f, map[string]any{"op": "readers", "gid": "g", "msgid": 10, "read": "bob", "unread": []any{nil, "carol", 7}})
+	b.WaitUntil("the readers shown", `!document.getElementById('readers').hidden`)
+	read := browsertest.Eval[[]string](b, `[...document.querySelectorAll('#readers-read li')].map((li) => li.textContent)`)
+	unread := browsertest.Eval[[]string](b, `[...document.querySelectorAll('#readers-unread li')].map((li) => li.textContent)`)
+	if len(read) != 1 || read[0] != "nobody" || len(unread) != 1 || unread[0] != "carol" {
+		t.Errorf("the readers shown are %q, the others %q; want nobody, and carol", read, unread)
+	}
+	if p := b.TakeProblems(); len(p) > 0 {
+		t.Errorf("the page threw: %v", p)
+	}
+	warned(t, b, 3)
+}

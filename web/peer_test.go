@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -83,8 +84,13 @@ func (p *peer) serveWS(w http.ResponseWriter, r *http.Request) {
 		}
 		switch f["op"] {
 		case "ack", "read":
+			// A cursor is a msgid: NaN is sent as null, and 10.5 is no msgid.
+			upto, ok := f["upto"].(float64)
+			if gid, _ := f["gid"].(string); !ok || upto != math.Trunc(upto) || gid == "" {
+				p.t.Errorf("the page sent a cursor that names no message of a group: %s", b)
+			}
 			p.mu.Lock()
-			p.cursors = append(p.cursors, cursorFrame{f["op"].(string), int64(f["upto"].(float64))})
+			p.cursors = append(p.cursors, cursorFrame{f["op"].(string), int64(upto)})
 			p.mu.Unlock()
 			c.write(map[string]any{"op": "ok", "id": f["id"]})
 		case "read_counts":

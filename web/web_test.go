@@ -88,7 +88,7 @@ func TestPageReferencesResolve(t *testing.T) {
 			queue = append(queue, m[1]+m[2])
 		}
 	}
-	for _, want := range []string{"app.js", "chat.js", "conn.js", "cursors.js", "outbox.js", "admin.js", "style.css"} {
+	for _, want := range []string{"app.js", "chat.js", "conn.js", "cursors.js", "outbox.js", "frames.js", "admin.js", "style.css"} {
 		if !seen[want] {
 			t.Errorf("%s is not reachable from index.html", want)
 		}

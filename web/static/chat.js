@@ -15,6 +15,7 @@
 import { Conn, Disconnected, Timeout, Backoff, retryable } from './conn.js';
 import { Cursors } from './cursors.js';
 import { Outbox } from './outbox.js';
+import * as frames from './frames.js';
 
 const PAGE = 100; // a forward pull page
 const OLDER_PAGE = 50; // a page when scrolling up
@@ -183,7 +184,8 @@ export class Chat extends EventTarget {
   async sync() {
     this.stats.syncs++;
     const f = await this.conn.request({ op: 'sync' });
-    for (const gs of f.groups) {
+    const groups = frames.groups(f.groups);
+    for (const gs of groups) {
       const g = this.group(gs.gid);
       if (!g.known) {
         // First sight: what the user received before (elsewhere, earlier)
@@ -208,17 +210,19 @@ export class Chat extends EventTarget {
       this.drain(g);
     }
     this.emit('groups');
-    return f.groups;
+    return groups;
   }
 
   frame(f) {
     switch (f.op) {
       case 'push':
-        for (const m of f.msgs || []) this.push(m);
+        for (const m of frames.messages(f.msgs, 'push')) this.push(m);
         break;
-      case 'receipts':
-        this.receipts(f.gid, f.counts || []);
+      case 'receipts': {
+        const gid = frames.gid(f);
+        if (gid) this.receipts(gid, f.counts);
         break;
+      }
       case 'resync': // pushes to us may have been lost: sync and pull now
         console.info('chatd: the server asks for a sync:', String(f.reason).slice(0, 64));
         // A sync under way may have been answered before what this is
@@ -344,7 +348,7 @@ export class Chat extends EventTarget {
         for (;;) {
           const after = g.contig;
           this.stats.pulls++;
-          const p = await this.conn.request({ op: 'pull', gid: g.gid, after, limit: PAGE });
+          const p = frames.page(await this.conn.request({ op: 'pull', gid: g.gid, after, limit: PAGE }), g.gid);
           g.head = Math.max(g.head, p.head);
           const fresh = p.msgs.filter((m) => m.msgid > g.contig);
           this.stats.duplicates += p.msgs.length - fresh.length;
@@ -370,7 +374,7 @@ export class Chat extends EventTarget {
     try {
       const before = g.order.length ? g.order[0] : g.contig + 1;
       this.stats.olderPulls++;
-      const p = await this.conn.request({ op: 'pull', gid, before, limit: OLDER_PAGE });
+      const p = frames.page(await this.conn.request({ op: 'pull', gid, before, limit: OLDER_PAGE }), gid);
       // Closing the group meanwhile forgot the messages the page joined
       // onto: taken, it would leave a hole. Scrolling up asks again.
       if ((g.order.length ? g.order[0] : g.contig + 1) !== before) return 0;
@@ -424,7 +428,8 @@ export class Chat extends EventTarget {
 
   // --- receipts ---
 
-  receipts(gid, counts) {
+  receipts(gid, cs) {
+    const counts = frames.counts(cs);
     const g = this.group(gid);
     for (const c of counts) {
       const old = g.counts.get(c.msgid);
@@ -441,7 +446,7 @@ export class Chat extends EventTarget {
     for (let i = 0; i < mine.length; i += MAX_COUNTS) {
       try {
         const f = await this.conn.request({ op: 'read_counts', gid: g.gid, msgids: mine.slice(i, i + MAX_COUNTS) });
-        this.receipts(g.gid, f.counts || []);
+        this.receipts(g.gid, f.counts);
       } catch (e) {
         return this.failed('read counts', e);
       }
@@ -450,7 +455,7 @@ export class Chat extends EventTarget {
 
   async whoRead(gid, msgid) {
     const f = await this.conn.request({ op: 'who_read', gid, msgid });
-    return { read: f.read || [], unread: f.unread || [] };
+    return { read: frames.names(f.read), unread: frames.names(f.unread) };
   }
 
   failed(what, e) {

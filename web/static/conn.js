@@ -3,6 +3,8 @@
 // ends rejects what waits on it and is dialled again with backoff. No
 // protocol state lives here: chat.js decides what a new session must redo.
 
+import { frame } from './frames.js';
+
 // ProtocolError is an error frame's code and message.
 export class ProtocolError extends Error {
   constructor(code, message) {
@@ -117,11 +119,12 @@ export class Conn {
     if (ws !== this.ws) return;
     let f;
     try {
-      f = JSON.parse(data);
+      f = frame(JSON.parse(data));
     } catch {
       console.warn('chatd: a frame that is not JSON was dropped', data.slice(0, 100));
       return;
     }
+    if (!f) return;
     if (f.op === 'authed' && !this.isUp) {
       this.isUp = true;
       this.hooks.up(f.uid);
