@@ -279,3 +279,16 @@ func TestMalformedReadersAreDroppedAndTheRestShown(t *testing.T) {
 	}
 	warned(t, b, 3)
 }
+
+// An error frame without a code or a message says so, not "undefined:
+// undefined".
+func TestAnErrorFrameWithoutWordsSaysSo(t *testing.T) {
+	_, b, c := listed(t, 10, 10, 10)
+	c.write(map[string]any{"op": "error"})
+	b.WaitUntil("the notice shown", `!document.getElementById('toast').hidden`)
+	if got := browsertest.Eval[string](b, `document.getElementById('toast').textContent`); got != "error: the server gave no reason" {
+		t.Fatalf("the notice reads %q", got)
+	}
+	c.write(map[string]any{"op": "error", "code": 7, "message": "unavailable: try again"})
+	b.WaitUntil("the second notice shown", `document.getElementById('toast').textContent.startsWith('error: unavailable')`)
+}

@@ -230,9 +230,11 @@ export class Chat extends EventTarget {
         this.resyncAsked = true;
         if (this.online) this.beat(0);
         break;
-      case 'error':
-        this.emit('error', { message: `${f.code}: ${f.message}` });
+      case 'error': {
+        const { code, message } = frames.errorText(f);
+        this.emit('error', { message: `${code}: ${message}` });
         break;
+      }
       default:
         console.debug('chatd: frame ignored', f.op);
     }

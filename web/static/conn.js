@@ -3,7 +3,7 @@
 // ends rejects what waits on it and is dialled again with backoff. No
 // protocol state lives here: chat.js decides what a new session must redo.
 
-import { frame } from './frames.js';
+import { frame, errorText } from './frames.js';
 
 // ProtocolError is an error frame's code and message.
 export class ProtocolError extends Error {
@@ -134,8 +134,12 @@ export class Conn {
     if (w) {
       this.waiters.delete(f.id);
       clearTimeout(w.timer);
-      if (f.op === 'error') w.reject(new ProtocolError(f.code, f.message));
-      else w.resolve(f);
+      if (f.op === 'error') {
+        const e = errorText(f);
+        w.reject(new ProtocolError(e.code, e.message));
+      } else {
+        w.resolve(f);
+      }
       return;
     }
     if (f.id) {

@@ -92,3 +92,11 @@ export function gid(f) {
   dropped(`a ${f.op} frame without a gid`, f);
   return null;
 }
+
+// errorText is what an error frame says: its code and message, each as
+// the server's words or, missing, a word that says so.
+export function errorText(f) {
+  const code = typeof f.code === 'string' && f.code !== '' ? f.code : 'error';
+  const message = typeof f.message === 'string' && f.message !== '' ? f.message : 'the server gave no reason';
+  return { code, message: message.slice(0, 500) };
+}
