@@ -292,3 +292,101 @@ func TestAnErrorFrameWithoutWordsSaysSo(t *testing.T) {
 	c.write(map[string]any{"op": "error", "code": 7, "message": "unavailable: try again"})
 	b.WaitUntil("the second notice shown", `document.getElementById('toast').textContent.startsWith('error: unavailable')`)
 }
+
+// bogus is a msgid far ahead of any head of the peer's group: well formed,
+// but no message of it.
+const bogus = 1 << 50
+
+// waitRefused waits until the peer has refused n acks or reads.
+func waitRefused(t *testing.T, p *peer, b *browsertest.Tab, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for p.refusals() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the peer refused %d acks or reads, want %d; page %s", p.refusals(), n, b.State())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A pushed message of a msgid the group does not have, far ahead of its
+// head, whose prev is the page's cursor, is taken: nothing tells it from a
+// real one. The server refuses its ack and read as beyond_head, and the
+// page takes the group up again from the cursor the server confirmed: the
+// message goes, and the later real ones are shown, acked and read. The
+// contiguous cursor had jumped: the refused ack was sent again every
+// second for ever, and every later message was dropped as held already.
+func TestAMsgidFarAheadOfTheHeadDoesNotWedgeTheOpenGroup(t *testing.T) {
+	p, b, c := listed(t, 10, 10, 10)
+	p.headAt(10)
+	opened(c, b, "v")
+	c.write(map[string]any{"op": "push", "msgs": []any{msg(bogus, 10, "v", "bogus")}})
+	b.WaitUntil("the bogus message shown", `document.querySelectorAll('#messages .msg').length === 3`)
+	p.headAt(11)
+	c.write(map[string]any{"op": "push", "msgs": []any{msg(11, 10, "v", "m11")}})
+	waitRefused(t, p, b, 1)
+
+	synced(c, c.expect("sync", nil), 11, 10, 10)
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	c.answer(f, page(f, false, 11, msg(11, noPrev, "v", "m11")))
+	b.WaitUntil("m11 shown", `[...document.querySelectorAll('#messages .msg .body')].some((e) => e.textContent === 'm11')`)
+	if got := b.Bodies(); len(got) != 3 || got[0] != "m9" || got[1] != "m10" || got[2] != "m11" {
+		t.Fatalf("the group shows %q, want m9, m10 and m11", got)
+	}
+	waitCursor(t, p, b, "ack", 11)
+	waitCursor(t, p, b, "read", 11)
+	n := p.refusals()
+	time.Sleep(2500 * time.Millisecond) // cursors are sent again after 1 s
+	if got := p.refusals(); got != n {
+		t.Errorf("the page sent %d more acks or reads the server refused as beyond_head", got-n)
+	}
+	if p := b.TakeProblems(); len(p) > 0 {
+		t.Errorf("the page threw: %v", p)
+	}
+}
+
+// The same push in a group that is not open counts on its badge until the
+// refusal of its ack has the page take the group up again: then the badge
+// is the server's, and later real messages count on it and are acked. The
+// bogus message counted for ever, and the head it raised kept every later
+// push off the badge.
+func TestAMsgidFarAheadOfTheHeadLeavesNoBadgeBehind(t *testing.T) {
+	p, b, c := listed(t, 10, 10, 10)
+	p.headAt(10)
+	badge := `document.querySelector('#groups li[data-gid=g] .badge')?.textContent`
+	c.write(map[string]any{"op": "push", "msgs": []any{msg(bogus, 10, "v", "bogus")}})
+	b.WaitUntil("the bogus message counted", badge+` === '1'`)
+	waitRefused(t, p, b, 1)
+
+	synced(c, c.expect("sync", nil), 10, 10, 10)
+	b.WaitUntil("the badge gone", badge+` === undefined`)
+	p.headAt(12)
+	c.write(map[string]any{"op": "push", "msgs": []any{msg(11, 10, "v", "m11"), msg(12, 11, "v", "m12")}})
+	b.WaitUntil("m11 and m12 counted", badge+` === '2'`)
+	waitCursor(t, p, b, "ack", 12)
+	if p := b.TakeProblems(); len(p) > 0 {
+		t.Errorf("the page threw: %v", p)
+	}
+}
+
+// The same msgid in a page: the page is taken, the ack refused, and the
+// group pulled again from the cursor the server confirmed.
+func TestAMsgidFarAheadOfTheHeadInAPageDoesNotWedgeTheGroup(t *testing.T) {
+	p, b, c := listed(t, 11, 10, 10)
+	p.headAt(11)
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	c.answer(f, page(f, false, 11, msg(bogus, noPrev, "v", "bogus")))
+	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == float64(bogus) })
+	c.answer(f, page(f, false, 11, msg(10, noPrev, "v", "m10")))
+	waitRefused(t, p, b, 1)
+
+	synced(c, c.expect("sync", nil), 11, 10, 10)
+	f = c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	c.answer(f, page(f, false, 11, msg(11, noPrev, "v", "m11")))
+	b.WaitUntil("m11 shown", `[...document.querySelectorAll('#messages .msg .body')].some((e) => e.textContent === 'm11')`)
+	if got := b.Bodies(); len(got) != 2 || got[0] != "m10" || got[1] != "m11" {
+		t.Fatalf("the group shows %q, want m10 and m11", got)
+	}
+	waitCursor(t, p, b, "ack", 11)
+}

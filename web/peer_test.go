@@ -17,14 +17,17 @@ import (
 // peer is a scripted gateway for the page: it serves the page with Handler
 // and dev tokens, and hands each WebSocket frame the page sends to the test,
 // which answers it, pushes, or cuts the connection. Acks and reads are
-// answered and recorded; read_counts is answered with no counts.
+// answered and recorded (refused as beyond_head past the head set by
+// headAt); read_counts is answered with no counts.
 type peer struct {
 	t     *testing.T
 	srv   *httptest.Server
 	conns chan *peerConn
 
 	mu      sync.Mutex
-	cursors []cursorFrame // every ack and read, in arrival order
+	head    int64         // acks and reads past it are refused (headAt)
+	cursors []cursorFrame // every ack and read taken, in arrival order
+	refused []cursorFrame // every ack and read refused as beyond_head
 }
 
 type cursorFrame struct {
@@ -48,7 +51,7 @@ func newPeer(t *testing.T) *peer {
 
 // newPeerTokens is newPeer with tokens handed out by token.
 func newPeerTokens(t *testing.T, token http.HandlerFunc) *peer {
-	p := &peer{t: t, conns: make(chan *peerConn, 4)}
+	p := &peer{t: t, conns: make(chan *peerConn, 4), head: math.MaxInt64}
 	mux := http.NewServeMux()
 	mux.Handle("/", Handler())
 	mux.HandleFunc("POST /v1/dev/token", token)
@@ -89,10 +92,20 @@ func (p *peer) serveWS(w http.ResponseWriter, r *http.Request) {
 			if gid, _ := f["gid"].(string); !ok || upto != math.Trunc(upto) || gid == "" {
 				p.t.Errorf("the page sent a cursor that names no message of a group: %s", b)
 			}
+			cf := cursorFrame{f["op"].(string), int64(upto)}
 			p.mu.Lock()
-			p.cursors = append(p.cursors, cursorFrame{f["op"].(string), int64(upto)})
+			beyond := cf.upto > p.head
+			if beyond {
+				p.refused = append(p.refused, cf)
+			} else {
+				p.cursors = append(p.cursors, cf)
+			}
 			p.mu.Unlock()
-			c.write(map[string]any{"op": "ok", "id": f["id"]})
+			if beyond {
+				c.write(map[string]any{"op": "error", "id": f["id"], "code": "beyond_head", "message": "beyond the newest message of the group"})
+			} else {
+				c.write(map[string]any{"op": "ok", "id": f["id"]})
+			}
 		case "read_counts":
 			c.write(map[string]any{"op": "counts", "id": f["id"], "gid": f["gid"], "counts": []any{}})
 		default:
@@ -112,7 +125,21 @@ func (p *peer) nextConn() *peerConn {
 	}
 }
 
-// maxCursor is the highest upto of op the page sent.
+// headAt makes the peer refuse acks and reads past head as beyond_head.
+func (p *peer) headAt(head int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.head = head
+}
+
+// refusals is how many acks and reads the peer refused.
+func (p *peer) refusals() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.refused)
+}
+
+// maxCursor is the highest upto of op the page sent and the peer took.
 func (p *peer) maxCursor(op string) int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()

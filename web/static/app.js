@@ -88,6 +88,7 @@ function start(s) {
   chat.addEventListener('status', (e) => onStatus(e.detail));
   chat.addEventListener('groups', renderGroups);
   chat.addEventListener('messages', (e) => onMessages(e.detail));
+  chat.addEventListener('forgotten', (e) => onForgotten(e.detail));
   chat.addEventListener('pending', (e) => e.detail.gid === view?.gid && renderOutbox());
   chat.addEventListener('counts', (e) => onCounts(e.detail));
   chat.addEventListener('error', (e) => toast(e.detail.message));
@@ -314,6 +315,19 @@ function onMessages({ gid, msgs, older }) {
     $('jump').hidden = false;
   }
   olderStatus();
+}
+
+// onForgotten takes off messages of the open group that chat.js no
+// longer holds (see Chat.retake).
+function onForgotten({ gid, msgids }) {
+  if (!view || gid !== view.gid) return;
+  for (const id of msgids) {
+    const li = $('messages').querySelector(`.msg[data-msgid="${id}"]`);
+    if (!li) continue;
+    observer.unobserve(li);
+    visible.delete(id);
+    li.remove();
+  }
 }
 
 $('jump').addEventListener('click', () => { scroller.scrollTop = scroller.scrollHeight; });

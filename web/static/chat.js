@@ -7,6 +7,8 @@
 // the contiguous cursor. Sends keep their cmid across resends. A new session
 // syncs, pulls the open group again, flushes cursors and resends; so does
 // a resync frame (the server may have lost pushes to us), on the same one.
+// A group whose cursor the server refuses as beyond_head (it took a msgid
+// the group does not have) is taken up again from the confirmed ack.
 //
 // Everything runs on the page's one thread; state changes are announced as
 // events: status, groups, messages, pending, counts, error. Acks and reads
@@ -35,7 +37,7 @@ function newGroup(gid) {
     msgs: new Map(), order: [], // held messages, msgids ascending
     buf: new Map(), // pushes waiting for their predecessors
     olderMore: true, loadingOlder: false,
-    opened: false, pulling: null, gapping: false,
+    opened: false, pulling: null, gapping: false, retaking: false,
     unacked: 0, ackDue: 0, readWant: -1, readDue: 0,
     counts: new Map(), // msgid -> {read, audience}, for my messages
     pending: new Map(), // cmid -> outgoing message not yet shown
@@ -366,6 +368,42 @@ export class Chat extends EventTarget {
       }
     })();
     return g.pulling;
+  }
+
+  // retake takes g up again from the ack cursor the server confirmed, as a
+  // new page would, once it refused an ack or read of g up to the
+  // contiguous cursor as beyond_head: it has no such message in g. A
+  // pushed msgid it does not have, whose prev matched, was taken (nothing
+  // tells it from a real one); kept, it had every later message dropped as
+  // held already, and its cursors refused, for the life of the page. What
+  // was received past that cursor is forgotten and pulled again: nothing
+  // is lost, as nothing was acked past it.
+  async retake(g) {
+    if (g.retaking) return;
+    g.retaking = true;
+    try {
+      while (g.pulling) await g.pulling.catch(() => {});
+      console.warn(`chatd: ${g.gid}: cursors refused as beyond the group's head; taken up again after ${g.ack}`);
+      const gone = g.order.filter((id) => id > g.ack);
+      g.order.splice(g.order.length - gone.length);
+      for (const id of gone) {
+        g.msgs.delete(id);
+        g.counts.delete(id);
+      }
+      g.buf.clear();
+      g.contig = g.order.length ? g.order[g.order.length - 1] : g.ack; // held ones join on
+      g.head = g.ack; // the sync says the server's
+      g.readWant = Math.max(g.read, Math.min(g.readWant, g.contig));
+      g.unacked = 0;
+      g.ackDue = 0;
+      this.emit('forgotten', { gid: g.gid, msgids: gone });
+      await this.sync(); // the head, the badge, cursors moved elsewhere
+      if (g.opened) await this.pullForward(g);
+    } catch (e) {
+      this.failed(`retake ${g.gid}`, e);
+    } finally {
+      g.retaking = false;
+    }
   }
 
   // loadOlder pulls the page right before the oldest message held.

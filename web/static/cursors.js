@@ -2,8 +2,10 @@
 // messages arrived or 1 s after the first of them, whichever comes first;
 // its read 1 s after the user first saw a message. Both only ever name the
 // contiguous cursor or below (never past a message not received), acks
-// before reads, and the server keeps only the newest: a lost or refused
-// one is simply sent again later.
+// before reads, and the server keeps only the newest: a lost one is simply
+// sent again later. One refused as beyond_head names no message of the
+// group (the server checks its log): it is not sent again, and the group
+// is taken up again from the server's cursor (Chat.retake).
 
 import { retryable } from './conn.js';
 
@@ -91,8 +93,11 @@ export class Cursors {
         g.read = Math.max(g.read, upto);
       }
     } catch (e) {
-      // beyond_head: the server's view lags its pushes; later it will not.
-      if (!retryable(e) && e.code !== 'beyond_head') return chat.failed(op, e);
+      if (e.code === 'beyond_head') {
+        if (upto <= g.contig) chat.retake(g); // else taken up again already
+        return;
+      }
+      if (!retryable(e)) return chat.failed(op, e);
       const due = Date.now() + INTERVAL;
       if (op === 'ack') g.ackDue ||= due;
       else g.readDue ||= due;
