@@ -125,11 +125,11 @@ func (g *Gateway) runConn(ws *websocket.Conn, sb *smallBuffers, token string) {
 		// would wait for an auth frame until AuthTimeout.
 		c.close(websocket.StatusGoingAway, shutdownReason)
 	}
-	uid, perr := c.authenticate(token)
+	uid, id, perr := c.authenticate(token)
 	g.authing.Delete(c)
 	if perr != nil {
 		if perr != errAnswered && !c.closing() {
-			c.writeNow(perr.Frame(""))
+			c.writeNow(perr.Frame(id))
 			c.close(CloseUnauthenticated, string(perr.Code)+": "+perr.Message)
 		}
 		c.end()
@@ -195,14 +195,15 @@ func (s *smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 }
 
 // authenticate takes the token of the URL (?token=) or the Authorization
-// header (tok), or else a first auth frame sent within AuthTimeout.
-func (c *conn) authenticate(tok string) (string, *protocol.Error) {
+// header (tok), or else a first auth frame sent within AuthTimeout. It
+// returns the id of that frame too, for the answer to a refused one.
+func (c *conn) authenticate(tok string) (uid, id string, _ *protocol.Error) {
 	if tok != "" {
 		uid, perr := verify(c.g.cfg.Secret, tok)
 		if perr == nil {
 			c.writeNow(protocol.Marshal(protocol.Authed{Op: protocol.OpAuthed, Uid: uid}))
 		}
-		return uid, perr
+		return uid, "", perr
 	}
 	// A read cut by a deadline closes the socket without a word, so the
 	// timeout answers and closes with 4001 itself; the read then fails.
@@ -213,26 +214,27 @@ func (c *conn) authenticate(tok string) (string, *protocol.Error) {
 	})
 	typ, data, err := c.ws.Read(context.Background()) // the timer above closes it
 	if !timer.Stop() {
-		return "", errAnswered
+		return "", "", errAnswered
 	}
 	if err != nil {
-		return "", protocol.Errorf(protocol.CodeUnauthenticated, "the connection ended before an auth frame")
+		return "", "", protocol.Errorf(protocol.CodeUnauthenticated, "the connection ended before an auth frame")
 	}
 	if typ != websocket.MessageText {
-		return "", protocol.Errorf(protocol.CodeBadFrame, "frames are JSON text; the first must be auth")
+		return "", "", protocol.Errorf(protocol.CodeBadFrame, "frames are JSON text; the first must be auth")
 	}
 	req, err := protocol.Decode(data, c.g.cfg.MaxBody)
 	if err != nil {
-		return "", asProtocol(err)
+		return "", "", asProtocol(err)
 	}
 	if req.Op != protocol.OpAuth {
-		return "", protocol.Errorf(protocol.CodeUnauthenticated, "the first frame must be auth, got %q", req.Op)
+		return "", req.ID, protocol.Errorf(protocol.CodeUnauthenticated,
+			"the first frame must be auth, got %q; send {\"op\":\"auth\",\"token\":...} first, or connect with ?token= or an Authorization header", req.Op)
 	}
 	uid, perr := verify(c.g.cfg.Secret, req.Token)
 	if perr == nil {
 		c.writeNow(protocol.Marshal(protocol.Authed{Op: protocol.OpAuthed, ID: req.ID, Uid: uid}))
 	}
-	return uid, perr
+	return uid, req.ID, perr
 }
 
 // reply and push enqueue without blocking; a full queue cuts the client.

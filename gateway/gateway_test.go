@@ -368,3 +368,21 @@ func TestACursorIsCheckedAgainstTheGroupsOwnMessages(t *testing.T) {
 		}
 	}
 }
+
+// A refused auth frame is answered under its id, as every other request,
+// and a connection that begins with another op is told how to authenticate.
+func TestRefusedAuthFrameAnswersItsID(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	r := e.dial(0, "")
+	r.send(map[string]any{"op": "auth", "id": "a-1", "token": "not.a.jwt"})
+	if f := r.read(); code(f) != string(protocol.CodeBadToken) || f["id"] != "a-1" {
+		t.Errorf("bad token in an auth frame: %v, want bad_token with id a-1", f)
+	}
+	r = e.dial(0, "")
+	r.send(map[string]any{"op": "sync", "id": "s-1"})
+	f := r.read()
+	if msg, _ := f["message"].(string); code(f) != string(protocol.CodeUnauthenticated) || f["id"] != "s-1" ||
+		!strings.Contains(msg, `{"op":"auth","token":...}`) || !strings.Contains(msg, "?token=") {
+		t.Errorf("sync before auth: %v, want unauthenticated with id s-1, saying how to authenticate", f)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"slices"
@@ -34,6 +35,30 @@ func (g *Gateway) routes(mux *http.ServeMux) {
 	if g.cfg.DevTokens {
 		mux.HandleFunc("POST /v1/dev/token", g.devToken)
 		g.devRoutes(mux)
+	}
+	mux.HandleFunc("/v1/", noRoute(mux))
+}
+
+// noRoute answers, in the API's JSON, what no route takes: an unknown
+// path (404), or a known one asked with another method (405, with Allow).
+func noRoute(mux *http.ServeMux) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		path := r.URL.Path[:min(len(r.URL.Path), 200)]
+		var allow []string
+		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
+			probe := r.Clone(r.Context())
+			probe.Method = m
+			if _, p := mux.Handler(probe); p != "" && p != "/v1/" {
+				allow = append(allow, m)
+			}
+		}
+		if len(allow) == 0 {
+			writeErr(w, protocol.Errorf(protocol.CodeNotFound, "no route %s %s; the HTTP API's routes are in PROTOCOL.md", r.Method, path))
+			return
+		}
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"code": string(protocol.CodeNotFound),
+			"message": fmt.Sprintf("%s takes %s, not %s", path, strings.Join(allow, " or "), r.Method)})
 	}
 }
 
@@ -112,18 +137,17 @@ func withFields(body []byte, op, gid string) []byte {
 func queryBody(r *http.Request) ([]byte, *protocol.Error) {
 	q := r.URL.Query()
 	m := map[string]json.RawMessage{}
-	num := func(key, s string) {
-		if s != "" {
-			m[key] = json.RawMessage(strconv.Quote(s)) // a string: Decode reports a non-number
-			if _, err := strconv.ParseInt(s, 10, 64); err == nil {
-				m[key] = json.RawMessage(s)
-			}
+	for _, f := range []struct{ key, val string }{
+		{"after", q.Get("after")}, {"before", q.Get("before")}, {"limit", q.Get("limit")}, {"msgid", r.PathValue("msgid")},
+	} {
+		if f.val == "" {
+			continue
 		}
+		if _, err := strconv.ParseInt(f.val, 10, 64); err != nil {
+			return nil, protocol.Errorf(protocol.CodeBadFrame, "%s must be an integer, got %q", f.key, f.val[:min(len(f.val), 40)])
+		}
+		m[f.key] = json.RawMessage(f.val)
 	}
-	num("after", q.Get("after"))
-	num("before", q.Get("before"))
-	num("limit", q.Get("limit"))
-	num("msgid", r.PathValue("msgid"))
 	if s := q.Get("msgids"); s != "" {
 		for _, id := range strings.Split(s, ",") {
 			if _, err := strconv.ParseInt(id, 10, 64); err != nil {

@@ -194,3 +194,29 @@ func TestAGroupTakesAtMostMaxMembers(t *testing.T) {
 		t.Fatalf("a 4th member after a removal: %d %v, want 200", st, out)
 	}
 }
+
+// What the API does not take is answered in its JSON, saying what is
+// wrong: an unknown route, a route asked with another method, a query
+// parameter that is not a number (a query holds no JSON).
+func TestHTTPMistakesAreAnsweredInJSON(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g1", "alice")
+	alice := e.token("alice")
+	for _, c := range []struct {
+		method, path string
+		status       int
+		says         string
+	}{
+		{"GET", "/v1/nothing", 404, "no route GET /v1/nothing"},
+		{"GET", "/v1/groups/g1/ack", 405, "/v1/groups/g1/ack takes POST, not GET"},
+		{"DELETE", "/v1/groups/g1/messages", 405, "/v1/groups/g1/messages takes GET or POST, not DELETE"},
+		{"GET", "/v1/groups/g1/messages?after=abc", 400, `after must be an integer, got "abc"`},
+		{"GET", "/v1/groups/g1/messages/x/readers", 400, `msgid must be an integer, got "x"`},
+	} {
+		st, out := e.http(c.method, c.path, alice, nil)
+		msg, _ := out["message"].(string)
+		if st != c.status || out["code"] == nil || !strings.Contains(msg, c.says) {
+			t.Errorf("%s %s: %d %v, want %d with a code and a message saying %q", c.method, c.path, st, out, c.status, c.says)
+		}
+	}
+}

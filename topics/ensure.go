@@ -139,8 +139,13 @@ func Verify(specs []Spec, states []State) []Problem {
 			}
 			fatal := k == "cleanup.policy"
 			detail := fmt.Sprintf("%s is %q, the spec says %q", k, got, want)
-			if fatal {
+			switch {
+			case fatal:
 				detail += "; a wrong cleanup policy loses data (delete) or history (compact): fix it with kafka-configs or recreate the topic"
+			case s.Name == Messages && k == "retention.ms":
+				// The spec's retention is a setting: the topic may be right.
+				detail += "; the spec's comes from CHAT_MESSAGE_RETENTION (-message-retention): set it to what this deployment keeps " +
+					"(negative, e.g. -1h, for everything, as chatd without ClickHouse keeps it), or change the topic with kafka-configs"
 			}
 			out = append(out, Problem{Topic: s.Name, Fatal: fatal, Detail: detail})
 		}

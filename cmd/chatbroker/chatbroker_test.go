@@ -207,6 +207,17 @@ func TestKill9KeepsEveryAcknowledgedRecord(t *testing.T) {
 	}
 }
 
+// -h prints the usage and succeeds, as chatd -h and chatctl -h do.
+func TestHelpIsNotAnError(t *testing.T) {
+	var out strings.Builder
+	if err := run(context.Background(), []string{"-h"}, func(string) string { return "" }, &out); err != nil {
+		t.Fatalf("chatbroker -h: %v, want the usage and no error", err)
+	}
+	if !strings.Contains(out.String(), "-listen") {
+		t.Fatalf("chatbroker -h printed:\n%s\nwant the flags", out.String())
+	}
+}
+
 func TestSettingsSayWhatIsWrong(t *testing.T) {
 	for _, c := range []struct {
 		args []string

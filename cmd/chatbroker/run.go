@@ -57,6 +57,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 // run serves until ctx ends, then closes the broker, which flushes its log.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	c, err := parse(args, getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // -h: the usage is printed, as asked
+	}
 	if err != nil {
 		return err
 	}

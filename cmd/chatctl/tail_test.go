@@ -35,6 +35,24 @@ func TestTopicsCreateDescribeVerify(t *testing.T) {
 	}
 }
 
+// Topics kept forever (chatd without ClickHouse, chatd dev) differ from
+// the default retention of the spec: verify says which setting makes the
+// spec, not only how to change the topic.
+func TestTopicsVerifyNamesTheRetentionSetting(t *testing.T) {
+	e := newEnv(t, 2)
+	out, err := e.ctl("topics", "verify", "-message-retention", "-1h")
+	if err == nil {
+		t.Fatalf("verify with another retention passed:\n%s", out)
+	}
+	if !strings.Contains(out, `chat.messages: retention.ms is "604800000", the spec says "-1"`) ||
+		!strings.Contains(out, "CHAT_MESSAGE_RETENTION (-message-retention)") {
+		t.Fatalf("verify with another retention: want the difference and the setting behind the spec:\n%s", out)
+	}
+	if !strings.Contains(err.Error(), "or the settings the warnings name") {
+		t.Fatalf("verify's error: %v, want it to offer changing the settings too", err)
+	}
+}
+
 func TestGroupAdministrationWritesMemberEvents(t *testing.T) {
 	e := newEnv(t, 2)
 	e.mustCtl("groups", "create", "team", "alice", "bob")

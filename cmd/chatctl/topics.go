@@ -80,7 +80,7 @@ func topicsVerify(ctx context.Context, c *command, _ any, args []string) error {
 	if fatal > 0 {
 		return fmt.Errorf("%d of the topics' differences from the spec cannot be fixed in place; see above", fatal)
 	}
-	return fmt.Errorf("%d settings differ from the spec (warnings above); fix them with kafka-configs", len(problems))
+	return fmt.Errorf("%d settings differ from the spec (warnings above): change the topics with kafka-configs, or the settings the warnings name", len(problems))
 }
 
 func describe(ctx context.Context, c *command) ([]topics.Spec, []topics.State, error) {
