@@ -154,6 +154,8 @@ func consumerGroupsReset(ctx context.Context, c *command, opts any, args []strin
 	k := knownGroups[group]
 	active := len(info.Members) > 0
 	switch {
+	case active && o.dryRun:
+		// A plan changes nothing: an operator may look before stopping.
 	case active && !o.force:
 		return activeErr(group, info)
 	case active && !k.inRedis:
@@ -218,6 +220,9 @@ func consumerGroupsReset(ctx context.Context, c *command, opts any, args []strin
 	}
 	if o.dryRun {
 		fmt.Fprintln(c.stdout, "dry run: nothing changed")
+		if active {
+			fmt.Fprintf(c.stdout, "%s has %d members now: stop its consumers before the reset itself\n", group, len(info.Members))
+		}
 		return nil
 	}
 	if rds != nil {

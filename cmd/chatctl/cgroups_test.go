@@ -114,9 +114,12 @@ func TestResetOfAStoppedGroupReplaysFromATime(t *testing.T) {
 	}
 	to := resetAt.UTC().Format(time.RFC3339)
 
-	// Refused while the persister runs.
+	// Refused while the persister runs; its plan is not.
 	if _, err := e.ctl("consumer-groups", "reset", consumers.GroupPersister, "-to", to); !errors.Is(err, ErrGroupActive) {
 		t.Fatalf("reset of a running group: %v, want ErrGroupActive", err)
+	}
+	if out, err := e.ctl("consumer-groups", "reset", consumers.GroupPersister, "-to", to, "-dry-run"); err != nil || !strings.Contains(out, "dry run: nothing changed") || !strings.Contains(out, "stop its consumers") {
+		t.Fatalf("the plan of a reset of a running group: %v\n%s\nwant the plan, and that its consumers must stop first", err, out)
 	}
 	stop()
 	e.waitGroupEmpty(consumers.GroupPersister)

@@ -89,7 +89,7 @@ var allSettings = []setting{
 	{"shutdown-timeout", "CHAT_SHUTDOWN_TIMEOUT", "10s", "how long shutdown may drain", "all", dur(func(s *settings) *time.Duration { return &s.ShutdownTimeout })},
 	{"jwt-secret", "CHAT_JWT_SECRET", "", "secret that signs client tokens (HS256), >= 32 bytes (dev: generated and kept in the data dir)", "all", str(func(s *settings) *string { return &s.JWTSecret })},
 	{"admin-token", "CHAT_ADMIN_TOKEN", "", "bearer token for /v1/admin/* (empty: administration off; dev: generated and logged)", "all", str(func(s *settings) *string { return &s.AdminToken })},
-	{"node-id", "CHAT_NODE_ID", "", "this gateway's name in presence and its push channel (default: hostname-pid)", "all", str(func(s *settings) *string { return &s.NodeID })},
+	{"node-id", "CHAT_NODE_ID", "", "this gateway's name in presence and its push channel; empty: hostname-pid", "all", str(func(s *settings) *string { return &s.NodeID })},
 	{"allowed-origins", "CHAT_ALLOWED_ORIGINS", "", "browser origins (host patterns) allowed besides the gateway's own host, comma-separated", "all", str(func(s *settings) *string { return &s.AllowedOrigins })},
 	{"debug-addr", "CHAT_DEBUG_ADDR", "", "listen address of the Go profiler (/debug/pprof/); empty: off. Keep it private", "all", str(func(s *settings) *string { return &s.DebugAddr })},
 	{"max-body", "CHAT_MAX_BODY", "16384", "largest message body in bytes", "all", num(func(s *settings) *int { return &s.MaxBody })},
