@@ -204,7 +204,9 @@ func TestBackfillTriesABatchAgainAfterAFailure(t *testing.T) {
 func TestBackfillRefusesADedupWindowThatKeepsEveryResend(t *testing.T) {
 	for _, win := range []string{"-24h", "0s", "500us"} {
 		err := run(context.Background(), []string{"backfill", "-dedup-window", win},
-			func(k string) string { return map[string]string{"CHAT_KAFKA_BROKERS": "127.0.0.1:1", "CHAT_CLICKHOUSE_ADDRS": "127.0.0.1:1"}[k] },
+			func(k string) string {
+				return map[string]string{"CHAT_KAFKA_BROKERS": "127.0.0.1:1", "CHAT_CLICKHOUSE_ADDRS": "127.0.0.1:1"}[k]
+			},
 			&strings.Builder{}, &strings.Builder{})
 		if err == nil || !strings.HasPrefix(err.Error(), "-dedup-window ") || !strings.Contains(err.Error(), "persister") {
 			t.Errorf("backfill -dedup-window %s: %v; want a refusal naming the window and the persister's", win, err)

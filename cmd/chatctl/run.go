@@ -28,6 +28,7 @@ Usage:
         fill the ClickHouse tables from the topics; running it again changes nothing
   chatctl tail TOPIC [-from beginning|end|OFFSET] [-n N] [-follow] [-partition P]
         decoded records as JSON lines
+  chatctl token UID [-ttl 24h]            a client token for a user, signed with CHAT_JWT_SECRET
   chatctl help                            this text and every setting
 
 Flags may follow the command or its arguments. Settings shared by every
@@ -52,6 +53,7 @@ var commands = map[string]struct {
 	"rebuild":               {rebuildFlags, rebuild},
 	"backfill":              {backfillFlags, backfill},
 	"tail":                  {tailFlags, tail},
+	"token":                 {tokenFlags, token},
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
