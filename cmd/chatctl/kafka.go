@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/groupchat/chatd/topics"
 )
 
 // admin is a Kafka client for metadata, offsets and consumer groups.
@@ -30,8 +34,11 @@ func (a *admin) partitions(ctx context.Context, topic string) ([]int, error) {
 		if t.Name != topic {
 			continue
 		}
+		if errors.Is(t.Error, kafka.UnknownTopicOrPartition) {
+			return nil, missingTopic(topic)
+		}
 		if t.Error != nil {
-			return nil, fmt.Errorf("topic %s: %w; create the topics with `chatctl topics create`", topic, t.Error)
+			return nil, fmt.Errorf("topic %s: %w", topic, t.Error)
 		}
 		ps := make([]int, len(t.Partitions))
 		for i, p := range t.Partitions {
@@ -40,7 +47,18 @@ func (a *admin) partitions(ctx context.Context, topic string) ([]int, error) {
 		sort.Ints(ps)
 		return ps, nil
 	}
-	return nil, fmt.Errorf("topic %s does not exist; create the topics with `chatctl topics create`", topic)
+	return nil, missingTopic(topic)
+}
+
+// missingTopic says what to do about a topic the broker does not have: a
+// chat.* topic is created by `chatctl topics create`; another name is
+// likely a typo.
+func missingTopic(topic string) error {
+	names := []string{topics.Messages, topics.Acks, topics.Receipts, topics.Members, topics.DeadLetter}
+	if slices.Contains(names, topic) {
+		return fmt.Errorf("topic %s does not exist; create the topics with `chatctl topics create`", topic)
+	}
+	return fmt.Errorf("topic %s does not exist, and is none of chatd's (%s); check the name", topic, strings.Join(names, ", "))
 }
 
 // bounds are the first and next offsets of a partition: it holds records

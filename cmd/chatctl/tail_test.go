@@ -161,3 +161,12 @@ func TestTailPrintsDecodedJSONLines(t *testing.T) {
 		t.Fatalf("kcat printed %q", kc)
 	}
 }
+
+// A topic the broker does not have: a typo is told apart from a chat.*
+// topic not created yet.
+func TestTailOfAMissingTopicSaysWhatToDo(t *testing.T) {
+	e := newEnv(t, 2)
+	if _, err := e.ctl("tail", "chat.mesages", "-n", "1"); err == nil || !strings.Contains(err.Error(), "is none of chatd's") || !strings.Contains(err.Error(), "chat.messages") {
+		t.Errorf("tail of a misspelled topic: %v; want it called no topic of chatd's, with their names", err)
+	}
+}
