@@ -9,7 +9,8 @@ TEST_DEPS = redis-server:redis-server clickhouse-server:clickhouse-server kcat:k
 ## run: the whole system in one process on the embedded default (Kafka, Redis
 ## embedded; data in ./data; HTTP on 127.0.0.1:8080, Kafka on 127.0.0.1:9092)
 run:
-	$(GO) run ./cmd/chatd dev
+	$(GO) build -o bin/chatd ./cmd/chatd
+	exec bin/chatd dev
 
 ## test: everything that gates a change; installs the servers the tests start
 test: deps vet
