@@ -172,3 +172,30 @@ func TestTheLossCheckFailsOnAGarbledBodyUnderAnAcceptedMsgid(t *testing.T) {
 		}
 	}
 }
+
+// A member's clients after churn are one user's view of the group: what a
+// new client hands over for the first time must come after everything the
+// member's earlier clients were handed. Only what the old client had not
+// acked may come again.
+func TestTheLossCheckFailsOnOrderAcrossAMembersClients(t *testing.T) {
+	accepted := []sendRef{{10, 0, 0}, {11, 1, 0}, {12, 2, 0}}
+	for _, c := range []struct {
+		name string
+		got  []sendRef
+	}{
+		// Client 1 was handed 10 and 12, client 2 then 11.
+		{"the skipped message alone", []sendRef{{10, 0, 1}, {12, 2, 1}, {11, 1, 2}}},
+		// Client 2 starts at the ack cursor, 10: 11 comes first, then 12 again.
+		{"the skipped message and a redelivery", []sendRef{{10, 0, 1}, {12, 2, 1}, {11, 1, 2}, {12, 2, 2}}},
+		// The final pull of a member back from churn hands over 10, which
+		// client 1 skipped.
+		{"the final pull on a new client", []sendRef{{11, 1, 1}, {12, 2, 1}, {10, 0, 2}}},
+	} {
+		var l lossCheck
+		l.checkOne("bx-g0", "bx-u0", accepted, c.got)
+		l.verdict()
+		if l.OK || l.OutOfOrder != 1 {
+			t.Errorf("%s: the member saw a message after a later one (%v), yet the check says %+v", c.name, c.got, l)
+		}
+	}
+}

@@ -192,6 +192,9 @@ func (l *lossCheck) print(w io.Writer, who string) {
 		}
 		fmt.Fprintf(w, "              e.g. %s msgid %d (send %d) to %s: %s\n", ex.Gid, ex.MsgID, ex.Send, ex.Uid, got)
 	}
+	for _, f := range l.Faults {
+		fmt.Fprintf(w, "              fault: %s\n", f)
+	}
 }
 
 func (q quantiles) String() string {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 )
 
@@ -19,7 +20,7 @@ type lossCheck struct {
 	Duplicates        int64 `json:"duplicates"`          // a msgid handed to a member twice by one client
 	Redelivered       int64 `json:"redelivered"`         // a msgid handed again by a member's next client (churn): delivered but not acked before the disconnect
 	BodyDuplicates    int64 `json:"body_duplicates"`     // one send's body handed to a member under two msgids
-	OutOfOrder        int64 `json:"out_of_order"`        // a msgid handed by a client after a larger one of its group
+	OutOfOrder        int64 `json:"out_of_order"`        // a msgid handed after a larger one of its group: by the same client, or first handed by a later client of the member
 	Unexpected        int64 `json:"unexpected"`          // msgids handed over that no accepted send returned (a send that failed on the client yet got in, or a renumbered one)
 	Mismatched        int64 `json:"mismatched"`          // an accepted msgid handed over with another send's body, or a cut or garbled one
 	Foreign           int64 `json:"foreign"`             // bodies not written by this run
@@ -27,6 +28,7 @@ type lossCheck struct {
 	PullRounds        int   `json:"pull_rounds"`         // final Open rounds (each pulls the groups still missing messages)
 
 	Examples    []missingExample `json:"examples,omitempty"` // a few msgids not handed over as accepted
+	Faults      []string         `json:"faults,omitempty"`   // a few of the other faults, one line each
 	incomplete  []slot           // still missing messages
 	lastMissing bool             // checkOne found messages missing
 }
@@ -91,14 +93,34 @@ func (b *bench) acceptedSorted() [][]sendRef {
 	return accepted
 }
 
+// fault keeps a line about a fault for the report, the first few only.
+func (l *lossCheck) fault(format string, args ...any) {
+	if len(l.Faults) < 5 {
+		l.Faults = append(l.Faults, fmt.Sprintf(format, args...))
+	}
+}
+
 // checkOne checks one member's messages of one group against the group's
 // accepted sends (sorted by msgid).
 func (l *lossCheck) checkOne(gid, uid string, accepted, got []sendRef) {
 	l.lastMissing = false
-	for i := 1; i < len(got); i++ {
-		if got[i].gen == got[i-1].gen && got[i].msgid < got[i-1].msgid {
+	// One client hands a group's msgids ascending. A member's next client
+	// (churn) starts at the ack cursor: it may hand again what the last one
+	// had not acked, but what it hands for the first time must come after
+	// everything the member was handed before.
+	seen := make(map[int64]bool, len(got))
+	top := int64(-1) // the largest msgid handed so far
+	for i, r := range got {
+		switch {
+		case i > 0 && r.gen == got[i-1].gen && r.msgid < got[i-1].msgid:
 			l.OutOfOrder++
+			l.fault("%s to %s: msgid %d handed after %d by the same client", gid, uid, r.msgid, got[i-1].msgid)
+		case !seen[r.msgid] && r.msgid < top:
+			l.OutOfOrder++
+			l.fault("%s to %s: msgid %d first handed by client %d, after an earlier client was handed %d", gid, uid, r.msgid, r.gen, top)
 		}
+		seen[r.msgid] = true
+		top = max(top, r.msgid)
 	}
 	sorted := slices.SortedFunc(slices.Values(got), func(x, y sendRef) int {
 		return cmp.Or(cmp.Compare(x.msgid, y.msgid), cmp.Compare(x.gen, y.gen))
