@@ -199,3 +199,17 @@ func TestTheLossCheckFailsOnOrderAcrossAMembersClients(t *testing.T) {
 		}
 	}
 }
+
+// A message a member's next client hands again (churn) is the same
+// message: under its msgid must come the same body as the first time.
+func TestTheLossCheckFailsOnARedeliveryWithAnotherBody(t *testing.T) {
+	accepted := []sendRef{{10, 0, 0}, {11, 1, 0}}
+	for _, k := range []int32{0, 7, -1} { // send 0's body, a send's that failed on its client, a garbled one
+		var l lossCheck
+		l.checkOne("bx-g0", "bx-u0", accepted, []sendRef{{10, 0, 1}, {11, 1, 1}, {11, k, 2}})
+		l.verdict()
+		if l.OK || l.Altered != 1 {
+			t.Errorf("msgid 11 came with send 1's body, then again with send %d's, yet the check says %+v", k, l)
+		}
+	}
+}

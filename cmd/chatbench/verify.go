@@ -20,6 +20,7 @@ type lossCheck struct {
 	Duplicates        int64 `json:"duplicates"`          // a msgid handed to a member twice by one client
 	Redelivered       int64 `json:"redelivered"`         // a msgid handed again by a member's next client (churn): delivered but not acked before the disconnect
 	BodyDuplicates    int64 `json:"body_duplicates"`     // one send's body handed to a member under two msgids
+	Altered           int64 `json:"altered"`             // a msgid handed to a member again with another body than the first time
 	OutOfOrder        int64 `json:"out_of_order"`        // a msgid handed after a larger one of its group: by the same client, or first handed by a later client of the member
 	Unexpected        int64 `json:"unexpected"`          // msgids handed over that no accepted send returned (a send that failed on the client yet got in, or a renumbered one)
 	Mismatched        int64 `json:"mismatched"`          // an accepted msgid handed over with another send's body, or a cut or garbled one
@@ -68,7 +69,7 @@ func (b *bench) check() lossCheck {
 
 // verdict sets OK from the counts.
 func (l *lossCheck) verdict() {
-	l.OK = l.Missing == 0 && l.Mismatched == 0 && l.Duplicates == 0 && l.BodyDuplicates == 0 && l.OutOfOrder == 0 && l.NotMember == 0
+	l.OK = l.Missing == 0 && l.Mismatched == 0 && l.Duplicates == 0 && l.BodyDuplicates == 0 && l.Altered == 0 && l.OutOfOrder == 0 && l.NotMember == 0
 }
 
 // notMember counts what m was handed under a group it is not in (the
@@ -108,18 +109,26 @@ func (l *lossCheck) checkOne(gid, uid string, accepted, got []sendRef) {
 	// (churn) starts at the ack cursor: it may hand again what the last one
 	// had not acked, but what it hands for the first time must come after
 	// everything the member was handed before.
-	seen := make(map[int64]bool, len(got))
-	top := int64(-1) // the largest msgid handed so far
+	// Whatever comes again must come with the body it came with first.
+	first := make(map[int64]int32, len(got)) // msgid -> the send its body was the first time
+	top := int64(-1)                         // the largest msgid handed so far
 	for i, r := range got {
+		k, seen := first[r.msgid]
 		switch {
 		case i > 0 && r.gen == got[i-1].gen && r.msgid < got[i-1].msgid:
 			l.OutOfOrder++
 			l.fault("%s to %s: msgid %d handed after %d by the same client", gid, uid, r.msgid, got[i-1].msgid)
-		case !seen[r.msgid] && r.msgid < top:
+		case !seen && r.msgid < top:
 			l.OutOfOrder++
 			l.fault("%s to %s: msgid %d first handed by client %d, after an earlier client was handed %d", gid, uid, r.msgid, r.gen, top)
 		}
-		seen[r.msgid] = true
+		if seen && k != r.k {
+			l.Altered++
+			l.fault("%s to %s: msgid %d handed with send %d's body, then by client %d with send %d's (-1: not a body of this run)", gid, uid, r.msgid, k, r.gen, r.k)
+		}
+		if !seen {
+			first[r.msgid] = r.k
+		}
 		top = max(top, r.msgid)
 	}
 	sorted := slices.SortedFunc(slices.Values(got), func(x, y sendRef) int {
