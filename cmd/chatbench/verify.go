@@ -9,16 +9,17 @@ import (
 
 // lossCheck is the verdict of the loss check: every online member must have
 // been handed every accepted message of its groups exactly once, in msgid
-// order.
+// order, and nothing else of them but sends that failed on their client
+// yet got in, which then every member must have been handed too.
 type lossCheck struct {
 	OK                 bool  `json:"ok"`
 	Members            int   `json:"members"`
 	Expected           int64 `json:"expected"`            // (online member, accepted message of its group) pairs
 	Delivered          int64 `json:"delivered"`           // OnMessage calls
 	Missing            int64 `json:"missing"`             // expected, and the send's body never handed over, after the final pulls
+	MissingAfterDrain  int64 `json:"missing_after_drain"` // the same before the final pulls: found only by them
 	MissingUnconfirmed int64 `json:"missing_unconfirmed"` // a send that failed on its client yet got in: handed to another member of the group, never to this one
 	Stray              int64 `json:"stray"`               // msgids no accepted send returned, under which came no send made to the group (another group's, one never made, a garbled body)
-	MissingAfterDrain  int64 `json:"missing_after_drain"` // the same before the final pulls: found only by them
 	Renumbered         int64 `json:"renumbered"`          // the accepted msgid never handed over, but the same send's body was, under another msgid
 	Duplicates         int64 `json:"duplicates"`          // a msgid handed to a member twice by one client
 	Redelivered        int64 `json:"redelivered"`         // a msgid handed again by a member's next client (churn): delivered but not acked before the disconnect
@@ -160,8 +161,8 @@ func (l *lossCheck) checkOne(gid, uid string, log groupLog, got []sendRef) {
 	// One client hands a group's msgids ascending. A member's next client
 	// (churn) starts at the ack cursor: it may hand again what the last one
 	// had not acked, but what it hands for the first time must come after
-	// everything the member was handed before.
-	// Whatever comes again must come with the body it came with first.
+	// everything the member was handed before. Whatever comes again must
+	// come with the body it came with first.
 	first := make(map[int64]int32, len(got)) // msgid -> the send its body was the first time
 	top := int64(-1)                         // the largest msgid handed so far
 	for i, r := range got {
