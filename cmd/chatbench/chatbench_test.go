@@ -169,7 +169,7 @@ func TestCheckOneSeparatesRedeliveryFromDuplicates(t *testing.T) {
 	// Client 1 was handed 10, 11, then churned away before acking 11; client
 	// 2 starts at the ack cursor (10) and is handed 11, 12, 13.
 	var l lossCheck
-	l.checkOne("g", "u", accepted, []sendRef{{10, 0, 1}, {11, 1, 1}, {11, 1, 2}, {12, 2, 2}, {13, 3, 2}})
+	l.checkOne("g", "u", groupLog{accepted: accepted}, []sendRef{{10, 0, 1}, {11, 1, 1}, {11, 1, 2}, {12, 2, 2}, {13, 3, 2}})
 	l.verdict()
 	if !l.OK || l.Redelivered != 1 || l.Duplicates != 0 || l.OutOfOrder != 0 {
 		t.Fatalf("churn redelivery judged %+v, want OK with 1 redelivered", l)
@@ -178,17 +178,17 @@ func TestCheckOneSeparatesRedeliveryFromDuplicates(t *testing.T) {
 	// after a larger one from one client is out of order; a send never
 	// handed over is missing.
 	l = lossCheck{}
-	l.checkOne("g", "u", accepted, []sendRef{{10, 0, 1}, {12, 2, 1}, {11, 1, 1}, {11, 1, 1}})
+	l.checkOne("g", "u", groupLog{accepted: accepted}, []sendRef{{10, 0, 1}, {12, 2, 1}, {11, 1, 1}, {11, 1, 1}})
 	l.verdict()
 	if l.OK || l.Duplicates != 1 || l.OutOfOrder != 1 || l.Missing != 1 {
 		t.Fatalf("judged %+v, want 1 duplicate, 1 out of order, 1 missing", l)
 	}
 	// A body under another msgid than the sender was told: renumbered, not missing.
 	l = lossCheck{}
-	l.checkOne("g", "u", accepted[:1], []sendRef{{9, 0, 1}})
+	l.checkOne("g", "u", groupLog{accepted: accepted[:1]}, []sendRef{{9, 0, 1}})
 	l.verdict()
-	if !l.OK || l.Renumbered != 1 || l.Unexpected != 1 {
-		t.Fatalf("judged %+v, want renumbered 1, unexpected 1, OK", l)
+	if l.OK || l.Missing != 0 || l.Renumbered != 1 || l.Unexpected != 1 {
+		t.Fatalf("judged %+v, want renumbered 1, unexpected 1, not missing, failed", l)
 	}
 }
 

@@ -27,8 +27,7 @@ func withConnectedBench(t *testing.T, cfg *Config, fn func(ctx context.Context, 
 	defer cancel()
 	err := withDeployment(ctx, cfg, func(d *deployment) error {
 		p := newPlan(cfg)
-		b := &bench{cfg: cfg, plan: p, dep: d, rec: newRecorder(), byUser: make([]*member, len(p.uids)),
-			tokens: make([]string, len(p.uids)), accepted: make([][]sendRef, len(p.gids))}
+		b := newBench(cfg, p, d)
 		a := newAPI(d.URLs[0], d.Admin, cfg.Concurrency)
 		if err := b.fetchTokens(ctx, a, p.online); err != nil {
 			return err

@@ -57,7 +57,7 @@ func (b *bench) load(ctx context.Context) *result {
 	// was not delivered within -drain, which is not proof of a loss.
 	b.rec.finalPull.Store(true)
 	rounds := 0
-	for first := true; first || l.Missing > 0 && time.Now().Before(deadline) && ctx.Err() == nil; first = false {
+	for first := true; first || l.missing() > 0 && time.Now().Before(deadline) && ctx.Err() == nil; first = false {
 		rounds++
 		todo := l.incomplete
 		if first {
@@ -66,7 +66,7 @@ func (b *bench) load(ctx context.Context) *result {
 		if !first && !sleepCtx(ctx, time.Second) {
 			break
 		}
-		logf("final pull, round %d: %d (member, group) pairs, %d messages missing...", rounds, len(todo), l.Missing)
+		logf("final pull, round %d: %d (member, group) pairs, %d messages missing...", rounds, len(todo), l.missing())
 		b.open(ctx, todo)
 		b.waitDelivered(ctx, deadline, 2*time.Second)
 		l = b.check()
@@ -108,7 +108,7 @@ func (b *bench) waitDelivered(ctx context.Context, deadline time.Time, quiet tim
 		// failed on their client yet got in: only the check tells that
 		// nothing is missing. It runs again only when more came.
 		if done && total != checked {
-			if b.check().Missing == 0 {
+			if l := b.check(); l.missing() == 0 {
 				return
 			}
 			checked = total

@@ -26,8 +26,9 @@ type bench struct {
 	byUser  []*member // user index -> member; nil when offline
 	foreign atomic.Int64
 
-	accMu    sync.Mutex
-	accepted [][]sendRef // group -> its accepted sends
+	accMu       sync.Mutex
+	accepted    [][]sendRef      // group -> its accepted sends
+	failedSends []map[int32]bool // group -> the sends made to it that failed on their client: they may have got in
 }
 
 // sendRef ties a message to the send that made it: k is the send's number,
@@ -86,8 +87,7 @@ func runLoad(ctx context.Context, cfg *Config, d *deployment) (*result, error) {
 	if len(p.senders) == 0 {
 		return nil, fmt.Errorf("no user is online with -online %g of %d users: nobody would send", cfg.Online, cfg.Users)
 	}
-	b := &bench{cfg: cfg, plan: p, dep: d, rec: newRecorder(), byUser: make([]*member, len(p.uids)),
-		tokens: make([]string, len(p.uids)), accepted: make([][]sendRef, len(p.gids))}
+	b := newBench(cfg, p, d)
 	if perConn := cfg.Rate / float64(len(p.online)); perConn > 40 {
 		fmt.Fprintf(os.Stderr, "warning: %.0f sends/s per connection; the gateway's default limit is 50/s (burst 100): expect rate_limited\n", perConn)
 	}
@@ -129,6 +129,16 @@ func runLoad(ctx context.Context, cfg *Config, d *deployment) (*result, error) {
 	}
 	res.fill(cfg, p, b)
 	return res, nil
+}
+
+// newBench is a run of plan p against d, nothing sent yet.
+func newBench(cfg *Config, p *plan, d *deployment) *bench {
+	b := &bench{cfg: cfg, plan: p, dep: d, rec: newRecorder(), byUser: make([]*member, len(p.uids)),
+		tokens: make([]string, len(p.uids)), accepted: make([][]sendRef, len(p.gids)), failedSends: make([]map[int32]bool, len(p.gids))}
+	for g := range b.failedSends {
+		b.failedSends[g] = map[int32]bool{}
+	}
+	return b
 }
 
 // fetchTokens gets dev tokens for the given users into b.tokens.
@@ -343,11 +353,13 @@ func (b *bench) sendOn(ctx context.Context, m *member, c *client.Client, group, 
 	msgid, err := c.Send(sctx, b.plan.gids[group], b.body(sent, k))
 	cancel()
 	b.rec.sendDone(m.idx, k, sent, err)
+	b.accMu.Lock()
 	if err == nil {
-		b.accMu.Lock()
 		b.accepted[group] = append(b.accepted[group], sendRef{msgid, int32(k), 0})
-		b.accMu.Unlock()
+	} else {
+		b.failedSends[group][int32(k)] = true
 	}
+	b.accMu.Unlock()
 }
 
 // close closes every client, flushing their acks.

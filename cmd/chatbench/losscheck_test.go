@@ -24,7 +24,7 @@ func TestTheLossCheckComparesBodiesNotOnlyMsgids(t *testing.T) {
 		{"the other send accepted too", []sendRef{{msgid: 10, k: 0}, {msgid: 11, k: 1}}},
 	} {
 		var l lossCheck
-		l.checkOne("g", "u", c.accepted, []sendRef{{msgid: 10, k: 1, gen: 1}})
+		l.checkOne("g", "u", groupLog{accepted: c.accepted}, []sendRef{{msgid: 10, k: 1, gen: 1}})
 		l.verdict()
 		if l.OK || l.Mismatched != 1 || l.Missing != 1 {
 			t.Errorf("%s: send 0's body never reached the member, yet the check says %+v", c.name, l)
@@ -165,10 +165,129 @@ func TestTheLossCheckFailsOnAGarbledBodyUnderAnAcceptedMsgid(t *testing.T) {
 	for _, body := range []string{"bx.1700000000000000000.", "xxxx", whole[:20], whole[:60], whole[:60] + "yyyy"} {
 		_, k, _ := b.parseBody(body)
 		var l lossCheck
-		l.checkOne("g", "u", []sendRef{{msgid: 10, k: 0}}, []sendRef{{msgid: 10, k: k, gen: 1}})
+		l.checkOne("g", "u", groupLog{accepted: []sendRef{{msgid: 10, k: 0}}}, []sendRef{{msgid: 10, k: k, gen: 1}})
 		l.verdict()
 		if l.OK || l.Missing != 1 {
 			t.Errorf("send 0 was accepted as msgid 10 and msgid 10 came with body %q; the check says %+v", body, l)
 		}
+	}
+}
+
+// A member's clients after churn are one user's view of the group: what a
+// new client hands over for the first time must come after everything the
+// member's earlier clients were handed. Only what the old client had not
+// acked may come again.
+func TestTheLossCheckFailsOnOrderAcrossAMembersClients(t *testing.T) {
+	accepted := []sendRef{{10, 0, 0}, {11, 1, 0}, {12, 2, 0}}
+	for _, c := range []struct {
+		name string
+		got  []sendRef
+	}{
+		// Client 1 was handed 10 and 12, client 2 then 11.
+		{"the skipped message alone", []sendRef{{10, 0, 1}, {12, 2, 1}, {11, 1, 2}}},
+		// Client 2 starts at the ack cursor, 10: 11 comes first, then 12 again.
+		{"the skipped message and a redelivery", []sendRef{{10, 0, 1}, {12, 2, 1}, {11, 1, 2}, {12, 2, 2}}},
+		// The final pull of a member back from churn hands over 10, which
+		// client 1 skipped.
+		{"the final pull on a new client", []sendRef{{11, 1, 1}, {12, 2, 1}, {10, 0, 2}}},
+	} {
+		var l lossCheck
+		l.checkOne("bx-g0", "bx-u0", groupLog{accepted: accepted}, c.got)
+		l.verdict()
+		if l.OK || l.OutOfOrder != 1 {
+			t.Errorf("%s: the member saw a message after a later one (%v), yet the check says %+v", c.name, c.got, l)
+		}
+	}
+}
+
+// A message a member's next client hands again (churn) is the same
+// message: under its msgid must come the same body as the first time.
+func TestTheLossCheckFailsOnARedeliveryWithAnotherBody(t *testing.T) {
+	accepted := []sendRef{{10, 0, 0}, {11, 1, 0}}
+	for _, k := range []int32{0, 7, -1} { // send 0's body, a send's that failed on its client, a garbled one
+		var l lossCheck
+		l.checkOne("bx-g0", "bx-u0", groupLog{accepted: accepted}, []sendRef{{10, 0, 1}, {11, 1, 1}, {11, k, 2}})
+		l.verdict()
+		if l.OK || l.Altered != 1 {
+			t.Errorf("msgid 11 came with send 1's body, then again with send %d's, yet the check says %+v", k, l)
+		}
+	}
+}
+
+// The sender was told msgid 10, but its message reached the members as 12
+// and nothing came as 10: its read receipts and acks never match its
+// message. That is a fault of the server, not a loss the run may pass.
+func TestTheLossCheckFailsOnARenumberedSend(t *testing.T) {
+	var l lossCheck
+	l.checkOne("bx-g0", "bx-u0", groupLog{accepted: []sendRef{{10, 0, 0}}}, []sendRef{{12, 0, 1}})
+	l.verdict()
+	if l.OK || l.Renumbered != 1 {
+		t.Fatalf("send 0 was accepted as msgid 10 and came as 12, yet the check says %+v", l)
+	}
+}
+
+// strayBench is a bench with groups bx-g0 (users 0 and 1) and bx-g1
+// (users 1 and 2): send 0 accepted in g0 as msgid 10, send 1 in g1 as 11,
+// send 2 made to g0 but failed on its client (a timeout: it may have got
+// in). Every member was handed its groups' accepted sends.
+func strayBench() *bench {
+	p := &plan{uids: []string{"bx-u0", "bx-u1", "bx-u2"}, gids: []string{"bx-g0", "bx-g1"},
+		members: [][]int{{0, 1}, {1, 2}}, groupsOf: [][]int{{0}, {0, 1}, {1}}, online: []int{0, 1, 2}}
+	b := &bench{cfg: &Config{Prefix: "bx"}, plan: p, accepted: [][]sendRef{{{10, 0, 0}}, {{11, 1, 0}}},
+		failedSends: []map[int32]bool{{2: true}, {}}}
+	for u := range p.uids {
+		m := &member{idx: u, user: u, got: map[string][]sendRef{}}
+		for _, g := range p.groupsOf[u] {
+			m.got[p.gids[g]] = append(m.got[p.gids[g]], sendRef{b.accepted[g][0].msgid, b.accepted[g][0].k, 1})
+		}
+		b.members = append(b.members, m)
+	}
+	return b
+}
+
+// A msgid no accepted send returned may only be a send made to its group
+// that failed on its client yet got in. Anything else under it is a
+// message the group never had.
+func TestTheLossCheckFailsOnAStrayMessage(t *testing.T) {
+	b := strayBench()
+	// Send 2 got in as msgid 12, and both members of g0 were handed it.
+	for _, m := range b.members[:2] {
+		m.got["bx-g0"] = append(m.got["bx-g0"], sendRef{12, 2, 1})
+	}
+	if l := b.check(); !l.OK || l.Unexpected != 2 {
+		t.Fatalf("a send that failed on its client got in and reached every member, yet the check says %+v", l)
+	}
+	for _, c := range []struct {
+		name string
+		k    int32
+	}{
+		{"send 1, accepted in bx-g1", 1},
+		{"send 3, never made", 3},
+		{"a garbled body", -1},
+	} {
+		b := strayBench()
+		for _, m := range b.members[:2] {
+			m.got["bx-g0"] = append(m.got["bx-g0"], sendRef{12, c.k, 1})
+		}
+		if l := b.check(); l.OK || l.Stray != 2 {
+			t.Errorf("both members of bx-g0 were handed msgid 12 with %s, yet the check says %+v", c.name, l)
+		}
+	}
+}
+
+// A send that failed on its client yet got in is a message of its group
+// like any other: each member must be handed it, with the same body.
+func TestTheLossCheckFailsWhenASendThatFailedReachedOnlySomeMembers(t *testing.T) {
+	b := strayBench()
+	b.members[0].got["bx-g0"] = append(b.members[0].got["bx-g0"], sendRef{12, 2, 1})
+	l := b.check()
+	if l.OK || l.MissingUnconfirmed != 1 || len(l.incomplete) != 1 || l.incomplete[0] != (slot{1, 0}) {
+		t.Fatalf("send 2 got in as msgid 12 and reached user 0 but not user 1, yet the check says %+v", l)
+	}
+	// User 1 was handed msgid 12 too, but with another body.
+	b.members[1].got["bx-g0"] = append(b.members[1].got["bx-g0"], sendRef{12, 5, 1})
+	b.failedSends[0][5] = true
+	if l := b.check(); l.OK || l.Mismatched != 1 {
+		t.Fatalf("msgid 12 came to user 0 as send 2 and to user 1 as send 5, yet the check says %+v", l)
 	}
 }

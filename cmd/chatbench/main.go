@@ -3,8 +3,10 @@
 // from a send's due time to OnMessage on every online member (HDR histogram),
 // pushes per second, ack and receipt records per message, errors by code,
 // and a loss check (every member got every accepted message of its groups
-// exactly once: the online ones by push, the offline ones by pull after the
-// run). Other modes sweep the rate (and plot latency against it), search
+// exactly once, in msgid order across its clients, under the msgid its
+// sender was told and with its body, and nothing else of them but sends
+// that failed on their client yet got in: the online ones by push, the
+// offline ones by pull after the run). Other modes sweep the rate (and plot latency against it), search
 // the highest rate within a p99 target, time an offline member's pull of a
 // large backlog, and measure chatd's RSS per idle connection.
 //

@@ -58,7 +58,9 @@ func (b *bench) offlineCheck(ctx context.Context, a *api, n int) *offlineResult 
 	res := &offlineResult{Offline: len(all)}
 	rec := newRecorder()
 	var loggedIn atomic.Int64
-	accepted := b.acceptedSorted()
+	// The online members' clients are closed: what they were handed is
+	// final, the failed sends that got in included.
+	logs := b.groupLogs(b.members)
 	var handed int64
 	start := time.Now()
 	for from := 0; from < len(users) && ctx.Err() == nil; from += offlineChunk {
@@ -74,7 +76,7 @@ func (b *bench) offlineCheck(ctx context.Context, a *api, n int) *offlineResult 
 			rec.error(err)
 		} else {
 			_ = parallel(ctx, len(part), b.cfg.Concurrency, func(ctx context.Context, j int) error {
-				if b.catchUp(ctx, ms[j], accepted, rec) {
+				if b.catchUp(ctx, ms[j], logs, rec) {
 					loggedIn.Add(1)
 				}
 				return nil
@@ -84,9 +86,9 @@ func (b *bench) offlineCheck(ctx context.Context, a *api, n int) *offlineResult 
 			res.Loss.Members++
 			for _, g := range b.plan.groupsOf[m.user] {
 				got := m.got[b.plan.gids[g]]
-				res.Loss.Expected += int64(len(accepted[g]))
+				res.Loss.Expected += int64(len(logs[g].accepted))
 				res.Loss.Delivered += int64(len(got))
-				res.Loss.checkOne(b.plan.gids[g], b.plan.uids[m.user], accepted[g], got)
+				res.Loss.checkOne(b.plan.gids[g], b.plan.uids[m.user], logs[g], got)
 			}
 			res.Loss.notMember(b.plan, m)
 			handed += m.n.Load()
@@ -107,18 +109,22 @@ func (b *bench) offlineCheck(ctx context.Context, a *api, n int) *offlineResult 
 }
 
 // catchUp dials a client for m, opens its groups and waits until it was
-// handed every accepted message of them (opening again what is still
+// handed every message of their logs (opening again what is still
 // missing, once a second), or -drain ends; then closes the client. The
 // time from the dial to the last message goes into rec.accept. It reports
 // whether m logged in.
-func (b *bench) catchUp(ctx context.Context, m *member, accepted [][]sendRef, rec *recorder) bool {
-	// What is still to come: the accepted sends of m's groups, by body.
-	// Counting messages instead would stop early under overload, when sends
-	// that timed out on their client yet got in come too.
+func (b *bench) catchUp(ctx context.Context, m *member, logs []groupLog, rec *recorder) bool {
+	// What is still to come: the accepted sends of m's groups, and the
+	// failed ones the online members were handed, by body. Counting
+	// messages instead would stop early under overload, when sends that
+	// timed out on their client yet got in come too.
 	pending := map[int32]bool{}
 	for _, g := range b.plan.groupsOf[m.user] {
-		for _, ref := range accepted[g] {
+		for _, ref := range logs[g].accepted {
 			pending[ref.k] = true
+		}
+		for _, k := range logs[g].unconfirmed {
+			pending[k] = true
 		}
 	}
 	var left atomic.Int64

@@ -181,16 +181,21 @@ func (l *lossCheck) print(w io.Writer, who string) {
 	if l.PullRounds > 0 {
 		missing += fmt.Sprintf(" (%d before the final pulls, %d rounds)", l.MissingAfterDrain, l.PullRounds)
 	}
-	fmt.Fprintf(w, "loss check:   %s (%s): %d members, %d expected, %d delivered; missing %s, another send's body (or a garbled one) under an accepted msgid %d, duplicates %d, out of order %d, same body under two msgids %d\n",
-		verdict, who, l.Members, l.Expected, l.Delivered, missing, l.Mismatched, l.Duplicates, l.OutOfOrder, l.BodyDuplicates)
-	fmt.Fprintf(w, "              of a group the member is not in %d; renumbered %d (the accepted msgid never came, the same body did under another), unexpected msgids %d, redelivered after churn %d, foreign %d\n",
-		l.NotMember, l.Renumbered, l.Unexpected, l.Redelivered, l.Foreign)
+	fmt.Fprintf(w, "loss check:   %s (%s): %d members, %d expected, %d delivered; missing %s, another send's body (or a garbled one) under an accepted msgid %d, duplicates %d, out of order %d, same body under two msgids %d, a msgid handed again with another body %d\n",
+		verdict, who, l.Members, l.Expected, l.Delivered, missing, l.Mismatched, l.Duplicates, l.OutOfOrder, l.BodyDuplicates, l.Altered)
+	fmt.Fprintf(w, "              of a group the member is not in %d; renumbered %d (the accepted msgid never came, the same body did under another); stray %d (under a msgid no send returned, no send made to the group)\n",
+		l.NotMember, l.Renumbered, l.Stray)
+	fmt.Fprintf(w, "              unexpected msgids %d (sends failed on their client that got in), missed by some member %d; redelivered after churn %d, foreign %d\n",
+		l.Unexpected, l.MissingUnconfirmed, l.Redelivered, l.Foreign)
 	for _, ex := range l.Examples {
 		got := "never came"
 		if ex.GotMsgID != nil {
 			got = fmt.Sprintf("came as msgid %d", *ex.GotMsgID)
 		}
 		fmt.Fprintf(w, "              e.g. %s msgid %d (send %d) to %s: %s\n", ex.Gid, ex.MsgID, ex.Send, ex.Uid, got)
+	}
+	for _, f := range l.Faults {
+		fmt.Fprintf(w, "              fault: %s\n", f)
 	}
 }
 
