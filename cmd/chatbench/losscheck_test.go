@@ -214,18 +214,6 @@ func TestTheLossCheckFailsOnARedeliveryWithAnotherBody(t *testing.T) {
 	}
 }
 
-// The sender was told msgid 10, but its message reached the members as 12
-// and nothing came as 10: its read receipts and acks never match its
-// message. That is a fault of the server, not a loss the run may pass.
-func TestTheLossCheckFailsOnARenumberedSend(t *testing.T) {
-	var l lossCheck
-	l.checkOne("bx-g0", "bx-u0", groupLog{accepted: []sendRef{{10, 0, 0}}}, []sendRef{{12, 0, 1}})
-	l.verdict()
-	if l.OK || l.Renumbered != 1 {
-		t.Fatalf("send 0 was accepted as msgid 10 and came as 12, yet the check says %+v", l)
-	}
-}
-
 // strayBench is a bench with groups bx-g0 (users 0 and 1) and bx-g1
 // (users 1 and 2): send 0 accepted in g0 as msgid 10, send 1 in g1 as 11,
 // send 2 made to g0 but failed on its client (a timeout: it may have got

