@@ -50,6 +50,9 @@ type Config struct {
 	NodeLease    time.Duration // this gateway's hold on its Node name, renewed every third of it; default 10s
 	TokenTTL     time.Duration // lifetime of dev tokens; default 24h
 	MaxMembers   int           // members of one group at most; default (and at most) 10,000, what a who-read answer lists
+	// MaxConnsPerUser bounds the connections of one user to this gateway
+	// (devices, browser tabs); past it a connection is refused. Default 32.
+	MaxConnsPerUser int
 
 	Logger  *slog.Logger
 	Metrics *metrics.Set // optional: sends, pushes, end-to-end latency, connections
@@ -80,6 +83,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxMembers == 0 {
 		c.MaxMembers = maxMembers
+	}
+	if c.MaxConnsPerUser == 0 {
+		c.MaxConnsPerUser = 32
 	}
 	if c.QueueBytes == 0 {
 		c.QueueBytes = 16 << 20
@@ -116,8 +122,8 @@ func (c Config) Validate() error {
 		return errors.New("gateway: the token secret must be at least 32 bytes; set CHAT_JWT_SECRET")
 	case c.MaxBody < 1 || c.MaxBody > producers.MaxBody:
 		return fmt.Errorf("gateway: max body %d out of range 1..%d (what one Kafka record batch carries by default)", c.MaxBody, producers.MaxBody)
-	case c.SendRate < 0 || c.SendBurst < 1 || c.QueueSize < 1 || c.QueueBytes < 1:
-		return errors.New("gateway: send rate, burst, queue size and queue bytes must be positive")
+	case c.SendRate < 0 || c.SendBurst < 1 || c.QueueSize < 1 || c.QueueBytes < 1 || c.MaxConnsPerUser < 1:
+		return errors.New("gateway: send rate, burst, queue size, queue bytes and connections per user must be positive")
 	case c.MaxMembers < 1 || c.MaxMembers > maxMembers:
 		return fmt.Errorf("gateway: max members %d out of range 1..%d", c.MaxMembers, maxMembers)
 	case c.MaxSending < minSending:

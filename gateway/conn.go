@@ -24,6 +24,7 @@ import (
 const (
 	CloseUnauthenticated websocket.StatusCode = 4001 // reason says what was wrong with the token
 	CloseTooSlow         websocket.StatusCode = 4008 // the client did not read fast enough: reconnect, resync
+	CloseTooManyConns    websocket.StatusCode = 4029 // the user has MaxConnsPerUser connections to this gateway already
 )
 
 // A push frame carries at most maxPushBatch queued messages and stops
@@ -126,11 +127,19 @@ func (g *Gateway) runConn(ws *websocket.Conn, sb *smallBuffers, token string) {
 		c.close(websocket.StatusGoingAway, shutdownReason)
 	}
 	uid, id, perr := c.authenticate(token)
+	closeCode := CloseUnauthenticated
+	if perr == nil {
+		if g.hub.admit(uid, g.cfg.MaxConnsPerUser) {
+			c.writeNow(protocol.Marshal(protocol.Authed{Op: protocol.OpAuthed, ID: id, Uid: uid}))
+		} else {
+			perr, closeCode = protocol.Errorf(protocol.CodeRateLimited, "%s has %d connections to this server already, the most it takes; close one and reconnect", uid, g.cfg.MaxConnsPerUser), CloseTooManyConns
+		}
+	}
 	g.authing.Delete(c)
 	if perr != nil {
 		if perr != errAnswered && !c.closing() {
 			c.writeNow(perr.Frame(id))
-			c.close(CloseUnauthenticated, string(perr.Code)+": "+perr.Message)
+			c.close(closeCode, string(perr.Code)+": "+perr.Message)
 		}
 		c.end()
 		g.wg.Done()
@@ -196,13 +205,11 @@ func (s *smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 
 // authenticate takes the token of the URL (?token=) or the Authorization
 // header (tok), or else a first auth frame sent within AuthTimeout. It
-// returns the id of that frame too, for the answer to a refused one.
+// returns the id of that frame too, for the answer (authed, written by
+// the caller once it admits the connection, or a refusal).
 func (c *conn) authenticate(tok string) (uid, id string, _ *protocol.Error) {
 	if tok != "" {
 		uid, perr := verify(c.g.cfg.Secret, tok)
-		if perr == nil {
-			c.writeNow(protocol.Marshal(protocol.Authed{Op: protocol.OpAuthed, Uid: uid}))
-		}
 		return uid, "", perr
 	}
 	// A read cut by a deadline closes the socket without a word, so the
@@ -231,9 +238,6 @@ func (c *conn) authenticate(tok string) (uid, id string, _ *protocol.Error) {
 			"the first frame must be auth, got %q; send {\"op\":\"auth\",\"token\":...} first, or connect with ?token= or an Authorization header", req.Op)
 	}
 	uid, perr := verify(c.g.cfg.Secret, req.Token)
-	if perr == nil {
-		c.writeNow(protocol.Marshal(protocol.Authed{Op: protocol.OpAuthed, ID: req.ID, Uid: uid}))
-	}
 	return uid, req.ID, perr
 }
 

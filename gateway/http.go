@@ -69,8 +69,12 @@ func (g *Gateway) api(op string) http.HandlerFunc {
 		body := []byte("{}")
 		if r.Method == http.MethodPost {
 			b, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, g.cfg.maxFrame()))
-			if err != nil {
+			var tooLarge *http.MaxBytesError
+			switch {
+			case errors.As(err, &tooLarge):
 				return nil, protocol.Errorf(protocol.CodeBodyTooLarge, "the request body is over the limit of %d bytes (a message body of at most %d bytes, JSON-escaped)", g.cfg.maxFrame(), g.cfg.MaxBody)
+			case err != nil:
+				return nil, protocol.Errorf(protocol.CodeBadFrame, "the request body did not arrive whole (%v); send it again", err)
 			}
 			// No body, or null, has no fields: the answer names the
 			// first one missing.
@@ -143,18 +147,25 @@ func queryBody(r *http.Request) ([]byte, *protocol.Error) {
 		if f.val == "" {
 			continue
 		}
-		if _, err := strconv.ParseInt(f.val, 10, 64); err != nil {
+		n, err := strconv.ParseInt(f.val, 10, 64)
+		if err != nil {
 			return nil, protocol.Errorf(protocol.CodeBadFrame, "%s must be an integer, got %q", f.key, f.val[:min(len(f.val), 40)])
 		}
-		m[f.key] = json.RawMessage(f.val)
+		// As JSON writes it: strconv takes "+5" and "007", JSON does not.
+		m[f.key] = strconv.AppendInt(nil, n, 10)
 	}
 	if s := q.Get("msgids"); s != "" {
+		var ids []int64
 		for _, id := range strings.Split(s, ",") {
-			if _, err := strconv.ParseInt(id, 10, 64); err != nil {
+			n, err := strconv.ParseInt(id, 10, 64)
+			if err != nil {
 				return nil, protocol.Errorf(protocol.CodeBadFrame, "msgids must be msgids separated by commas (msgids=41,42); %q is not one", id[:min(len(id), 40)])
 			}
+			if ids = append(ids, n); len(ids) > protocol.MaxMsgIDs {
+				return nil, protocol.Errorf(protocol.CodeInvalid, "read_counts needs 1 to %d msgids", protocol.MaxMsgIDs)
+			}
 		}
-		m["msgids"] = json.RawMessage("[" + s + "]")
+		m["msgids"], _ = json.Marshal(ids)
 	}
 	b, _ := json.Marshal(m)
 	return b, nil

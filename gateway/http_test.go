@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -218,5 +221,49 @@ func TestHTTPMistakesAreAnsweredInJSON(t *testing.T) {
 		if st != c.status || out["code"] == nil || !strings.Contains(msg, c.says) {
 			t.Errorf("%s %s: %d %v, want %d with a code and a message saying %q", c.method, c.path, st, out, c.status, c.says)
 		}
+	}
+}
+
+// The numbers of a query are read as integers (strconv's: a sign, leading
+// zeros), not pasted into JSON, where they would not parse and the answer
+// would name no field.
+func TestHTTPQueryNumbersAreTakenAsIntegers(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g1", "alice")
+	alice := e.token("alice")
+	for path, op := range map[string]string{
+		"/v1/groups/g1/messages?after=%2B0&limit=007": protocol.OpPage,
+		"/v1/groups/g1/read_counts?msgids=00,-0":      protocol.OpCounts,
+	} {
+		if st, out := e.http("GET", path, alice, nil); st != 200 || out["op"] != op {
+			t.Errorf("GET %s: %d %v, want %s", path, st, out, op)
+		}
+	}
+}
+
+// A request body cut short by the client is answered as such, not as a
+// body over the limit, which would have the client split a message that
+// was never too large.
+func TestAnHTTPBodyCutShortIsNotCalledTooLarge(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g1", "alice")
+	host := strings.TrimPrefix(e.gws[0].srv.URL, "http://")
+	c, err := net.Dial("tcp", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "POST /v1/groups/g1/messages HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nContent-Length: 100\r\n\r\n{\"cmid\":", host, e.token("alice"))
+	c.(*net.TCPConn).CloseWrite()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]string
+	json.NewDecoder(resp.Body).Decode(&out)
+	if resp.StatusCode != 400 || out["code"] != string(protocol.CodeBadFrame) || !strings.Contains(out["message"], "whole") {
+		t.Fatalf("a body cut short: %d %v, want bad_frame saying it did not arrive whole", resp.StatusCode, out)
 	}
 }

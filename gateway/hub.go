@@ -17,15 +17,33 @@ import (
 // A user's connections are a slice, not a set: most users have one or two
 // devices, and a slice of one costs 8 bytes where a map costs hundreds.
 type hub struct {
-	mu    sync.RWMutex
-	users map[string][]*conn
+	mu       sync.RWMutex
+	users    map[string][]*conn
+	admitted map[string]int // connections admitted (admit) and not yet added, by user
 }
 
-func newHub() *hub { return &hub{users: map[string][]*conn{}} }
+func newHub() *hub { return &hub{users: map[string][]*conn{}, admitted: map[string]int{}} }
 
+// admit takes a place for a connection of uid unless uid has max
+// connections here already, counting those admitted and not yet added.
+// A connection admitted is then added (add).
+func (h *hub) admit(uid string, max int) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.users[uid])+h.admitted[uid] >= max {
+		return false
+	}
+	h.admitted[uid]++
+	return true
+}
+
+// add adds c, admitted before.
 func (h *hub) add(c *conn) (first bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.admitted[c.uid]--; h.admitted[c.uid] <= 0 {
+		delete(h.admitted, c.uid)
+	}
 	set := append(h.users[c.uid], c)
 	h.users[c.uid] = set
 	return len(set) == 1

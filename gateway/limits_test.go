@@ -181,3 +181,43 @@ func TestShutdownClosesConnectionsStillAuthenticating(t *testing.T) {
 		t.Fatalf("Shutdown: %v after %v", err, time.Since(start))
 	}
 }
+
+// One user's token opens at most MaxConnsPerUser connections to a gateway:
+// past it a connection, by URL token or by auth frame, is refused with
+// rate_limited and closed with 4029 before it is served, other users are
+// not, and a connection closed makes room for a new one.
+func TestAUserHasAtMostMaxConnsPerUserConnections(t *testing.T) {
+	e := newEnv(t, envOpts{gateways: 1, tune: func(c *Config) { c.MaxConnsPerUser = 3 }})
+	var held []*raw
+	for range 3 {
+		held = append(held, e.login(0, "alice"))
+	}
+	refused := func(how string, r *raw, id string) {
+		t.Helper()
+		f, err := r.tryRead(5 * time.Second)
+		if got, _ := f["id"].(string); err != nil || code(f) != string(protocol.CodeRateLimited) || got != id || !strings.Contains(f["message"].(string), "close one") {
+			t.Fatalf("a 4th connection of alice (%s): %v %v, want rate_limited saying what to do", how, f, err)
+		}
+		if _, err := r.tryRead(5 * time.Second); websocket.CloseStatus(err) != CloseTooManyConns {
+			t.Fatalf("a 4th connection of alice (%s): %v, want close %d", how, err, CloseTooManyConns)
+		}
+	}
+	refused("token in the URL", e.dial(0, "?token="+e.token("alice")), "")
+	r := e.dial(0, "")
+	r.send(map[string]any{"op": "auth", "id": "a1", "token": e.token("alice")})
+	refused("auth frame", r, "a1")
+
+	if f := e.login(0, "bob").call(map[string]any{"op": "sync"}); f["op"] != protocol.OpSynced {
+		t.Fatalf("bob beside alice's connections: %v", f)
+	}
+	if f := held[0].call(map[string]any{"op": "sync"}); f["op"] != protocol.OpSynced {
+		t.Fatalf("alice's first connection after the refusals: %v", f)
+	}
+	held[0].ws.Close(websocket.StatusNormalClosure, "")
+	waitFor(t, "a connection of alice in place of the closed one", 5*time.Second, func() bool {
+		r := e.dial(0, "?token="+e.token("alice"))
+		defer r.ws.CloseNow()
+		f, err := r.tryRead(5 * time.Second)
+		return err == nil && f["op"] == protocol.OpAuthed
+	})
+}

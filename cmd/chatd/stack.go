@@ -263,7 +263,7 @@ func (st *stack) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("HTTP listen on %s: %w; set CHAT_HTTP_ADDR to a free address", st.s.HTTPAddr, err)
 	}
-	srv := &http.Server{Handler: st.routes(), ReadHeaderTimeout: 5 * time.Second}
+	srv := st.s.httpServer(st.routes())
 	st.log.Info("serving HTTP", "addr", ln.Addr().String())
 	if st.gateway != nil {
 		st.log.Info("web client: open it in a browser", "url", "http://"+ln.Addr().String()+"/")
@@ -271,7 +271,7 @@ func (st *stack) run(ctx context.Context) error {
 
 	g, gctx := errgroup.WithContext(ctx)
 	if st.s.DebugAddr != "" {
-		dbg, err := serveDebug(gctx, st.s.DebugAddr)
+		dbg, err := st.s.serveDebug(gctx)
 		if err != nil {
 			return err
 		}
@@ -390,9 +390,29 @@ func (st *stack) close() {
 	}
 }
 
+// Limits of the HTTP server on what a client sends before its handler has
+// it. Headers hold at most a token (4 KiB), a URL of the API and what
+// proxies add.
+const (
+	readHeaderTimeout = 5 * time.Second
+	maxHeaderBytes    = 64 << 10
+)
+
+// httpServer is the HTTP server of h with the limits that let a client
+// that stalls go: in its headers, in its body (the read timeout), or
+// between requests (the idle timeout). A WebSocket, hijacked from it,
+// is not subject to them: the gateway has its own (pings, AuthTimeout).
+// No write timeout: it would also cut a request that waits on a stalled
+// broker (a send retries for up to 30 s) without an answer.
+func (s *settings) httpServer(h http.Handler) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: s.HTTPReadTimeout,
+		IdleTimeout: s.HTTPIdleTimeout, MaxHeaderBytes: maxHeaderBytes}
+}
+
 // serveDebug serves net/http/pprof on its own listener, apart from the
 // public HTTP address, until ctx ends.
-func serveDebug(ctx context.Context, addr string) (string, error) {
+func (s *settings) serveDebug(ctx context.Context) (string, error) {
+	addr := s.DebugAddr
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return "", fmt.Errorf("debug listen on %s: %w; set CHAT_DEBUG_ADDR to a free address or leave it empty", addr, err)
@@ -401,7 +421,7 @@ func serveDebug(ctx context.Context, addr string) (string, error) {
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := s.httpServer(mux)
 	go func() {
 		<-ctx.Done()
 		srv.Close()
