@@ -97,13 +97,7 @@ func lateStore(t *testing.T, breakReads func(*Gateway)) {
 	alice := e.connect(0, "alice", nil)
 	e.waitSyncChecked(0, "alice") // a send before could be above her sync's head and below the ends its check reads
 	ctx := context.Background()
-	first, err := alice.c.Send(ctx, "g", "stored")
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the first message stored", 10*time.Second, func() bool { h, _ := e.redis.Head(ctx, "g"); return h == first })
-
-	e.parts["persister"].stop()
+	first := e.storeThenStopThePersister(alice)
 	late, err := alice.c.Send(ctx, "g", "sent while the store is stopped")
 	if err != nil {
 		t.Fatal(err)
@@ -146,13 +140,7 @@ func TestALateStoreResyncEndsTheCheck(t *testing.T) {
 	alice := e.connect(0, "alice", nil)
 	e.waitSyncChecked(0, "alice")
 	ctx := context.Background()
-	first, err := alice.c.Send(ctx, "g", "stored")
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the first message stored", 10*time.Second, func() bool { h, _ := e.redis.Head(ctx, "g"); return h == first })
-
-	e.parts["persister"].stop()
+	e.storeThenStopThePersister(alice)
 	if _, err := alice.c.Send(ctx, "g", "sent while the store is stopped"); err != nil {
 		t.Fatal(err)
 	}
@@ -230,4 +218,18 @@ func TestBreaksInARowKeepTheResyncPace(t *testing.T) {
 			t.Fatalf("%s must cover the moment of the second break", c.uid)
 		}
 	}
+}
+
+// storeThenStopThePersister has m send a message to g, waits until the
+// persister has stored it, and stops the persister; it returns the msgid.
+func (e *env) storeThenStopThePersister(m *member) int64 {
+	e.t.Helper()
+	ctx := context.Background()
+	first, err := m.c.Send(ctx, "g", "stored")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	waitFor(e.t, "the first message stored", 10*time.Second, func() bool { h, _ := e.redis.Head(ctx, "g"); return h == first })
+	e.parts["persister"].stop()
+	return first
 }
