@@ -276,6 +276,9 @@ func (st *stack) run(ctx context.Context) error {
 			return err
 		}
 		st.log.Info("serving the profiler", "addr", dbg)
+		if !loopback(dbg) {
+			st.log.Warn("the profiler listens beyond this machine: anyone who reaches it can read chatd's memory and stall it; set CHAT_DEBUG_ADDR to 127.0.0.1:PORT", "addr", dbg)
+		}
 	}
 	for _, p := range st.parts {
 		g.Go(func() error {
@@ -428,4 +431,15 @@ func (s *settings) serveDebug(ctx context.Context) (string, error) {
 	}()
 	go srv.Serve(ln)
 	return ln.Addr().String(), nil
+}
+
+// loopback reports whether a listener's address (host:port) is reachable
+// only from this machine.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback() || host == "localhost"
 }
