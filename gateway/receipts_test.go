@@ -112,8 +112,13 @@ func TestReadCountsExactAfterRandomReadsAndReplay(t *testing.T) {
 			}
 			return true
 		})
+		e.waitReplayed("g") // after a wipe, counts wait for the memberships' replay
 		counts := s.call(map[string]any{"op": "read_counts", "gid": "g", "msgids": ids})
-		for i, c := range counts["counts"].([]any) {
+		list, ok := counts["counts"].([]any)
+		if !ok {
+			t.Fatalf("%s: read_counts answered %v", when, counts)
+		}
+		for i, c := range list {
 			c := c.(map[string]any)
 			read, unread := tr.who(ids[i])
 			if int(c["read"].(float64)) != len(read) || int(c["audience"].(float64)) != len(read)+len(unread) {
