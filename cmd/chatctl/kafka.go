@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-
-	"github.com/groupchat/chatd/topics"
 )
 
 // admin is a Kafka client for metadata, offsets and consumer groups.
@@ -54,11 +52,10 @@ func (a *admin) partitions(ctx context.Context, topic string) ([]int, error) {
 // chat.* topic is created by `chatctl topics create`; another name is
 // likely a typo.
 func missingTopic(topic string) error {
-	names := []string{topics.Messages, topics.Acks, topics.Receipts, topics.Members, topics.DeadLetter}
-	if slices.Contains(names, topic) {
+	if slices.Contains(chatTopics, topic) {
 		return fmt.Errorf("topic %s does not exist; create the topics with `chatctl topics create`", topic)
 	}
-	return fmt.Errorf("topic %s does not exist, and is none of chatd's (%s); check the name", topic, strings.Join(names, ", "))
+	return fmt.Errorf("topic %s does not exist, and is none of chatd's (%s); check the name", topic, strings.Join(chatTopics, ", "))
 }
 
 // bounds are the first and next offsets of a partition: it holds records
