@@ -29,8 +29,9 @@ import (
 // connection waits for it (one read for all of this node's connections).
 const coverPoll = 100 * time.Millisecond
 
-// endsGap is the least time between two reads of the log's ends: a node's
-// connections all reconnecting share a few reads a second, not one each.
+// endsGap is the least time between two reads of the log's ends, or of
+// the persister's position: a node's connections all reconnecting share a
+// few reads a second, not one each.
 const endsGap = 50 * time.Millisecond
 
 // coverReads are the reads the checks make.
@@ -69,10 +70,11 @@ func (c *conn) syncCovered(ctx context.Context, r *protocol.Request) (any, *prot
 	if since == 0 {
 		return g.do(ctx, c.uid, r)
 	}
-	// Read before the heads: what it says stored, the heads hold. Unread,
-	// it is taken as nothing stored: every group whose partition holds a
-	// message is then checked.
-	stored, err := g.reads.stored(ctx)
+	// Read before the heads: what it says stored, the heads hold. A read
+	// shared with the syncs of the last endsGap is as good (an older
+	// position only checks more groups). Unread, it is taken as nothing
+	// stored: every group whose partition holds a message is then checked.
+	stored, err := g.storedRead.after(ctx, g.since()-endsGap, g.since, g.reads.stored)
 	if err != nil {
 		g.log.Warn("cannot read the persister's position; checking every group of a sync", "err", err)
 		stored = map[int]int64{}
@@ -192,18 +194,19 @@ func (g *Gateway) missedBelow(ctx context.Context, late []behind) (bool, error) 
 	return false, nil
 }
 
-// endsFetcher reads the log's ends for the syncs that need them, sharing
-// one read among all that need ends read after the same moment: a node's
-// connections all reconnecting cost a few reads, not one each.
-type endsFetcher struct {
+// sharedRead reads for the syncs that need it (the log's ends, the
+// persister's position), sharing one read among all that need it read
+// after the same moment: a node's connections all reconnecting cost a few
+// reads, not one each.
+type sharedRead struct {
 	mu   sync.Mutex
-	cur  *endsFetch    // in flight
-	next *endsFetch    // for those who came after cur began: starts when it ends
-	last *endsFetch    // the newest that succeeded
+	cur  *sharedFetch  // in flight
+	next *sharedFetch  // for those who came after cur began: starts when it ends
+	last *sharedFetch  // the newest that succeeded
 	read time.Duration // when the newest read, failed or not, began
 }
 
-type endsFetch struct {
+type sharedFetch struct {
 	began time.Duration // since the gateway's start
 	done  chan struct{}
 	ends  map[int]int64
@@ -212,9 +215,9 @@ type endsFetch struct {
 
 // after returns ends read by a fetch that began after moment t (as
 // measured by now).
-func (f *endsFetcher) after(ctx context.Context, t time.Duration, now func() time.Duration, fetch func(context.Context) (map[int]int64, error)) (map[int]int64, error) {
+func (f *sharedRead) after(ctx context.Context, t time.Duration, now func() time.Duration, fetch func(context.Context) (map[int]int64, error)) (map[int]int64, error) {
 	f.mu.Lock()
-	var x *endsFetch
+	var x *sharedFetch
 	switch {
 	case f.last != nil && f.last.began >= t:
 		x = f.last
@@ -222,11 +225,11 @@ func (f *endsFetcher) after(ctx context.Context, t time.Duration, now func() tim
 		x = f.cur
 	case f.cur != nil:
 		if f.next == nil {
-			f.next = &endsFetch{done: make(chan struct{})}
+			f.next = &sharedFetch{done: make(chan struct{})}
 		}
 		x = f.next
 	default:
-		x = &endsFetch{done: make(chan struct{})}
+		x = &sharedFetch{done: make(chan struct{})}
 		f.cur = x
 		x.began = now()
 		go f.run(x, now, fetch)
@@ -240,7 +243,7 @@ func (f *endsFetcher) after(ctx context.Context, t time.Duration, now func() tim
 	}
 }
 
-func (f *endsFetcher) run(x *endsFetch, now func() time.Duration, fetch func(context.Context) (map[int]int64, error)) {
+func (f *sharedRead) run(x *sharedFetch, now func() time.Duration, fetch func(context.Context) (map[int]int64, error)) {
 	// One read every endsGap at most, failed ones too (the checks of a
 	// node's connections retry them while the broker is down): a sync's
 	// check waits, its answer does not. x.began stays when it was due,

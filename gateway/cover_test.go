@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/groupchat/chatd/consumers"
+	"github.com/groupchat/chatd/protocol"
 	"github.com/groupchat/chatd/topics"
 )
 
@@ -19,7 +21,7 @@ import (
 func TestSyncsShareTheReadsOfTheLogsEnds(t *testing.T) {
 	epoch := time.Now()
 	now := func() time.Duration { return time.Since(epoch) + 1 }
-	var f endsFetcher
+	var f sharedRead
 	var reads atomic.Int64
 	fetch := func(context.Context) (map[int]int64, error) {
 		n := reads.Add(1)
@@ -99,7 +101,7 @@ func (e *env) waitSyncChecked(gwi int, uid string) {
 func TestFailedReadsOfTheLogsEndsKeepTheirGap(t *testing.T) {
 	epoch := time.Now()
 	now := func() time.Duration { return time.Since(epoch) + 1 }
-	var f endsFetcher
+	var f sharedRead
 	var reads atomic.Int64
 	fetch := func(context.Context) (map[int]int64, error) {
 		reads.Add(1)
@@ -123,4 +125,42 @@ func TestFailedReadsOfTheLogsEndsKeepTheirGap(t *testing.T) {
 	if n, most := reads.Load(), int64(500*time.Millisecond/endsGap)+3; n > most {
 		t.Fatalf("%d failed reads of the ends in 500 ms; want at most %d, one every %v", n, most, endsGap)
 	}
+}
+
+// The first syncs of a node's connections reconnecting at once share the
+// reads of the persister's position as they share those of the log's ends:
+// a storm of reconnects used to be one Redis read a sync.
+func TestSyncsShareTheReadsOfThePersistersPosition(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	g := e.gws[0].g
+	var reads atomic.Int64
+	read := g.reads.stored
+	g.reads.stored = func(ctx context.Context) (map[int]int64, error) {
+		reads.Add(1)
+		time.Sleep(10 * time.Millisecond) // a Redis busy with the storm
+		return read(ctx)
+	}
+	const users = 100
+	conns := make([]*raw, users)
+	for i := range conns {
+		conns[i] = e.login(0, fmt.Sprintf("u%d", i))
+	}
+	var wg sync.WaitGroup
+	for _, r := range conns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r.send(map[string]any{"op": protocol.OpSync, "id": "s"})
+		}()
+	}
+	wg.Wait()
+	for _, r := range conns {
+		if f := r.answer(); f["op"] != protocol.OpSynced {
+			t.Fatalf("a sync was answered %v", f)
+		}
+	}
+	if n := reads.Load(); n > users/4 {
+		t.Fatalf("%d reads of the persister's position for %d first syncs: not shared", n, users)
+	}
+	t.Logf("%d reads of the persister's position for %d first syncs", reads.Load(), users)
 }

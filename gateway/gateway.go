@@ -34,10 +34,11 @@ type Gateway struct {
 	nodeMu    sync.RWMutex
 	released  bool // under nodeMu: Run let the name go, and the presence under it may be a successor's
 
-	epoch  time.Time   // the gateway's start, for since
-	ends   endsFetcher // the log's ends, for syncs that check what they cover
-	stored storedWatch // the persister's position, for connections waiting on it
-	reads  coverReads  // what the checks read; tests replace them
+	epoch      time.Time   // the gateway's start, for since
+	ends       sharedRead  // the log's ends, for syncs that check what they cover
+	storedRead sharedRead  // the persister's position, for the syncs that check
+	stored     storedWatch // the persister's position, for connections waiting on it
+	reads      coverReads  // what the checks read; tests replace them
 
 	resyncAsk chan string // see askResync
 	pace      resyncPace
