@@ -18,6 +18,11 @@ import (
 	"github.com/groupchat/chatd/topics"
 )
 
+// DefaultPresenceTTL is how long the fan-out trusts a cached presence
+// lookup by default: a user who came online, if the fan-out missed the
+// announcement, is pushed to at most this long after.
+const DefaultPresenceTTL = 2 * time.Second
+
 // GroupFanout is the fan-out's consumer group.
 const GroupFanout = "chat.fanout"
 
@@ -72,7 +77,7 @@ const maxPushPayload = 1 << 20
 type Fanout struct {
 	Redis       *store.Redis  // required: presence and the push route
 	MaxPushAge  time.Duration // messages older than this (by sent_at) are not pushed; default 30s
-	PresenceTTL time.Duration // how long a cached presence lookup is trusted; default 2s, <0 no cache
+	PresenceTTL time.Duration // how long a cached presence lookup is trusted; default DefaultPresenceTTL, <0 no cache
 	Logger      *slog.Logger  // default: the Base's, else slog.Default()
 	PrevGroups  int           // groups whose last msgid a partition keeps at least (twice at most); default DefaultPrevGroups
 
@@ -125,7 +130,7 @@ func (f *Fanout) Runner(b Base) (*Runner[schema.Message], error) {
 		f.MaxPushAge = 30 * time.Second
 	}
 	if f.PresenceTTL == 0 {
-		f.PresenceTTL = 2 * time.Second
+		f.PresenceTTL = DefaultPresenceTTL
 	}
 	if f.PrevGroups < 0 {
 		return nil, fmt.Errorf("consumers: fan-out PrevGroups %d is negative", f.PrevGroups)

@@ -72,6 +72,8 @@ type conn struct {
 
 	coverSince atomic.Int64 // g.since of the moment the next sync must cover, 0: none (see cover.go)
 	coverWatch atomic.Int64 // the coverSince a watch was started for
+	pushedMu   sync.Mutex
+	pushed     map[string]int64 // under pushedMu: gid -> the lowest msgid pushed since coverSince, while it is set
 
 	ctx    context.Context
 	cancel context.CancelFunc

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"time"
 
@@ -18,12 +19,14 @@ import (
 // group nothing shows the client the gap.
 //
 // So the first sync after such a moment is checked: every message the
-// fan-out may have handled before it lies below the log's ends read after
-// it, and the sync covered them if the persister had stored them all
-// before the sync read the heads. If not, the gateway waits until the
-// persister has, and sends a resync frame if one of them is in a group the
-// sync answered for, above the head it gave. After the check, later syncs
-// need none until the next such moment.
+// fan-out may have handled before it saw the user online lies below the
+// log's ends read presenceLag after the moment, and the sync covered them
+// if the persister had stored them all before the sync read the heads. If
+// not, the gateway waits until the persister has, and sends a resync frame
+// if one of them is in a group the sync answered for, above the head it
+// gave and below the first message of that group pushed to the connection
+// since the moment. After the check, later syncs need none until the next
+// such moment.
 
 // coverPoll is how often the persister's position is read while a
 // connection waits for it (one read for all of this node's connections).
@@ -55,15 +58,60 @@ type behind struct {
 	end  int64
 }
 
+// presenceLag is how long after a connection registered the fan-out may
+// still take its user for offline (a cached lookup, its announcement
+// missed), and so neither push nor show a message to the check: the check
+// reads the log's ends no sooner.
+const presenceLag = consumers.DefaultPresenceTTL
+
 // coverFrom marks that the sync of c must cover the messages the fan-out
 // handled before now.
-func (c *conn) coverFrom(now time.Duration) { c.coverSince.Store(int64(now)) }
+func (c *conn) coverFrom(now time.Duration) {
+	c.pushedMu.Lock()
+	c.pushed = nil // from the moment on
+	c.pushedMu.Unlock()
+	c.coverSince.Store(int64(now))
+}
+
+// notePushed remembers, while a sync of c is to be checked, the lowest
+// msgid of each group pushed to c: the fan-out pushes a group's messages
+// in order, so once one reached c the later ones did too, and the check
+// need not ask c to sync for them.
+func (c *conn) notePushed(msg []byte) {
+	if c.coverSince.Load() == 0 {
+		return
+	}
+	var m struct {
+		Gid   string `json:"gid"`
+		MsgID int64  `json:"msgid"`
+	}
+	if json.Unmarshal(msg, &m) != nil {
+		return
+	}
+	c.pushedMu.Lock()
+	defer c.pushedMu.Unlock()
+	if c.pushed == nil {
+		c.pushed = map[string]int64{}
+	}
+	if low, ok := c.pushed[m.Gid]; !ok || m.MsgID < low {
+		c.pushed[m.Gid] = m.MsgID
+	}
+}
+
+// pushedFrom returns the lowest msgid of gid pushed to c since the moment
+// its check covers, or ok false if none was.
+func (c *conn) pushedFrom(gid string) (low int64, ok bool) {
+	c.pushedMu.Lock()
+	defer c.pushedMu.Unlock()
+	low, ok = c.pushed[gid]
+	return low, ok
+}
 
 // syncCovered answers a sync, checking it when it must cover a moment
 // (see above). The check runs after the answer, so that a sync waits for
 // no more than one extra read (the persister's position); the log's ends
-// it reads then are later than the heads, and a message that came in
-// between, pushed already, may bring a resync that was not needed.
+// it reads then are later than the heads, and the messages that came in
+// between and were pushed need no resync.
 func (c *conn) syncCovered(ctx context.Context, r *protocol.Request) (any, *protocol.Error) {
 	g := c.g
 	since := c.coverSince.Load()
@@ -96,10 +144,15 @@ func (c *conn) syncCovered(ctx context.Context, r *protocol.Request) (any, *prot
 // checkCover checks a sync of c answered with heads, when the persister's
 // position was stored (see syncCovered).
 func (g *Gateway) checkCover(c *conn, since int64, stored map[int]int64, heads []behind) {
+	select {
+	case <-time.After(time.Duration(since) + g.presenceLag - g.since()):
+	case <-c.ctx.Done():
+		return
+	}
 	var ends map[int]int64
 	for attempt := 0; ; attempt++ {
 		var err error
-		if ends, err = g.ends.after(c.ctx, time.Duration(since), g.since, g.reads.ends); err == nil {
+		if ends, err = g.ends.after(c.ctx, time.Duration(since)+g.presenceLag, g.since, g.reads.ends); err == nil {
 			break
 		}
 		if c.ctx.Err() != nil || c.coverSince.Load() != since {
@@ -145,7 +198,7 @@ func (g *Gateway) watchCover(c *conn, since int64, late []behind) {
 	if g.stored.wait(c.ctx, g, caughtUp) != nil || c.coverSince.Load() != since {
 		return // closed, or another sync covered it or has its own moment
 	}
-	missed, err := g.missedBelow(c.ctx, late)
+	missed, err := g.missedBelow(c, late)
 	if err != nil {
 		g.log.Warn("cannot tell whether a sync missed messages; asking the client to sync again", "uid", c.uid, "err", err)
 		missed = true
@@ -169,8 +222,10 @@ func lacks(stored map[int]int64, part int, end int64) bool {
 }
 
 // missedBelow reports whether a group of late has a message above the
-// head its sync gave and below its partition's end.
-func (g *Gateway) missedBelow(ctx context.Context, late []behind) (bool, error) {
+// head its sync gave, below its partition's end and below the first
+// message pushed to c.
+func (g *Gateway) missedBelow(c *conn, late []behind) (bool, error) {
+	ctx := c.ctx
 	gids := make([]string, len(late))
 	for i, b := range late {
 		gids[i] = b.gid
@@ -187,7 +242,11 @@ func (g *Gateway) missedBelow(ctx context.Context, late []behind) (bool, error) 
 		if err != nil {
 			return false, err
 		}
-		if w.Floor > b.head || len(w.Messages) > 0 && w.Messages[0].MsgID < b.end {
+		below := b.end
+		if low, ok := c.pushedFrom(b.gid); ok {
+			below = min(below, low)
+		}
+		if w.Floor > b.head || len(w.Messages) > 0 && w.Messages[0].MsgID < below {
 			return true, nil
 		}
 	}

@@ -164,3 +164,66 @@ func TestSyncsShareTheReadsOfThePersistersPosition(t *testing.T) {
 	}
 	t.Logf("%d reads of the persister's position for %d first syncs", reads.Load(), users)
 }
+
+// A member whose coming online the fan-out missed (its cached lookup
+// still says offline, for up to its PresenceTTL) is not pushed what is
+// sent meanwhile, even after his first sync. The check of that sync reads
+// the log's ends no sooner than presenceLag after he registered, and
+// tells him to sync again for it. It used to read them at once and miss
+// such a message, which then waited for his next connect.
+func TestAMessageTheFanoutTookHimOfflineForIsSyncedAfter(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g", "alice", "bob")
+	alice := e.connect(0, "alice", nil)
+	e.waitSyncChecked(0, "alice")
+	e.gws[0].g.quietOnline = func(uid string) bool { return uid == "bob" }
+	ctx := context.Background()
+	first, err := alice.c.Send(ctx, "g", "the fan-out looks bob up: offline, and caches it")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "alice gets the first pushed", 10*time.Second, func() bool { return len(alice.delivered("g")) == 1 })
+	bob := e.connect(0, "bob", nil)
+	if err := bob.c.Open(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "bob pulls the first", 10*time.Second, func() bool { return len(bob.delivered("g")) == 1 })
+	time.Sleep(300 * time.Millisecond) // past a check that reads the ends at once
+	late, err := alice.c.Send(ctx, "g", "sent while the fan-out still takes bob for offline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "bob gets the message the fan-out did not push him", 10*time.Second, func() bool { return len(bob.delivered("g")) == 2 })
+	bob.checkExactlyOnceInOrder(t, "g", []int64{first, late})
+	if st := bob.c.Stats(); st.Resyncs != 1 || st.Reconnects != 0 {
+		t.Errorf("bob: %+v; want one resync, on the same connection", st)
+	}
+}
+
+// Messages pushed to a connection after its first sync are not a reason
+// to sync again, though the check reads the log's ends past them.
+func TestMessagesPushedAfterTheFirstSyncBringNoResync(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g", "alice", "bob")
+	alice := e.connect(0, "alice", nil)
+	e.waitSyncChecked(0, "alice")
+	ctx := context.Background()
+	bob := e.connect(0, "bob", nil)
+	if err := bob.c.Open(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	var sent []int64
+	for i := range 3 {
+		id, err := alice.c.Send(ctx, "g", fmt.Sprint("right after bob's sync ", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent = append(sent, id)
+	}
+	waitFor(t, "bob gets them pushed", 10*time.Second, func() bool { return len(bob.delivered("g")) == 3 })
+	e.waitSyncChecked(0, "bob")
+	bob.checkExactlyOnceInOrder(t, "g", sent)
+	if st := bob.c.Stats(); st.Resyncs != 0 {
+		t.Errorf("bob, who got every message by push: %+v; want no resync", st)
+	}
+}

@@ -40,11 +40,16 @@ type Gateway struct {
 	stored     storedWatch // the persister's position, for connections waiting on it
 	reads      coverReads  // what the checks read; tests replace them
 
+	presenceLag time.Duration // see presenceLag; tests shorten it
+
 	resyncAsk chan string // see askResync
 	pace      resyncPace
 
 	// dropPush, when set, drops pushes to a user (tests of lost pushes).
 	dropPush func(uid string) bool
+	// quietOnline, when set, keeps a user's coming online here from being
+	// announced (tests of a fan-out that missed the announcement).
+	quietOnline func(uid string) bool
 	// beforeOffline, when set, runs as a user's last connection here has
 	// gone, before their presence is cleared (tests of a reconnect racing it).
 	beforeOffline func(uid string)
@@ -78,7 +83,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	return &Gateway{cfg: cfg, log: cfg.Logger.With("node", cfg.Node), hub: newHub(),
 		admit: newAdmission(cfg.SendTarget, cfg.MaxSending), instance: newInstance(), epoch: time.Now(),
-		reads: newCoverReads(cfg), resyncAsk: make(chan string, 1), pace: resyncPace{resyncBurst, resyncTick}}, nil
+		reads: newCoverReads(cfg), presenceLag: presenceLag, resyncAsk: make(chan string, 1), pace: resyncPace{resyncBurst, resyncTick}}, nil
 }
 
 // since is the time since the gateway's start, monotonic and never 0.

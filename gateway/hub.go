@@ -126,7 +126,8 @@ func (g *Gateway) connect(c *conn) {
 // the user until the next refresh; the client still gets everything by
 // sync and pull.
 func (g *Gateway) setOnline(ctx context.Context, uid string) {
-	if err := g.cfg.Redis.SetOnline(ctx, g.cfg.Node, []string{uid}, g.cfg.PresenceTTL, true); err != nil {
+	announce := g.quietOnline == nil || !g.quietOnline(uid)
+	if err := g.cfg.Redis.SetOnline(ctx, g.cfg.Node, []string{uid}, g.cfg.PresenceTTL, announce); err != nil {
 		g.log.Warn("cannot register presence", "uid", uid, "err", err)
 	}
 }
@@ -233,7 +234,10 @@ func (g *Gateway) deliver(ctx context.Context) error {
 					g.hub.each(uid, func(c *conn) { c.reply(it.Msg) })
 					continue
 				}
-				g.hub.each(uid, func(c *conn) { per[c] = append(per[c], it.Msg) })
+				g.hub.each(uid, func(c *conn) {
+					per[c] = append(per[c], it.Msg)
+					c.notePushed(it.Msg)
+				})
 			}
 		}
 		for c, msgs := range per {
