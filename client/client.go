@@ -122,7 +122,8 @@ type Stats struct {
 	Resends    int64 // sends repeated with the same cmid
 	Overloaded int64 // sends the server refused as overloaded (each waited and was resent)
 	Reconnects int64 // connections made after the first
-	Resyncs    int64 // syncs the server asked for (pushes may have been lost)
+	Resyncs    int64 // syncs made again on a connection: the server asked (pushes may have been lost), or a group was taken up again (Retakes); coalesced
+	Retakes    int64 // groups taken up again from the ack cursor after an ack refused as beyond_head
 }
 
 // Client is a connection to a gateway that reconnects by itself. Create it

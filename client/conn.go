@@ -56,7 +56,7 @@ type session struct {
 	largest int  // bytes of the largest frame written, or being written
 	tooBig  bool // the server closed the connection on a frame over its size limit (1009)
 
-	resyncing   bool // guarded by mu: a sync the server asked for runs
+	resyncing   bool // guarded by mu: a sync again (syncSoon) runs
 	resyncAgain bool // guarded by mu: and another was asked meanwhile
 
 	synced bool               // guarded by c.mu: the sync answer was applied

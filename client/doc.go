@@ -26,11 +26,13 @@
 // (the sync on login), so messages delivered and acked by an earlier Client
 // are not delivered again; messages delivered but not yet acked when a
 // process died are delivered again (at-least-once across processes,
-// exactly-once within one Client). One exception: a group whose acks the
-// server refuses as beyond its newest message 10 times in a row (a push of
-// a msgid the group does not have was taken) is taken up again from the
-// ack cursor the server confirmed, as a new Client would, and what was
-// delivered since may be delivered again.
+// exactly-once within one Client). One exception: a group whose ack the
+// server refuses as beyond its newest message (a push or page of a msgid
+// the group does not have was taken: nothing tells it from a real one) is
+// taken up again from the ack cursor the server confirmed, as a new Client
+// would: the client syncs and pulls what the heads show missing, the
+// refusal goes to OnError, and what was delivered since that cursor may be
+// delivered again (Stats.Retakes counts these).
 //
 // A group the latest sync does not name is forgotten once nothing of it
 // waits (not opened, everything received delivered and acked, no read to
