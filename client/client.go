@@ -22,6 +22,11 @@ var (
 	ErrClosed       = errors.New("client: closed")
 	ErrDisconnected = errors.New("client: disconnected")
 	ErrNotReceived  = errors.New("client: beyond the messages received")
+	// ErrProtocol wraps the refusal of a server frame the client cannot
+	// take: not JSON of the protocol, or a list longer than a server sends
+	// (a server fault). An answer so refused fails its request with it; a
+	// push or another frame without an id goes to OnError.
+	ErrProtocol = errors.New("client: a server frame against the protocol")
 )
 
 // Config configures a Client. Zero values take the defaults written beside

@@ -121,12 +121,15 @@ func (s *session) readLoop() {
 		}
 		var f frame
 		if err := decodeFrame(b, &f); err != nil {
-			s.c.log.Warn("chat client: undecodable server frame", "err", err, "len", len(b))
-			// An answer fails its request with the reason, at once.
+			err = fmt.Errorf("%w: %d bytes refused: %w", ErrProtocol, len(b), err)
+			// An answer fails its request with the reason, at once; a
+			// frame without an id is reported.
 			var id struct{ ID string }
 			if json.Unmarshal(b, &id) != nil || id.ID == "" {
+				s.c.reportError(err)
 				continue
 			}
+			s.c.log.Warn("chat client: undecodable server frame", "err", err)
 			f = frame{ID: id.ID, err: err}
 		}
 		s.dispatch(&f)

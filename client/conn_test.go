@@ -246,8 +246,48 @@ func TestAnAnswerRefusedAtDecodeFailsItsRequestWithTheReason(t *testing.T) {
 	start := time.Now()
 	_, err := Dial(context.Background(), Config{URL: p.url, RequestTimeout: 30 * time.Second,
 		Token: func(context.Context) (string, error) { return "alice", nil }})
-	if took := time.Since(start); err == nil || !strings.Contains(err.Error(), "groups") || took > 15*time.Second {
+	if took := time.Since(start); !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "groups") || took > 15*time.Second {
 		t.Fatalf("Dial on a sync answer of %d groups: %v after %v; want it refused at once, naming the groups", maxGroups+1, err, took.Round(time.Millisecond))
+	}
+}
+
+// A frame without an id that the client refuses to decode (a push of more
+// messages than a page holds, a receipts push of more counts than a server
+// sends, a frame that is not JSON) is a server fault the application hears
+// of: it goes to OnError as ErrProtocol, and the connection goes on. Such
+// frames were only logged.
+func TestAFrameWithoutAnIDRefusedAtDecodeGoesToOnError(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	errs := make(chan error, 16)
+	c, rec := dial(t, p, "alice", func(c *Config) {
+		c.OnError = func(err error) {
+			if errors.Is(err, ErrProtocol) {
+				errs <- err
+			}
+		}
+	})
+	list := func(n int, el string) string { return "[" + strings.Repeat(el+",", n-1) + el + "]" }
+	for _, f := range []struct{ what, frame string }{
+		{"messages", `{"op":"push","msgs":` + list(protocol.MaxLimit+1, `{"gid":"g1","msgid":1}`) + `}`},
+		{"read counts", `{"op":"receipts","gid":"g1","counts":` + list(maxCounts+1, `{"msgid":1,"read":0,"audience":1}`) + `}`},
+		{"invalid character", `{"op":"push","msgs":[{"gid":"g1",]}`},
+	} {
+		for _, pc := range p.connsOf("alice") {
+			p.write(pc, []byte(f.frame))
+		}
+		select {
+		case err := <-errs:
+			if !strings.Contains(err.Error(), f.what) {
+				t.Errorf("OnError: %v; want it to name %s", err, f.what)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no ErrProtocol in OnError for a frame of %s", f.what)
+		}
+	}
+	p.post("g1", "bob", "one")
+	waitFor(t, "a message after the refused frames", func() bool { return rec.len() == 1 })
+	if st := c.Stats(); st.Reconnects != 0 || st.Pushes != 1 {
+		t.Fatalf("%+v; want one push, on the same connection", st)
 	}
 }
 

@@ -37,9 +37,10 @@
 // A group the latest sync does not name is forgotten once nothing of it
 // waits (not opened, everything received delivered and acked, no read to
 // send, no pull). A server frame longer than a server sends (more messages
-// than a page, groups than 100,000, counts, unknown msgids or readers than
-// an answer holds) is refused, and the request it answered fails with the
-// reason.
+// than a page, counts, unknown msgids or readers than an answer holds) is
+// refused before it is decoded, as is a frame that is not JSON of the
+// protocol: the request it answered fails with ErrProtocol and the reason,
+// and a frame without an id (a push) goes to OnError the same way.
 //
 // On every (re)connect the client authenticates with an auth frame (calling
 // Config.Token; the token never goes into the URL, where logs would keep it),
