@@ -36,7 +36,11 @@
 //
 // A group the latest sync does not name is forgotten once nothing of it
 // waits (not opened, everything received delivered and acked, no read to
-// send, no pull). A server frame longer than a server sends (more messages
+// send, no pull): a server naming new groups on every reconnect costs the
+// client one sync's groups, not all it ever named. A sync is taken
+// whatever its number of groups, as a gateway sets no bound on a user's:
+// only a frame over 32 MiB, or groups more than that holds of the
+// shortest a gateway writes, is refused. A server frame longer than a server sends (more messages
 // than a page, counts, unknown msgids or readers than an answer holds) is
 // refused before it is decoded, as is a frame that is not JSON of the
 // protocol: the request it answered fails with ErrProtocol and the reason,
