@@ -187,8 +187,8 @@ func (c *Client) sendCursors(ctx context.Context, s *session, ups []cursorUpdate
 		if err := errs[i]; err != nil {
 			var pe *protocol.Error
 			switch {
-			case u.op == protocol.OpAck && errors.As(err, &pe) && pe.Code == protocol.CodeBeyondHead && c.retake(u.g):
-				err = fmt.Errorf("%w; refused %d times in a row: taking the group up again from the ack cursor", err, retakeAfter)
+			case u.op == protocol.OpAck && errors.As(err, &pe) && pe.Code == protocol.CodeBeyondHead && c.retake(s, u.g, u.upto):
+				err = fmt.Errorf("%w; taking the group up again from the ack cursor", err)
 			case !errors.As(err, &pe) || retryable(pe.Code) || pe.Code == protocol.CodeBeyondHead:
 				failed = append(failed, u) // else left to the next delivery or MarkRead
 			}
@@ -197,7 +197,6 @@ func (c *Client) sendCursors(ctx context.Context, s *session, ups []cursorUpdate
 		}
 		c.mu.Lock()
 		if u.op == protocol.OpAck {
-			u.g.beyond = 0
 			u.g.acked = max(u.g.acked, u.upto)
 		} else {
 			u.g.read = max(u.g.read, u.upto)
@@ -208,33 +207,37 @@ func (c *Client) sendCursors(ctx context.Context, s *session, ups []cursorUpdate
 	return errors.Join(all...)
 }
 
-// retakeAfter is how many acks of a group refused as beyond_head in a row
-// make the client take the group up again (retake).
-const retakeAfter = 10
-
-// retake counts an ack of g refused as beyond_head: the server has no such
-// message in g, or its view lags its pushes (then a retry passes). After
-// retakeAfter refusals in a row, with nothing of g waiting for OnMessage
-// and no pull of it, it takes g up again from the ack cursor the server
-// confirmed, as a new Client would, and reports true: a push of a msgid
-// the group does not have, whose prev matched, would otherwise have the
-// client drop the group's later messages as older, for its whole life.
-// The messages delivered since that cursor may be delivered again; none
-// is lost, as nothing was acked past it.
-func (c *Client) retake(g *group) bool {
+// retake handles an ack of g up to upto refused as beyond_head: the
+// server has no such message in g (a gateway checks an ack above its
+// store's head against the log itself, so a message it pushed passes). A
+// push of a msgid the group does not have, whose prev matched, was taken:
+// nothing tells it from a real one, and kept, it would have the client
+// drop the group's later messages as older, and the server refuse its
+// acks, for the client's whole life. retake takes g up again from the ack
+// cursor the server confirmed, as a new Client would, and has s sync and
+// pull what the heads show missing; it reports true. With a message of g
+// still on its way to OnMessage, or a pull of g running, it reports false
+// and the ack is sent again later (and refused again, then taken up). The
+// messages delivered since that cursor may be delivered again; none is
+// lost, as nothing was acked past it.
+func (c *Client) retake(s *session, g *group, upto int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if g.beyond++; g.beyond < retakeAfter || g.contig != g.delivered || g.pulling || c.closing {
+	if upto > g.contig {
+		return true // taken up again already
+	}
+	if g.contig != g.delivered || g.pulling || c.closing {
 		return false
 	}
-	c.log.Warn("chat client: acks refused as beyond the group's head; taking the group up again", "gid", g.gid, "contig", g.contig, "acked", g.acked)
-	g.beyond = 0
+	c.log.Warn("chat client: an ack refused as beyond the group's head; taking the group up again", "gid", g.gid, "upto", upto, "acked", g.acked)
 	g.contig, g.delivered, g.drained = g.acked, g.acked, g.acked
+	g.head = g.acked                                   // the sync says the server's; a page may have raised it
 	g.readWant = max(g.read, min(g.readWant, g.acked)) // marked read past a message that is not
 	g.unacked, g.ackDue = 0, time.Time{}
 	clear(g.buf)
 	g.owed = -1
-	c.pullLaterLocked(g, false)
+	c.stats.Retakes++
+	s.syncSoon()
 	return true
 }
 

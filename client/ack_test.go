@@ -163,36 +163,6 @@ func TestCloseFlushesAcksNoLeak(t *testing.T) {
 	}
 }
 
-func TestAckBeyondHeadRetried(t *testing.T) {
-	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
-	var refused atomic.Int32
-	c, rec := dial(t, p, "alice", func(c *Config) {
-		// Refused fewer than retakeAfter times: the client does not take
-		// the group up again.
-		c.AckEvery, c.AckInterval = 1, 50*time.Millisecond
-		c.OnError = func(err error) {
-			var pe *protocol.Error
-			if errors.As(err, &pe) && pe.Code == protocol.CodeBeyondHead {
-				refused.Add(1)
-			}
-		}
-	})
-	m1 := p.post("g1", "bob", "one")
-	waitFor(t, "ack of the first", func() bool { return slices.Contains(p.cursors("ack", "g1", "alice"), m1.MsgID) })
-	// The push runs ahead of the store the gateway checks acks against.
-	p.set(func(p *peer) { p.lagTo = m1.MsgID })
-	m2 := p.post("g1", "bob", "two")
-	waitFor(t, "refused acks", func() bool { return refused.Load() >= 2 })
-	if acked, contig := c.Cursor("g1"); acked != m1.MsgID || contig != m2.MsgID {
-		t.Fatalf("Cursor (%d, %d), want (%d, %d)", acked, contig, m1.MsgID, m2.MsgID)
-	}
-	p.set(func(p *peer) { p.lagTo = -1 })
-	waitFor(t, "ack of the second", func() bool { acked, _ := c.Cursor("g1"); return acked == m2.MsgID })
-	if rec.len() != 2 {
-		t.Fatalf("%d delivered, want 2", rec.len())
-	}
-}
-
 // A read marked from OnMessage, past what was delivered when the next flush
 // runs, is sent once OnMessage returns: the part not yet delivered waits for
 // delivery, it is not dropped.
@@ -281,31 +251,44 @@ func TestAGapRefusedForGoodIsDropped(t *testing.T) {
 
 // A push of a msgid the group does not have (here the largest int64) whose
 // prev is the client's cursor is taken: nothing tells it from a real one.
-// The server then refuses its ack as beyond_head. Once it has refused it
-// several times in a row, the client takes the group up again from its
-// confirmed ack cursor: the group's later messages are delivered, not
-// dropped as older than the bogus one for the life of the Client.
-func TestAGroupWedgedByAMsgidTheServerDoesNotHaveIsTakenUpAgain(t *testing.T) {
+// The server then refuses its ack as beyond_head, and at that first
+// refusal the client takes the group up again from its confirmed ack
+// cursor, syncs and pulls: the group's later messages are delivered and
+// acked, not dropped as older than the bogus one. It took ten refusals, one
+// AckInterval apart; before that, the group was wedged for the life of the
+// Client.
+func TestAMsgidFarAheadOfTheHeadIsTakenUpAgainAtItsFirstRefusal(t *testing.T) {
 	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
-	c, rec := dial(t, p, "alice", func(c *Config) { c.AckEvery, c.AckInterval = 1, 10*time.Millisecond })
+	var refused atomic.Int32
+	c, rec := dial(t, p, "alice", func(c *Config) {
+		c.AckEvery, c.AckInterval = 1, time.Second
+		c.OnError = func(err error) {
+			var pe *protocol.Error
+			if errors.As(err, &pe) && pe.Code == protocol.CodeBeyondHead {
+				refused.Add(1)
+			}
+		}
+	})
 	m1 := p.post("g1", "bob", "one")
-	waitFor(t, "ack of the first", func() bool { return slices.Contains(p.cursors("ack", "g1", "alice"), m1.MsgID) })
+	waitFor(t, "the ack of the first", func() bool { return slices.Contains(p.cursors("ack", "g1", "alice"), m1.MsgID) })
+	syncs := len(p.requests(protocol.OpSync))
 	prev := m1.MsgID
 	p.pushRaw("alice", protocol.Message{Gid: "g1", MsgID: 1<<63 - 1, Prev: &prev, Sender: "bob", Body: "bogus"})
 	waitFor(t, "the bogus message", func() bool { return rec.len() == 2 })
+	waitFor(t, "the refused ack", func() bool { return refused.Load() == 1 })
 
 	m3 := p.post("g1", "bob", "three")
-	deadline := time.Now().Add(3 * time.Second)
-	for !slices.Contains(p.cursors("ack", "g1", "alice"), m3.MsgID) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, "the ack of the third", func() bool { acked, _ := c.Cursor("g1"); return acked == m3.MsgID })
 	if got, want := rec.bodies("g1"), []string{"one", "bogus", "three"}; !slices.Equal(got, want) {
 		t.Fatalf("delivered %q, want %q", got, want)
 	}
-	if acks := p.cursors("ack", "g1", "alice"); !slices.Contains(acks, m3.MsgID) {
-		t.Fatalf("acks %v: want the ack of %d", acks, m3.MsgID)
+	if _, contig := c.Cursor("g1"); contig != m3.MsgID {
+		t.Fatalf("contiguous cursor %d, want %d", contig, m3.MsgID)
 	}
-	if acked, contig := c.Cursor("g1"); acked != m3.MsgID || contig != m3.MsgID {
-		t.Fatalf("Cursor (%d, %d), want (%d, %d)", acked, contig, m3.MsgID, m3.MsgID)
+	if n := len(p.requests(protocol.OpSync)) - syncs; n < 1 {
+		t.Fatalf("%d syncs after the refusal, want one at least", n)
+	}
+	if st := c.Stats(); refused.Load() != 1 || st.Retakes != 1 || st.Reconnects != 0 {
+		t.Fatalf("%d acks refused, %d retakes, %d reconnects; want 1, 1 and 0", refused.Load(), st.Retakes, st.Reconnects)
 	}
 }

@@ -22,6 +22,11 @@ var (
 	ErrClosed       = errors.New("client: closed")
 	ErrDisconnected = errors.New("client: disconnected")
 	ErrNotReceived  = errors.New("client: beyond the messages received")
+	// ErrProtocol wraps the refusal of a server frame the client cannot
+	// take: not JSON of the protocol, or a list longer than a server sends
+	// (a server fault). An answer so refused fails its request with it; a
+	// push or another frame without an id goes to OnError.
+	ErrProtocol = errors.New("client: a server frame against the protocol")
 )
 
 // Config configures a Client. Zero values take the defaults written beside
@@ -122,7 +127,8 @@ type Stats struct {
 	Resends    int64 // sends repeated with the same cmid
 	Overloaded int64 // sends the server refused as overloaded (each waited and was resent)
 	Reconnects int64 // connections made after the first
-	Resyncs    int64 // syncs the server asked for (pushes may have been lost)
+	Resyncs    int64 // syncs made again on a connection: the server asked (pushes may have been lost), or a group was taken up again (Retakes); coalesced
+	Retakes    int64 // groups taken up again from the ack cursor after an ack refused as beyond_head
 }
 
 // Client is a connection to a gateway that reconnects by itself. Create it

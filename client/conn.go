@@ -56,7 +56,7 @@ type session struct {
 	largest int  // bytes of the largest frame written, or being written
 	tooBig  bool // the server closed the connection on a frame over its size limit (1009)
 
-	resyncing   bool // guarded by mu: a sync the server asked for runs
+	resyncing   bool // guarded by mu: a sync again (syncSoon) runs
 	resyncAgain bool // guarded by mu: and another was asked meanwhile
 
 	synced bool               // guarded by c.mu: the sync answer was applied
@@ -121,12 +121,15 @@ func (s *session) readLoop() {
 		}
 		var f frame
 		if err := decodeFrame(b, &f); err != nil {
-			s.c.log.Warn("chat client: undecodable server frame", "err", err, "len", len(b))
-			// An answer fails its request with the reason, at once.
+			err = fmt.Errorf("%w: %d bytes refused: %w", ErrProtocol, len(b), err)
+			// An answer fails its request with the reason, at once; a
+			// frame without an id is reported.
 			var id struct{ ID string }
 			if json.Unmarshal(b, &id) != nil || id.ID == "" {
+				s.c.reportError(err)
 				continue
 			}
+			s.c.log.Warn("chat client: undecodable server frame", "err", err)
 			f = frame{ID: id.ID, err: err}
 		}
 		s.dispatch(&f)

@@ -230,24 +230,82 @@ func TestASilentConnectionDuringTheResyncIsDroppedByTheKeepalive(t *testing.T) {
 }
 
 // An answer the client refuses to decode (here a sync answer of more
-// groups than a server sends) fails its request at once, with the reason:
-// not after RequestTimeout, as a timeout that says nothing of the cause.
+// groups than a frame of real ones holds) fails its request at once, with
+// the reason: not after RequestTimeout, as a timeout that says nothing of
+// the cause.
 func TestAnAnswerRefusedAtDecodeFailsItsRequestWithTheReason(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice"}})
+	p.set(func(p *peer) { p.syncGroups = "[" + strings.Repeat(`{"gid":"x"},`, maxGroups) + `{"gid":"x"}]` })
+	start := time.Now()
+	_, err := Dial(context.Background(), Config{URL: p.url, RequestTimeout: 30 * time.Second,
+		Token: func(context.Context) (string, error) { return "alice", nil }})
+	if took := time.Since(start); !errors.Is(err, ErrProtocol) || !strings.Contains(err.Error(), "groups") || took > 15*time.Second {
+		t.Fatalf("Dial on a sync answer of %d groups: %v after %v; want it refused at once, naming the groups", maxGroups+1, err, took.Round(time.Millisecond))
+	}
+}
+
+// A gateway sets no bound on a user's groups and sends a sync answer
+// whatever its size: the client takes every group a frame it reads can
+// hold. It refused more than 100,000, so a user of more groups could not
+// connect at all.
+func TestASyncOfEveryGroupAFrameHoldsIsTaken(t *testing.T) {
+	const n = 150_000
 	p := newPeer(t, map[string][]string{"g1": {"alice"}})
 	p.set(func(p *peer) {
 		p.extraGroups = func(string) []protocol.GroupState {
-			gs := make([]protocol.GroupState, maxGroups)
+			gs := make([]protocol.GroupState, n)
 			for i := range gs {
-				gs[i] = protocol.GroupState{Gid: fmt.Sprintf("x%d", i), Head: -1, Ack: -1, Read: -1}
+				gs[i] = protocol.GroupState{Gid: fmt.Sprintf("x%d", i), Head: -1, Ack: -1, Read: -1, UnreadExact: true}
 			}
 			return gs
 		}
 	})
-	start := time.Now()
-	_, err := Dial(context.Background(), Config{URL: p.url, RequestTimeout: 30 * time.Second,
-		Token: func(context.Context) (string, error) { return "alice", nil }})
-	if took := time.Since(start); err == nil || !strings.Contains(err.Error(), "groups") || took > 15*time.Second {
-		t.Fatalf("Dial on a sync answer of %d groups: %v after %v; want it refused at once, naming the groups", maxGroups+1, err, took.Round(time.Millisecond))
+	c, _ := dial(t, p, "alice", nil)
+	if got := len(c.Groups()); got != n+1 {
+		t.Fatalf("%d groups after the sync, want %d", got, n+1)
+	}
+	if b := protocol.Marshal(protocol.GroupState{Gid: "a", UnreadExact: true}); string(b) != shortestGroup {
+		t.Fatalf("the shortest group a gateway writes is %s, not %s: maxGroups is out of date", b, shortestGroup)
+	}
+}
+
+// A frame without an id that the client refuses to decode (a push of more
+// messages than a page holds, a receipts push of more counts than a server
+// sends, a frame that is not JSON) is a server fault the application hears
+// of: it goes to OnError as ErrProtocol, and the connection goes on. Such
+// frames were only logged.
+func TestAFrameWithoutAnIDRefusedAtDecodeGoesToOnError(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	errs := make(chan error, 16)
+	c, rec := dial(t, p, "alice", func(c *Config) {
+		c.OnError = func(err error) {
+			if errors.Is(err, ErrProtocol) {
+				errs <- err
+			}
+		}
+	})
+	list := func(n int, el string) string { return "[" + strings.Repeat(el+",", n-1) + el + "]" }
+	for _, f := range []struct{ what, frame string }{
+		{"messages", `{"op":"push","msgs":` + list(protocol.MaxLimit+1, `{"gid":"g1","msgid":1}`) + `}`},
+		{"read counts", `{"op":"receipts","gid":"g1","counts":` + list(maxCounts+1, `{"msgid":1,"read":0,"audience":1}`) + `}`},
+		{"invalid character", `{"op":"push","msgs":[{"gid":"g1",]}`},
+	} {
+		for _, pc := range p.connsOf("alice") {
+			p.write(pc, []byte(f.frame))
+		}
+		select {
+		case err := <-errs:
+			if !strings.Contains(err.Error(), f.what) {
+				t.Errorf("OnError: %v; want it to name %s", err, f.what)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("no ErrProtocol in OnError for a frame of %s", f.what)
+		}
+	}
+	p.post("g1", "bob", "one")
+	waitFor(t, "a message after the refused frames", func() bool { return rec.len() == 1 })
+	if st := c.Stats(); st.Reconnects != 0 || st.Pushes != 1 {
+		t.Fatalf("%+v; want one push, on the same connection", st)
 	}
 }
 

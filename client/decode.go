@@ -146,9 +146,17 @@ func (l *msgList) UnmarshalJSON(b []byte) error {
 // MiB of {} would be 11 million entries and take gigabytes.
 const (
 	// maxGroups bounds a sync answer's groups. The server sets no bound on
-	// a user's groups: this one is far past any user's, and keeps a sync
-	// answer's groups and the client's state of them to tens of MiB.
-	maxGroups = 100_000
+	// a user's groups, and sends a sync answer whatever its size: the
+	// bound is what a frame the client reads (maxFrame) holds of the
+	// shortest group a gateway writes, about 486,000, so that no user of a
+	// real server is refused a sync. A hostile server's frame of {}, 24
+	// times denser, is refused; a sync of the most groups a frame holds
+	// (460,000 of distinct gids) held 221 MiB, until a later sync no
+	// longer names them (forgetLocked).
+	maxGroups = maxFrame / (len(shortestGroup) + len(","))
+	// shortestGroup is the shortest group of a sync answer a gateway
+	// writes (encoding/json, every field but left).
+	shortestGroup = `{"gid":"a","head":0,"ack":0,"read":0,"unread":0,"unread_exact":true}`
 	// maxCounts bounds the counts of a counts answer (one per msgid asked,
 	// at most protocol.MaxMsgIDs) and of a receipts push (a sender's
 	// messages among the newest of the group, 200 by default).

@@ -26,18 +26,25 @@
 // (the sync on login), so messages delivered and acked by an earlier Client
 // are not delivered again; messages delivered but not yet acked when a
 // process died are delivered again (at-least-once across processes,
-// exactly-once within one Client). One exception: a group whose acks the
-// server refuses as beyond its newest message 10 times in a row (a push of
-// a msgid the group does not have was taken) is taken up again from the
-// ack cursor the server confirmed, as a new Client would, and what was
-// delivered since may be delivered again.
+// exactly-once within one Client). One exception: a group whose ack the
+// server refuses as beyond its newest message (a push or page of a msgid
+// the group does not have was taken: nothing tells it from a real one) is
+// taken up again from the ack cursor the server confirmed, as a new Client
+// would: the client syncs and pulls what the heads show missing, the
+// refusal goes to OnError, and what was delivered since that cursor may be
+// delivered again (Stats.Retakes counts these).
 //
 // A group the latest sync does not name is forgotten once nothing of it
 // waits (not opened, everything received delivered and acked, no read to
-// send, no pull). A server frame longer than a server sends (more messages
-// than a page, groups than 100,000, counts, unknown msgids or readers than
-// an answer holds) is refused, and the request it answered fails with the
-// reason.
+// send, no pull): a server naming new groups on every reconnect costs the
+// client one sync's groups, not all it ever named. A sync is taken
+// whatever its number of groups, as a gateway sets no bound on a user's:
+// only a frame over 32 MiB, or groups more than that holds of the
+// shortest a gateway writes, is refused. A server frame longer than a server sends (more messages
+// than a page, counts, unknown msgids or readers than an answer holds) is
+// refused before it is decoded, as is a frame that is not JSON of the
+// protocol: the request it answered fails with ErrProtocol and the reason,
+// and a frame without an id (a push) goes to OnError the same way.
 //
 // On every (re)connect the client authenticates with an auth frame (calling
 // Config.Token; the token never goes into the URL, where logs would keep it),

@@ -25,7 +25,6 @@ type group struct {
 	delivered int64 // OnMessage returned for every message up to it
 	acked     int64 // the server's ack cursor as last confirmed
 	unacked   int   // messages delivered since the last ack was sent
-	beyond    int   // acks refused as beyond_head in a row (retake)
 	ackDue    time.Time
 
 	read     int64 // the server's read cursor as last confirmed

@@ -33,13 +33,20 @@ func (c *Client) applyGroupsLocked(groups []protocol.GroupState) {
 
 // resyncAsked answers the server's resync frame (pushes to this client may
 // have been lost): the session syncs again and pulls what the heads show
-// missing, in its own goroutine, not the read loop's. A resync asked while
-// one runs runs once more after it.
+// missing (syncSoon), not in the read loop's goroutine.
 func (s *session) resyncAsked(reason string) {
 	if len(reason) > 64 { // the server's words, logged: bounded
 		reason = reason[:64] + "..."
 	}
 	s.c.log.Info("chat client: the server asks for a sync; pushes may have been lost", "reason", reason)
+	s.syncSoon()
+}
+
+// syncSoon has s sync again and pull what the heads show missing, in a
+// goroutine of its own; a sync asked while one runs runs once more after
+// it. The caller holds the client's WaitGroup above 0 (the read loop, or
+// the run loop while the client is open).
+func (s *session) syncSoon() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.resyncing {
@@ -47,7 +54,7 @@ func (s *session) resyncAsked(reason string) {
 		return
 	}
 	s.resyncing = true
-	s.c.wg.Add(1) // the read loop, which calls this, holds the count above 0
+	s.c.wg.Add(1)
 	go func() {
 		defer s.c.wg.Done()
 		for {
@@ -91,10 +98,10 @@ func (c *Client) syncAgain(s *session) {
 			return // the next connection syncs
 		}
 		if !mayPass(err) {
-			c.reportError(fmt.Errorf("client: sync asked by the server: %w", err))
+			c.reportError(fmt.Errorf("client: sync again: %w", err))
 			return
 		}
-		c.reportError(fmt.Errorf("client: sync asked by the server: %w; trying again after a back-off", err))
+		c.reportError(fmt.Errorf("client: sync again: %w; trying again after a back-off", err))
 		if !sleep(s.ctx, bo.next()) {
 			return
 		}
