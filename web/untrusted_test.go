@@ -1,0 +1,57 @@
+package web
+
+import (
+	"testing"
+
+	"github.com/chromedp/chromedp"
+	"github.com/coder/websocket"
+
+	"github.com/groupchat/chatd/internal/browsertest"
+)
+
+// An authed frame whose uid is no id leaves the user as it was. A uid 7
+// became the page's user: its own messages were shown as another's,
+// without their read counts, and its name read "7".
+func TestAnAuthedFrameWhoseUidIsNoIdKeepsTheUser(t *testing.T) {
+	p, b, c := listed(t, 10, 10, 10)
+	opened(c, b, "u")
+	watchWarnings(b)
+	p.authedAs(7)
+	c.ws.Close(websocket.StatusGoingAway, "test: going away")
+	<-c.done
+	c = p.nextConn()
+	synced(c, c.expect("sync", nil), 11, 10, 10)
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	c.answer(f, page(f, false, 11, msg(11, noPrev, "u", "m11")))
+	b.WaitUntil("m11 shown", `document.querySelectorAll('#messages .msg').length === 3`)
+	if got := browsertest.Eval[string](b, `document.getElementById('me').textContent`); got != "u" {
+		t.Errorf("the page names its user %q, want u", got)
+	}
+	if got := browsertest.Eval[string](b, `document.querySelector('#messages .msg[data-msgid="11"]').className`); got != "msg mine" {
+		t.Errorf("u's own message 11 is drawn as %q, want msg mine", got)
+	}
+	quietWarned(t, b, 1)
+}
+
+// A page whose more is no boolean is a last page. more "no" had the page
+// pull again from where it was (and show an error when that brought
+// nothing), and an older page's more "no" kept it paging up at every
+// scroll to the top.
+func TestAPageWhoseMoreIsNoBooleanIsTheLast(t *testing.T) {
+	_, b, c := listed(t, 11, 10, 10)
+	watchWarnings(b)
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	fwd := page(f, false, 11, msg(11, noPrev, "v", "m11"))
+	fwd["more"] = "no"
+	c.answer(f, fwd)
+	f = c.expect("pull", nil)
+	if f["before"] != 11.0 {
+		t.Fatalf("after a page whose more is \"no\" the page pulled %v, want the older page before 11", f)
+	}
+	older := page(f, false, 11, msg(10, noPrev, "v", "m10"))
+	older["more"] = "no"
+	c.answer(f, older)
+	b.WaitUntil("the beginning shown", `document.getElementById('older').textContent === 'The beginning of g.'`)
+	quietWarned(t, b, 2)
+}
