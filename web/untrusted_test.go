@@ -55,3 +55,17 @@ func TestAPageWhoseMoreIsNoBooleanIsTheLast(t *testing.T) {
 	b.WaitUntil("the beginning shown", `document.getElementById('older').textContent === 'The beginning of g.'`)
 	quietWarned(t, b, 2)
 }
+
+// A receipts frame of a group the page is not in is dropped. Each such
+// group was kept, hidden, for the life of the page.
+func TestReceiptsOfAGroupThePageIsNotInAreDropped(t *testing.T) {
+	_, b, c := listed(t, 10, 10, 10)
+	opened(c, b, "u")
+	watchWarnings(b)
+	for _, gid := range []string{"h", "i", "j"} {
+		c.write(map[string]any{"op": "receipts", "gid": gid, "counts": []any{map[string]any{"msgid": 10, "read": 1, "audience": 1}}})
+	}
+	c.write(map[string]any{"op": "receipts", "gid": "g", "counts": []any{map[string]any{"msgid": 10, "read": 1, "audience": 1}}})
+	b.WaitUntil("g's count shown", browsertest.ReceiptOf("m10")+` === 'read by 1'`)
+	droppedQuietly(t, b, 3)
+}

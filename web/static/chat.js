@@ -221,8 +221,12 @@ export class Chat extends EventTarget {
         for (const m of frames.messages(f.msgs, 'push')) this.push(m);
         break;
       case 'receipts': {
+        // Only of a group the page is in: those of any other it kept, each
+        // a group of its own, hidden and never forgotten.
         const gid = frames.gid(f);
-        if (gid) this.receipts(gid, f.counts);
+        const g = gid && this.groups.get(gid);
+        if (g && (g.known || g.opened)) this.receipts(gid, f.counts);
+        else if (gid) frames.dropped('the receipts of a group the page is not in', f);
         break;
       }
       case 'resync': // pushes to us may have been lost: sync and pull now

@@ -12,7 +12,7 @@ const isCount = isMsgid;
 const isObject = (v) => typeof v === 'object' && v !== null && !Array.isArray(v);
 const isGid = (v) => typeof v === 'string' && v !== '';
 
-function dropped(what, v) {
+export function dropped(what, v) {
   console.warn(`chatd: ${what} dropped:`, String(JSON.stringify(v)).slice(0, 200));
 }
 
