@@ -69,3 +69,26 @@ func TestReceiptsOfAGroupThePageIsNotInAreDropped(t *testing.T) {
 	b.WaitUntil("g's count shown", browsertest.ReceiptOf("m10")+` === 'read by 1'`)
 	droppedQuietly(t, b, 3)
 }
+
+// Read counts of msgids the page does not hold are kept only for those
+// that may yet come, a bounded number of them: every count of a group
+// the page is in was kept for the life of the page.
+func TestReadCountsOfMessagesNotHeldAreBounded(t *testing.T) {
+	_, b, c := listed(t, 10, 10, 10)
+	opened(c, b, "u")
+	for from := 0; from < 2000; from += 200 {
+		var cs []any
+		for id := from; id < from+200; id++ {
+			cs = append(cs, map[string]any{"msgid": id * 1000, "read": 1, "audience": 1})
+		}
+		c.write(map[string]any{"op": "receipts", "gid": "g", "counts": cs})
+	}
+	c.write(map[string]any{"op": "receipts", "gid": "g", "counts": []any{map[string]any{"msgid": 10, "read": 1, "audience": 1}}})
+	b.WaitUntil("g's count shown", browsertest.ReceiptOf("m10")+` === 'read by 1'`)
+	if n := browsertest.Eval[int](b, `chat.group('g').counts.size`); n > 202 {
+		t.Errorf("the page keeps %d read counts of g, which holds 2 messages", n)
+	}
+	if p := b.TakeProblems(); len(p) > 0 {
+		t.Errorf("the page threw: %v", p)
+	}
+}

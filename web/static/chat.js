@@ -472,13 +472,19 @@ export class Chat extends EventTarget {
 
   // --- receipts ---
 
+  // receipts takes the read counts of g's messages that it holds or that
+  // may yet come (past the contiguous cursor), at most MAX_COUNTS of
+  // these: a count of any other is asked again when its message is shown
+  // (refreshCounts), and kept, counts of msgids that never come piled up.
   receipts(gid, cs) {
-    const counts = frames.counts(cs);
     const g = this.group(gid);
+    const counts = frames.counts(cs).filter((c) => g.msgs.has(c.msgid) || c.msgid > g.contig);
     for (const c of counts) {
       const old = g.counts.get(c.msgid);
       if (!old || c.read >= old.read) g.counts.set(c.msgid, c);
     }
+    const ahead = [...g.counts.keys()].filter((id) => !g.msgs.has(id)).sort((a, b) => a - b);
+    for (const id of ahead.slice(MAX_COUNTS)) g.counts.delete(id);
     this.emit('counts', { gid, counts });
   }
 
