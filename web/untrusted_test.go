@@ -1,6 +1,9 @@
 package web
 
 import (
+	"strings"
+	"time"
+
 	"testing"
 
 	"github.com/chromedp/chromedp"
@@ -87,6 +90,59 @@ func TestReadCountsOfMessagesNotHeldAreBounded(t *testing.T) {
 	b.WaitUntil("g's count shown", browsertest.ReceiptOf("m10")+` === 'read by 1'`)
 	if n := browsertest.Eval[int](b, `chat.group('g').counts.size`); n > 202 {
 		t.Errorf("the page keeps %d read counts of g, which holds 2 messages", n)
+	}
+	if p := b.TakeProblems(); len(p) > 0 {
+		t.Errorf("the page threw: %v", p)
+	}
+}
+
+// A server that serves a msgid past its head again at every pull has the
+// page take the group up again and again: the page waits longer each time
+// (from the second time in a row: 0.5–1 s, then 1–2 s, 2–4 s, …, after
+// the 1 s its refused ack waits), says so once, and starts afresh when a
+// cursor of the group is taken. It synced and pulled about once a second
+// for ever, and said nothing on the page.
+func TestAMsgidServedPastTheHeadAgainAndAgainBacksOff(t *testing.T) {
+	p, b, c := listed(t, 10, 10, 10)
+	p.headAt(10)
+	opened(c, b, "v")
+	watchWarnings(b)
+	c.write(map[string]any{"op": "push", "msgs": []any{msg(bogus, 10, "v", "bogus")}})
+	var at []time.Time
+	for round := 0; round < 4; round++ {
+		synced(c, c.expect("sync", nil), 10, 10, 10)
+		at = append(at, time.Now())
+		f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+		if round < 3 {
+			c.answer(f, page(f, false, 10, msg(bogus, noPrev, "v", "bogus")))
+			continue
+		}
+		// The server has message 11, and takes its ack.
+		p.headAt(11)
+		c.answer(f, page(f, false, 11, msg(11, noPrev, "v", "m11")))
+	}
+	if gap := at[3].Sub(at[2]); gap < 2500*time.Millisecond {
+		t.Errorf("the third and the fourth retake of g came %v apart, want at least 3 s (1 s + 2–4 s)", gap.Round(time.Millisecond))
+	}
+	b.WaitUntil("the page says so", `document.getElementById('toast').textContent.includes('asking again less often')`)
+	said := 0
+	for _, w := range browsertest.Eval[[]string](b, `window.warned`) {
+		if strings.Contains(w, "beyond the group's head") {
+			said++
+		}
+	}
+	if said > 2 {
+		t.Errorf("the page warned %d times of the refusals, want once as it began and once as it backed off", said)
+	}
+
+	// Once a cursor of g is taken, the next retake is at once.
+	waitCursor(t, p, b, "ack", 11)
+	c.write(map[string]any{"op": "push", "msgs": []any{msg(bogus, 11, "v", "bogus")}})
+	waitRefused(t, p, b, 4)
+	refused := time.Now()
+	synced(c, c.expect("sync", nil), 11, 11, 10)
+	if d := time.Since(refused); d > 1500*time.Millisecond {
+		t.Errorf("after the server took an ack of g, the next retake waited %v", d.Round(time.Millisecond))
 	}
 	if p := b.TakeProblems(); len(p) > 0 {
 		t.Errorf("the page threw: %v", p)
