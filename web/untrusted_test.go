@@ -148,3 +148,51 @@ func TestAMsgidServedPastTheHeadAgainAndAgainBacksOff(t *testing.T) {
 		t.Errorf("the page threw: %v", p)
 	}
 }
+
+// A page that names another group than the one pulled is empty: its
+// messages that name no group were shown in the group pulled.
+func TestAPageOfAnotherGroupIsDropped(t *testing.T) {
+	_, b, c := listed(t, 11, 10, 10)
+	watchWarnings(b)
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	other := page(f, false, 11, msg(11, noPrev, "v", "m11 of h"))
+	other["gid"] = "h"
+	delete(other["msgs"].([]map[string]any)[0], "gid")
+	c.answer(f, other)
+	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 11.0 })
+	c.answer(f, page(f, false, 11, msg(10, noPrev, "v", "m10")))
+	b.WaitUntil("m10 shown", `document.querySelectorAll('#messages .msg').length >= 1`)
+	if got := b.Bodies(); len(got) != 1 || got[0] != "m10" {
+		t.Errorf("g shows %q, want m10 only", got)
+	}
+	droppedQuietly(t, b, 1)
+}
+
+// A push whose prev is below a msgid the page holds says the group has
+// no message between them: what the page holds there is another group's
+// (of the same partition), taken from a push whose prev matched. It is
+// taken off at once, and the push taken, or the gap to its prev pulled.
+// It stayed on screen, and the push waited for a pull after it.
+func TestAMsgidOfAnotherGroupIsTakenOffByTheNextPush(t *testing.T) {
+	p, b, c := listed(t, 10, 10, 10)
+	opened(c, b, "v")
+	watchWarnings(b)
+	bodies := `[...document.querySelectorAll('#messages .msg .body')].map((e) => e.textContent).join()`
+	c.write(map[string]any{"op": "push", "msgs": []any{msg(15, 10, "v", "m15 of h")}})
+	b.WaitUntil("m15 shown", bodies+` === 'm9,m10,m15 of h'`)
+	c.write(map[string]any{"op": "push", "msgs": []any{msg(20, 10, "v", "m20")}})
+	b.WaitUntil("m15 taken off, m20 shown", bodies+` === 'm9,m10,m20'`)
+	waitCursor(t, p, b, "ack", 20)
+
+	// The same when the group's message before the push is one the page
+	// lacks: the page pulls it.
+	c.write(map[string]any{"op": "push", "msgs": []any{msg(25, 20, "v", "m25 of h")}})
+	b.WaitUntil("m25 shown", bodies+` === 'm9,m10,m20,m25 of h'`)
+	c.write(map[string]any{"op": "push", "msgs": []any{msg(30, 22, "v", "m30")}})
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 20.0 })
+	c.answer(f, page(f, false, 30, msg(22, noPrev, "v", "m22"), msg(30, noPrev, "v", "m30")))
+	b.WaitUntil("m25 taken off, m22 and m30 shown", bodies+` === 'm9,m10,m20,m22,m30'`)
+	waitCursor(t, p, b, "ack", 30)
+	quietWarned(t, b, 2)
+}

@@ -264,6 +264,7 @@ export class Chat extends EventTarget {
       this.stats.duplicates++;
       return;
     }
+    if (g.known && !g.pulling && !g.retaking && frames.isCursor(m.prev) && m.prev < g.contig) this.unhold(g, m.prev, m.msgid);
     // Up to the head of the last sync the server's count has it already.
     if (!g.opened && m.sender !== this.uid && m.msgid > g.readWant && m.msgid > g.head) {
       g.unread++;
@@ -278,6 +279,27 @@ export class Chat extends EventTarget {
     if (!g.opened && g.buf.size >= MAX_BUF) return; // counted; opening the group pulls it
     g.buf.set(m.msgid, m);
     this.drain(g);
+  }
+
+  // unhold forgets the messages g holds after prev and before msgid: the
+  // push of msgid says the group has none there, so they are another
+  // group's (of the same partition), taken from a push whose prev matched
+  // or from a page. Kept, they stayed on screen, and the cursor past them
+  // made the push wait for a pull. The cursor goes back to the newest
+  // message held before them; with none, to the ack or prev, the lower.
+  unhold(g, prev, msgid) {
+    const gone = g.order.filter((id) => id > prev && id < msgid);
+    if (gone.length === 0) return;
+    console.warn(`chatd: ${g.gid}: ${gone.join(', ')} taken off: the group's message after ${prev} is ${msgid}`);
+    g.order.splice(g.order.length - gone.length);
+    for (const id of gone) {
+      g.msgs.delete(id);
+      g.counts.delete(id);
+    }
+    g.contig = g.order.length ? g.order[g.order.length - 1] : Math.min(prev, g.ack);
+    g.readWant = Math.max(g.read, Math.min(g.readWant, g.contig));
+    this.emit('forgotten', { gid: g.gid, msgids: gone });
+    if (!g.opened) this.syncSoon(); // the badge counted them
   }
 
   // drain accepts the held-back pushes that now follow the contiguous

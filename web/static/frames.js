@@ -44,10 +44,15 @@ export function messages(msgs, what, gid) {
 }
 
 // page is a page answer of gid: its messages, more, and its head (-1 when
-// it names none: the head known stays). A more that is no boolean is
-// false: any truthy word had the page pull again from where it was, or
-// page up for ever.
+// it names none: the head known stays). A page of another group is
+// empty: its messages that name no group were taken as gid's. A more
+// that is no boolean is false: any truthy word had the page pull again
+// from where it was, or page up for ever.
 export function page(p, gid) {
+  if (p.gid !== gid) {
+    dropped(`a page of another group than ${gid}`, p);
+    return { msgs: [], more: false, head: -1 };
+  }
   let head = p.head;
   if (!isCursor(head)) {
     dropped('the head of a page', head);
