@@ -25,6 +25,7 @@ type peer struct {
 	conns chan *peerConn
 
 	mu      sync.Mutex
+	uid     any           // the uid of its authed frames (authedAs)
 	head    int64         // acks and reads past it are refused (headAt)
 	cursors []cursorFrame // every ack and read taken, in arrival order
 	refused []cursorFrame // every ack and read refused as beyond_head
@@ -51,7 +52,7 @@ func newPeer(t *testing.T) *peer {
 
 // newPeerTokens is newPeer with tokens handed out by token.
 func newPeerTokens(t *testing.T, token http.HandlerFunc) *peer {
-	p := &peer{t: t, conns: make(chan *peerConn, 4), head: math.MaxInt64}
+	p := &peer{t: t, conns: make(chan *peerConn, 4), uid: "u", head: math.MaxInt64}
 	mux := http.NewServeMux()
 	mux.Handle("/", Handler())
 	mux.HandleFunc("POST /v1/dev/token", token)
@@ -72,7 +73,10 @@ func (p *peer) serveWS(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c := &peerConn{t: p.t, ws: ws, in: make(chan map[string]any, 100), done: make(chan struct{})}
-	c.write(map[string]any{"op": "authed", "uid": "u"})
+	p.mu.Lock()
+	uid := p.uid
+	p.mu.Unlock()
+	c.write(map[string]any{"op": "authed", "uid": uid})
 	p.conns <- c
 	defer close(c.done)
 	for {
@@ -123,6 +127,14 @@ func (p *peer) nextConn() *peerConn {
 		p.t.Fatal("the page did not connect within 20 s")
 		return nil
 	}
+}
+
+// authedAs makes the peer name uid in the authed frames of the next
+// connections.
+func (p *peer) authedAs(uid any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.uid = uid
 }
 
 // headAt makes the peer refuse acks and reads past head as beyond_head.

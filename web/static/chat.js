@@ -8,7 +8,8 @@
 // syncs, pulls the open group again, flushes cursors and resends; so does
 // a resync frame (the server may have lost pushes to us), on the same one.
 // A group whose cursor the server refuses as beyond_head (it took a msgid
-// the group does not have) is taken up again from the confirmed ack.
+// the group does not have) is taken up again from the confirmed ack, less
+// often while the server repeats it.
 //
 // Everything runs on the page's one thread; state changes are announced as
 // events: status, groups, messages, pending, counts, error. Acks and reads
@@ -27,6 +28,8 @@ const RESYNC_RETRY = 2000; // a sync the server asked for, refused, is asked aga
 const MAX_COUNTS = 200; // msgids per read_counts (protocol.MaxMsgIDs)
 const MAX_BUF = 1000; // pushes held back for a group that is not open; the rest is pulled when it opens
 const KEEP_CLOSED = 200; // messages kept of a group that is not open; older ones come back by scrolling up
+const RETAKE_MIN = 1000; // a group taken up again twice in a row waits this before its sync and pull,
+const RETAKE_MAX = 60000; // twice that at each further time, up to this
 
 function newGroup(gid) {
   return {
@@ -37,7 +40,8 @@ function newGroup(gid) {
     msgs: new Map(), order: [], // held messages, msgids ascending
     buf: new Map(), // pushes waiting for their predecessors
     olderMore: true, loadingOlder: false,
-    opened: false, pulling: null, gapping: false, retaking: false,
+    opened: false, pulling: null, gapping: false,
+    retaking: false, retakeAgain: false, retaken: 0, retakeBackoff: new Backoff(RETAKE_MIN, RETAKE_MAX), // see retake
     unacked: 0, ackDue: 0, readWant: -1, readDue: 0,
     counts: new Map(), // msgid -> {read, audience}, for my messages
     pending: new Map(), // cmid -> outgoing message not yet shown
@@ -221,8 +225,12 @@ export class Chat extends EventTarget {
         for (const m of frames.messages(f.msgs, 'push')) this.push(m);
         break;
       case 'receipts': {
+        // Only of a group the page is in: those of any other it kept, each
+        // a group of its own, hidden and never forgotten.
         const gid = frames.gid(f);
-        if (gid) this.receipts(gid, f.counts);
+        const g = gid && this.groups.get(gid);
+        if (g && (g.known || g.opened)) this.receipts(gid, f.counts);
+        else if (gid) frames.dropped('the receipts of a group the page is not in', f);
         break;
       }
       case 'resync': // pushes to us may have been lost: sync and pull now
@@ -256,6 +264,7 @@ export class Chat extends EventTarget {
       this.stats.duplicates++;
       return;
     }
+    if (g.known && !g.pulling && !g.retaking && frames.isCursor(m.prev) && m.prev < g.contig) this.unhold(g, m.prev, m.msgid);
     // Up to the head of the last sync the server's count has it already.
     if (!g.opened && m.sender !== this.uid && m.msgid > g.readWant && m.msgid > g.head) {
       g.unread++;
@@ -270,6 +279,27 @@ export class Chat extends EventTarget {
     if (!g.opened && g.buf.size >= MAX_BUF) return; // counted; opening the group pulls it
     g.buf.set(m.msgid, m);
     this.drain(g);
+  }
+
+  // unhold forgets the messages g holds after prev and before msgid: the
+  // push of msgid says the group has none there, so they are another
+  // group's (of the same partition), taken from a push whose prev matched
+  // or from a page. Kept, they stayed on screen, and the cursor past them
+  // made the push wait for a pull. The cursor goes back to the newest
+  // message held before them; with none, to the ack or prev, the lower.
+  unhold(g, prev, msgid) {
+    const gone = g.order.filter((id) => id > prev && id < msgid);
+    if (gone.length === 0) return;
+    console.warn(`chatd: ${g.gid}: ${gone.join(', ')} taken off: the group's message after ${prev} is ${msgid}`);
+    g.order.splice(g.order.length - gone.length);
+    for (const id of gone) {
+      g.msgs.delete(id);
+      g.counts.delete(id);
+    }
+    g.contig = g.order.length ? g.order[g.order.length - 1] : Math.min(prev, g.ack);
+    g.readWant = Math.max(g.read, Math.min(g.readWant, g.contig));
+    this.emit('forgotten', { gid: g.gid, msgids: gone });
+    if (!g.opened) this.syncSoon(); // the badge counted them
   }
 
   // drain accepts the held-back pushes that now follow the contiguous
@@ -377,33 +407,59 @@ export class Chat extends EventTarget {
   // tells it from a real one); kept, it had every later message dropped as
   // held already, and its cursors refused, for the life of the page. What
   // was received past that cursor is forgotten and pulled again: nothing
-  // is lost, as nothing was acked past it.
+  // is lost, as nothing was acked past it. A server that serves that msgid
+  // again has g taken up again and again: from the second time in a row
+  // the sync and pull wait, longer each time (RETAKE_MIN doubling up to
+  // RETAKE_MAX), and the page says so, once, until a cursor of g is taken.
   async retake(g) {
-    if (g.retaking) return;
+    if (g.retaking) {
+      g.retakeAgain = true; // refused past what this one took up again
+      return;
+    }
     g.retaking = true;
     try {
-      while (g.pulling) await g.pulling.catch(() => {});
-      console.warn(`chatd: ${g.gid}: cursors refused as beyond the group's head; taken up again after ${g.ack}`);
-      const gone = g.order.filter((id) => id > g.ack);
-      g.order.splice(g.order.length - gone.length);
-      for (const id of gone) {
-        g.msgs.delete(id);
-        g.counts.delete(id);
-      }
-      g.buf.clear();
-      g.contig = g.order.length ? g.order[g.order.length - 1] : g.ack; // held ones join on
-      g.head = g.ack; // the sync says the server's
-      g.readWant = Math.max(g.read, Math.min(g.readWant, g.contig));
-      g.unacked = 0;
-      g.ackDue = 0;
-      this.emit('forgotten', { gid: g.gid, msgids: gone });
-      await this.sync(); // the head, the badge, cursors moved elsewhere
-      if (g.opened) await this.pullForward(g);
+      do {
+        g.retakeAgain = false;
+        while (g.pulling) await g.pulling.catch(() => {});
+        const gone = g.order.filter((id) => id > g.ack);
+        g.order.splice(g.order.length - gone.length);
+        for (const id of gone) {
+          g.msgs.delete(id);
+          g.counts.delete(id);
+        }
+        g.buf.clear();
+        g.contig = g.order.length ? g.order[g.order.length - 1] : g.ack; // held ones join on
+        g.head = g.ack; // the sync says the server's
+        g.readWant = Math.max(g.read, Math.min(g.readWant, g.contig));
+        g.unacked = 0;
+        g.ackDue = 0;
+        this.emit('forgotten', { gid: g.gid, msgids: gone });
+        if (g.retaken++ === 0) {
+          console.warn(`chatd: ${g.gid}: cursors refused as beyond the group's head; taken up again after ${g.ack}`);
+        } else {
+          const wait = g.retakeBackoff.next();
+          if (g.retaken === 2) {
+            const message = `${g.gid}: the server keeps sending messages it then refuses as beyond the group's head; ` +
+              `asking again less often, up to once a minute`;
+            console.warn(`chatd: ${message}`);
+            this.emit('error', { message });
+          }
+          await sleep(wait);
+        }
+        await this.sync(); // the head, the badge, cursors moved elsewhere
+        if (g.opened) await this.pullForward(g);
+      } while (g.retakeAgain);
     } catch (e) {
       this.failed(`retake ${g.gid}`, e);
     } finally {
       g.retaking = false;
     }
+  }
+
+  // retakeEnded: the server took a cursor of g; the next retake is at once.
+  retakeEnded(g) {
+    g.retaken = 0;
+    g.retakeBackoff.reset();
   }
 
   // loadOlder pulls the page right before the oldest message held.
@@ -468,13 +524,19 @@ export class Chat extends EventTarget {
 
   // --- receipts ---
 
+  // receipts takes the read counts of g's messages that it holds or that
+  // may yet come (past the contiguous cursor), at most MAX_COUNTS of
+  // these: a count of any other is asked again when its message is shown
+  // (refreshCounts), and kept, counts of msgids that never come piled up.
   receipts(gid, cs) {
-    const counts = frames.counts(cs);
     const g = this.group(gid);
+    const counts = frames.counts(cs).filter((c) => g.msgs.has(c.msgid) || c.msgid > g.contig);
     for (const c of counts) {
       const old = g.counts.get(c.msgid);
       if (!old || c.read >= old.read) g.counts.set(c.msgid, c);
     }
+    const ahead = [...g.counts.keys()].filter((id) => !g.msgs.has(id)).sort((a, b) => a - b);
+    for (const id of ahead.slice(MAX_COUNTS)) g.counts.delete(id);
     this.emit('counts', { gid, counts });
   }
 

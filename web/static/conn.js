@@ -3,7 +3,7 @@
 // ends rejects what waits on it and is dialled again with backoff. No
 // protocol state lives here: chat.js decides what a new session must redo.
 
-import { frame, errorText } from './frames.js';
+import { frame, errorText, uid } from './frames.js';
 
 // ProtocolError is an error frame's code and message.
 export class ProtocolError extends Error {
@@ -127,7 +127,7 @@ export class Conn {
     if (!f) return;
     if (f.op === 'authed' && !this.isUp) {
       this.isUp = true;
-      this.hooks.up(f.uid);
+      this.hooks.up(uid(f));
       return;
     }
     const w = f.id && this.waiters.get(f.id);

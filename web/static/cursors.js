@@ -85,6 +85,7 @@ export class Cursors {
     const chat = this.chat;
     try {
       await chat.conn.request({ op, gid: g.gid, upto });
+      chat.retakeEnded(g);
       if (op === 'ack') {
         chat.stats.acks++;
         g.ack = Math.max(g.ack, upto);

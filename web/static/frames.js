@@ -12,7 +12,7 @@ const isCount = isMsgid;
 const isObject = (v) => typeof v === 'object' && v !== null && !Array.isArray(v);
 const isGid = (v) => typeof v === 'string' && v !== '';
 
-function dropped(what, v) {
+export function dropped(what, v) {
   console.warn(`chatd: ${what} dropped:`, String(JSON.stringify(v)).slice(0, 200));
 }
 
@@ -44,14 +44,26 @@ export function messages(msgs, what, gid) {
 }
 
 // page is a page answer of gid: its messages, more, and its head (-1 when
-// it names none: the head known stays).
+// it names none: the head known stays). A page of another group is
+// empty: its messages that name no group were taken as gid's. A more
+// that is no boolean is false: any truthy word had the page pull again
+// from where it was, or page up for ever.
 export function page(p, gid) {
+  if (p.gid !== gid) {
+    dropped(`a page of another group than ${gid}`, p);
+    return { msgs: [], more: false, head: -1 };
+  }
   let head = p.head;
   if (!isCursor(head)) {
     dropped('the head of a page', head);
     head = -1;
   }
-  return { msgs: messages(p.msgs, 'page', gid), more: p.more, head };
+  let more = p.more;
+  if (typeof more !== 'boolean') {
+    dropped('the more of a page', more);
+    more = false;
+  }
+  return { msgs: messages(p.msgs, 'page', gid), more, head };
 }
 
 // counts are the read counts of a receipts or counts frame.
@@ -84,6 +96,14 @@ export function names(v) {
     if (!ok) dropped('a reader that is no name', n);
     return ok;
   });
+}
+
+// uid is the user an authed frame names, or null (warned): one that is
+// no id became the page's user, and its own messages were no longer its.
+export function uid(f) {
+  if (isGid(f.uid)) return f.uid;
+  dropped('the uid of an authed frame', f.uid);
+  return null;
 }
 
 // gid is f.gid when it is one, else null (warned).
