@@ -272,7 +272,7 @@ func (f *Fanout) Handle(ctx context.Context, part int, recs []Record[schema.Mess
 			if !ok {
 				c, ok = p.claims.get(key, now)
 			}
-			if ok && c.msgid < msgid && abs(m.SentAt-c.sentAt) <= f.dedupWin {
+			if ok && c.msgid < msgid && store.SameSend(m.SentAt, c.sentAt, f.dedupWin) {
 				dups++
 				continue
 			}
@@ -390,11 +390,4 @@ func route(out []outgoing, nodes map[string][]string) ([]store.NodePushes, int64
 		done = append(done, store.NodePushes{Node: node, Batch: nb.batch})
 	}
 	return done, pushes
-}
-
-func abs(v int64) int64 {
-	if v < 0 {
-		return -v
-	}
-	return v
 }

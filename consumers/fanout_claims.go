@@ -1,6 +1,6 @@
 package consumers
 
-import "time"
+import "github.com/groupchat/chatd/store"
 
 // claim is the send that holds a (gid, sender, client_msg_id).
 type claim struct{ msgid, sentAt int64 }
@@ -11,10 +11,9 @@ const maxClaims = 100_000
 
 // claimSet is a partition's recent sends, decided as the persister's
 // store.ClaimSends decides them: a send is a duplicate of the one that holds
-// its key when their sent_at are at most the dedup window apart; otherwise
-// it takes the key over. A claim is forgotten when ClaimSends's would
-// expire: the window after its sent_at, or five minutes after it was made
-// if that is later, but no later than twice the window after it was made.
+// its key when they are one send (store.SameSend); otherwise it takes the
+// key over. A claim is forgotten when ClaimSends's would expire
+// (store.ClaimTTL).
 type claimSet struct {
 	m     map[string]claimEntry
 	order []claimRef // in the order claimed
@@ -43,7 +42,7 @@ func (s *claimSet) put(key string, c claim, now, win int64) {
 	if s.m == nil {
 		s.m = map[string]claimEntry{}
 	}
-	s.m[key] = claimEntry{claim: c, expires: min(max(c.sentAt+win, now+min(win, (5*time.Minute).Milliseconds())), now+2*win)}
+	s.m[key] = claimEntry{claim: c, expires: now + store.ClaimTTL(c.sentAt, now, win)}
 	s.order = append(s.order, claimRef{key, c.msgid})
 	// Forget from the oldest while they expired or there are too many. A
 	// key claimed again since has a later entry in order.

@@ -8,9 +8,11 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
 
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
+	"github.com/groupchat/chatd/topics"
 )
 
 func TestReceiptNotifierCoalescesAndStaysQuietForLargeGroups(t *testing.T) {
@@ -245,4 +247,64 @@ func senderOnline(t *testing.T, p *pipeline) <-chan store.PushBatch {
 		t.Fatal(err)
 	}
 	return pushes
+}
+
+// A receipt whose upto is above 2^53, written straight into chat.receipts
+// (the gateway refuses it as beyond the head), would be rounded down in
+// Redis's sorted set: the notifier would wait for ever for the projection
+// to reach it, and with it every later receipt of its group. Both
+// consumers dead-letter it instead, and the group's next receipts go out.
+func TestReceiptAboveTwoToThe53IsDeadLetteredAndTheGroupsReceiptsFlow(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 1, window: 1000})
+	ctx := context.Background()
+	if err := p.redis.ApplyMembers(ctx, []schema.Member{{Gid: "g", Uid: "s", Op: schema.OpJoin, Pos: -1},
+		{Gid: "g", Uid: "r1", Op: schema.OpJoin, Pos: -1}, {Gid: "g", Uid: "r2", Op: schema.OpJoin, Pos: -1}}); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []schema.Message
+	for i := int64(0); i < 3; i++ {
+		msgs = append(msgs, schema.Message{Gid: "g", Sender: "s", ClientMsgID: fmt.Sprint("c", i), SentAt: 1, Body: []byte("x"), MsgID: i})
+	}
+	if err := p.redis.AppendWindow(ctx, nil, msgs); err != nil {
+		t.Fatal(err)
+	}
+	pushes := senderOnline(t, p)
+	proj, err := (&ReceiptProjector{Redis: p.redis}).Runner(p.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, proj.Run)
+	n := &ReceiptNotifier{Redis: p.redis, Interval: 100 * time.Millisecond}
+	notes, err := n.Runner(p.base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, notes.Run)
+	start(t, n.Run)
+	waitFor(t, "the notifier at the end of chat.receipts", 20*time.Second, notes.CaughtUp)
+
+	w := &kafka.Writer{Addr: kafka.TCP(p.broker.Addr()), Topic: topics.Receipts, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+	defer w.Close()
+	rogue := schema.Receipt{Gid: "g", Uid: "r1", Upto: schema.MaxCursor + 1, At: 1}
+	if err := w.WriteMessages(ctx, kafka.Message{Key: schema.MemberKey("g", "r1"), Value: schema.AppendReceipt(nil, &rogue)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.prod.SendReceipts(ctx, schema.Receipt{Gid: "g", Uid: "r2", Upto: 2, At: 1}); err != nil {
+		t.Fatal(err)
+	}
+	want := `{"op":"receipts","gid":"g","counts":[{"msgid":0,"read":1,"audience":2},{"msgid":1,"read":1,"audience":2},{"msgid":2,"read":1,"audience":2}]}`
+	select {
+	case b := <-pushes:
+		if len(b.Items) != 1 || string(b.Items[0].Msg) != want {
+			t.Fatalf("pushed %+v, want %s", b, want)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("no receipts frame for the group after a receipt above 2^53: its updates wait for ever")
+	}
+	waitFor(t, "the record dead-lettered by both consumers", 10*time.Second, func() bool {
+		return proj.Stats().DeadLettered == 1 && notes.Stats().DeadLettered == 1
+	})
+	if reads, err := p.redis.ReadCursors(ctx, "g"); err != nil || reads["r1"] != -1 || reads["r2"] != 2 {
+		t.Fatalf("read cursors %v (err %v), want r1 at -1 (the join) and r2 at 2", reads, err)
+	}
 }

@@ -268,6 +268,9 @@ func (d *decoder) cursor() (gid, uid string, upto, at int64) {
 	if d.err == nil && upto < -1 {
 		d.fail(fmt.Sprintf("upto %d is below -1", upto))
 	}
+	if d.err == nil && upto > MaxCursor {
+		d.fail(fmt.Sprintf("upto %d is above 2^53", upto))
+	}
 	at = d.varint("at")
 	return gid, uid, upto, at
 }

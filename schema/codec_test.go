@@ -179,7 +179,7 @@ func TestCursorRoundTrip(t *testing.T) {
 		{"golden", "g:team-42", "bob", 1234567, 1767225601500},
 		{"upto -1", "g", "u", -1, 0},
 		{"upto 0", "g", "u", 0, 1},
-		{"extremes", maxID, allID, math.MaxInt64, math.MinInt64},
+		{"extremes", maxID, allID, MaxCursor, math.MinInt64},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := Ack{Gid: tc.gid, Uid: tc.uid, Upto: tc.upto, At: tc.at}
@@ -315,6 +315,8 @@ func TestDecodeErrors(t *testing.T) {
 	for _, k := range []Kind{KindAck, KindReceipt} {
 		add("upto -2", k, rawCursor(k, "g", "u", -2, 1), "event: upto -2 is below -1")
 		add("upto min", k, rawCursor(k, "g", "u", math.MinInt64, 1), "event: upto -9223372036854775808 is below -1")
+		add("upto above 2^53", k, rawCursor(k, "g", "u", MaxCursor+1, 1), "event: upto 9007199254740993 is above 2^53")
+		add("upto max", k, rawCursor(k, "g", "u", math.MaxInt64, 1), "event: upto 9223372036854775807 is above 2^53")
 		add("upto overflow", k, cat(hdr(Version, k), lp("g"), lp("u"), overflow, zz(1)), "event: upto is not a valid varint")
 		add("at overflow", k, cat(hdr(Version, k), lp("g"), lp("u"), zz(1), overflow), "event: at is not a valid varint")
 		add("upto padded", k, cat(hdr(Version, k), lp("g"), lp("u"), padded, zz(1)), "event: upto is not a valid varint")

@@ -13,7 +13,8 @@
 // malformed, so readers are upgraded before writers.
 // Decoders reject unknown versions with ErrUnknownVersion, a kind that does
 // not match the decoder with ErrWrongKind, and anything else that does not
-// parse or breaks a limit (IDs, body size) with ErrMalformed. A decoder never
+// parse or breaks a limit (IDs, body size, a cursor above MaxCursor) with
+// ErrMalformed. A decoder never
 // panics on any input; the fuzz tests hold it to that.
 //
 // # Keys

@@ -13,6 +13,12 @@ const Version = 1
 const (
 	MaxIDLen   = 128     // bytes in a gid, uid or client_msg_id
 	MaxBodyLen = 1 << 20 // bytes in a message body; gateways set a lower limit
+
+	// MaxCursor is the highest Upto of an ack or receipt: 2^53, the
+	// highest integer a double holds exactly. Cursors live in Redis sorted
+	// sets, whose scores are doubles; a higher one would be rounded and
+	// never reach what its record said (msgids are offsets, far below).
+	MaxCursor = 1 << 53
 )
 
 // Kind tells which event a record value holds (its second byte).

@@ -123,7 +123,7 @@ func checkCursor(gid, uid string, upto int64) error {
 	if err := checkIDs(gid, uid); err != nil {
 		return err
 	}
-	if upto < -1 {
+	if upto < -1 || upto > MaxCursor {
 		return fmt.Errorf("upto %d", upto)
 	}
 	return nil

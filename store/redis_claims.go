@@ -21,9 +21,10 @@ import (
 const claimReplayTTL = 5 * time.Minute
 
 // claimScript decides the sends of one group in msgid order. KEYS[i] is the
-// claim key of message i; ARGV is dedup window (ms), now (ms), least TTL
-// (ms), then msgid and sent_at of each message. It returns 1 (duplicate) or
-// 0 per message. A claim's TTL is claimClock.ttl's.
+// claim key of message i; ARGV is the dedup window (ms), then msgid,
+// sent_at (ClaimSentAt's) and claim TTL (ms, ClaimTTL's) of each message.
+// It returns 1 (duplicate) or 0 per message. Its test of one send is
+// SameSend's.
 //
 // A claim key holds "<msgid>:<sent_at>[:<prev>]": the last message that was
 // not a duplicate, and the claim it replaced. For message m:
@@ -37,7 +38,7 @@ const claimReplayTTL = 5 * time.Minute
 //     that is unknown (no prev), m is let through: a visible duplicate is
 //     better than a lost message.
 var claimScript = redis.NewScript(`
-local win, now, least = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local win = tonumber(ARGV[1])
 local cur = {}
 for i = 1, #KEYS, 1000 do
   local got = redis.call('MGET', unpack(KEYS, i, math.min(i+999, #KEYS)))
@@ -48,7 +49,7 @@ end
 local set = {}
 local out = {}
 for i = 1, #KEYS do
-  local id, sent = ARGV[2*i+2], ARGV[2*i+3]
+  local id, sent, ttl = ARGV[3*i-1], ARGV[3*i], ARGV[3*i+1]
   local nid, nsent = tonumber(id), tonumber(sent)
   local dup, claim, prev = 0, false, nil
   local v = set[KEYS[i]] or cur[i]
@@ -75,12 +76,6 @@ for i = 1, #KEYS do
     v = id .. ':' .. sent
     if prev then
       v = v .. ':' .. prev
-    end
-    local ttl = nsent + win - now
-    if ttl < least then
-      ttl = least
-    elseif ttl > 2*win then
-      ttl = 2*win
     end
     redis.call('SET', KEYS[i], v, 'PX', ttl)
     set[KEYS[i]] = v
@@ -135,18 +130,54 @@ func (r *Redis) ClaimSends(ctx context.Context, fence *Fence, msgs []schema.Mess
 }
 
 // claimClock is what a claim's value and TTL depend on besides the message.
-type claimClock struct{ win, least, now int64 }
+type claimClock struct{ win, now int64 }
 
 // claimClock returns the clock of claims made now.
 func (r *Redis) claimClock() claimClock {
-	return claimClock{win: r.cfg.DedupWindow.Milliseconds(), least: min(claimReplayTTL, r.cfg.DedupWindow).Milliseconds(), now: time.Now().UnixMilli()}
+	return claimClock{win: r.cfg.DedupWindow.Milliseconds(), now: time.Now().UnixMilli()}
 }
 
 // claimValue appends the claim value of m to buf: "<msgid>:<sent_at>".
 func claimValue(buf []byte, m *schema.Message) []byte {
 	buf = strconv.AppendInt(buf, m.MsgID, 10)
 	buf = append(buf, ':')
-	return strconv.AppendInt(buf, m.SentAt, 10)
+	return strconv.AppendInt(buf, ClaimSentAt(m.SentAt), 10)
+}
+
+// maxClaimSentAt bounds the sent_at a claim holds: 2^53 ms (285,000 years)
+// either side of 1970, within which claimScript's numbers (doubles) are
+// exact.
+const maxClaimSentAt = 1 << 53
+
+// ClaimSentAt is the sent_at that a claim holds and the dedup rule
+// compares: sent, clamped to ±2^53 ms. Beyond that is no clock but a
+// poison record; every such sent_at is as far from any real send, and two
+// of them on one side are the same send. Without the clamp, a difference
+// of two sent_at values overflowed in Go (the ends of the range came out
+// 1 ms apart) and was rounded in the script, so two deciders disagreed.
+func ClaimSentAt(sent int64) int64 {
+	return min(max(sent, -maxClaimSentAt), maxClaimSentAt)
+}
+
+// SameSend reports whether two sends of one (gid, sender, client_msg_id),
+// sent at a and b (unix ms), are one send under the dedup window win (ms):
+// their sent_at are at most win apart. claimScript decides the same in
+// Redis; the fan-out decides with it in memory.
+func SameSend(a, b, win int64) bool {
+	d := ClaimSentAt(a) - ClaimSentAt(b)
+	return -win <= d && d <= win
+}
+
+// ClaimTTL is how long, in ms, a claim made at now (unix ms) of a message
+// sent at sent lives under the dedup window win (ms): until the window
+// after sent, at least the replay TTL (claimReplayTTL, at most win), and at
+// most twice the window. A sent_at ahead of the clock by more than the
+// window is no clock skew but a broken clock or a poison record, whose
+// expiry Redis may refuse as out of range on every retry. The fan-out
+// forgets its copy of a claim after the same time.
+func ClaimTTL(sent, now, win int64) int64 {
+	least := min(claimReplayTTL.Milliseconds(), win)
+	return min(max(ClaimSentAt(sent)+win-now, least), 2*win)
 }
 
 // execClaims runs pipe, which claims keys, with the fence's check after its
@@ -166,14 +197,8 @@ func (r *Redis) execClaims(ctx context.Context, fence *Fence, pipe redis.Pipelin
 	return err
 }
 
-// ttl is how long, in ms, the claim of a message sent at sent lives: until
-// the window after sent, at least least (see claimReplayTTL), and at most
-// twice the window. A sent_at ahead of the clock by more than the window is
-// no clock skew but a broken clock or a poison record, whose expiry Redis
-// may refuse as out of range on every retry. claimScript computes the same.
-func (c claimClock) ttl(sent int64) int64 {
-	return min(max(sent+c.win-c.now, c.least), 2*c.win)
-}
+// ttl is ClaimTTL of a claim made with c.
+func (c claimClock) ttl(sent int64) int64 { return ClaimTTL(sent, c.now, c.win) }
 
 // claimFree claims the free keys with SET NX GET and returns, in order, the
 // messages left for claimScript. On a server without SET NX GET (before
@@ -241,12 +266,12 @@ func (r *Redis) claimByScript(ctx context.Context, fence *Fence, msgs []schema.M
 	calls := make([]scriptCall, len(groups))
 	for g, js := range groups {
 		keys := make([]string, len(js))
-		args := make([]any, 0, 3+2*len(js))
-		args = append(args, c.win, c.now, c.least)
+		args := make([]any, 0, 1+3*len(js))
+		args = append(args, c.win)
 		for k, j := range js {
 			m := &msgs[idx[j]]
 			keys[k] = claimKey(m.Gid, m.Sender, m.ClientMsgID)
-			args = append(args, m.MsgID, m.SentAt)
+			args = append(args, m.MsgID, ClaimSentAt(m.SentAt), c.ttl(m.SentAt))
 		}
 		calls[g] = scriptCall{keys: keys, args: args}
 	}

@@ -5,8 +5,12 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/groupchat/chatd/protocol"
 )
 
 // The loss check must compare what came at an accepted msgid with the send
@@ -277,5 +281,44 @@ func TestTheLossCheckFailsWhenASendThatFailedReachedOnlySomeMembers(t *testing.T
 	b.failedSends[0][5] = true
 	if l := b.check(); l.OK || l.Mismatched != 1 {
 		t.Fatalf("msgid 12 came to user 0 as send 2 and to user 1 as send 5, yet the check says %+v", l)
+	}
+}
+
+// A send that failed on its client yet got in, which the offline members
+// pulled but no online member was handed, is a message the online members
+// lost; one that only some offline members pulled, the others lost. Both
+// fail the offline check, with a fault line.
+func TestTheOfflineCheckFailsWhenASendThatFailedReachedOnlyOfflineMembers(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		pulled []string // the offline members handed send 2 as msgid 2
+	}{
+		{"every offline member", []string{"bx-u1", "bx-u2", "bx-u3"}},
+		{"one offline member", []string{"bx-u1"}},
+	} {
+		var b *bench
+		history := map[string]map[string][]protocol.Message{}
+		msg := func(id int64, k int) protocol.Message {
+			return protocol.Message{Gid: "bx-g0", MsgID: id, Sender: "bx-u0", SentAt: 1, Body: b.body(time.Unix(0, 1), k)}
+		}
+		srv := historyGateway(t, history)
+		b = offlineBench(srv.URL)
+		b.failedSends = []map[int32]bool{{2: true}}
+		b.members = []*member{b.byUser[0]}
+		b.byUser[0].got["bx-g0"] = []sendRef{{0, 0, 1}, {1, 1, 1}}
+		for _, uid := range []string{"bx-u1", "bx-u2", "bx-u3"} {
+			history[uid] = map[string][]protocol.Message{"bx-g0": {msg(0, 0), msg(1, 1)}}
+		}
+		for _, uid := range c.pulled {
+			history[uid]["bx-g0"] = append(history[uid]["bx-g0"], msg(2, 2))
+		}
+		res := b.offlineCheck(context.Background(), newAPI(srv.URL, "admin", 1), b.offlineCount())
+		if res.Checked != 3 {
+			t.Fatalf("%s: %d offline members checked (errors %v), want 3", c.name, res.Checked, res.Errors)
+		}
+		if res.Loss.OK || res.Loss.MissingUnconfirmed == 0 || !slices.ContainsFunc(res.Loss.Faults, func(f string) bool { return strings.Contains(f, "msgid 2") }) {
+			t.Errorf("%s: send 2 failed on its client, got in as msgid 2 and was pulled by %v, but not by the others, yet the offline check says %+v",
+				c.name, c.pulled, res.Loss)
+		}
 	}
 }

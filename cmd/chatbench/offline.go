@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -61,6 +63,7 @@ func (b *bench) offlineCheck(ctx context.Context, a *api, n int) *offlineResult 
 	// The online members' clients are closed: what they were handed is
 	// final, the failed sends that got in included.
 	logs := b.groupLogs(b.members)
+	var checked []failedHanded
 	var handed int64
 	start := time.Now()
 	for from := 0; from < len(users) && ctx.Err() == nil; from += offlineChunk {
@@ -92,8 +95,10 @@ func (b *bench) offlineCheck(ctx context.Context, a *api, n int) *offlineResult 
 			}
 			res.Loss.notMember(b.plan, m)
 			handed += m.n.Load()
+			checked = append(checked, b.failedHandedTo(m, logs))
 		}
 	}
+	b.checkFailedPulledOnly(&res.Loss, logs, checked)
 	res.Checked = int(loggedIn.Load())
 	res.Loss.verdict()
 	if res.Loss.Members < n {
@@ -184,6 +189,89 @@ func (b *bench) catchUp(ctx context.Context, m *member, logs []groupLog, rec *re
 		rec.accept.record(m.idx, time.Since(t0))
 	}
 	return true
+}
+
+// failedHanded is what one offline member was handed of the sends that
+// failed on their client: per group, msgid -> send, under msgids no
+// accepted send returned.
+type failedHanded struct {
+	user int
+	sent map[int]map[int64]int32
+}
+
+// failedHandedTo returns what m was handed of the failed sends of its
+// groups (m's client is closed).
+func (b *bench) failedHandedTo(m *member, logs []groupLog) failedHanded {
+	f := failedHanded{user: m.user, sent: map[int]map[int64]int32{}}
+	for _, g := range b.plan.groupsOf[m.user] {
+		for _, r := range m.got[b.plan.gids[g]] {
+			if !logs[g].failed[r.k] || slices.ContainsFunc(logs[g].accepted, func(a sendRef) bool { return a.msgid == r.msgid }) {
+				continue
+			}
+			if f.sent[g] == nil {
+				f.sent[g] = map[int64]int32{}
+			}
+			if _, seen := f.sent[g][r.msgid]; !seen {
+				f.sent[g][r.msgid] = r.k
+			}
+		}
+	}
+	return f
+}
+
+// checkFailedPulledOnly holds the sends that failed on their client yet
+// got in, and that only offline members were handed (checkOne judged those
+// an online member was handed), to the rule of checkOne: every member of
+// the group, online or offline, must be handed each under its msgid, with
+// the same body. l is the offline check's; checked, its members.
+func (b *bench) checkFailedPulledOnly(l *lossCheck, logs []groupLog, checked []failedHanded) {
+	only := make([]map[int64]int32, len(logs)) // per group, msgid -> the send first handed under it
+	for _, f := range checked {
+		for _, g := range slices.Sorted(maps.Keys(f.sent)) {
+			for _, id := range slices.Sorted(maps.Keys(f.sent[g])) {
+				k := f.sent[g][id]
+				if _, online := logs[g].unconfirmed[id]; online {
+					continue
+				}
+				if only[g] == nil {
+					only[g] = map[int64]int32{}
+				}
+				if first, ok := only[g][id]; !ok {
+					only[g][id] = k
+				} else if first != k {
+					l.Mismatched++
+					l.fault("%s to %s: msgid %d came with send %d's body, another offline member got send %d's under it", b.plan.gids[g], b.plan.uids[f.user], id, k, first)
+				}
+			}
+		}
+	}
+	for g, ids := range only {
+		gid := b.plan.gids[g]
+		for _, id := range slices.Sorted(maps.Keys(ids)) {
+			for _, u := range b.plan.members[g] {
+				m := b.byUser[u]
+				if m == nil {
+					continue
+				}
+				m.mu.Lock()
+				got := slices.ContainsFunc(m.got[gid], func(r sendRef) bool { return r.msgid == id })
+				m.mu.Unlock()
+				if !got {
+					l.MissingUnconfirmed++
+					l.fault("%s to %s (online): msgid %d (send %d, failed on its client yet got in) never came; offline members pulled it", gid, b.plan.uids[u], id, ids[id])
+				}
+			}
+			for _, f := range checked {
+				if !slices.Contains(b.plan.groupsOf[f.user], g) {
+					continue
+				}
+				if _, ok := f.sent[g][id]; !ok {
+					l.MissingUnconfirmed++
+					l.fault("%s to %s: msgid %d (send %d, failed on its client yet got in) never came; other offline members pulled it", gid, b.plan.uids[f.user], id, ids[id])
+				}
+			}
+		}
+	}
 }
 
 func (o *offlineResult) print(w io.Writer) {

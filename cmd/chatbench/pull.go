@@ -49,8 +49,9 @@ type pullRun struct {
 	ServerMS float64            `json:"server_cpu_ms"` // CPU time of the deployment's processes from the dial to the last message
 	CPUMS    map[string]float64 `json:"cpu_ms"`        // the same by process
 	BenchMS  float64            `json:"bench_cpu_ms"`  // CPU time of chatbench (the SDK client) in the same span
-	Complete bool               `json:"complete"`      // every message once, in order
+	Complete bool               `json:"complete"`      // every message once, in order, each with its own body
 	Problem  string             `json:"problem,omitempty"`
+	Faults   []string           `json:"faults,omitempty"` // a few messages handed with another body than their own, one line each
 }
 
 // runPull preloads cfg.Pull messages into each of cfg.Groups groups
@@ -113,7 +114,8 @@ func runPull(ctx context.Context, cfg *Config, d *deployment, stdout io.Writer) 
 
 	res.OK = true
 	for i, tok := range toks {
-		r := pullOnce(ctx, d.URLs[i%len(d.URLs)], tok, pageSize, gids, want, d.Procs, time.Minute)
+		body := func(g, i int) string { return pullBody(cfg.Prefix, g, i, cfg.BodySize) }
+		r := pullOnce(ctx, d.URLs[i%len(d.URLs)], tok, pageSize, gids, want, body, d.Procs, time.Minute)
 		r.Uid = readers[i]
 		res.Runs = append(res.Runs, r)
 		res.OK = res.OK && r.Complete
@@ -135,8 +137,11 @@ func runPull(ctx context.Context, cfg *Config, d *deployment, stdout io.Writer) 
 	for _, r := range res.Runs {
 		fmt.Fprintf(stdout, "  %s: login to last message %.1f ms (dial+auth+sync %.1f ms), %d handed over, %.0f messages/s, %d pull requests; CPU ms: %s, chatbench %.0f%s\n",
 			r.Uid, r.TotalMS, r.DialMS, r.Handed, r.PerS, r.Pulls, formatMS(r.CPUMS), r.BenchMS, problem(r.Problem))
+		for _, f := range r.Faults {
+			fmt.Fprintf(stdout, "    fault: %s\n", f)
+		}
 	}
-	verdict := "every member got every message once, in order"
+	verdict := "every member got every message once, in order, with its own body"
 	if !res.OK {
 		verdict = "FAILED: see above"
 	}
@@ -188,6 +193,17 @@ func waitJoined(ctx context.Context, a *api, toks, gids []string) error {
 	return nil
 }
 
+// pullBody is the body of the i-th preloaded message of group g,
+// "<prefix>.p<g>.<i>." padded to size: it names its message, so that a
+// pull that hands a msgid with another message's body is caught.
+func pullBody(prefix string, g, i, size int) string {
+	b := fmt.Sprintf("%s.p%d.%d.", prefix, g, i)
+	if len(b) < size {
+		b += strings.Repeat("x", size-len(b))
+	}
+	return b
+}
+
 // preload appends cfg.Pull messages to each group through a producer, in
 // batches, and returns each group's msgids in order.
 func preload(ctx context.Context, cfg *Config, broker string, gids, senders []string) ([][]int64, error) {
@@ -196,10 +212,6 @@ func preload(ctx context.Context, cfg *Config, broker string, gids, senders []st
 		return nil, err
 	}
 	defer p.Close()
-	body := make([]byte, cfg.BodySize)
-	for i := range body {
-		body[i] = 'a' + byte(i%26)
-	}
 	want := make([][]int64, len(gids))
 	const batch = 1000
 	for i := 0; i < cfg.Pull; i += batch {
@@ -207,7 +219,7 @@ func preload(ctx context.Context, cfg *Config, broker string, gids, senders []st
 		var ms []schema.Message
 		for g := range gids {
 			for j := 0; j < n; j++ {
-				ms = append(ms, schema.Message{Gid: gids[g], Sender: senders[g], Body: body,
+				ms = append(ms, schema.Message{Gid: gids[g], Sender: senders[g], Body: []byte(pullBody(cfg.Prefix, g, i+j, cfg.BodySize)),
 					ClientMsgID: cfg.Prefix + "-p" + strconv.Itoa(g) + "-" + strconv.Itoa(i+j), SentAt: time.Now().UnixMilli()})
 			}
 		}
@@ -251,14 +263,22 @@ func waitPersisted(ctx context.Context, a *api, tok string, gids []string, want 
 
 // pullOnce logs a fresh client in, opens every group at once and times
 // until every wanted message was handed over (for at most wait after the
-// login), then checks each group's messages: all of want, once, in order.
-func pullOnce(ctx context.Context, url, tok string, pageSize int, gids []string, want [][]int64, procs []namedPID, wait time.Duration) pullRun {
+// login), then checks each group's messages: all of want, once, in order,
+// the i-th of group g with body(g, i).
+func pullOnce(ctx context.Context, url, tok string, pageSize int, gids []string, want [][]int64, body func(g, i int) string, procs []namedPID, wait time.Duration) pullRun {
 	var total int64
-	for _, w := range want {
+	at := make(map[string]map[int64][2]int, len(gids)) // gid -> msgid -> (g, i) of want
+	for g, w := range want {
 		total += int64(len(w))
+		at[gids[g]] = make(map[int64][2]int, len(w))
+		for i, id := range w {
+			at[gids[g]][id] = [2]int{g, i}
+		}
 	}
 	var mu sync.Mutex
 	got := map[string][]int64{}
+	var faults []string
+	altered := 0
 	var n atomic.Int64
 	done := make(chan struct{})
 	mark := startCPU(procs)
@@ -270,6 +290,11 @@ func pullOnce(ctx context.Context, url, tok string, pageSize int, gids []string,
 		OnMessage: func(m protocol.Message) {
 			mu.Lock()
 			got[m.Gid] = append(got[m.Gid], m.MsgID)
+			if gi, ok := at[m.Gid][m.MsgID]; ok && m.Body != body(gi[0], gi[1]) {
+				if altered++; len(faults) < 5 {
+					faults = append(faults, fmt.Sprintf("%s msgid %d handed with another body than the one sent: %.40q", m.Gid, m.MsgID, m.Body))
+				}
+			}
 			mu.Unlock()
 			if n.Add(1) == total {
 				close(done)
@@ -312,7 +337,11 @@ func pullOnce(ctx context.Context, url, tok string, pageSize int, gids []string,
 	r.PerS = float64(r.Handed) / (r.TotalMS / 1000)
 	mu.Lock()
 	defer mu.Unlock()
-	r.Complete = r.Problem == ""
+	r.Complete = r.Problem == "" && altered == 0
+	r.Faults = faults
+	if altered > 0 {
+		r.Problem += fmt.Sprintf(" %d messages handed with another body than their own", altered)
+	}
 	for g, gid := range gids {
 		if !slices.Equal(got[gid], want[g]) {
 			r.Complete = false
