@@ -24,8 +24,18 @@ func IssueToken(secret []byte, uid string, ttl time.Duration) (string, error) {
 	return t.SignedString(secret)
 }
 
-// verify checks a token and returns the user it names.
-func verify(secret []byte, token string) (string, *protocol.Error) {
+// DefaultMaxTokenTTL is Config.MaxTokenTTL's default: the longest life a
+// token may have left when it is shown.
+const DefaultMaxTokenTTL = 30 * 24 * time.Hour
+
+// tokenSkew is how far the issuer's clock may run ahead of the gateway's:
+// a token issued for exactly the cap is taken.
+const tokenSkew = time.Minute
+
+// verify checks a token and returns the user it names. A token whose exp
+// is further than maxTTL from now is refused: a stolen token of a far
+// exp would otherwise be good for ever, whatever the deployment rotates.
+func verify(secret []byte, token string, maxTTL time.Duration) (string, *protocol.Error) {
 	var claims jwt.RegisteredClaims
 	_, err := jwt.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return secret, nil },
 		jwt.WithValidMethods([]string{"HS256"}), jwt.WithExpirationRequired())
@@ -34,6 +44,9 @@ func verify(secret []byte, token string) (string, *protocol.Error) {
 		return "", protocol.Errorf(protocol.CodeTokenExpired, "the token expired; get a new one and reconnect")
 	case err != nil:
 		return "", protocol.Errorf(protocol.CodeBadToken, "the token is not valid (%v); get a token signed by this deployment", err)
+	}
+	if left := time.Until(claims.ExpiresAt.Time); left > maxTTL+tokenSkew {
+		return "", protocol.Errorf(protocol.CodeBadToken, "the token is valid for %v more, past this deployment's limit of %v (CHAT_MAX_TOKEN_TTL); issue tokens with a shorter life", left.Round(time.Hour), maxTTL)
 	}
 	if err := schema.ValidID(claims.Subject); err != nil {
 		return "", protocol.Errorf(protocol.CodeBadToken, "the token's subject is not a valid user id: %v", err)

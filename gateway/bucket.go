@@ -37,10 +37,12 @@ func (b *bucket) takeAt(now int64, rate float64, burst int) bool {
 	return true
 }
 
-// userBuckets are the send buckets of HTTP users, who have no connection to
-// hold one: one per user, as a connection's, shared by all of a user's
-// requests to this gateway. A bucket left full is forgotten, so the map
-// holds only the users who sent within the last burst/rate seconds.
+// userBuckets are the users' send buckets: one per user, shared by all of
+// the user's connections to this gateway and their HTTP sends, so that
+// more devices, or HTTP beside them, are no more sends. A bucket that is
+// full again is the same as none and is forgotten, whether its user is
+// still connected or not: the map holds only the users who sent within
+// the last burst/rate seconds (2 s by default), however many connect.
 type userBuckets struct {
 	mu    sync.Mutex
 	m     map[string]*bucket
@@ -49,7 +51,10 @@ type userBuckets struct {
 
 // take takes a token from uid's bucket if there is one now.
 func (u *userBuckets) take(uid string, rate float64, burst int) bool {
-	now := int64(time.Since(epoch)) + 1
+	return u.takeAt(uid, int64(time.Since(epoch))+1, rate, burst)
+}
+
+func (u *userBuckets) takeAt(uid string, now int64, rate float64, burst int) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.m == nil {

@@ -1,6 +1,9 @@
 package gateway
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 // A bucket lets a burst through at once, then rate a second, and never
 // saves up more than the burst.
@@ -36,5 +39,30 @@ func TestBucketLetsABurstThenTheRate(t *testing.T) {
 	}
 	if taken != burst {
 		t.Fatalf("a minute later: %d taken, want %d", taken, burst)
+	}
+}
+
+// The users' buckets hold only those who sent lately: a bucket full again
+// is forgotten, so a stream of users, each sending once, leaves the map no
+// larger than the users of the last burst/rate seconds.
+func TestUserBucketsForgetTheFullOnes(t *testing.T) {
+	var u userBuckets
+	const rate, burst = 10.0, 5 // full again after 0.5 s
+	now := int64(1)
+	for i := range 10000 {
+		u.takeAt(fmt.Sprint("u", i), now, rate, burst)
+		now += 1e6 // a user a millisecond
+	}
+	if n := len(u.m); n > 1100 {
+		t.Fatalf("10,000 users, one a millisecond, buckets full after 0.5 s: %d buckets held, want at most about 1,000", n)
+	}
+	// A user who has not sent since is at their burst again, as if new.
+	for range burst {
+		if !u.takeAt("u0", now, rate, burst) {
+			t.Fatal("u0, idle for 10 s, is refused within their burst")
+		}
+	}
+	if u.takeAt("u0", now, rate, burst) {
+		t.Fatal("u0 sent past their burst")
 	}
 }

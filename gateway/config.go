@@ -36,9 +36,14 @@ type Config struct {
 	// from besides the gateway's own host. Default none.
 	AllowedOrigins []string
 
-	MaxBody      int           // bytes of a message body; default 16 KiB
-	SendRate     float64       // sends per second per connection; default 50
-	SendBurst    int           // default 100
+	MaxBody int // bytes of a message body; default 16 KiB
+	// SendRate and SendBurst bound a user's sends to this gateway: one
+	// bucket per user, shared by all their connections and their HTTP
+	// sends (so more devices are no more sends). Default 50 a second,
+	// bursts of 100. The frame rate (4 x SendRate, at least 100) stays
+	// per connection.
+	SendRate     float64
+	SendBurst    int
 	SendTarget   time.Duration // a send that takes longer inside the gateway means overload; default 250ms, <0 no bound
 	MaxSending   int           // sends worked on at once, at most; default 1024 (the bound adapts below it, see admission)
 	QueueSize    int           // outbound frames per connection before it is cut; default 512
@@ -48,8 +53,16 @@ type Config struct {
 	AuthTimeout  time.Duration // time to send auth after connecting; default 10s
 	PresenceTTL  time.Duration // presence entries expire unless refreshed; default 30s
 	NodeLease    time.Duration // this gateway's hold on its Node name, renewed every third of it; default 10s
-	TokenTTL     time.Duration // lifetime of dev tokens; default 24h
-	MaxMembers   int           // members of one group at most; default (and at most) 10,000, what a who-read answer lists
+	TokenTTL     time.Duration // lifetime of dev tokens; default 24h, at most MaxTokenTTL
+	// MaxTokenTTL is the longest life a token may have left when it is
+	// shown: a token whose exp is further away is refused as bad_token.
+	// Default DefaultMaxTokenTTL (30 days).
+	MaxTokenTTL time.Duration
+	MaxMembers  int // members of one group at most; default (and at most) 10,000, what a who-read answer lists
+	// MaxAuthenticating bounds the connections this gateway holds before
+	// they authenticate (each at most AuthTimeout): past it an upgrade is
+	// refused with 503 overloaded. Default 10,000.
+	MaxAuthenticating int
 	// MaxConnsPerUser bounds the connections of one user to this gateway
 	// (devices, browser tabs); past it a connection is refused. Default 32.
 	MaxConnsPerUser int
@@ -84,6 +97,9 @@ func (c *Config) setDefaults() {
 	if c.MaxMembers == 0 {
 		c.MaxMembers = maxMembers
 	}
+	if c.MaxAuthenticating == 0 {
+		c.MaxAuthenticating = 10000
+	}
 	if c.MaxConnsPerUser == 0 {
 		c.MaxConnsPerUser = 32
 	}
@@ -105,8 +121,11 @@ func (c *Config) setDefaults() {
 	if c.NodeLease == 0 {
 		c.NodeLease = 10 * time.Second
 	}
+	if c.MaxTokenTTL == 0 {
+		c.MaxTokenTTL = DefaultMaxTokenTTL
+	}
 	if c.TokenTTL == 0 {
-		c.TokenTTL = 24 * time.Hour
+		c.TokenTTL = min(24*time.Hour, c.MaxTokenTTL)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -122,10 +141,14 @@ func (c Config) Validate() error {
 		return errors.New("gateway: the token secret must be at least 32 bytes; set CHAT_JWT_SECRET")
 	case c.MaxBody < 1 || c.MaxBody > producers.MaxBody:
 		return fmt.Errorf("gateway: max body %d out of range 1..%d (what one Kafka record batch carries by default)", c.MaxBody, producers.MaxBody)
-	case c.SendRate < 0 || c.SendBurst < 1 || c.QueueSize < 1 || c.QueueBytes < 1 || c.MaxConnsPerUser < 1:
-		return errors.New("gateway: send rate, burst, queue size, queue bytes and connections per user must be positive")
+	case c.SendRate < 0 || c.SendBurst < 1 || c.QueueSize < 1 || c.QueueBytes < 1 || c.MaxConnsPerUser < 1 || c.MaxAuthenticating < 1:
+		return errors.New("gateway: send rate, burst, queue size, queue bytes, connections per user and connections authenticating must be positive")
 	case c.MaxMembers < 1 || c.MaxMembers > maxMembers:
 		return fmt.Errorf("gateway: max members %d out of range 1..%d", c.MaxMembers, maxMembers)
+	case c.MaxTokenTTL < time.Minute:
+		return fmt.Errorf("gateway: max token TTL %v is below 1m: every token would be refused; set CHAT_MAX_TOKEN_TTL to e.g. 720h", c.MaxTokenTTL)
+	case c.TokenTTL < 0 || c.TokenTTL > c.MaxTokenTTL:
+		return fmt.Errorf("gateway: dev tokens would live %v, past the max token TTL of %v that the gateway takes; lower TokenTTL", c.TokenTTL, c.MaxTokenTTL)
 	case c.MaxSending < minSending:
 		return fmt.Errorf("gateway: max sending %d is below the floor of %d", c.MaxSending, minSending)
 	}

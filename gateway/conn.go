@@ -67,8 +67,7 @@ type conn struct {
 	slot     int         // when in the ping interval it is pinged (pingConns)
 	heard    atomic.Bool // the client sent something since the last ping
 	handling atomic.Bool // a frame is being handled: the client's pongs wait behind it
-	sends    bucket      // used by handle only
-	frames   bucket
+	frames   bucket      // used by handle and awaitFrame, never at once
 
 	coverSince atomic.Int64 // g.since of the moment the next sync must cover, 0: none (see cover.go)
 	coverWatch atomic.Int64 // the coverSince a watch was started for
@@ -104,9 +103,21 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	g.wg.Add(1)
 	g.admitConn.Unlock()
+	// A connection holds a goroutine and its buffers until it authenticates
+	// or AuthTimeout passes, and anyone may open one: past the cap the
+	// upgrade is refused before it costs anything.
+	if g.authN.Add(1) > int64(g.cfg.MaxAuthenticating) {
+		g.authN.Add(-1)
+		g.wg.Done()
+		g.metrics.authRefused.Add(1)
+		g.cfg.Metrics.Refused("authenticating")
+		writeErr(w, protocol.Errorf(protocol.CodeOverloaded, "this server holds %d connections that have not authenticated yet, the most it takes; retry in a few seconds, with a back-off", g.cfg.MaxAuthenticating))
+		return
+	}
 	sb := &smallBuffers{ResponseWriter: w}
 	ws, err := websocket.Accept(sb, r, &websocket.AcceptOptions{OriginPatterns: g.cfg.AllowedOrigins})
 	if err != nil {
+		g.authN.Add(-1)
 		g.wg.Done()
 		g.log.Debug("websocket accept failed", "err", err)
 		return // Accept has answered the client
@@ -135,9 +146,11 @@ func (g *Gateway) runConn(ws *websocket.Conn, sb *smallBuffers, token string) {
 			c.writeNow(protocol.Marshal(protocol.Authed{Op: protocol.OpAuthed, ID: id, Uid: uid}))
 		} else {
 			perr, closeCode = protocol.Errorf(protocol.CodeRateLimited, "%s has %d connections to this server already, the most it takes; close one and reconnect", uid, g.cfg.MaxConnsPerUser), CloseTooManyConns
+			g.cfg.Metrics.Refused("user_conns")
 		}
 	}
 	g.authing.Delete(c)
+	g.authN.Add(-1)
 	if perr != nil {
 		if perr != errAnswered && !c.closing() {
 			c.writeNow(perr.Frame(id))
@@ -211,7 +224,7 @@ func (s *smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // the caller once it admits the connection, or a refusal).
 func (c *conn) authenticate(tok string) (uid, id string, _ *protocol.Error) {
 	if tok != "" {
-		uid, perr := verify(c.g.cfg.Secret, tok)
+		uid, perr := verify(c.g.cfg.Secret, tok, c.g.cfg.MaxTokenTTL)
 		return uid, "", perr
 	}
 	// A read cut by a deadline closes the socket without a word, so the
@@ -239,7 +252,7 @@ func (c *conn) authenticate(tok string) (uid, id string, _ *protocol.Error) {
 		return "", req.ID, protocol.Errorf(protocol.CodeUnauthenticated,
 			"the first frame must be auth, got %q; send {\"op\":\"auth\",\"token\":...} first, or connect with ?token= or an Authorization header", req.Op)
 	}
-	uid, perr := verify(c.g.cfg.Secret, req.Token)
+	uid, perr := verify(c.g.cfg.Secret, req.Token, c.g.cfg.MaxTokenTTL)
 	return uid, req.ID, perr
 }
 

@@ -136,7 +136,7 @@ func (c *conn) handle(typ websocket.MessageType, data []byte) {
 		c.reply(asProtocol(err).Frame(req.ID))
 		return
 	}
-	if req.Op == protocol.OpSend && !c.sends.take(c.g.cfg.SendRate, c.g.cfg.SendBurst) {
+	if req.Op == protocol.OpSend && !c.g.sends.take(c.uid, c.g.cfg.SendRate, c.g.cfg.SendBurst) {
 		c.reply(protocol.Errorf(protocol.CodeRateLimited, "more than %.0f sends per second; retry later with the same cmid", c.g.cfg.SendRate).Frame(req.ID))
 		return
 	}

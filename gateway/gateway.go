@@ -27,10 +27,11 @@ type Gateway struct {
 	pingSlot  atomic.Int64 // the last connection's (pingConns)
 	metrics   Metrics
 	admit     *admission
-	httpSends userBuckets // HTTP users' send rates
-	authing   sync.Map    // *conn → true: connections authenticating
-	instance  string      // this process's claim on cfg.Node (see node.go)
-	ready     atomic.Bool // the node's name is held and its pushes are subscribed to
+	sends     userBuckets  // users' send rates: their connections' and HTTP sends together
+	authing   sync.Map     // *conn → true: connections authenticating
+	authN     atomic.Int64 // connections upgraded and not yet past authentication
+	instance  string       // this process's claim on cfg.Node (see node.go)
+	ready     atomic.Bool  // the node's name is held and its pushes are subscribed to
 	nodeMu    sync.RWMutex
 	released  bool // under nodeMu: Run let the name go, and the presence under it may be a successor's
 
@@ -57,7 +58,7 @@ type Gateway struct {
 
 // Metrics are the gateway's counters since start.
 type Metrics struct {
-	conns, sends, acks, reads, pulls, pushes, slowCut, overloaded, resyncs atomic.Int64
+	conns, sends, acks, reads, pulls, pushes, slowCut, overloaded, resyncs, authRefused atomic.Int64
 }
 
 // Snapshot is a copy of the counters.
@@ -66,13 +67,14 @@ type Snapshot struct {
 	Overloaded                                        int64 // sends refused as overloaded
 	SendBound                                         int   // the admission's bound now
 	Resyncs                                           int64 // resync frames sent
+	AuthRefused                                       int64 // upgrades refused: MaxAuthenticating connections were authenticating
 }
 
 // Stats returns the counters.
 func (g *Gateway) Stats() Snapshot {
 	m := &g.metrics
 	return Snapshot{m.conns.Load(), m.sends.Load(), m.acks.Load(), m.reads.Load(), m.pulls.Load(), m.pushes.Load(), m.slowCut.Load(),
-		m.overloaded.Load(), g.admit.bound(), m.resyncs.Load()}
+		m.overloaded.Load(), g.admit.bound(), m.resyncs.Load(), m.authRefused.Load()}
 }
 
 // New checks cfg and returns a Gateway.

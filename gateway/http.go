@@ -93,7 +93,7 @@ func (g *Gateway) api(op string) http.HandlerFunc {
 		if err != nil {
 			return nil, asProtocol(err)
 		}
-		if req.Op == protocol.OpSend && !g.httpSends.take(uid, g.cfg.SendRate, g.cfg.SendBurst) {
+		if req.Op == protocol.OpSend && !g.sends.take(uid, g.cfg.SendRate, g.cfg.SendBurst) {
 			return nil, protocol.Errorf(protocol.CodeRateLimited, "more than %.0f sends per second; retry later with the same cmid", g.cfg.SendRate)
 		}
 		return g.do(ctx, uid, &req)
@@ -108,7 +108,7 @@ func (g *Gateway) asUser(h func(ctx context.Context, uid string, r *http.Request
 			writeErr(w, protocol.Errorf(protocol.CodeUnauthenticated, "send Authorization: Bearer <token> (the HTTP API takes no ?token=, which access logs keep)"))
 			return
 		}
-		uid, perr := verify(g.cfg.Secret, tok)
+		uid, perr := verify(g.cfg.Secret, tok, g.cfg.MaxTokenTTL)
 		if perr != nil {
 			writeErr(w, perr)
 			return

@@ -14,6 +14,7 @@
 //	chat_pushes_total                        messages written to client connections (gateway)
 //	chat_e2e_latency_seconds                 histogram: a message's sent_at to its push written to a recipient
 //	chat_connections                         open, authenticated client connections (gateway)
+//	chat_connections_refused_total{reason}   WebSockets refused: authenticating (the gateway held its most still authenticating), user_conns (the user's most) (gateway)
 //	chat_resyncs_total{reason}               resync frames sent: pushes to a connection may have been lost (gateway)
 //	chat_consumer_lag{group,partition}       records left to read, per assigned partition
 //	chat_consumer_records_total{group}       records handed to a consumer's handler
@@ -38,6 +39,7 @@ type Set struct {
 	pushes      prometheus.Counter
 	e2e         prometheus.Histogram
 	connections prometheus.Gauge
+	refused     *prometheus.CounterVec
 	resyncs     *prometheus.CounterVec
 	lag         *prometheus.GaugeVec
 	records     *prometheus.CounterVec
@@ -68,6 +70,9 @@ func New(reg prometheus.Registerer) (*Set, error) {
 		connections: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "chat_connections", Help: "Open, authenticated client connections.",
 		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chat_connections_refused_total", Help: "WebSocket connections a gateway refused, by reason: authenticating (it held its most connections still authenticating; answered 503), user_conns (the user had their most connections to it; closed with 4029).",
+		}, []string{"reason"}),
 		resyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chat_resyncs_total", Help: "Resync frames a gateway sent, by reason: pushes to the connection may have been lost, and it syncs and pulls.",
 		}, []string{"reason"}),
@@ -94,7 +99,7 @@ func New(reg prometheus.Registerer) (*Set, error) {
 			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1, 5},
 		}, []string{"store", "op"}),
 	}
-	for _, c := range []prometheus.Collector{s.sends, s.overloaded, s.pushes, s.e2e, s.connections, s.resyncs, s.lag, s.records, s.batch, s.retries, s.deadletter, s.store} {
+	for _, c := range []prometheus.Collector{s.sends, s.overloaded, s.pushes, s.e2e, s.connections, s.refused, s.resyncs, s.lag, s.records, s.batch, s.retries, s.deadletter, s.store} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -149,6 +154,13 @@ func (s *Set) ConnOpened() {
 func (s *Set) ConnClosed() {
 	if s != nil {
 		s.connections.Dec()
+	}
+}
+
+// Refused counts a WebSocket connection refused for reason.
+func (s *Set) Refused(reason string) {
+	if s != nil {
+		s.refused.WithLabelValues(reason).Inc()
 	}
 }
 

@@ -49,6 +49,11 @@ func TestTokenMistakesSayWhatToDo(t *testing.T) {
 		{[]string{"alice", "-ttl", "0s"}, map[string]string{"CHAT_JWT_SECRET": testSecret}, "-ttl 1h"},
 		{[]string{"al ice"}, map[string]string{"CHAT_JWT_SECRET": testSecret}, `user id "al ice"`},
 		{nil, map[string]string{"CHAT_JWT_SECRET": testSecret}, "usage: chatctl token UID"},
+		// The gateways refuse a token that lives past CHAT_MAX_TOKEN_TTL
+		// (30 days by default): chatctl does not make one.
+		{[]string{"alice", "-ttl", "8760h"}, map[string]string{"CHAT_JWT_SECRET": testSecret}, "CHAT_MAX_TOKEN_TTL"},
+		{[]string{"alice", "-ttl", "48h"}, map[string]string{"CHAT_JWT_SECRET": testSecret, "CHAT_MAX_TOKEN_TTL": "24h"}, "shorter -ttl"},
+		{[]string{"alice", "-ttl", "48h", "-max-ttl", "1d"}, map[string]string{"CHAT_JWT_SECRET": testSecret}, "-max-ttl"},
 	} {
 		if _, err := ctlToken(tc.args, tc.env); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("chatctl token %q: %v, want an error saying %q", tc.args, err, tc.want)

@@ -39,7 +39,10 @@ type settings struct {
 	NodeID          string
 	AllowedOrigins  string
 	MaxBody         int
+	MaxTokenTTL     time.Duration
+	MaxAuthing      int
 	DebugAddr       string
+	MetricsAddr     string
 }
 
 // setting describes one knob, for flags, env and `chatd help`.
@@ -96,6 +99,9 @@ var allSettings = []setting{
 	{"node-id", "CHAT_NODE_ID", "", "this gateway's name in presence and its push channel; empty: hostname-pid", "all", str(func(s *settings) *string { return &s.NodeID })},
 	{"allowed-origins", "CHAT_ALLOWED_ORIGINS", "", "browser origins (host patterns) allowed besides the gateway's own host, comma-separated", "all", str(func(s *settings) *string { return &s.AllowedOrigins })},
 	{"debug-addr", "CHAT_DEBUG_ADDR", "", "listen address of the Go profiler (/debug/pprof/); empty: off. Keep it private", "all", str(func(s *settings) *string { return &s.DebugAddr })},
+	{"metrics-addr", "CHAT_METRICS_ADDR", "", "listen address of /metrics apart from the HTTP address, which then serves none; empty: /metrics on the HTTP address", "all", str(func(s *settings) *string { return &s.MetricsAddr })},
+	{"max-token-ttl", "CHAT_MAX_TOKEN_TTL", "720h", "longest life a client token may have left: a token whose exp is further away is refused (bad_token); issue tokens within it", "all", dur(func(s *settings) *time.Duration { return &s.MaxTokenTTL })},
+	{"max-authenticating", "CHAT_MAX_AUTHENTICATING", "10000", "WebSockets a gateway holds before they authenticate; past it an upgrade is refused with 503 overloaded", "all", num(func(s *settings) *int { return &s.MaxAuthing })},
 	{"max-body", "CHAT_MAX_BODY", "16384", "largest message body in bytes", "all", num(func(s *settings) *int { return &s.MaxBody })},
 	{"log-level", "CHAT_LOG_LEVEL", "info", "debug, info, warn or error", "all", str(func(s *settings) *string { return &s.LogLevel })},
 	{"log-format", "CHAT_LOG_FORMAT", "text", "text or json", "all", str(func(s *settings) *string { return &s.LogFormat })},
@@ -179,6 +185,12 @@ func (s *settings) validate() error {
 	}
 	if s.ShutdownTimeout < time.Second {
 		return fmt.Errorf("shutdown-timeout %v is below 1s (CHAT_SHUTDOWN_TIMEOUT): shutdown could drain nothing; use e.g. 10s", s.ShutdownTimeout)
+	}
+	if s.MaxTokenTTL < time.Minute {
+		return fmt.Errorf("max-token-ttl %v is below 1m (CHAT_MAX_TOKEN_TTL): every token would be refused; use e.g. 720h", s.MaxTokenTTL)
+	}
+	if s.MaxAuthing < 1 {
+		return fmt.Errorf("max-authenticating must be a whole number >= 1 (CHAT_MAX_AUTHENTICATING); use e.g. 10000")
 	}
 	if s.MaxBody < 1 || s.MaxBody > producers.MaxBody {
 		return fmt.Errorf("max-body must be 1 to %d bytes (CHAT_MAX_BODY): what one Kafka record batch carries by default", producers.MaxBody)

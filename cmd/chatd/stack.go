@@ -270,9 +270,21 @@ func (st *stack) run(ctx context.Context) error {
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
-	if st.s.DebugAddr != "" {
-		dbg, err := st.s.serveDebug(gctx)
+	// The side listeners close at shutdown, or when run returns early.
+	side, closeSide := context.WithCancel(gctx)
+	defer closeSide()
+	if st.s.MetricsAddr != "" {
+		m, err := st.serveMetrics(side)
 		if err != nil {
+			ln.Close()
+			return err
+		}
+		st.log.Info("serving /metrics", "addr", m)
+	}
+	if st.s.DebugAddr != "" {
+		dbg, err := st.s.serveDebug(side)
+		if err != nil {
+			ln.Close()
 			return err
 		}
 		st.log.Info("serving the profiler", "addr", dbg)
@@ -323,7 +335,9 @@ func (st *stack) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", st.health)
 	mux.HandleFunc("GET /readyz", st.health)
-	mux.Handle("GET /metrics", promhttp.HandlerFor(st.reg, promhttp.HandlerOpts{Registry: st.reg}))
+	if st.s.MetricsAddr == "" {
+		mux.Handle("GET /metrics", st.metricsHandler())
+	}
 	if st.gateway != nil {
 		mux.Handle("/v1/", st.gateway.Handler())
 		mux.Handle("/", web.Handler()) // the web client
@@ -410,6 +424,28 @@ const (
 func (s *settings) httpServer(h http.Handler) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: s.HTTPReadTimeout,
 		IdleTimeout: s.HTTPIdleTimeout, MaxHeaderBytes: maxHeaderBytes}
+}
+
+func (st *stack) metricsHandler() http.Handler {
+	return promhttp.HandlerFor(st.reg, promhttp.HandlerOpts{Registry: st.reg})
+}
+
+// serveMetrics serves /metrics on its own listener (CHAT_METRICS_ADDR),
+// apart from the public HTTP address, until ctx ends.
+func (st *stack) serveMetrics(ctx context.Context) (string, error) {
+	ln, err := net.Listen("tcp", st.s.MetricsAddr)
+	if err != nil {
+		return "", fmt.Errorf("metrics listen on %s: %w; set CHAT_METRICS_ADDR to a free address or leave it empty", st.s.MetricsAddr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", st.metricsHandler())
+	srv := st.s.httpServer(mux)
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	go srv.Serve(ln)
+	return ln.Addr().String(), nil
 }
 
 // serveDebug serves net/http/pprof on its own listener, apart from the
