@@ -9,27 +9,27 @@
 // a resync frame (the server may have lost pushes to us), on the same one.
 // A group whose cursor the server refuses as beyond_head (it took a msgid
 // the group does not have) is taken up again from the confirmed ack, less
-// often while the server repeats it.
+// often while the server repeats it (recovery.js).
 //
 // Everything runs on the page's one thread; state changes are announced as
 // events: status, groups, messages, pending, counts, error. Acks and reads
-// are in cursors.js, sending in outbox.js, the connection in conn.js.
+// are in cursors.js, sending in outbox.js, the connection in conn.js, read
+// counts in receipts.js, taking a group up again in recovery.js.
 
 import { Conn, Disconnected, Timeout, Backoff, retryable } from './conn.js';
 import { Cursors } from './cursors.js';
 import { Outbox } from './outbox.js';
 import * as frames from './frames.js';
+import { recovery, retakeBackoff } from './recovery.js';
+import { receipts, MAX_COUNTS } from './receipts.js';
 
 const PAGE = 100; // a forward pull page
 const OLDER_PAGE = 50; // a page when scrolling up
 const FILL = 30; // an opened group shows at least this many messages when it has them
 const HEARTBEAT = 25000;
 const RESYNC_RETRY = 2000; // a sync the server asked for, refused, is asked again after this
-const MAX_COUNTS = 200; // msgids per read_counts (protocol.MaxMsgIDs)
 const MAX_BUF = 1000; // pushes held back for a group that is not open; the rest is pulled when it opens
 const KEEP_CLOSED = 200; // messages kept of a group that is not open; older ones come back by scrolling up
-const RETAKE_MIN = 1000; // a group taken up again twice in a row waits this before its sync and pull,
-const RETAKE_MAX = 60000; // twice that at each further time, up to this
 
 function newGroup(gid) {
   return {
@@ -41,7 +41,7 @@ function newGroup(gid) {
     buf: new Map(), // pushes waiting for their predecessors
     olderMore: true, loadingOlder: false,
     opened: false, pulling: null, gapping: false,
-    retaking: false, retakeAgain: false, retaken: 0, retakeBackoff: new Backoff(RETAKE_MIN, RETAKE_MAX), // see retake
+    retaking: false, retakeAgain: false, retaken: 0, retakeBackoff: retakeBackoff(), // see recovery.js
     unacked: 0, ackDue: 0, readWant: -1, readDue: 0,
     counts: new Map(), // msgid -> {read, audience}, for my messages
     pending: new Map(), // cmid -> outgoing message not yet shown
@@ -57,7 +57,7 @@ function insertSorted(arr, v) {
   if (arr[lo] !== v) arr.splice(lo, 0, v);
 }
 
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 export class Chat extends EventTarget {
   constructor({ uid, token, dev, renew }) {
@@ -281,27 +281,6 @@ export class Chat extends EventTarget {
     this.drain(g);
   }
 
-  // unhold forgets the messages g holds after prev and before msgid: the
-  // push of msgid says the group has none there, so they are another
-  // group's (of the same partition), taken from a push whose prev matched
-  // or from a page. Kept, they stayed on screen, and the cursor past them
-  // made the push wait for a pull. The cursor goes back to the newest
-  // message held before them; with none, to the ack or prev, the lower.
-  unhold(g, prev, msgid) {
-    const gone = g.order.filter((id) => id > prev && id < msgid);
-    if (gone.length === 0) return;
-    console.warn(`chatd: ${g.gid}: ${gone.join(', ')} taken off: the group's message after ${prev} is ${msgid}`);
-    g.order.splice(g.order.length - gone.length);
-    for (const id of gone) {
-      g.msgs.delete(id);
-      g.counts.delete(id);
-    }
-    g.contig = g.order.length ? g.order[g.order.length - 1] : Math.min(prev, g.ack);
-    g.readWant = Math.max(g.read, Math.min(g.readWant, g.contig));
-    this.emit('forgotten', { gid: g.gid, msgids: gone });
-    if (!g.opened) this.syncSoon(); // the badge counted them
-  }
-
   // drain accepts the held-back pushes that now follow the contiguous
   // cursor. A gap that remains in the open group is pulled.
   drain(g) {
@@ -400,68 +379,6 @@ export class Chat extends EventTarget {
     return g.pulling;
   }
 
-  // retake takes g up again from the ack cursor the server confirmed, as a
-  // new page would, once it refused an ack or read of g up to the
-  // contiguous cursor as beyond_head: it has no such message in g. A
-  // pushed msgid it does not have, whose prev matched, was taken (nothing
-  // tells it from a real one); kept, it had every later message dropped as
-  // held already, and its cursors refused, for the life of the page. What
-  // was received past that cursor is forgotten and pulled again: nothing
-  // is lost, as nothing was acked past it. A server that serves that msgid
-  // again has g taken up again and again: from the second time in a row
-  // the sync and pull wait, longer each time (RETAKE_MIN doubling up to
-  // RETAKE_MAX), and the page says so, once, until a cursor of g is taken.
-  async retake(g) {
-    if (g.retaking) {
-      g.retakeAgain = true; // refused past what this one took up again
-      return;
-    }
-    g.retaking = true;
-    try {
-      do {
-        g.retakeAgain = false;
-        while (g.pulling) await g.pulling.catch(() => {});
-        const gone = g.order.filter((id) => id > g.ack);
-        g.order.splice(g.order.length - gone.length);
-        for (const id of gone) {
-          g.msgs.delete(id);
-          g.counts.delete(id);
-        }
-        g.buf.clear();
-        g.contig = g.order.length ? g.order[g.order.length - 1] : g.ack; // held ones join on
-        g.head = g.ack; // the sync says the server's
-        g.readWant = Math.max(g.read, Math.min(g.readWant, g.contig));
-        g.unacked = 0;
-        g.ackDue = 0;
-        this.emit('forgotten', { gid: g.gid, msgids: gone });
-        if (g.retaken++ === 0) {
-          console.warn(`chatd: ${g.gid}: cursors refused as beyond the group's head; taken up again after ${g.ack}`);
-        } else {
-          const wait = g.retakeBackoff.next();
-          if (g.retaken === 2) {
-            const message = `${g.gid}: the server keeps sending messages it then refuses as beyond the group's head; ` +
-              `asking again less often, up to once a minute`;
-            console.warn(`chatd: ${message}`);
-            this.emit('error', { message });
-          }
-          await sleep(wait);
-        }
-        await this.sync(); // the head, the badge, cursors moved elsewhere
-        if (g.opened) await this.pullForward(g);
-      } while (g.retakeAgain);
-    } catch (e) {
-      this.failed(`retake ${g.gid}`, e);
-    } finally {
-      g.retaking = false;
-    }
-  }
-
-  // retakeEnded: the server took a cursor of g; the next retake is at once.
-  retakeEnded(g) {
-    g.retaken = 0;
-    g.retakeBackoff.reset();
-  }
-
   // loadOlder pulls the page right before the oldest message held.
   async loadOlder(gid) {
     const g = this.group(gid);
@@ -522,47 +439,11 @@ export class Chat extends EventTarget {
   // seen is called for a message the user has on screen.
   seen(gid, msgid) { this.cursors.seen(this.group(gid), msgid); }
 
-  // --- receipts ---
-
-  // receipts takes the read counts of g's messages that it holds or that
-  // may yet come (past the contiguous cursor), at most MAX_COUNTS of
-  // these: a count of any other is asked again when its message is shown
-  // (refreshCounts), and kept, counts of msgids that never come piled up.
-  receipts(gid, cs) {
-    const g = this.group(gid);
-    const counts = frames.counts(cs).filter((c) => g.msgs.has(c.msgid) || c.msgid > g.contig);
-    for (const c of counts) {
-      const old = g.counts.get(c.msgid);
-      if (!old || c.read >= old.read) g.counts.set(c.msgid, c);
-    }
-    const ahead = [...g.counts.keys()].filter((id) => !g.msgs.has(id)).sort((a, b) => a - b);
-    for (const id of ahead.slice(MAX_COUNTS)) g.counts.delete(id);
-    this.emit('counts', { gid, counts });
-  }
-
-  // refreshCounts asks the read counts of my messages among msgids (the
-  // newest `newest` of them): after opening, paging up and reconnecting
-  // (receipts pushes are best effort).
-  async refreshCounts(g, msgids, newest = Infinity) {
-    const mine = msgids.filter((id) => g.msgs.get(id)?.sender === this.uid).slice(-newest);
-    for (let i = 0; i < mine.length; i += MAX_COUNTS) {
-      try {
-        const f = await this.conn.request({ op: 'read_counts', gid: g.gid, msgids: mine.slice(i, i + MAX_COUNTS) });
-        this.receipts(g.gid, f.counts);
-      } catch (e) {
-        return this.failed('read counts', e);
-      }
-    }
-  }
-
-  async whoRead(gid, msgid) {
-    const f = await this.conn.request({ op: 'who_read', gid, msgid });
-    return { read: frames.names(f.read), unread: frames.names(f.unread) };
-  }
-
   failed(what, e) {
     if (e instanceof Disconnected) return; // the next session redoes it
     console.warn(`chatd: ${what}:`, e.message);
     this.emit('error', { message: `${what}: ${e.message}` });
   }
 }
+
+Object.assign(Chat.prototype, recovery, receipts);
