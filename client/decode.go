@@ -162,8 +162,8 @@ const (
 	// messages among the newest of the group, 200 by default).
 	maxCounts = 1000
 	// maxReaders bounds each of a readers answer's read and unread
-	// members: a group has at most 10,000 members.
-	maxReaders = 10_000
+	// members: a group has at most protocol.MaxMembers.
+	maxReaders = protocol.MaxMembers
 )
 
 type (

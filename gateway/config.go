@@ -10,6 +10,7 @@ import (
 	"github.com/groupchat/chatd/history"
 	"github.com/groupchat/chatd/metrics"
 	"github.com/groupchat/chatd/producers"
+	"github.com/groupchat/chatd/protocol"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
 )
@@ -58,7 +59,7 @@ type Config struct {
 	// shown: a token whose exp is further away is refused as bad_token.
 	// Default DefaultMaxTokenTTL (30 days).
 	MaxTokenTTL time.Duration
-	MaxMembers  int // members of one group at most; default (and at most) 10,000, what a who-read answer lists
+	MaxMembers  int // members of one group at most; default (and at most) protocol.MaxMembers, 10,000
 	// MaxAuthenticating bounds the connections this gateway holds before
 	// they authenticate (each at most AuthTimeout): past it an upgrade is
 	// refused with 503 overloaded. Default 10,000.
@@ -95,7 +96,7 @@ func (c *Config) setDefaults() {
 		c.QueueSize = 512
 	}
 	if c.MaxMembers == 0 {
-		c.MaxMembers = maxMembers
+		c.MaxMembers = protocol.MaxMembers
 	}
 	if c.MaxAuthenticating == 0 {
 		c.MaxAuthenticating = 10000
@@ -143,8 +144,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway: max body %d out of range 1..%d (what one Kafka record batch carries by default)", c.MaxBody, producers.MaxBody)
 	case c.SendRate < 0 || c.SendBurst < 1 || c.QueueSize < 1 || c.QueueBytes < 1 || c.MaxConnsPerUser < 1 || c.MaxAuthenticating < 1:
 		return errors.New("gateway: send rate, burst, queue size, queue bytes, connections per user and connections authenticating must be positive")
-	case c.MaxMembers < 1 || c.MaxMembers > maxMembers:
-		return fmt.Errorf("gateway: max members %d out of range 1..%d", c.MaxMembers, maxMembers)
+	case c.MaxMembers < 1 || c.MaxMembers > protocol.MaxMembers:
+		return fmt.Errorf("gateway: max members %d out of range 1..%d", c.MaxMembers, protocol.MaxMembers)
 	case c.MaxTokenTTL < time.Minute:
 		return fmt.Errorf("gateway: max token TTL %v is below 1m: every token would be refused; set CHAT_MAX_TOKEN_TTL to e.g. 720h", c.MaxTokenTTL)
 	case c.TokenTTL < 0 || c.TokenTTL > c.MaxTokenTTL:

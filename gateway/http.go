@@ -299,10 +299,6 @@ func stillJoined(m store.Membership, leaving map[string]store.Membership, uid st
 	return m.State == store.MemberJoined && !(ok && l.JoinedAt == m.JoinedAt)
 }
 
-// maxMembers bounds Config.MaxMembers: what PROTOCOL.md promises and what a
-// who-read answer lists at most.
-const maxMembers = 10000
-
 // roomFor refuses adding n members to gid when its joined members (current,
 // less those of the request whose leave is noted) and they would pass
 // MaxMembers. Joins being written by another call are not counted: two

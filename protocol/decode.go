@@ -15,6 +15,11 @@ const (
 	MaxIDLen    = 64   // bytes in a request id
 	MaxTokenLen = 4096 // bytes in a token
 	MaxLimit    = 1000 // messages in a pull page
+
+	// MaxMembers is the most members a group has: what a who-read answer
+	// lists at most (clients refuse a longer one), and the limit every way
+	// of adding members (the gateway, chatctl) keeps.
+	MaxMembers = 10000
 )
 
 // Decode parses and validates one client frame. maxBody is the largest send

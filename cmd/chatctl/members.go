@@ -10,6 +10,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/groupchat/chatd/producers"
+	"github.com/groupchat/chatd/protocol"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
@@ -57,6 +58,11 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 	if err != nil {
 		return err
 	}
+	if op == schema.OpJoin {
+		if err := roomFor(gid, current, uids); err != nil {
+			return err
+		}
+	}
 	// The position of a change is the head of gid's partition there.
 	if err := checkPartitions(ctx, newAdmin(brokers), topics.Messages, c.s.Partitions); err != nil {
 		return err
@@ -87,6 +93,30 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 		}
 		current[uid] = current[uid].Apply(m) // a uid named twice changes once
 		fmt.Fprintf(c.stdout, "%s: %s %s at position %d\n", uid, opName(op), gid, m.Pos)
+	}
+	return nil
+}
+
+// roomFor refuses joining uids to gid when its members (current) and those
+// of uids not yet members would pass protocol.MaxMembers, the limit the
+// gateway keeps: a who-read answer lists at most that many. A join through
+// the gateway meanwhile is not counted.
+func roomFor(gid string, current map[string]store.Membership, uids []string) error {
+	joined := 0
+	for _, m := range current {
+		if m.State == store.MemberJoined {
+			joined++
+		}
+	}
+	add := map[string]bool{} // a uid named twice joins once
+	for _, uid := range uids {
+		if current[uid].State != store.MemberJoined {
+			add[uid] = true
+		}
+	}
+	if joined+len(add) > protocol.MaxMembers {
+		return fmt.Errorf("%s has %d members; adding %d would pass the limit of %d members a group has: "+
+			"remove members first (`chatctl members remove %s UID...`), or add fewer", gid, joined, len(add), protocol.MaxMembers, gid)
 	}
 	return nil
 }

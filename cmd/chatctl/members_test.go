@@ -8,6 +8,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/groupchat/chatd/protocol"
+	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/topics"
 )
 
@@ -58,4 +60,39 @@ func TestMemberCommandsRefuseAChangedPartitionCount(t *testing.T) {
 	if n := strings.Count(tail, `"op":"join"`); n != 1 || strings.Contains(tail, `"op":"leave"`) {
 		t.Fatalf("%s after the refusals: %d joins (want alice's one) and no leave:\n%s", topics.Members, n, tail)
 	}
+}
+
+// A group has at most protocol.MaxMembers members, the most a who-read
+// answer lists: the gateway refuses an add past it, and so does chatctl,
+// which wrote any number of joins (a client then refused the group's
+// who-read answers). Nothing is written when the add would pass it.
+func TestMembersAddKeepsTheGroupsLimitOfMembers(t *testing.T) {
+	e := newEnv(t, 1)
+	const gid = "big"
+	joins := make([]schema.Member, protocol.MaxMembers-1)
+	for i := range joins {
+		joins[i] = schema.Member{Gid: gid, Uid: fmt.Sprint("u", i), Op: schema.OpJoin, Pos: -1, At: 1}
+	}
+	if err := e.prod.SendMembers(context.Background(), joins...); err != nil {
+		t.Fatal(err)
+	}
+	// One more fits; u0 is a member already and counts once.
+	e.mustCtl("members", "add", gid, "last", "u0")
+	for _, args := range [][]string{
+		{"members", "add", gid, "over"},
+		{"members", "add", gid, "u1", "over"},
+		{"groups", "create", gid, "over", "over2"},
+	} {
+		out, err := e.ctl(args...)
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("limit of %d", protocol.MaxMembers)) || !strings.Contains(err.Error(), "members remove") {
+			t.Errorf("chatctl %s in a full group: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	tail := e.mustCtl("tail", topics.Members)
+	if strings.Contains(tail, `"uid":"over`) {
+		t.Fatalf("%s has a join past the limit", topics.Members)
+	}
+	// A member who left makes room.
+	e.mustCtl("members", "remove", gid, "u5")
+	e.mustCtl("members", "add", gid, "over")
 }
