@@ -283,7 +283,9 @@ func (f *Fanout) Handle(ctx context.Context, part int, recs []Record[schema.Mess
 			last, known = p.prev.lookup(m.Gid)
 		}
 		prev[m.Gid] = msgid
-		if now-m.SentAt > maxAge {
+		// sent_at as the dedup rule takes it: now less one near MinInt64
+		// overflowed, and so ancient a message read as one from the future.
+		if now-store.ClaimSentAt(m.SentAt) > maxAge {
 			stale++
 			continue
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -288,6 +289,30 @@ func TestFanoutSkipsDuplicatesStaleMessagesAndWhatCameBeforeIt(t *testing.T) {
 	}
 	if s := f.Stats(); s.Duplicates != 1 || s.Stale != 1 {
 		t.Errorf("stats %+v, want 1 duplicate and 1 stale", s)
+	}
+}
+
+// A message sent at the start of the int64 range (a broken clock, a
+// record written by hand) is the oldest of all: it is stale, not pushed.
+// now - sent_at overflowed for it and read as a message from the future.
+func TestFanoutSkipsAMessageSentAtTheStartOfTimeAsStale(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 1})
+	p.member(t, "g1", "alice", schema.OpJoin)
+	p.member(t, "g1", "bob", schema.OpJoin)
+	n1 := subscribeNode(t, p.redis, "n1")
+	p.online(t, "n1", "bob")
+	f := &Fanout{MaxPushAge: 5 * time.Minute}
+	p.fanout(t, f)
+	p.probe(t, n1)
+	var ancient []int64
+	for _, sent := range []int64{math.MinInt64, math.MinInt64 + 1000, -1 << 62} {
+		ancient = append(ancient, p.sendAsU1(t, "g1", sent)(""))
+	}
+	m := p.say(t, "g1", "alice", "", time.Now())
+	waitFor(t, "the last push", 20*time.Second, func() bool { return n1.has("bob", "g1", m) })
+	wantPushes(t, n1, "bob", "g1", []int64{m}, []string{fmt.Sprint(ancient[len(ancient)-1])})
+	if s := f.Stats(); s.Stale != int64(len(ancient)) {
+		t.Errorf("stats %+v, want %d stale", s, len(ancient))
 	}
 }
 
