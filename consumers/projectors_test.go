@@ -424,3 +424,35 @@ func TestARejoinIsNotAppendedAsAReceiptOrAnAck(t *testing.T) {
 			read, ack, first[3], first[4])
 	}
 }
+
+// A member event whose position is above 2^53, written straight into
+// chat.members (producers take positions from the log, far below), would
+// raise the member's cursors in Redis's sorted sets, whose doubles round
+// it: the cursors would never equal the join they start at. The member
+// projector dead-letters it, as the cursor projectors do an ack or receipt
+// above 2^53, and the group's next events are applied.
+func TestAMemberEventAboveTwoToThe53IsDeadLettered(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 1, window: 1000})
+	ctx := context.Background()
+	w := &kafka.Writer{Addr: kafka.TCP(p.broker.Addr()), Topic: topics.Members, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+	defer w.Close()
+	rogue := schema.Member{Gid: "g1", Uid: "rogue", Op: schema.OpJoin, Pos: schema.MaxCursor + 1, At: 1}
+	if err := w.WriteMessages(ctx, kafka.Message{Key: schema.MemberKey("g1", "rogue"), Value: schema.AppendMember(nil, &rogue)}); err != nil {
+		t.Fatal(err)
+	}
+	p.member(t, "g1", "bob", schema.OpJoin)
+	r, _ := p.memberProjector(t)
+	waitFor(t, "bob's join", 20*time.Second, func() bool {
+		b, err := p.redis.Membership(ctx, "g1", "bob", nil)
+		return err == nil && b.State == store.MemberJoined
+	})
+	m, err := p.redis.Membership(ctx, "g1", "rogue", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.State != store.MemberNone {
+		cur, _, _ := p.redis.AckCursor(ctx, "g1", "rogue")
+		t.Fatalf("the join at %d was applied: %+v, ack cursor %d", rogue.Pos, m, cur)
+	}
+	waitFor(t, "the join above 2^53 dead-lettered", 10*time.Second, func() bool { return r.Stats().DeadLettered == 1 })
+}

@@ -95,8 +95,12 @@ func DecodeMember(b []byte) (Member, error) {
 		d.fail(fmt.Sprintf("unknown member op %d", uint8(m.Op)))
 	}
 	m.Pos = d.varint("pos")
-	if d.err == nil && m.Pos < -1 {
+	switch {
+	case d.err != nil:
+	case m.Pos < -1:
 		d.fail(fmt.Sprintf("pos %d is below -1", m.Pos))
+	case m.Pos > MaxCursor: // a join raises the member's cursors to it; Joined is at most Pos
+		d.fail(fmt.Sprintf("pos %d is above 2^53", m.Pos))
 	}
 	m.At = d.varint("at")
 	m.By = d.optionalID("by")

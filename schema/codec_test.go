@@ -201,7 +201,7 @@ func TestMemberRoundTrip(t *testing.T) {
 		{"leave with join", goldenMemberJoined()},
 		{"leave of a member who joined an empty group", Member{Gid: "g", Uid: "u", Op: OpLeave, Pos: 3, HasJoined: true, Joined: -1}},
 		{"leave at the join", Member{Gid: "g", Uid: "u", Op: OpLeave, Pos: 7, HasJoined: true, Joined: 7}},
-		{"extremes", Member{Gid: maxID, Uid: allID, Op: OpJoin, Pos: math.MaxInt64, At: math.MinInt64, By: maxID}},
+		{"extremes", Member{Gid: maxID, Uid: allID, Op: OpJoin, Pos: MaxCursor, At: math.MinInt64, By: maxID}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			checkRoundTrip(t, KindMember, tc.m, AppendMember, DecodeMember, eq[Member])
@@ -332,6 +332,10 @@ func TestDecodeErrors(t *testing.T) {
 	add("at padded", KindMember, cat(hdr(Version, KindMember), lp("g"), lp("u"), []byte{byte(OpJoin)}, zz(1), padded, lp("")),
 		"event: at is not a valid varint")
 	add("pos -2", KindMember, rawMember("g", "u", byte(OpJoin), -2, 1, ""), "event: pos -2 is below -1")
+	add("pos above 2^53", KindMember, rawMember("g", "u", byte(OpJoin), MaxCursor+1, 1, ""), "event: pos 9007199254740993 is above 2^53")
+	add("pos max", KindMember, rawMember("g", "u", byte(OpLeave), math.MaxInt64, 1, ""), "event: pos 9223372036854775807 is above 2^53")
+	add("joined above 2^53", KindMember, cat(rawMember("g", "u", byte(OpLeave), MaxCursor+1, 1, ""), zz(MaxCursor+1)),
+		"event: pos 9007199254740993 is above 2^53")
 	add("pos min", KindMember, rawMember("g", "u", byte(OpLeave), math.MinInt64, 1, ""), "event: pos -9223372036854775808 is below -1")
 	add("join with a join position", KindMember, cat(rawMember("g", "u", byte(OpJoin), 5, 1, ""), zz(3)),
 		"event: a join carries a join position")

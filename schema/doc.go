@@ -13,9 +13,9 @@
 // malformed, so readers are upgraded before writers.
 // Decoders reject unknown versions with ErrUnknownVersion, a kind that does
 // not match the decoder with ErrWrongKind, and anything else that does not
-// parse or breaks a limit (IDs, body size, a cursor above MaxCursor) with
-// ErrMalformed. A decoder never
-// panics on any input; the fuzz tests hold it to that.
+// parse or breaks a limit (IDs, body size, a cursor or a member's position
+// above MaxCursor) with ErrMalformed. A decoder never panics on any input;
+// the fuzz tests hold it to that.
 //
 // # Keys
 //

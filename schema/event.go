@@ -14,10 +14,12 @@ const (
 	MaxIDLen   = 128     // bytes in a gid, uid or client_msg_id
 	MaxBodyLen = 1 << 20 // bytes in a message body; gateways set a lower limit
 
-	// MaxCursor is the highest Upto of an ack or receipt: 2^53, the
-	// highest integer a double holds exactly. Cursors live in Redis sorted
-	// sets, whose scores are doubles; a higher one would be rounded and
-	// never reach what its record said (msgids are offsets, far below).
+	// MaxCursor is the highest Upto of an ack or receipt, and the highest
+	// Pos (so Joined) of a member event: 2^53, the highest integer a
+	// double holds exactly. Cursors live in Redis sorted sets, whose
+	// scores are doubles, and a join raises them to its Pos; a higher one
+	// would be rounded and never reach what its record said (msgids are
+	// offsets, far below).
 	MaxCursor = 1 << 53
 )
 

@@ -136,7 +136,7 @@ func checkMember(m Member) error {
 	if m.Op != OpJoin && m.Op != OpLeave {
 		return fmt.Errorf("op %v", m.Op)
 	}
-	if m.Pos < -1 {
+	if m.Pos < -1 || m.Pos > MaxCursor {
 		return fmt.Errorf("pos %d", m.Pos)
 	}
 	if m.HasJoined && (m.Op != OpLeave || m.Joined < -1 || m.Joined > m.Pos) {
@@ -186,6 +186,8 @@ func edgeSeeds() [][]byte {
 	for _, m := range []Member{
 		{Gid: "g", Uid: "u", Op: OpJoin, Pos: -1},
 		{Gid: "g", Uid: "u", Op: OpJoin, Pos: -2},
+		{Gid: "g", Uid: "u", Op: OpJoin, Pos: MaxCursor},
+		{Gid: "g", Uid: "u", Op: OpJoin, Pos: MaxCursor + 1},
 		{Gid: "g", Uid: "u", Op: OpLeave, Pos: 5, HasJoined: true, Joined: 5},
 		{Gid: "g", Uid: "u", Op: OpLeave, Pos: 5, HasJoined: true, Joined: 6},
 		{Gid: "g", Uid: "u", Op: OpLeave, Pos: 5, HasJoined: true, Joined: -2},
