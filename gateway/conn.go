@@ -111,7 +111,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		g.wg.Done()
 		g.metrics.authRefused.Add(1)
 		g.cfg.Metrics.Refused("authenticating")
-		writeErr(w, protocol.Errorf(protocol.CodeOverloaded, "this server holds %d connections that have not authenticated yet, the most it takes; retry in a few seconds, with a back-off", g.cfg.MaxAuthenticating))
+		g.writeErr(w, protocol.Errorf(protocol.CodeOverloaded, "this server holds %d connections that have not authenticated yet, the most it takes; retry in a few seconds, with a back-off", g.cfg.MaxAuthenticating))
 		return
 	}
 	sb := &smallBuffers{ResponseWriter: w}

@@ -37,12 +37,12 @@ func (g *Gateway) routes(mux *http.ServeMux) {
 		mux.HandleFunc("POST /v1/dev/token", g.devToken)
 		g.devRoutes(mux)
 	}
-	mux.HandleFunc("/v1/", noRoute(mux))
+	mux.HandleFunc("/v1/", g.noRoute(mux))
 }
 
 // noRoute answers, in the API's JSON, what no route takes: an unknown
 // path (404), or a known one asked with another method (405, with Allow).
-func noRoute(mux *http.ServeMux) http.HandlerFunc {
+func (g *Gateway) noRoute(mux *http.ServeMux) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		path := r.URL.Path[:min(len(r.URL.Path), 200)]
 		var allow []string
@@ -54,11 +54,11 @@ func noRoute(mux *http.ServeMux) http.HandlerFunc {
 			}
 		}
 		if len(allow) == 0 {
-			writeErr(w, protocol.Errorf(protocol.CodeNotFound, "no route %s %s; the HTTP API's routes are in PROTOCOL.md", r.Method, path))
+			g.writeErr(w, protocol.Errorf(protocol.CodeNotFound, "no route %s %s; the HTTP API's routes are in PROTOCOL.md", r.Method, path))
 			return
 		}
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"code": string(protocol.CodeNotFound),
+		g.writeJSON(w, http.StatusMethodNotAllowed, map[string]string{"code": string(protocol.CodeNotFound),
 			"message": fmt.Sprintf("%s takes %s, not %s", path, strings.Join(allow, " or "), r.Method)})
 	}
 }
@@ -105,20 +105,20 @@ func (g *Gateway) asUser(h func(ctx context.Context, uid string, r *http.Request
 	return func(w http.ResponseWriter, r *http.Request) {
 		tok := bearer(r)
 		if tok == "" {
-			writeErr(w, protocol.Errorf(protocol.CodeUnauthenticated, "send Authorization: Bearer <token> (the HTTP API takes no ?token=, which access logs keep)"))
+			g.writeErr(w, protocol.Errorf(protocol.CodeUnauthenticated, "send Authorization: Bearer <token> (the HTTP API takes no ?token=, which access logs keep)"))
 			return
 		}
 		uid, perr := verify(g.cfg.Secret, tok, g.cfg.MaxTokenTTL)
 		if perr != nil {
-			writeErr(w, perr)
+			g.writeErr(w, perr)
 			return
 		}
 		ans, perr := h(r.Context(), uid, r)
 		if perr != nil {
-			writeErr(w, perr)
+			g.writeErr(w, perr)
 			return
 		}
-		writeJSON(w, http.StatusOK, ans)
+		g.writeJSON(w, http.StatusOK, ans)
 	}
 }
 
@@ -176,19 +176,19 @@ func queryBody(r *http.Request) ([]byte, *protocol.Error) {
 func (g *Gateway) admin(h func(ctx context.Context, r *http.Request) (any, *protocol.Error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if g.cfg.AdminToken == "" {
-			writeErr(w, protocol.Errorf(protocol.CodeForbidden, "administration is disabled; set CHAT_ADMIN_TOKEN"))
+			g.writeErr(w, protocol.Errorf(protocol.CodeForbidden, "administration is disabled; set CHAT_ADMIN_TOKEN"))
 			return
 		}
 		if tok := bearer(r); tok == "" || !constantEq(tok, g.cfg.AdminToken) {
-			writeErr(w, protocol.Errorf(protocol.CodeForbidden, "administration needs Authorization: Bearer <admin token> (not ?token=, which access logs keep)"))
+			g.writeErr(w, protocol.Errorf(protocol.CodeForbidden, "administration needs Authorization: Bearer <admin token> (not ?token=, which access logs keep)"))
 			return
 		}
 		ans, perr := h(r.Context(), r)
 		if perr != nil {
-			writeErr(w, perr)
+			g.writeErr(w, perr)
 			return
 		}
-		writeJSON(w, http.StatusOK, ans)
+		g.writeJSON(w, http.StatusOK, ans)
 	}
 }
 
@@ -382,7 +382,7 @@ func (g *Gateway) devToken(w http.ResponseWriter, r *http.Request) {
 		Uid string `json:"uid"`
 	}
 	if err := json.NewDecoder(io.LimitReader(r.Body, 4096)).Decode(&req); err != nil && !errors.Is(err, io.EOF) {
-		writeErr(w, protocol.Errorf(protocol.CodeBadFrame, "the body must be {\"uid\":\"...\"}"))
+		g.writeErr(w, protocol.Errorf(protocol.CodeBadFrame, "the body must be {\"uid\":\"...\"}"))
 		return
 	}
 	if req.Uid == "" {
@@ -390,24 +390,38 @@ func (g *Gateway) devToken(w http.ResponseWriter, r *http.Request) {
 	}
 	tok, err := IssueToken(g.cfg.Secret, req.Uid, g.cfg.TokenTTL)
 	if err != nil {
-		writeErr(w, protocol.Errorf(protocol.CodeInvalid, "uid: %v", err))
+		g.writeErr(w, protocol.Errorf(protocol.CodeInvalid, "uid: %v", err))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"uid": req.Uid, "token": tok})
+	g.writeJSON(w, http.StatusOK, map[string]string{"uid": req.Uid, "token": tok})
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+// writeJSON answers v. The work is done by then: the answer has
+// WriteTimeout to be taken in, as a WebSocket's frames have, so that a
+// client that never reads it cannot hold the request's goroutine for ever.
+// (A write timeout on the server would also cut a request still waiting on
+// a stalled broker.) The server clears the deadline once the answer is
+// written, before a keep-alive connection's next request.
+func (g *Gateway) writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		g.log.Error("cannot encode an answer", "err", err)
+		status, b = http.StatusInternalServerError, []byte(`{"code":"internal","message":"the answer could not be encoded; report it"}`)
+	}
+	b = append(b, '\n')
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(g.cfg.WriteTimeout))
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+	w.Write(b)
 }
 
-func writeErr(w http.ResponseWriter, e *protocol.Error) {
+func (g *Gateway) writeErr(w http.ResponseWriter, e *protocol.Error) {
 	switch e.Code {
 	case protocol.CodeOverloaded, protocol.CodeRateLimited, protocol.CodeUnavailable:
 		w.Header().Set("Retry-After", "1") // seconds; clients should back off further while it repeats
 	}
-	writeJSON(w, e.Code.HTTPStatus(), map[string]string{"code": string(e.Code), "message": e.Message})
+	g.writeJSON(w, e.Code.HTTPStatus(), map[string]string{"code": string(e.Code), "message": e.Message})
 }
 
 // constantEq compares a secret in time that tells nothing of it, its

@@ -420,7 +420,8 @@ const (
 // between requests (the idle timeout). A WebSocket, hijacked from it,
 // is not subject to them: the gateway has its own (pings, AuthTimeout).
 // No write timeout: it would also cut a request that waits on a stalled
-// broker (a send retries for up to 30 s) without an answer.
+// broker (a send retries for up to 30 s) without an answer. The gateway
+// sets a deadline on each answer instead, once its work is done.
 func (s *settings) httpServer(h http.Handler) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: s.HTTPReadTimeout,
 		IdleTimeout: s.HTTPIdleTimeout, MaxHeaderBytes: maxHeaderBytes}
