@@ -227,3 +227,51 @@ func TestMessagesPushedAfterTheFirstSyncBringNoResync(t *testing.T) {
 		t.Errorf("bob, who got every message by push: %+v; want no resync", st)
 	}
 }
+
+// A member added to a group during his first seconds online, while the
+// fan-out still takes him for offline, is not pushed the group's first
+// message, and his first sync did not list the group: nothing shows him
+// either. The check of that sync looks at the groups he is a member of by
+// then, not only at those the sync answered for, and tells him to sync
+// again. It used to check only the sync's groups, and he learnt of the
+// group at its next message or his next connect.
+func TestAGroupJoinedDuringTheCheckIsSyncedAfter(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g", "alice", "bob")
+	e.group("g2", "alice")
+	alice := e.connect(0, "alice", nil)
+	e.waitSyncChecked(0, "alice")
+	e.gws[0].g.quietOnline = func(uid string) bool { return uid == "bob" }
+	ctx := context.Background()
+	if _, err := alice.c.Send(ctx, "g", "the fan-out looks bob up: offline, and caches it"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "alice gets the first pushed", 10*time.Second, func() bool { return len(alice.delivered("g")) == 1 })
+	bob := e.connect(0, "bob", nil)
+	waitFor(t, "bob's first sync", 10*time.Second, func() bool { return len(bob.c.Groups()) == 1 })
+	if st, out := e.http("POST", "/v1/admin/groups/g2/members", adminToken, map[string]any{"uid": "bob"}); st != 200 {
+		t.Fatalf("add bob to g2: %d %v", st, out)
+	}
+	e.waitMembers("g2", "alice", "bob")
+	late, err := alice.c.Send(ctx, "g2", "sent while the fan-out still takes bob for offline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "bob told of g2 and its message", 10*time.Second, func() bool {
+		if len(bob.delivered("g2")) > 0 {
+			return true // pushed after all: nothing to check
+		}
+		for _, gs := range bob.c.Groups() {
+			if gs.Gid == "g2" && gs.Head == late {
+				return true
+			}
+		}
+		return false
+	})
+	if got := bob.delivered("g2"); len(got) > 0 {
+		t.Fatalf("bob was pushed %v: the fan-out knew him online, and the test shows nothing", got)
+	}
+	if st := bob.c.Stats(); st.Resyncs != 1 || st.Reconnects != 0 {
+		t.Errorf("bob: %+v; want one resync, on the same connection", st)
+	}
+}
