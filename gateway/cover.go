@@ -76,19 +76,28 @@ func (c *conn) coverFrom(now time.Duration) {
 	c.coverSince.Store(int64(now))
 }
 
+// pushedMsg is what notePushed keeps of a pushed message.
+type pushedMsg struct {
+	Gid   string `json:"gid"`
+	MsgID int64  `json:"msgid"`
+}
+
+// decodePushed returns the group and msgid of a pushed message, a zero
+// Gid if it does not decode.
+func decodePushed(msg []byte) pushedMsg {
+	var m pushedMsg
+	if json.Unmarshal(msg, &m) != nil {
+		return pushedMsg{}
+	}
+	return m
+}
+
 // notePushed remembers, while a sync of c is to be checked, the lowest
 // msgid of each group pushed to c: the fan-out pushes a group's messages
 // in order, so once one reached c the later ones did too, and the check
 // need not ask c to sync for them.
-func (c *conn) notePushed(msg []byte) {
-	if c.coverSince.Load() == 0 {
-		return
-	}
-	var m struct {
-		Gid   string `json:"gid"`
-		MsgID int64  `json:"msgid"`
-	}
-	if json.Unmarshal(msg, &m) != nil {
+func (c *conn) notePushed(m pushedMsg) {
+	if m.Gid == "" || c.coverSince.Load() == 0 {
 		return
 	}
 	c.pushedMu.Lock()

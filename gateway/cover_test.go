@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/groupchat/chatd/consumers"
 	"github.com/groupchat/chatd/protocol"
+	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
 )
 
@@ -274,4 +276,36 @@ func TestAGroupJoinedDuringTheCheckIsSyncedAfter(t *testing.T) {
 	if st := bob.c.Stats(); st.Resyncs != 1 || st.Reconnects != 0 {
 		t.Errorf("bob: %+v; want one resync, on the same connection", st)
 	}
+}
+
+// A push to many connections whose first sync is being checked, as when a
+// node's connections all reconnect at once, is decoded once for all of
+// them, not once for each: a message of a large group would cost a JSON
+// decode of its body per recipient here.
+func TestAPushIsDecodedOnceForTheConnectionsUnderCheck(t *testing.T) {
+	const conns = 1000
+	g := &Gateway{hub: newHub()}
+	it := store.PushItem{Msg: protocol.Marshal(protocol.Message{Gid: "g", MsgID: 7, Sender: "s", Body: strings.Repeat("x", 4096)})}
+	all := make([]*conn, conns)
+	for i := range all {
+		c := &conn{g: g, uid: fmt.Sprint("u", i)}
+		c.coverFrom(1)
+		g.hub.admit(c.uid, 1)
+		g.hub.add(c)
+		all[i] = c
+		it.Uids = append(it.Uids, c.uid)
+	}
+	b := store.PushBatch{Items: []store.PushItem{it}}
+	allocs := testing.AllocsPerRun(5, func() { g.perConn(b) })
+	for _, c := range all {
+		if low, ok := c.pushedFrom("g"); !ok || low != 7 {
+			t.Fatalf("%s: pushed %d, %v; want 7 noted", c.uid, low, ok)
+		}
+	}
+	// Each connection's slice of the batch takes one allocation; a decode
+	// per connection took at least one more each.
+	if allocs > conns*3/2 {
+		t.Fatalf("%.0f allocations to hand one message to %d connections under check: decoded for each", allocs, conns)
+	}
+	t.Logf("%.0f allocations for %d connections", allocs, conns)
 }
