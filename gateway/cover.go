@@ -8,6 +8,7 @@ import (
 
 	"github.com/groupchat/chatd/consumers"
 	"github.com/groupchat/chatd/protocol"
+	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
 )
 
@@ -25,8 +26,10 @@ import (
 // not, the gateway waits until the persister has, and sends a resync frame
 // if one of them is in a group the sync answered for, above the head it
 // gave and below the first message of that group pushed to the connection
-// since the moment. After the check, later syncs need none until the next
-// such moment.
+// since the moment. A group the sync did not list, which the user is a
+// member of when the ends are read (joined meanwhile), counts as answered
+// with its join position. After the check, later syncs need none until the
+// next such moment.
 
 // coverPoll is how often the persister's position is read while a
 // connection waits for it (one read for all of this node's connections).
@@ -73,19 +76,28 @@ func (c *conn) coverFrom(now time.Duration) {
 	c.coverSince.Store(int64(now))
 }
 
+// pushedMsg is what notePushed keeps of a pushed message.
+type pushedMsg struct {
+	Gid   string `json:"gid"`
+	MsgID int64  `json:"msgid"`
+}
+
+// decodePushed returns the group and msgid of a pushed message, a zero
+// Gid if it does not decode.
+func decodePushed(msg []byte) pushedMsg {
+	var m pushedMsg
+	if json.Unmarshal(msg, &m) != nil {
+		return pushedMsg{}
+	}
+	return m
+}
+
 // notePushed remembers, while a sync of c is to be checked, the lowest
 // msgid of each group pushed to c: the fan-out pushes a group's messages
 // in order, so once one reached c the later ones did too, and the check
 // need not ask c to sync for them.
-func (c *conn) notePushed(msg []byte) {
-	if c.coverSince.Load() == 0 {
-		return
-	}
-	var m struct {
-		Gid   string `json:"gid"`
-		MsgID int64  `json:"msgid"`
-	}
-	if json.Unmarshal(msg, &m) != nil {
+func (c *conn) notePushed(m pushedMsg) {
+	if m.Gid == "" || c.coverSince.Load() == 0 {
 		return
 	}
 	c.pushedMu.Lock()
@@ -150,16 +162,19 @@ func (g *Gateway) checkCover(c *conn, since int64, stored map[int]int64, heads [
 		return
 	}
 	var ends map[int]int64
+	var groups map[string]store.Membership
 	for attempt := 0; ; attempt++ {
 		var err error
 		if ends, err = g.ends.after(c.ctx, time.Duration(since)+g.presenceLag, g.since, g.reads.ends); err == nil {
-			break
+			if groups, err = g.cfg.Redis.UserGroups(c.ctx, c.uid); err == nil {
+				break
+			}
 		}
 		if c.ctx.Err() != nil || c.coverSince.Load() != since {
 			return // closed, or another sync covered it or has its own moment
 		}
 		if attempt == 0 {
-			g.log.Warn("cannot read the log's ends to check a sync; retrying", "uid", c.uid, "err", err)
+			g.log.Warn("cannot read the log's ends or the user's groups to check a sync; retrying", "uid", c.uid, "err", err)
 		}
 		select {
 		case <-time.After(min(endsGap<<min(attempt, 6), 2*time.Second)):
@@ -168,9 +183,24 @@ func (g *Gateway) checkCover(c *conn, since int64, stored map[int]int64, heads [
 		}
 	}
 	late := heads[:0]
+	listed := make(map[string]bool, len(heads))
 	for _, b := range heads {
+		listed[b.gid] = true
 		b.part = topics.Partition(b.gid, len(ends))
 		if b.end = ends[b.part]; lacks(stored, b.part, b.end) {
+			late = append(late, b)
+		}
+	}
+	// A group the user joined after the sync read his groups (or that it
+	// did not list yet) was answered for with nothing: the client knows
+	// of none of its messages, which the fan-out did not push while it
+	// took him for offline.
+	for gid, m := range groups {
+		if m.State != store.MemberJoined || listed[gid] {
+			continue
+		}
+		b := behind{gid: gid, head: m.JoinedAt, part: topics.Partition(gid, len(ends))}
+		if b.end = ends[b.part]; b.end > b.head+1 {
 			late = append(late, b)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/groupchat/chatd/consumers"
 	"github.com/groupchat/chatd/protocol"
+	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
 )
 
@@ -226,4 +228,84 @@ func TestMessagesPushedAfterTheFirstSyncBringNoResync(t *testing.T) {
 	if st := bob.c.Stats(); st.Resyncs != 0 {
 		t.Errorf("bob, who got every message by push: %+v; want no resync", st)
 	}
+}
+
+// A member added to a group during his first seconds online, while the
+// fan-out still takes him for offline, is not pushed the group's first
+// message, and his first sync did not list the group: nothing shows him
+// either. The check of that sync looks at the groups he is a member of by
+// then, not only at those the sync answered for, and tells him to sync
+// again. It used to check only the sync's groups, and he learnt of the
+// group at its next message or his next connect.
+func TestAGroupJoinedDuringTheCheckIsSyncedAfter(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g", "alice", "bob")
+	e.group("g2", "alice")
+	alice := e.connect(0, "alice", nil)
+	e.waitSyncChecked(0, "alice")
+	e.gws[0].g.quietOnline = func(uid string) bool { return uid == "bob" }
+	ctx := context.Background()
+	if _, err := alice.c.Send(ctx, "g", "the fan-out looks bob up: offline, and caches it"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "alice gets the first pushed", 10*time.Second, func() bool { return len(alice.delivered("g")) == 1 })
+	bob := e.connect(0, "bob", nil)
+	waitFor(t, "bob's first sync", 10*time.Second, func() bool { return len(bob.c.Groups()) == 1 })
+	if st, out := e.http("POST", "/v1/admin/groups/g2/members", adminToken, map[string]any{"uid": "bob"}); st != 200 {
+		t.Fatalf("add bob to g2: %d %v", st, out)
+	}
+	e.waitMembers("g2", "alice", "bob")
+	late, err := alice.c.Send(ctx, "g2", "sent while the fan-out still takes bob for offline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "bob told of g2 and its message", 10*time.Second, func() bool {
+		if len(bob.delivered("g2")) > 0 {
+			return true // pushed after all: nothing to check
+		}
+		for _, gs := range bob.c.Groups() {
+			if gs.Gid == "g2" && gs.Head == late {
+				return true
+			}
+		}
+		return false
+	})
+	if got := bob.delivered("g2"); len(got) > 0 {
+		t.Fatalf("bob was pushed %v: the fan-out knew him online, and the test shows nothing", got)
+	}
+	if st := bob.c.Stats(); st.Resyncs != 1 || st.Reconnects != 0 {
+		t.Errorf("bob: %+v; want one resync, on the same connection", st)
+	}
+}
+
+// A push to many connections whose first sync is being checked, as when a
+// node's connections all reconnect at once, is decoded once for all of
+// them, not once for each: a message of a large group would cost a JSON
+// decode of its body per recipient here.
+func TestAPushIsDecodedOnceForTheConnectionsUnderCheck(t *testing.T) {
+	const conns = 1000
+	g := &Gateway{hub: newHub()}
+	it := store.PushItem{Msg: protocol.Marshal(protocol.Message{Gid: "g", MsgID: 7, Sender: "s", Body: strings.Repeat("x", 4096)})}
+	all := make([]*conn, conns)
+	for i := range all {
+		c := &conn{g: g, uid: fmt.Sprint("u", i)}
+		c.coverFrom(1)
+		g.hub.admit(c.uid, 1)
+		g.hub.add(c)
+		all[i] = c
+		it.Uids = append(it.Uids, c.uid)
+	}
+	b := store.PushBatch{Items: []store.PushItem{it}}
+	allocs := testing.AllocsPerRun(5, func() { g.perConn(b) })
+	for _, c := range all {
+		if low, ok := c.pushedFrom("g"); !ok || low != 7 {
+			t.Fatalf("%s: pushed %d, %v; want 7 noted", c.uid, low, ok)
+		}
+	}
+	// Each connection's slice of the batch takes one allocation; a decode
+	// per connection took at least one more each.
+	if allocs > conns*3/2 {
+		t.Fatalf("%.0f allocations to hand one message to %d connections under check: decoded for each", allocs, conns)
+	}
+	t.Logf("%.0f allocations for %d connections", allocs, conns)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/groupchat/chatd/protocol"
+	"github.com/groupchat/chatd/store"
 )
 
 // hub knows this node's connections by user and keeps their presence in
@@ -223,28 +224,45 @@ func (g *Gateway) deliver(ctx context.Context) error {
 			}
 			continue
 		}
-		// One queue slot per connection per batch: a burst is one delivery.
-		per := map[*conn][][]byte{}
-		for _, it := range b.Items {
-			for _, uid := range it.Uids {
-				if g.dropPush != nil && g.dropPush(uid) {
-					continue
-				}
-				if isFrame(it.Msg) { // a whole frame (receipts), delivered as is
-					g.hub.each(uid, func(c *conn) { c.reply(it.Msg) })
-					continue
-				}
-				g.hub.each(uid, func(c *conn) {
-					per[c] = append(per[c], it.Msg)
-					c.notePushed(it.Msg)
-				})
-			}
-		}
-		for c, msgs := range per {
+		for c, msgs := range g.perConn(b) {
 			c.push(msgs)
 		}
 	}
 	return nil
+}
+
+// perConn hands the whole frames of b to their connections and returns
+// the messages of b by connection: one queue slot per connection per
+// batch, so that a burst is one delivery. A message is decoded once for
+// all of its connections whose sync is checked (notePushed), not once for
+// each: a node's connections all reconnecting are all checked at once.
+func (g *Gateway) perConn(b store.PushBatch) map[*conn][][]byte {
+	per := map[*conn][][]byte{}
+	for _, it := range b.Items {
+		frame := isFrame(it.Msg) // a whole frame (receipts), delivered as is
+		var at pushedMsg
+		decoded := false
+		for _, uid := range it.Uids {
+			if g.dropPush != nil && g.dropPush(uid) {
+				continue
+			}
+			if frame {
+				g.hub.each(uid, func(c *conn) { c.reply(it.Msg) })
+				continue
+			}
+			g.hub.each(uid, func(c *conn) {
+				per[c] = append(per[c], it.Msg)
+				if c.coverSince.Load() == 0 {
+					return
+				}
+				if !decoded {
+					at, decoded = decodePushed(it.Msg), true
+				}
+				c.notePushed(at)
+			})
+		}
+	}
+	return per
 }
 
 // isFrame tells a whole server frame ({"op":...}) from a protocol.Message
