@@ -280,6 +280,10 @@ func (c *presenceCache) lookup(ctx context.Context, r *store.Redis, uids []strin
 		return nodes, nil
 	}
 	c.lookups.Add(int64(len(miss)))
+	// Trusted for ttl from before the lookup: a user who came online just
+	// after it was read is pushed to at most ttl after they registered, as
+	// the gateways count on (the check of a first sync waits that long).
+	asked := time.Now()
 	got, err := r.OnlineNodes(ctx, miss)
 	if err != nil {
 		return nil, err
@@ -298,7 +302,7 @@ func (c *presenceCache) lookup(ctx context.Context, r *store.Redis, uids []strin
 		if e, ok := c.entries[uid]; ok && e.evicted > start {
 			continue // came online while we looked
 		}
-		c.entries[uid] = presenceEntry{nodes: ns, expires: now.Add(c.ttl)}
+		c.entries[uid] = presenceEntry{nodes: ns, expires: asked.Add(c.ttl)}
 	}
 	if now.Sub(c.lastSweep) > 10*c.ttl {
 		for uid, e := range c.entries {
