@@ -45,7 +45,7 @@ func verify(secret []byte, token string, maxTTL time.Duration) (string, *protoco
 	case err != nil:
 		return "", protocol.Errorf(protocol.CodeBadToken, "the token is not valid (%v); get a token signed by this deployment", err)
 	}
-	if left := time.Until(claims.ExpiresAt.Time); left > maxTTL+tokenSkew {
+	if left := time.Until(claims.ExpiresAt.Time); left-tokenSkew > maxTTL {
 		return "", protocol.Errorf(protocol.CodeBadToken, "the token is valid for %v more, past this deployment's limit of %v (CHAT_MAX_TOKEN_TTL); issue tokens with a shorter life", left.Round(time.Hour), maxTTL)
 	}
 	if err := schema.ValidID(claims.Subject); err != nil {

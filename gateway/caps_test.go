@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -127,5 +128,17 @@ func TestTheSendRateIsPerUserAcrossConnectionsAndHTTP(t *testing.T) {
 	}
 	if got := send(e.login(0, "bob"), "b1"); got != "accepted" {
 		t.Fatalf("bob's send beside alice's: %s", got)
+	}
+}
+
+// A cap as long as a duration holds takes every token: adding the clock
+// skew to it used to wrap around and refuse them all.
+func TestTheLongestTokenCapTakesTokens(t *testing.T) {
+	tok, err := IssueToken([]byte(testSecret), "alice", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if uid, perr := verify([]byte(testSecret), tok, time.Duration(math.MaxInt64)); perr != nil || uid != "alice" {
+		t.Fatalf("a token of an hour under the longest cap: %q, %v; want alice", uid, perr)
 	}
 }
