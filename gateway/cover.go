@@ -149,18 +149,19 @@ func (c *conn) syncCovered(ctx context.Context, r *protocol.Request) (any, *prot
 			heads = append(heads, behind{gid: gs.Gid, head: gs.Head})
 		}
 	}
-	go g.checkCover(c, since, stored, heads)
+	// A timer, not a goroutine waiting presenceLag: a node's connections
+	// all reconnecting would hold a stack each for that long.
+	time.AfterFunc(time.Duration(since)+g.presenceLag-g.since(), func() {
+		if c.ctx.Err() == nil {
+			g.checkCover(c, since, stored, heads)
+		}
+	})
 	return ans, nil
 }
 
 // checkCover checks a sync of c answered with heads, when the persister's
 // position was stored (see syncCovered).
 func (g *Gateway) checkCover(c *conn, since int64, stored map[int]int64, heads []behind) {
-	select {
-	case <-time.After(time.Duration(since) + g.presenceLag - g.since()):
-	case <-c.ctx.Done():
-		return
-	}
 	var ends map[int]int64
 	var groups map[string]store.Membership
 	for attempt := 0; ; attempt++ {
