@@ -26,32 +26,18 @@ func historyGateway(t *testing.T, history map[string]map[string][]protocol.Messa
 			_ = json.NewEncoder(w).Encode(map[string]string{"token": req.Uid})
 			return
 		}
-		conn, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer conn.CloseNow()
 		var uid string
-		for {
-			_, b, err := conn.Read(r.Context())
-			if err != nil {
-				return
-			}
-			var req protocol.Request
-			if err := json.Unmarshal(b, &req); err != nil {
-				return
-			}
-			var ans any = protocol.OK{Op: protocol.OpOK, ID: req.ID}
+		serveFrames(w, r, func(req protocol.Request) any {
 			switch req.Op {
 			case protocol.OpAuth:
 				uid = req.Token
-				ans = protocol.Authed{Op: protocol.OpAuthed, ID: req.ID, Uid: uid}
+				return protocol.Authed{Op: protocol.OpAuthed, ID: req.ID, Uid: uid}
 			case protocol.OpSync:
 				s := protocol.Synced{Op: protocol.OpSynced, ID: req.ID, Groups: []protocol.GroupState{}}
 				for gid, msgs := range history[uid] {
 					s.Groups = append(s.Groups, protocol.GroupState{Gid: gid, Head: head(msgs), Ack: -1, Read: -1, Unread: int64(len(msgs)), UnreadExact: true})
 				}
-				ans = s
+				return s
 			case protocol.OpPull:
 				msgs := history[uid][req.Gid]
 				after := int64(-1)
@@ -64,15 +50,40 @@ func historyGateway(t *testing.T, history map[string]map[string][]protocol.Messa
 						p.Msgs = append(p.Msgs, m)
 					}
 				}
-				ans = p
+				return p
 			}
-			if err := conn.Write(r.Context(), websocket.MessageText, protocol.Marshal(ans)); err != nil {
-				return
-			}
-		}
+			return protocol.OK{Op: protocol.OpOK, ID: req.ID}
+		})
 	}))
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// serveFrames accepts a WebSocket and writes answer's reply to each
+// request frame, until the client goes or answer returns nil.
+func serveFrames(w http.ResponseWriter, r *http.Request, answer func(protocol.Request) any) {
+	conn, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return
+	}
+	defer conn.CloseNow()
+	for {
+		_, b, err := conn.Read(r.Context())
+		if err != nil {
+			return
+		}
+		var req protocol.Request
+		if err := json.Unmarshal(b, &req); err != nil {
+			return
+		}
+		ans := answer(req)
+		if ans == nil {
+			return
+		}
+		if err := conn.Write(r.Context(), websocket.MessageText, protocol.Marshal(ans)); err != nil {
+			return
+		}
+	}
 }
 
 func head(msgs []protocol.Message) int64 {

@@ -2,14 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/coder/websocket"
 
 	"github.com/groupchat/chatd/protocol"
 )
@@ -25,33 +22,15 @@ func TestThePullModeEndsWhenTheGatewayGoesDown(t *testing.T) {
 			http.Error(w, "down", http.StatusServiceUnavailable) // it does not come back
 			return
 		}
-		conn, err := websocket.Accept(w, r, nil)
-		if err != nil {
-			return
-		}
-		defer conn.CloseNow()
-		for {
-			_, b, err := conn.Read(r.Context())
-			if err != nil {
-				return
-			}
-			var req protocol.Request
-			if err := json.Unmarshal(b, &req); err != nil {
-				return
-			}
-			var ans any
+		serveFrames(w, r, func(req protocol.Request) any {
 			switch req.Op {
 			case protocol.OpAuth:
-				ans = protocol.Authed{Op: protocol.OpAuthed, ID: req.ID, Uid: "bx-r0"}
+				return protocol.Authed{Op: protocol.OpAuthed, ID: req.ID, Uid: "bx-r0"}
 			case protocol.OpSync:
-				ans = protocol.Synced{Op: protocol.OpSynced, ID: req.ID, Groups: []protocol.GroupState{{Gid: "bx-g0", Head: 2, Ack: -1, Read: -1, Unread: 3, UnreadExact: true}}}
-			default:
-				return // the first pull: the gateway is gone
+				return protocol.Synced{Op: protocol.OpSynced, ID: req.ID, Groups: []protocol.GroupState{{Gid: "bx-g0", Head: 2, Ack: -1, Read: -1, Unread: 3, UnreadExact: true}}}
 			}
-			if err := conn.Write(r.Context(), websocket.MessageText, protocol.Marshal(ans)); err != nil {
-				return
-			}
-		}
+			return nil // the first pull: the gateway is gone
+		})
 	}))
 	defer srv.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
