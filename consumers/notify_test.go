@@ -16,22 +16,8 @@ import (
 )
 
 func TestReceiptNotifierCoalescesAndStaysQuietForLargeGroups(t *testing.T) {
-	p := newPipeline(t, pipelineOpts{partitions: 1, window: 1000})
+	p := senderAndReaders(t, "r0", "r1", "r2", "r3", "r4")
 	ctx := context.Background()
-	members := []schema.Member{{Gid: "g", Uid: "s", Op: schema.OpJoin, Pos: -1}}
-	for i := 0; i < 5; i++ {
-		members = append(members, schema.Member{Gid: "g", Uid: fmt.Sprint("r", i), Op: schema.OpJoin, Pos: -1})
-	}
-	if err := p.redis.ApplyMembers(ctx, members); err != nil {
-		t.Fatal(err)
-	}
-	var msgs []schema.Message
-	for i := int64(0); i < 3; i++ {
-		msgs = append(msgs, schema.Message{Gid: "g", Sender: "s", ClientMsgID: fmt.Sprint("c", i), SentAt: 1, Body: []byte("x"), MsgID: i})
-	}
-	if err := p.redis.AppendWindow(ctx, nil, msgs); err != nil {
-		t.Fatal(err)
-	}
 	pushes := senderOnline(t, p)
 	// Five readers read everything: one receipts frame for the sender.
 	var rs []Record[schema.Receipt]
@@ -255,19 +241,8 @@ func senderOnline(t *testing.T, p *pipeline) <-chan store.PushBatch {
 // to reach it, and with it every later receipt of its group. Both
 // consumers dead-letter it instead, and the group's next receipts go out.
 func TestReceiptAboveTwoToThe53IsDeadLetteredAndTheGroupsReceiptsFlow(t *testing.T) {
-	p := newPipeline(t, pipelineOpts{partitions: 1, window: 1000})
+	p := senderAndReaders(t, "r1", "r2")
 	ctx := context.Background()
-	if err := p.redis.ApplyMembers(ctx, []schema.Member{{Gid: "g", Uid: "s", Op: schema.OpJoin, Pos: -1},
-		{Gid: "g", Uid: "r1", Op: schema.OpJoin, Pos: -1}, {Gid: "g", Uid: "r2", Op: schema.OpJoin, Pos: -1}}); err != nil {
-		t.Fatal(err)
-	}
-	var msgs []schema.Message
-	for i := int64(0); i < 3; i++ {
-		msgs = append(msgs, schema.Message{Gid: "g", Sender: "s", ClientMsgID: fmt.Sprint("c", i), SentAt: 1, Body: []byte("x"), MsgID: i})
-	}
-	if err := p.redis.AppendWindow(ctx, nil, msgs); err != nil {
-		t.Fatal(err)
-	}
 	pushes := senderOnline(t, p)
 	proj, err := (&ReceiptProjector{Redis: p.redis}).Runner(p.base)
 	if err != nil {
@@ -307,4 +282,27 @@ func TestReceiptAboveTwoToThe53IsDeadLetteredAndTheGroupsReceiptsFlow(t *testing
 	if reads, err := p.redis.ReadCursors(ctx, "g"); err != nil || reads["r1"] != -1 || reads["r2"] != 2 {
 		t.Fatalf("read cursors %v (err %v), want r1 at -1 (the join) and r2 at 2", reads, err)
 	}
+}
+
+// senderAndReaders is a one-partition pipeline whose group g has sender s
+// and the readers, and s's messages 0, 1 and 2 in its window.
+func senderAndReaders(t *testing.T, readers ...string) *pipeline {
+	t.Helper()
+	p := newPipeline(t, pipelineOpts{partitions: 1, window: 1000})
+	ctx := context.Background()
+	members := []schema.Member{{Gid: "g", Uid: "s", Op: schema.OpJoin, Pos: -1}}
+	for _, uid := range readers {
+		members = append(members, schema.Member{Gid: "g", Uid: uid, Op: schema.OpJoin, Pos: -1})
+	}
+	if err := p.redis.ApplyMembers(ctx, members); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []schema.Message
+	for i := int64(0); i < 3; i++ {
+		msgs = append(msgs, schema.Message{Gid: "g", Sender: "s", ClientMsgID: fmt.Sprint("c", i), SentAt: 1, Body: []byte("x"), MsgID: i})
+	}
+	if err := p.redis.AppendWindow(ctx, nil, msgs); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
