@@ -265,11 +265,7 @@ func TestFanoutPushesToOnlineMembersInOrderWithPrev(t *testing.T) {
 }
 
 func TestFanoutSkipsDuplicatesStaleMessagesAndWhatCameBeforeIt(t *testing.T) {
-	p := newPipeline(t, pipelineOpts{partitions: 1})
-	p.member(t, "g1", "alice", schema.OpJoin)
-	p.member(t, "g1", "bob", schema.OpJoin)
-	n1 := subscribeNode(t, p.redis, "n1")
-	p.online(t, "n1", "bob")
+	p, n1 := aliceAndBobOnline(t)
 	now := time.Now()
 	before := p.say(t, "g1", "alice", "", now) // a new fan-out group starts at the end
 
@@ -296,11 +292,7 @@ func TestFanoutSkipsDuplicatesStaleMessagesAndWhatCameBeforeIt(t *testing.T) {
 // record written by hand) is the oldest of all: it is stale, not pushed.
 // now - sent_at overflowed for it and read as a message from the future.
 func TestFanoutSkipsAMessageSentAtTheStartOfTimeAsStale(t *testing.T) {
-	p := newPipeline(t, pipelineOpts{partitions: 1})
-	p.member(t, "g1", "alice", schema.OpJoin)
-	p.member(t, "g1", "bob", schema.OpJoin)
-	n1 := subscribeNode(t, p.redis, "n1")
-	p.online(t, "n1", "bob")
+	p, n1 := aliceAndBobOnline(t)
 	f := &Fanout{MaxPushAge: 5 * time.Minute}
 	p.fanout(t, f)
 	p.probe(t, n1)
@@ -320,11 +312,7 @@ func TestFanoutSkipsAMessageSentAtTheStartOfTimeAsStale(t *testing.T) {
 // after the restart, prev is unknown until the fan-out has seen a message
 // of the group (see TestFanoutTakesPrevFromThePersister for the rest).
 func TestFanoutRestartStartsPrevAfreshAndLosesNothingAfter(t *testing.T) {
-	p := newPipeline(t, pipelineOpts{partitions: 1})
-	p.member(t, "g1", "alice", schema.OpJoin)
-	p.member(t, "g1", "bob", schema.OpJoin)
-	n1 := subscribeNode(t, p.redis, "n1")
-	p.online(t, "n1", "bob")
+	p, n1 := aliceAndBobOnline(t)
 
 	first := &Fanout{}
 	r, stop := p.fanout(t, first)
@@ -372,6 +360,17 @@ func TestFanoutPresenceAnnouncementEvictsTheCache(t *testing.T) {
 	if s := f.Stats(); s.CacheHits == 0 || s.Lookups == 0 {
 		t.Errorf("stats %+v: want lookups and cache hits", s)
 	}
+}
+
+// aliceAndBobOnline is one partition, group g1 of alice and bob, and bob
+// online on node n1.
+func aliceAndBobOnline(t *testing.T) (*pipeline, *fakeNode) {
+	p := newPipeline(t, pipelineOpts{partitions: 1})
+	p.member(t, "g1", "alice", schema.OpJoin)
+	p.member(t, "g1", "bob", schema.OpJoin)
+	n1 := subscribeNode(t, p.redis, "n1")
+	p.online(t, "n1", "bob")
+	return p, n1
 }
 
 // prevPipeline is one partition, groups g1 and g2 of alice and bob, and bob
