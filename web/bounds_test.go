@@ -1,0 +1,59 @@
+package web
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/groupchat/chatd/internal/browsertest"
+)
+
+// maxUnlisted is MAX_UNLISTED in static/groups.js.
+const maxUnlisted = 16
+
+// A server pushing messages of ever new groups that no sync names has the
+// page keep at most maxUnlisted of them, those pushed to most recently,
+// and say so once. Those it forgot come back with the sync that names
+// them; one it kept has its pushes joined on. Each such group was kept,
+// with up to 1,000 pushes, for the life of the page.
+func TestGroupsNoSyncNamedAreBounded(t *testing.T) {
+	_, b, c := listed(t, 10, 10, 10)
+	watchWarnings(b)
+	const n = 100
+	for i := range n {
+		m := msg(5, 4, "v", fmt.Sprint("m5 of h", i))
+		m["gid"] = fmt.Sprint("h", i)
+		c.write(map[string]any{"op": "push", "msgs": []any{m}})
+	}
+	b.WaitUntil("every push taken", fmt.Sprintf(`chat.stats.pushes === %d`, n))
+	held := groupsHeld(b)
+	if len(held) > 1+maxUnlisted {
+		t.Fatalf("after pushes of %d groups no sync named the page holds %d groups, want at most %d", n, len(held), 1+maxUnlisted)
+	}
+	if !slices.Contains(held, "g") || !slices.Contains(held, fmt.Sprint("h", n-1)) || slices.Contains(held, "h0") {
+		t.Errorf("the page holds %q, want g and the groups pushed last", held)
+	}
+
+	entry := func(gid string) map[string]any {
+		return map[string]any{"gid": gid, "head": 5, "ack": 4, "read": 4, "unread": 1, "unread_exact": true}
+	}
+	last := fmt.Sprint("h", n-1)
+	c.answer(c.expect("sync", nil), map[string]any{"op": "synced", "groups": []any{
+		map[string]any{"gid": "g", "head": 10, "ack": 10, "read": 10, "unread": 0, "unread_exact": true},
+		entry("h0"), entry(last)}})
+	b.WaitUntil("h0 listed with its count", `document.querySelector('#groups li[data-gid=h0] .badge')?.textContent === '1'`)
+	b.WaitUntil("the kept push of "+last+" joined on", fmt.Sprintf(`chat.group(%q).contig === 5`, last))
+	said := 0
+	for _, w := range browsertest.Eval[[]string](b, `window.warned`) {
+		if strings.Contains(w, "no sync names") {
+			said++
+		}
+	}
+	if said != 1 {
+		t.Errorf("the page warned %d times of groups forgotten, want once", said)
+	}
+	if p := b.TakeProblems(); len(p) > 0 {
+		t.Errorf("the page threw: %v", p)
+	}
+}
