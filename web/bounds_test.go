@@ -57,3 +57,49 @@ func TestGroupsNoSyncNamedAreBounded(t *testing.T) {
 		t.Errorf("the page threw: %v", p)
 	}
 }
+
+// The pushes the open group holds back while its gap is pulled are
+// bounded as a closed group's are; those dropped are pulled at the
+// group's next push. A server pushing ever later msgids, none joining on,
+// and slow to answer the pull, had the open group hold every one.
+func TestPushesHeldBackInTheOpenGroupAreBounded(t *testing.T) {
+	p, b, c := listed(t, 10, 10, 10)
+	opened(c, b, "v")
+	const n, maxBuf = 1500, 1000 // maxBuf: MAX_BUF in static/groups.js
+	for from := 100; from < 100+n; from += 500 {
+		var ms []any
+		for id := from; id < from+500; id++ {
+			ms = append(ms, msg(int64(id), int64(id-1), "v", fmt.Sprint("m", id)))
+		}
+		c.write(map[string]any{"op": "push", "msgs": ms})
+	}
+	b.WaitUntil("every push taken", fmt.Sprintf(`chat.stats.pushes === %d`, n))
+	if got := browsertest.Eval[int](b, `chat.group('g').buf.size`); got > maxBuf {
+		t.Fatalf("the open group holds back %d pushes, want at most %d", got, maxBuf)
+	}
+
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	var gap []map[string]any
+	for id := int64(11); id < 100; id++ {
+		gap = append(gap, msg(id, noPrev, "v", fmt.Sprint("m", id)))
+	}
+	c.answer(f, page(f, false, 99, gap...))
+	waitCursor(t, p, b, "ack", 100+maxBuf-1)
+
+	// The next push finds the gap where the pushes were dropped.
+	last := int64(100 + n)
+	c.write(map[string]any{"op": "push", "msgs": []any{msg(last, last-1, "v", fmt.Sprint("m", last))}})
+	f = c.expect("pull", func(f map[string]any) bool { return f["after"] == float64(100+maxBuf-1) })
+	var rest []map[string]any
+	for id := int64(100 + maxBuf); id <= last; id++ {
+		rest = append(rest, msg(id, noPrev, "v", fmt.Sprint("m", id)))
+	}
+	c.answer(f, page(f, false, last, rest...))
+	waitCursor(t, p, b, "ack", last)
+	if got := browsertest.Eval[int](b, `document.querySelectorAll('#messages .msg').length`); got != int(last)-8 {
+		t.Errorf("the group shows %d messages, want m9 to m%d", got, last)
+	}
+	if p := b.TakeProblems(); len(p) > 0 {
+		t.Errorf("the page threw: %v", p)
+	}
+}

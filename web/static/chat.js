@@ -245,7 +245,7 @@ export class Chat extends EventTarget {
       return;
     }
     if (g.known && !g.pulling) this.stats.gaps++;
-    if (!g.opened && g.buf.size >= MAX_BUF) return; // counted; opening the group pulls it
+    if (g.buf.size >= MAX_BUF) return; // counted; pulled later (see MAX_BUF)
     g.buf.set(m.msgid, m);
     this.drain(g);
   }

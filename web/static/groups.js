@@ -13,7 +13,10 @@
 
 import { retakeBackoff } from './recovery.js';
 
-export const MAX_BUF = 1000; // pushes held back for a group that is not open; the rest is pulled when it opens
+// MAX_BUF: pushes held back for a group. Those past it are pulled when the
+// group opens; in the open group, by the pull of the gap when it goes on,
+// else at the group's next push (its prev shows the gap) or heartbeat.
+export const MAX_BUF = 1000;
 export const MAX_UNLISTED = 16; // pushed groups no sync named, kept for when one does
 
 export function newGroup(gid) {
@@ -23,7 +26,7 @@ export function newGroup(gid) {
     unread: 0, unreadExact: true, // the badge of a group that is not open
     contig: -1, // every message up to it received (or loadable by scrolling up)
     msgs: new Map(), order: [], // held messages, msgids ascending
-    buf: new Map(), // pushes waiting for their predecessors
+    buf: new Map(), // pushes waiting for their predecessors, at most MAX_BUF
     olderMore: true, loadingOlder: false,
     opened: false, pulling: null, gapping: false,
     retaking: false, retakeAgain: false, retaken: 0, retakeBackoff: retakeBackoff(), // see recovery.js
