@@ -103,3 +103,35 @@ func TestPushesHeldBackInTheOpenGroupAreBounded(t *testing.T) {
 		t.Errorf("the page threw: %v", p)
 	}
 }
+
+// A group an earlier sync named that the latest does not is forgotten,
+// unless the user has it open: a server naming new groups at every sync
+// had the page keep, and list, every one of them for the life of the page.
+func TestGroupsTheLatestSyncDoesNotNameAreForgotten(t *testing.T) {
+	_, b, c := listed(t, 10, 10, 10)
+	opened(c, b, "v")
+	const rounds, per = 5, 50
+	for r := range rounds {
+		gs := []any{}
+		for i := range per {
+			gs = append(gs, map[string]any{"gid": fmt.Sprintf("x%d-%d", r, i), "head": 3, "ack": 1, "read": 1, "unread": 2, "unread_exact": true})
+		}
+		c.write(map[string]any{"op": "resync", "reason": "push_route"})
+		c.answer(c.expect("sync", nil), map[string]any{"op": "synced", "groups": gs})
+		b.WaitUntil("the round's groups listed", fmt.Sprintf(`document.querySelector('#groups li[data-gid="x%d-0"]')`, r))
+	}
+	held := groupsHeld(b)
+	if len(held) != 1+per || !slices.Contains(held, "g") {
+		t.Fatalf("after %d syncs of %d new groups each the page holds %d groups (g among them: %v), want the last sync's and the open g",
+			rounds, per, len(held), slices.Contains(held, "g"))
+	}
+	listedNow := browsertest.Eval[[]string](b, `[...document.querySelectorAll('#groups li')].map((li) => li.dataset.gid)`)
+	for _, gid := range listedNow {
+		if gid != "g" && !strings.HasPrefix(gid, fmt.Sprintf("x%d-", rounds-1)) {
+			t.Fatalf("the page lists %s, which the latest sync does not name", gid)
+		}
+	}
+	if p := b.TakeProblems(); len(p) > 0 {
+		t.Errorf("the page threw: %v", p)
+	}
+}

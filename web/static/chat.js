@@ -183,6 +183,7 @@ export class Chat extends EventTarget {
       }
       this.drain(g);
     }
+    this.forgetUnnamed(new Set(groups.map((gs) => gs.gid)));
     this.emit('groups');
     return groups;
   }

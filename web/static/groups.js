@@ -8,8 +8,8 @@
 // past it the one pushed to longest ago is forgotten, with a warning the
 // first time. Nothing is lost: its messages come back with the sync that
 // names it and the pull when it is opened. A group the user opened, or
-// has sends pending in, is not forgotten. Methods of Chat (chat.js), kept
-// apart.
+// has sends pending in, is not forgotten. A group a sync named is kept
+// while the syncs name it. Methods of Chat (chat.js), kept apart.
 
 import { retakeBackoff } from './recovery.js';
 
@@ -59,6 +59,20 @@ export const groups = {
   listed(g) {
     g.known = true;
     this.unlisted.delete(g.gid);
+  },
+
+  // forgetUnnamed forgets the groups an earlier sync named that the latest
+  // sync (naming those in named) did not: the user is not in them, or the
+  // server forgot. Kept, they stayed listed for the life of the page, and
+  // a server naming new groups at every sync grew it without bound. One
+  // the user opened or has sends pending in stays, and one being pulled or
+  // taken up again; one named again later starts afresh from its cursors.
+  forgetUnnamed(named) {
+    for (const g of this.groups.values()) {
+      if (g.known && !named.has(g.gid) && !g.opened && g.pending.size === 0 && !g.pulling && !g.retaking) {
+        this.groups.delete(g.gid);
+      }
+    }
   },
 
   // pushedUnlisted: a push came for g, which no sync named. It becomes the
