@@ -14,48 +14,23 @@
 // Everything runs on the page's one thread; state changes are announced as
 // events: status, groups, messages, pending, counts, error. Acks and reads
 // are in cursors.js, sending in outbox.js, the connection in conn.js, read
-// counts in receipts.js, taking a group up again in recovery.js.
+// counts in receipts.js, taking a group up again in recovery.js, what is
+// held of each group and its bounds in groups.js.
 
 import { Conn, Disconnected, Timeout, Backoff, retryable } from './conn.js';
 import { Cursors } from './cursors.js';
 import { Outbox } from './outbox.js';
 import * as frames from './frames.js';
-import { recovery, retakeBackoff } from './recovery.js';
+import { recovery } from './recovery.js';
 import { receipts, MAX_COUNTS } from './receipts.js';
+import { groups, insertSorted, MAX_BUF } from './groups.js';
 
 const PAGE = 100; // a forward pull page
 const OLDER_PAGE = 50; // a page when scrolling up
 const FILL = 30; // an opened group shows at least this many messages when it has them
 const HEARTBEAT = 25000;
 const RESYNC_RETRY = 2000; // a sync the server asked for, refused, is asked again after this
-const MAX_BUF = 1000; // pushes held back for a group that is not open; the rest is pulled when it opens
 const KEEP_CLOSED = 200; // messages kept of a group that is not open; older ones come back by scrolling up
-
-function newGroup(gid) {
-  return {
-    gid, known: false, left: false,
-    head: -1, ack: -1, read: -1, // the server's, as last heard
-    unread: 0, unreadExact: true, // the badge of a group that is not open
-    contig: -1, // every message up to it received (or loadable by scrolling up)
-    msgs: new Map(), order: [], // held messages, msgids ascending
-    buf: new Map(), // pushes waiting for their predecessors
-    olderMore: true, loadingOlder: false,
-    opened: false, pulling: null, gapping: false,
-    retaking: false, retakeAgain: false, retaken: 0, retakeBackoff: retakeBackoff(), // see recovery.js
-    unacked: 0, ackDue: 0, readWant: -1, readDue: 0,
-    counts: new Map(), // msgid -> {read, audience}, for my messages
-    pending: new Map(), // cmid -> outgoing message not yet shown
-  };
-}
-
-function insertSorted(arr, v) {
-  let lo = 0, hi = arr.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >> 1;
-    if (arr[mid] < v) lo = mid + 1; else hi = mid;
-  }
-  if (arr[lo] !== v) arr.splice(lo, 0, v);
-}
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -74,6 +49,8 @@ export class Chat extends EventTarget {
       frame: (f) => this.frame(f),
     });
     this.groups = new Map();
+    this.unlisted = new Map(); // gid -> group pushed that no sync named, the one pushed to longest ago first (groups.js)
+    this.warnedUnlisted = false;
     this.current = null;
     this.online = false;
     this.stats = { sessions: 0, reconnects: 0, syncs: 0, pulls: 0, olderPulls: 0, pushes: 0, duplicates: 0,
@@ -87,15 +64,6 @@ export class Chat extends EventTarget {
   }
 
   emit(type, detail = {}) { this.dispatchEvent(new CustomEvent(type, { detail })); }
-
-  group(gid) {
-    let g = this.groups.get(gid);
-    if (!g) {
-      g = newGroup(gid);
-      this.groups.set(gid, g);
-    }
-    return g;
-  }
 
   start() {
     this.outbox.restore();
@@ -196,7 +164,7 @@ export class Chat extends EventTarget {
       if (!g.known) {
         // First sight: what the user received before (elsewhere, earlier)
         // is below the ack cursor, loaded by scrolling up.
-        g.known = true;
+        this.listed(g);
         g.contig = Math.max(g.contig, gs.ack);
         g.readWant = Math.max(g.readWant, gs.read);
       }
@@ -215,6 +183,7 @@ export class Chat extends EventTarget {
       }
       this.drain(g);
     }
+    this.forgetUnnamed(new Set(groups.map((gs) => gs.gid)));
     this.emit('groups');
     return groups;
   }
@@ -260,6 +229,7 @@ export class Chat extends EventTarget {
     // fan-out can be ahead of the store it reads): ask again while its
     // pushes come, at most once a second.
     if (!g.known && !this.timers.sync) this.syncSoon(known ? 1000 : 200);
+    if (!g.known) this.pushedUnlisted(g);
     if (m.msgid <= g.contig || g.buf.has(m.msgid)) {
       this.stats.duplicates++;
       return;
@@ -276,7 +246,7 @@ export class Chat extends EventTarget {
       return;
     }
     if (g.known && !g.pulling) this.stats.gaps++;
-    if (!g.opened && g.buf.size >= MAX_BUF) return; // counted; opening the group pulls it
+    if (g.buf.size >= MAX_BUF) return; // counted; pulled later (see MAX_BUF)
     g.buf.set(m.msgid, m);
     this.drain(g);
   }
@@ -446,4 +416,4 @@ export class Chat extends EventTarget {
   }
 }
 
-Object.assign(Chat.prototype, recovery, receipts);
+Object.assign(Chat.prototype, groups, recovery, receipts);

@@ -1,0 +1,99 @@
+// groups.js: what the page holds of each group, and how much. A group is
+// made by a sync that names it, by the user (opening it, or a send kept
+// from before a reload), or by a push. Pushes may come before the sync
+// lists a group just joined (the fan-out can be ahead of the store the
+// sync reads), so a pushed group no sync named is kept, with the pushes
+// that wait for it, until one does; but a server pushing ever new gids
+// grew the page without bound. At most MAX_UNLISTED such groups are kept:
+// past it the one pushed to longest ago is forgotten, with a warning the
+// first time. Nothing is lost: its messages come back with the sync that
+// names it and the pull when it is opened. A group the user opened, or
+// has sends pending in, is not forgotten. A group a sync named is kept
+// while the syncs name it. Methods of Chat (chat.js), kept apart.
+
+import { retakeBackoff } from './recovery.js';
+
+// MAX_BUF: pushes held back for a group. Those past it are pulled when the
+// group opens; in the open group, by the pull of the gap when it goes on,
+// else at the group's next push (its prev shows the gap) or heartbeat.
+export const MAX_BUF = 1000;
+export const MAX_UNLISTED = 16; // pushed groups no sync named, kept for when one does
+
+export function newGroup(gid) {
+  return {
+    gid, known: false, left: false,
+    head: -1, ack: -1, read: -1, // the server's, as last heard
+    unread: 0, unreadExact: true, // the badge of a group that is not open
+    contig: -1, // every message up to it received (or loadable by scrolling up)
+    msgs: new Map(), order: [], // held messages, msgids ascending
+    buf: new Map(), // pushes waiting for their predecessors, at most MAX_BUF
+    olderMore: true, loadingOlder: false,
+    opened: false, pulling: null, gapping: false,
+    retaking: false, retakeAgain: false, retaken: 0, retakeBackoff: retakeBackoff(), // see recovery.js
+    unacked: 0, ackDue: 0, readWant: -1, readDue: 0,
+    counts: new Map(), // msgid -> {read, audience}, for my messages
+    pending: new Map(), // cmid -> outgoing message not yet shown
+  };
+}
+
+export function insertSorted(arr, v) {
+  let lo = 0, hi = arr.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if (arr[mid] < v) lo = mid + 1; else hi = mid;
+  }
+  if (arr[lo] !== v) arr.splice(lo, 0, v);
+}
+
+export const groups = {
+  group(gid) {
+    let g = this.groups.get(gid);
+    if (!g) {
+      g = newGroup(gid);
+      this.groups.set(gid, g);
+    }
+    return g;
+  },
+
+  // listed: a sync named g; it is kept from now on.
+  listed(g) {
+    g.known = true;
+    this.unlisted.delete(g.gid);
+  },
+
+  // forgetUnnamed forgets the groups an earlier sync named that the latest
+  // sync (naming those in named) did not: the user is not in them, or the
+  // server forgot. Kept, they stayed listed for the life of the page, and
+  // a server naming new groups at every sync grew it without bound. One
+  // the user opened or has sends pending in stays, and one being pulled or
+  // taken up again; one named again later starts afresh from its cursors.
+  forgetUnnamed(named) {
+    for (const g of this.groups.values()) {
+      if (g.known && !named.has(g.gid) && !g.opened && g.pending.size === 0 && !g.pulling && !g.retaking) {
+        this.groups.delete(g.gid);
+      }
+    }
+  },
+
+  // pushedUnlisted: a push came for g, which no sync named. It becomes the
+  // newest of these; past MAX_UNLISTED the oldest that the user neither
+  // opened nor sent to are forgotten.
+  pushedUnlisted(g) {
+    this.unlisted.delete(g.gid);
+    this.unlisted.set(g.gid, g);
+    if (this.unlisted.size <= MAX_UNLISTED) return;
+    const gone = [];
+    for (const u of this.unlisted.values()) {
+      if (this.unlisted.size <= MAX_UNLISTED) break;
+      if (u === g || u.opened || u.pending.size > 0) continue;
+      this.unlisted.delete(u.gid);
+      this.groups.delete(u.gid);
+      gone.push(u.gid);
+    }
+    if (gone.length > 0 && !this.warnedUnlisted) {
+      this.warnedUnlisted = true;
+      console.warn(`chatd: pushes of more than ${MAX_UNLISTED} groups that no sync names: ` +
+        `forgetting those pushed to longest ago (${gone.join(', ').slice(0, 200)}); their messages come back by the sync that names them`);
+    }
+  },
+};
