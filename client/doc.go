@@ -32,7 +32,11 @@
 // taken up again from the ack cursor the server confirmed, as a new Client
 // would: the client syncs and pulls what the heads show missing, the
 // refusal goes to OnError, and what was delivered since that cursor may be
-// delivered again (Stats.Retakes counts these).
+// delivered again (Stats.Retakes counts these). A server that pushes such
+// msgids again and again has the group taken up again and again: from the
+// second time in a row the sync and pull wait 1 s, doubling up to a
+// minute, with jitter (Stats.RetakesWaited), until a cursor of the group
+// is accepted; the refusal that goes to OnError says so the first time.
 //
 // A group the latest sync does not name is forgotten once nothing of it
 // waits (not opened, everything received delivered and acked, no read to

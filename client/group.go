@@ -40,6 +40,10 @@ type group struct {
 
 	pullDue bool // a pull is due from the group's puller
 	puller  bool // the group's puller runs (pullLaterLocked)
+
+	retaken    int     // retakes in a row (retake.go), until a cursor of the group is accepted
+	retakeBo   backoff // the wait before the sync of a retake in a row
+	retakeWait bool    // a retake's sync waits
 }
 
 func newGroup(gid string, cursor int64) *group {
@@ -47,8 +51,9 @@ func newGroup(gid string, cursor int64) *group {
 		gid: gid, head: -1,
 		contig: cursor, delivered: cursor, acked: cursor, drained: cursor,
 		read: -1, readWant: -1, owed: -1,
-		buf:  make(map[int64]protocol.Message),
-		lock: make(chan struct{}, 1),
+		buf:      make(map[int64]protocol.Message),
+		lock:     make(chan struct{}, 1),
+		retakeBo: backoff{min: retakeMin, max: retakeMax},
 	}
 }
 
