@@ -130,6 +130,7 @@ type Stats struct {
 	Resyncs       int64 // syncs made again on a connection: the server asked (pushes may have been lost), or a group was taken up again (Retakes); coalesced
 	Retakes       int64 // groups taken up again from the ack cursor after an ack refused as beyond_head
 	RetakesWaited int64 // retakes whose sync waited (1 s doubling to 1 min): a group taken up again twice or more in a row, no cursor of it accepted between
+	UnnamedDrops  int64 // pushes dropped, of a group no sync named while the client kept MaxUnnamedGroups such groups
 }
 
 // Client is a connection to a gateway that reconnects by itself. Create it
@@ -150,6 +151,8 @@ type Client struct {
 	groups     map[string]*group
 	lastSync   []protocol.GroupState
 	named      map[string]bool    // the gids of lastSync
+	unnamed    int                // groups that named does not name (pushes make at most MaxUnnamedGroups)
+	dropWarned bool               // a push was dropped for MaxUnnamedGroups since the last sync: logged
 	queue      []protocol.Message // accepted, not yet handed to OnMessage
 	stats      Stats
 	sending    *window
