@@ -186,9 +186,13 @@ func (c *Client) sendCursors(ctx context.Context, s *session, ups []cursorUpdate
 		u := ups[i]
 		if err := errs[i]; err != nil {
 			var pe *protocol.Error
+			var how string
+			if u.op == protocol.OpAck && errors.As(err, &pe) && pe.Code == protocol.CodeBeyondHead {
+				how = c.retake(s, u.g, u.upto)
+			}
 			switch {
-			case u.op == protocol.OpAck && errors.As(err, &pe) && pe.Code == protocol.CodeBeyondHead && c.retake(s, u.g, u.upto):
-				err = fmt.Errorf("%w; taking the group up again from the ack cursor", err)
+			case how != "":
+				err = fmt.Errorf("%w; %s", err, how)
 			case !errors.As(err, &pe) || retryable(pe.Code) || pe.Code == protocol.CodeBeyondHead:
 				failed = append(failed, u) // else left to the next delivery or MarkRead
 			}
@@ -196,6 +200,7 @@ func (c *Client) sendCursors(ctx context.Context, s *session, ups []cursorUpdate
 			continue
 		}
 		c.mu.Lock()
+		u.g.retakeEnded()
 		if u.op == protocol.OpAck {
 			u.g.acked = max(u.g.acked, u.upto)
 		} else {
@@ -205,40 +210,6 @@ func (c *Client) sendCursors(ctx context.Context, s *session, ups []cursorUpdate
 	}
 	c.retryLater(failed)
 	return errors.Join(all...)
-}
-
-// retake handles an ack of g up to upto refused as beyond_head: the
-// server has no such message in g (a gateway checks an ack above its
-// store's head against the log itself, so a message it pushed passes). A
-// push of a msgid the group does not have, whose prev matched, was taken:
-// nothing tells it from a real one, and kept, it would have the client
-// drop the group's later messages as older, and the server refuse its
-// acks, for the client's whole life. retake takes g up again from the ack
-// cursor the server confirmed, as a new Client would, and has s sync and
-// pull what the heads show missing; it reports true. With a message of g
-// still on its way to OnMessage, or a pull of g running, it reports false
-// and the ack is sent again later (and refused again, then taken up). The
-// messages delivered since that cursor may be delivered again; none is
-// lost, as nothing was acked past it.
-func (c *Client) retake(s *session, g *group, upto int64) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if upto > g.contig {
-		return true // taken up again already
-	}
-	if g.contig != g.delivered || g.pulling || c.closing {
-		return false
-	}
-	c.log.Warn("chat client: an ack refused as beyond the group's head; taking the group up again", "gid", g.gid, "upto", upto, "acked", g.acked)
-	g.contig, g.delivered, g.drained = g.acked, g.acked, g.acked
-	g.head = g.acked                                   // the sync says the server's; a page may have raised it
-	g.readWant = max(g.read, min(g.readWant, g.acked)) // marked read past a message that is not
-	g.unacked, g.ackDue = 0, time.Time{}
-	clear(g.buf)
-	g.owed = -1
-	c.stats.Retakes++
-	s.syncSoon()
-	return true
 }
 
 // retryLater makes failed updates due again after AckInterval. A refused ack

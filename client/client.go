@@ -116,19 +116,21 @@ func (c *Config) Validate() error {
 
 // Stats counts what the client did since Dial.
 type Stats struct {
-	Pushes     int64 // messages received by push
-	Pulled     int64 // messages received in pull pages
-	Duplicates int64 // messages dropped because their msgid was already received
-	Gaps       int64 // pushes whose prev was not the contiguous cursor, or unknown (outside a pull)
-	Pulls      int64 // pull requests sent
-	Delivered  int64 // OnMessage calls
-	Acks       int64 // ack frames sent
-	Reads      int64 // read frames sent
-	Resends    int64 // sends repeated with the same cmid
-	Overloaded int64 // sends the server refused as overloaded (each waited and was resent)
-	Reconnects int64 // connections made after the first
-	Resyncs    int64 // syncs made again on a connection: the server asked (pushes may have been lost), or a group was taken up again (Retakes); coalesced
-	Retakes    int64 // groups taken up again from the ack cursor after an ack refused as beyond_head
+	Pushes        int64 // messages received by push
+	Pulled        int64 // messages received in pull pages
+	Duplicates    int64 // messages dropped because their msgid was already received
+	Gaps          int64 // pushes whose prev was not the contiguous cursor, or unknown (outside a pull)
+	Pulls         int64 // pull requests sent
+	Delivered     int64 // OnMessage calls
+	Acks          int64 // ack frames sent
+	Reads         int64 // read frames sent
+	Resends       int64 // sends repeated with the same cmid
+	Overloaded    int64 // sends the server refused as overloaded (each waited and was resent)
+	Reconnects    int64 // connections made after the first
+	Resyncs       int64 // syncs made again on a connection: the server asked (pushes may have been lost), or a group was taken up again (Retakes); coalesced
+	Retakes       int64 // groups taken up again from the ack cursor after an ack refused as beyond_head
+	RetakesWaited int64 // retakes whose sync waited (1 s doubling to 1 min): a group taken up again twice or more in a row, no cursor of it accepted between
+	UnnamedDrops  int64 // pushes dropped, of a group no sync named while the client kept MaxUnnamedGroups such groups
 }
 
 // Client is a connection to a gateway that reconnects by itself. Create it
@@ -149,6 +151,8 @@ type Client struct {
 	groups     map[string]*group
 	lastSync   []protocol.GroupState
 	named      map[string]bool    // the gids of lastSync
+	unnamed    int                // groups that named does not name (pushes make at most MaxUnnamedGroups)
+	dropWarned bool               // a push was dropped for MaxUnnamedGroups since the last sync: logged
 	queue      []protocol.Message // accepted, not yet handed to OnMessage
 	stats      Stats
 	sending    *window

@@ -32,19 +32,29 @@
 // taken up again from the ack cursor the server confirmed, as a new Client
 // would: the client syncs and pulls what the heads show missing, the
 // refusal goes to OnError, and what was delivered since that cursor may be
-// delivered again (Stats.Retakes counts these).
+// delivered again (Stats.Retakes counts these). A server that pushes such
+// msgids again and again has the group taken up again and again: from the
+// second time in a row the sync and pull wait 1 s, doubling up to a
+// minute, with jitter (Stats.RetakesWaited), until a cursor of the group
+// is accepted; the refusal that goes to OnError says so the first time.
 //
 // A group the latest sync does not name is forgotten once nothing of it
 // waits (not opened, everything received delivered and acked, no read to
 // send, no pull): a server naming new groups on every reconnect costs the
-// client one sync's groups, not all it ever named. A sync is taken
-// whatever its number of groups, as a gateway sets no bound on a user's:
-// only a frame over 32 MiB, or groups more than that holds of the
-// shortest a gateway writes, is refused. A server frame longer than a server sends (more messages
-// than a page, counts, unknown msgids or readers than an answer holds) is
-// refused before it is decoded, as is a frame that is not JSON of the
-// protocol: the request it answered fails with ErrProtocol and the reason,
-// and a frame without an id (a push) goes to OnError the same way.
+// client one sync's groups, not all it ever named. Between syncs, a server
+// pushing gids no sync named (groups joined since, or a fault) on one long
+// connection makes at most MaxUnnamedGroups groups of them, each holding at
+// most MaxUnnamedHeld pushes behind a gap. The pushes past that are
+// dropped and pulled: the gap's pull brings those of a group kept; those
+// of another (Stats.UnnamedDrops), a pull once a sync names the group, as
+// any group's messages sent while the user was away. A sync is taken whatever its number of groups, as a gateway sets no bound
+// on a user's: only a frame over 32 MiB, or groups more than that holds of
+// the shortest a gateway writes, is refused. A server frame longer than a
+// server sends (more messages than a page, counts, unknown msgids or
+// readers than an answer holds) is refused before it is decoded, as is a
+// frame that is not JSON of the protocol: the request it answered fails
+// with ErrProtocol and the reason, and a frame without an id (a push) goes
+// to OnError the same way.
 //
 // On every (re)connect the client authenticates with an auth frame (calling
 // Config.Token; the token never goes into the URL, where logs would keep it),

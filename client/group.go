@@ -40,6 +40,10 @@ type group struct {
 
 	pullDue bool // a pull is due from the group's puller
 	puller  bool // the group's puller runs (pullLaterLocked)
+
+	retaken    int     // retakes in a row (retake.go), until a cursor of the group is accepted
+	retakeBo   backoff // the wait before the sync of a retake in a row
+	retakeWait bool    // a retake's sync waits
 }
 
 func newGroup(gid string, cursor int64) *group {
@@ -47,10 +51,24 @@ func newGroup(gid string, cursor int64) *group {
 		gid: gid, head: -1,
 		contig: cursor, delivered: cursor, acked: cursor, drained: cursor,
 		read: -1, readWant: -1, owed: -1,
-		buf:  make(map[int64]protocol.Message),
-		lock: make(chan struct{}, 1),
+		buf:      make(map[int64]protocol.Message),
+		lock:     make(chan struct{}, 1),
+		retakeBo: backoff{min: retakeMin, max: retakeMax},
 	}
 }
+
+// The groups no sync named (pushed since the last sync: joined since, or a
+// server fault) are bounded, so that a server pushing new gids on one long
+// connection cannot grow the client until the next sync.
+const (
+	// MaxUnnamedGroups is the most groups no sync named the client keeps; a
+	// push of one more is dropped. The sync that names the group shows its
+	// head, and opening it (or its next push's gap) pulls the messages.
+	MaxUnnamedGroups = 1000
+	// MaxUnnamedHeld is the most pushes held behind a gap in a group no
+	// sync named (at most MaxQueued); the others are dropped and pulled.
+	MaxUnnamedHeld = 10
+)
 
 // groupLocked returns gid's state, creating it for a group the last sync did
 // not list (joined since): its messages are pulled from the member's start.
@@ -59,8 +77,19 @@ func (c *Client) groupLocked(gid string) *group {
 	if g == nil {
 		g = newGroup(gid, -1)
 		c.groups[gid] = g
+		if !c.named[gid] {
+			c.unnamed++
+		}
 	}
 	return g
+}
+
+// heldLocked is the most pushes g holds behind a gap.
+func (c *Client) heldLocked(g *group) int {
+	if !c.named[g.gid] {
+		return min(c.cfg.MaxQueued, MaxUnnamedHeld)
+	}
+	return c.cfg.MaxQueued
 }
 
 // forgetLocked drops the groups a sync did not name (the user is not a
@@ -72,9 +101,14 @@ func (c *Client) groupLocked(gid string) *group {
 // cursor, which never moves back from the one confirmed.
 func (c *Client) forgetLocked(named map[string]bool) {
 	c.named = named
+	c.unnamed, c.dropWarned = 0, false
 	for gid, g := range c.groups {
-		if !named[gid] && g.idle() && !g.puller {
+		switch {
+		case named[gid]:
+		case g.idle() && !g.puller:
 			delete(c.groups, gid)
+		default:
+			c.unnamed++
 		}
 	}
 }
@@ -147,6 +181,15 @@ func (c *Client) pushLocked(m protocol.Message) {
 		return
 	}
 	c.stats.Pushes++
+	if c.groups[m.Gid] == nil && !c.named[m.Gid] && c.unnamed >= MaxUnnamedGroups {
+		c.stats.UnnamedDrops++
+		if !c.dropWarned {
+			c.dropWarned = true
+			c.log.Warn("chat client: pushes of groups no sync named dropped; the client keeps as many such groups as it may until the next sync",
+				"gid", m.Gid, "groups", c.unnamed)
+		}
+		return
+	}
 	g := c.groupLocked(m.Gid)
 	g.seen = true
 	if _, ok := g.buf[m.MsgID]; ok || m.MsgID <= g.contig {
@@ -166,7 +209,7 @@ func (c *Client) pushLocked(m protocol.Message) {
 		}
 		c.log.Debug("chat client: gap", "gid", m.Gid, "msgid", m.MsgID, "prev", prev, "contig", g.contig)
 	}
-	if len(g.buf) < c.cfg.MaxQueued {
+	if len(g.buf) < c.heldLocked(g) {
 		g.buf[m.MsgID] = m
 	} else {
 		g.owed = max(g.owed, m.MsgID) // held, a gap this long would fill memory
@@ -345,6 +388,7 @@ func (c *Client) puller(g *group, backOff bool) {
 			g.pullDue = false
 			if c.groups[g.gid] == g && !c.named[g.gid] && g.idle() {
 				delete(c.groups, g.gid) // and forgotten, as by a sync not naming it
+				c.unnamed--
 			}
 			c.mu.Unlock()
 			c.reportError(fmt.Errorf("client: pull %s: %w", g.gid, err))

@@ -75,7 +75,7 @@ func TestOpenPullsAgainWhenRefusedForAWhile(t *testing.T) {
 // holding up delivery, acks and the connection's reader.
 func TestALongGapBuffersAndDrainsPushesInLinearTime(t *testing.T) {
 	const n = 20_000
-	c := &Client{groups: map[string]*group{}, deliverKick: make(chan struct{}, 1), closing: true} // closing: no puller
+	c := &Client{groups: map[string]*group{}, named: map[string]bool{"g": true}, deliverKick: make(chan struct{}, 1), closing: true} // named by the last sync; closing: no puller
 	// Every push held.
 	c.cfg.MaxQueued = n + 1
 	c.cfg.setDefaults()
@@ -255,5 +255,82 @@ func TestAPullOfAnEndedConnectionMakesNoForgottenGroupAgain(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if got := rec.bodies("g1"); !slices.Equal(got, []string{"one", "two"}) {
 		t.Fatalf("g1 delivered %q, want [one two]", got)
+	}
+}
+
+// A server pushing new gids on one long connection (a fault, or groups
+// joined since) makes groups no sync named: the client keeps at most
+// MaxUnnamedGroups of them until the next sync and drops the pushes of
+// others. Before, every gid pushed was kept until then. A group joined
+// meanwhile, whose push was dropped, is brought by the sync that names it
+// and its pull.
+func TestGroupsNoSyncNamedAreBoundedUntilTheNextSync(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}, "g2": {"bob"}})
+	c, rec := dial(t, p, "alice", nil)
+	none := int64(-1)
+	for i := range 4 {
+		var msgs []protocol.Message
+		for j := range 500 {
+			msgs = append(msgs, protocol.Message{Gid: fmt.Sprintf("x%d", i*500+j), MsgID: 7, Prev: &none, Sender: "mallory", Body: "hi"})
+		}
+		p.pushRaw("alice", msgs...)
+	}
+	waitFor(t, "the pushes", func() bool { return c.Stats().Pushes == 2000 })
+	c.mu.Lock()
+	n := len(c.groups)
+	c.mu.Unlock()
+	if st := c.Stats(); n > MaxUnnamedGroups+1 || st.UnnamedDrops != 2000-MaxUnnamedGroups {
+		t.Fatalf("after pushes of 2,000 gids no sync named, the client keeps %d groups and dropped %d pushes; want g1 and %d others, %d dropped",
+			n, st.UnnamedDrops, MaxUnnamedGroups, 2000-MaxUnnamedGroups)
+	}
+
+	p.set(func(p *peer) {
+		g := p.groups["g2"]
+		g.members["alice"] = true
+		g.acks["alice"], g.reads["alice"] = -1, -1
+	})
+	p.post("g2", "bob", "hello")
+	waitFor(t, "the push of g2", func() bool { return c.Stats().Pushes == 2001 })
+	if _, contig := c.Cursor("g2"); contig != -1 {
+		t.Fatalf("g2's push was taken (cursor %d) past MaxUnnamedGroups", contig)
+	}
+	p.resync("alice")
+	waitFor(t, "g2 named by a sync", func() bool {
+		return slices.ContainsFunc(c.Groups(), func(gs protocol.GroupState) bool { return gs.Gid == "g2" })
+	})
+	if err := c.Open(context.Background(), "g2"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "g2's message", func() bool { return slices.Equal(rec.bodies("g2"), []string{"hello"}) })
+}
+
+// Pushes held behind a gap in a group no sync named are at most
+// MaxUnnamedHeld, not MaxQueued: the others are dropped and pulled once
+// the server answers pulls. Before, each such group held up to MaxQueued.
+func TestPushesOfAGroupNoSyncNamedAreHeldUpToMaxUnnamedHeld(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}, "g2": {"bob"}})
+	c, rec := dial(t, p, "alice", nil)
+	p.set(func(p *peer) {
+		g := p.groups["g2"]
+		g.members["alice"] = true
+		g.acks["alice"], g.reads["alice"] = -1, -1
+		p.prevUnknown, p.refusePulls, p.pullRefusal = true, 1<<30, protocol.CodeUnavailable
+	})
+	var want []string
+	for i := range 100 {
+		p.post("g2", "bob", fmt.Sprint(i))
+		want = append(want, fmt.Sprint(i))
+	}
+	waitFor(t, "the pushes", func() bool { return c.Stats().Pushes == 100 })
+	c.mu.Lock()
+	held := len(c.groups["g2"].buf)
+	c.mu.Unlock()
+	if held > MaxUnnamedHeld {
+		t.Fatalf("%d pushes held behind a gap of a group no sync named; want at most MaxUnnamedHeld (%d)", held, MaxUnnamedHeld)
+	}
+	p.set(func(p *peer) { p.refusePulls = 0 })
+	waitFor(t, "every message", func() bool { return rec.len() == 100 })
+	if got := rec.bodies("g2"); !slices.Equal(got, want) {
+		t.Fatalf("delivered %q, want the 100 in order", got)
 	}
 }

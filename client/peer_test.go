@@ -51,6 +51,7 @@ type peer struct {
 	silentAfter    int                                    // connections that go silent after their sync answer: no reads, answers or pongs (a peer gone without a FIN)
 	extraGroups    func(uid string) []protocol.GroupState // added to every sync answer
 	syncGroups     string                                 // if set, every sync answer's groups, as is (JSON)
+	afterSync      func(uid string) []protocol.Message    // pushed to the connection right after its sync answer
 
 	quit     chan struct{} // closed by close: silent connections end
 	quitOnce sync.Once
@@ -237,13 +238,18 @@ func (p *peer) handle(pc *peerConn, req protocol.Request) bool {
 		if p.extraGroups != nil {
 			out.Groups = append(out.Groups, p.extraGroups(pc.uid)...)
 		}
-		raw := p.syncGroups
+		raw, after := p.syncGroups, p.afterSync
 		p.mu.Unlock()
 		if raw != "" {
 			p.write(pc, fmt.Appendf(nil, `{"op":"synced","id":%q,"groups":%s}`, req.ID, raw))
 			return true
 		}
 		p.write(pc, protocol.Marshal(out))
+		if after != nil {
+			if msgs := after(pc.uid); len(msgs) > 0 {
+				p.write(pc, protocol.Marshal(protocol.Push{Op: protocol.OpPush, Msgs: msgs}))
+			}
+		}
 	case protocol.OpSend:
 		p.pushMu.Lock()
 		p.mu.Lock()
