@@ -57,69 +57,6 @@ func newGroup(gid string, cursor int64) *group {
 	}
 }
 
-// The groups no sync named (pushed since the last sync: joined since, or a
-// server fault) are bounded, so that a server pushing new gids on one long
-// connection cannot grow the client until the next sync.
-const (
-	// MaxUnnamedGroups is the most groups no sync named the client keeps; a
-	// push of one more is dropped. The sync that names the group shows its
-	// head, and opening it (or its next push's gap) pulls the messages.
-	MaxUnnamedGroups = 1000
-	// MaxUnnamedHeld is the most pushes held behind a gap in a group no
-	// sync named (at most MaxQueued); the others are dropped and pulled.
-	MaxUnnamedHeld = 10
-)
-
-// groupLocked returns gid's state, creating it for a group the last sync did
-// not list (joined since): its messages are pulled from the member's start.
-func (c *Client) groupLocked(gid string) *group {
-	g := c.groups[gid]
-	if g == nil {
-		g = newGroup(gid, -1)
-		c.groups[gid] = g
-		if !c.named[gid] {
-			c.unnamed++
-		}
-	}
-	return g
-}
-
-// heldLocked is the most pushes g holds behind a gap.
-func (c *Client) heldLocked(g *group) int {
-	if !c.named[g.gid] {
-		return min(c.cfg.MaxQueued, MaxUnnamedHeld)
-	}
-	return c.cfg.MaxQueued
-}
-
-// forgetLocked drops the groups a sync did not name (the user is not a
-// member: never was, or the server forgot) of which nothing waits: not
-// opened, every message received handed to OnMessage and its ack confirmed,
-// no read to send, no push buffered, no pull. A server naming new groups on
-// every reconnect would otherwise grow the client without bound. Nothing
-// is delivered twice: a group named again starts at the server's ack
-// cursor, which never moves back from the one confirmed.
-func (c *Client) forgetLocked(named map[string]bool) {
-	c.named = named
-	c.unnamed, c.dropWarned = 0, false
-	for gid, g := range c.groups {
-		switch {
-		case named[gid]:
-		case g.idle() && !g.puller:
-			delete(c.groups, gid)
-		default:
-			c.unnamed++
-		}
-	}
-}
-
-// idle reports whether nothing of g waits but its puller, if it runs: g
-// may be forgotten.
-func (g *group) idle() bool {
-	return !g.opened && g.contig == g.delivered && g.delivered <= g.acked && g.readWant <= g.read &&
-		!g.gap() && !g.pulling && !g.later && !g.pullDue && len(g.lock) == 0
-}
-
 // Open pulls what is missing of group gid (everything after the client's
 // contiguous cursor, page by page) and keeps the group pulled on every
 // reconnect. It returns when the messages are queued for OnMessage, not
