@@ -334,8 +334,8 @@ func TestCloseEndsASendOfOnMessageBackingOffBeforeAResend(t *testing.T) {
 					}
 				}
 			})
+			p.set(tc.set) // before the post: the auto-reply may be sent at once
 			p.post("g1", "bob", "reply to me")
-			p.set(tc.set)
 			waitFor(t, "the send", func() bool { return len(p.requests(protocol.OpSend)) == 1 })
 			time.Sleep(300 * time.Millisecond) // past SendTimeout: the send backs off
 
