@@ -309,7 +309,7 @@ func (g *Gateway) reserveJoins(ctx context.Context, gid string, join []string) (
 	if len(join) == 0 {
 		return nil, nil
 	}
-	fresh, err := g.cfg.Redis.ReserveJoins(ctx, gid, join, g.cfg.MaxMembers, 0, joiningFor)
+	fresh, err := g.cfg.Redis.ReserveJoins(ctx, gid, join, g.cfg.MaxMembers, nil, joiningFor)
 	var full *store.FullError
 	switch {
 	case errors.As(err, &full):

@@ -30,7 +30,8 @@ func (e *FullError) Unwrap() error { return ErrGroupFull }
 
 // reserveScript reserves places for joins in a group. KEYS: members,
 // joining, leaves. ARGV: now and the reservations' expiry (unix ms), the limit,
-// the members the caller counted elsewhere (known), then the uids. It
+// the members the caller counted elsewhere (known), the number of uids
+// reserved that known counts, those uids, then the uids to join. It
 // returns {1, 0, fresh...} (fresh: 1 when this call reserved the uid, 0
 // when a reservation of it was held already or the uid is named twice),
 // or {0, members} when the joins do not fit, reserving nothing.
@@ -48,6 +49,8 @@ func (e *FullError) Unwrap() error { return ErrGroupFull }
 // walked only near the limit.
 var reserveScript = redis.NewScript(`
 local now, expiry, limit, known = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local vouched, first = {}, 6 + tonumber(ARGV[5])
+for i = 6, first - 1 do vouched[ARGV[i]] = true end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 local leaves = {}
 local notes = redis.call('HGETALL', KEYS[3])
@@ -62,7 +65,7 @@ local function joined(uid)
   return member(uid, redis.call('HGET', KEYS[1], uid))
 end
 local fresh, asked, add, rejoin = {}, {}, 0, 0
-for i = 5, #ARGV do
+for i = first, #ARGV do
   local uid = ARGV[i]
   if asked[uid] or redis.call('ZSCORE', KEYS[2], uid) then
     fresh[#fresh+1] = 0
@@ -75,9 +78,9 @@ for i = 5, #ARGV do
 end
 local function reserve()
   local out = {1, 0}
-  for i = 5, #ARGV do
-    out[#out+1] = fresh[i-4]
-    if fresh[i-4] == 1 then redis.call('ZADD', KEYS[2], expiry, ARGV[i]) end
+  for i = first, #ARGV do
+    out[#out+1] = fresh[i-first+1]
+    if fresh[i-first+1] == 1 then redis.call('ZADD', KEYS[2], expiry, ARGV[i]) end
   end
   local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
   if last[2] then redis.call('PEXPIREAT', KEYS[2], last[2]) end
@@ -88,7 +91,7 @@ if add == 0 then
 end
 local held = 0
 for _, uid in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
-  if not joined(uid) then held = held + 1 end
+  if not joined(uid) and not vouched[uid] then held = held + 1 end
 end
 local members = redis.call('HLEN', KEYS[1]) - rejoin
 if math.max(members, known) + held + add > limit then
@@ -115,8 +118,8 @@ return reserve()
 // ErrGroupFull) when the group's members and the joins would pass limit.
 //
 // The members counted are the joined ones the member projector has
-// applied (known, the caller's own count, when more: chatctl reads
-// chat.members) and the reservations not yet applied, so two calls at
+// applied (or known, the caller's own members, when more: chatctl reads
+// them from chat.members) and the reservations of neither, so two calls at
 // once, or one within the projector's lag of another, cannot pass limit
 // together. A reservation is held until its uid reads as joined (the
 // projector has the join), it expires (a caller that crashed before
@@ -126,13 +129,31 @@ return reserve()
 //
 // The check costs a walk of the group's members only when HLEN, every
 // member ever, is near limit.
-func (r *Redis) ReserveJoins(ctx context.Context, gid string, uids []string, limit, known int, ttl time.Duration) ([]bool, error) {
+func (r *Redis) ReserveJoins(ctx context.Context, gid string, uids []string, limit int, known map[string]bool, ttl time.Duration) ([]bool, error) {
 	if len(uids) == 0 {
 		return nil, nil
 	}
+	// The reservations whose joins known counts already (written, and read
+	// by the caller) are no places of their own. One read before the
+	// script: a reservation taken in between counts, as it should.
+	var vouched []string
+	if len(known) > 0 {
+		pending, err := r.client.ZRange(ctx, joiningKey(gid), 0, -1).Result()
+		if err != nil {
+			return nil, fmt.Errorf("store: reserve joins to %s: %w", gid, err)
+		}
+		for _, uid := range pending {
+			if known[uid] {
+				vouched = append(vouched, uid)
+			}
+		}
+	}
 	now := time.Now().UnixMilli()
-	args := make([]any, 0, 4+len(uids))
-	args = append(args, now, now+max(ttl.Milliseconds(), 1), limit, known)
+	args := make([]any, 0, 5+len(vouched)+len(uids))
+	args = append(args, now, now+max(ttl.Milliseconds(), 1), limit, len(known), len(vouched))
+	for _, uid := range vouched {
+		args = append(args, uid)
+	}
 	for _, uid := range uids {
 		args = append(args, uid)
 	}
