@@ -231,8 +231,8 @@ func TestACreateGroupRetriedWhileRunningAndGivenUpAddsEveryMember(t *testing.T) 
 		firstDone <- err
 	}()
 	waitFor(t, "the first call to note its joins", 10*time.Second, func() bool {
-		n, _ := e.rc.Exists(context.Background(), "chat:{big}:joining:u2999").Result()
-		return n == 1
+		ok, _ := e.redis.Joining(context.Background(), "big", "u2999")
+		return ok
 	})
 	retryDone := make(chan *http.Response, 1)
 	go func() {

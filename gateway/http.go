@@ -263,17 +263,16 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 			join = append(join, uid)
 		}
 	}
-	if perr := g.roomFor(gid, current, leaving, len(join)); perr != nil {
+	// A place is reserved for each join before it is written, counted
+	// with the members until the projector has it: another add meanwhile,
+	// here or through chatctl, counts it. A retry within the projection's
+	// lag finds its joins reserved and writes no second one.
+	fresh, perr := g.reserveJoins(ctx, gid, join)
+	if perr != nil {
 		return nil, perr
 	}
-	// A join written but not yet projected reads as none: a retry within
-	// the projection's lag would write a second one.
-	fresh, err := g.cfg.Redis.MarkJoining(ctx, gid, join, joiningFor)
-	if err != nil {
-		return nil, g.unavailable("membership", err)
-	}
-	// Once noted, the joins are written even if the caller goes away: a
-	// retry meanwhile finds them noted and answers without them.
+	// Once reserved, the joins are written even if the caller goes away: a
+	// retry meanwhile finds them reserved and answers without them.
 	wctx := context.WithoutCancel(ctx)
 	var added []string
 	for i, uid := range join {
@@ -281,7 +280,9 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 			continue // being joined by a call just before
 		}
 		if _, err := g.cfg.Producer.Join(wctx, gid, uid, "admin"); err != nil {
-			g.cfg.Redis.ClearJoining(context.WithoutCancel(ctx), gid, unjoined(join, fresh, i)...)
+			if err := g.cfg.Redis.ClearJoining(context.WithoutCancel(ctx), gid, unjoined(join, fresh, i)...); err != nil {
+				g.log.Warn("cannot drop reserved joins; their places are held until they expire", "gid", gid, "after", joiningFor, "err", err)
+			}
 			return nil, g.unavailable("membership change", err)
 		}
 		added = append(added, uid)
@@ -299,32 +300,40 @@ func stillJoined(m store.Membership, leaving map[string]store.Membership, uid st
 	return m.State == store.MemberJoined && !(ok && l.JoinedAt == m.JoinedAt)
 }
 
-// roomFor refuses adding n members to gid when its joined members (current,
-// less those of the request whose leave is noted) and they would pass
-// MaxMembers. Joins being written by another call are not counted: two
-// calls at once may pass the limit by what they add.
-func (g *Gateway) roomFor(gid string, current, leaving map[string]store.Membership, n int) *protocol.Error {
-	if n == 0 {
-		return nil
+// reserveJoins reserves a place in gid for each join of join (see
+// store.ReserveJoins) and reports which this call reserved. It refuses
+// the joins when gid's members, joined or reserved, and they would pass
+// MaxMembers, and when gid's memberships are found being rebuilt after the
+// reservation: a Redis that lost its data counts none of them.
+func (g *Gateway) reserveJoins(ctx context.Context, gid string, join []string) ([]bool, *protocol.Error) {
+	if len(join) == 0 {
+		return nil, nil
 	}
-	joined := 0
-	for uid, m := range current {
-		if stillJoined(m, leaving, uid) {
-			joined++
+	fresh, err := g.cfg.Redis.ReserveJoins(ctx, gid, join, g.cfg.MaxMembers, nil, joiningFor)
+	var full *store.FullError
+	switch {
+	case errors.As(err, &full):
+		return nil, protocol.Errorf(protocol.CodeInvalid, "%s has %d members (with those being added); adding %d would pass the limit of %d: remove members first", gid, full.Members, full.Adding, full.Limit)
+	case err != nil:
+		return nil, g.unavailable("membership", err)
+	}
+	if perr := g.rebuilding(ctx, gid); perr != nil {
+		if err := g.cfg.Redis.ClearJoining(context.WithoutCancel(ctx), gid, unjoined(join, fresh, 0)...); err != nil {
+			g.log.Warn("cannot drop reserved joins; their places are held until they expire", "gid", gid, "after", joiningFor, "err", err)
 		}
+		return nil, perr
 	}
-	if joined+n > g.cfg.MaxMembers {
-		return protocol.Errorf(protocol.CodeInvalid, "%s has %d members; adding %d would pass the limit of %d: remove members first", gid, joined, n, g.cfg.MaxMembers)
-	}
-	return nil
+	return fresh, nil
 }
 
-// joiningFor is how long a join written is taken as done before the member
-// projector has it: far above its lag.
+// joiningFor is how long a join reserved is taken as being written, and
+// its place as taken, before the member projector has it: far above its
+// lag, and the longest a place is held by a caller that crashed before
+// writing.
 const joiningFor = 30 * time.Second
 
-// unjoined lists the uids of join from i on that MarkJoining noted: their
-// joins were not written.
+// unjoined lists the uids of join from i on that ReserveJoins reserved:
+// their joins were not written.
 func unjoined(join []string, fresh []bool, i int) []string {
 	var out []string
 	for j := i; j < len(join); j++ {

@@ -18,8 +18,12 @@ import "strconv"
 //	                                               that claimed this client_msg_id, and the claim it replaced
 //	chat:{<gid>}:ack                       ZSET    member uid, score last_ack msgid (written with ZADD GT)
 //	chat:{<gid>}:read                      ZSET    member uid, score last_read msgid (written with ZADD GT)
-//	chat:{<gid>}:joining:<uid>             STRING  "1", expiring: a join of uid is being written (MarkJoining)
+//	chat:{<gid>}:joining                   ZSET    member uid, score expiry (unix ms): a place reserved for a join
+//	                                               of uid being written, until projected (ReserveJoins); the key
+//	                                               expires with its last entry
 //	chat:{<gid>}:leaving:<uid>             STRING  "<joinPos>:<leftPos>", expiring: a leave of uid was written (MarkLeaving)
+//	chat:{<gid>}:leaves                    HASH    uid -> "<joinPos>:<expiry unix ms>": the same leaves, for the count of
+//	                                               ReserveJoins; the key expires with its last entry
 //	chat:{<gid>}:members                   HASH    uid -> membership: "j:<joinPos>" or "l:<joinPos>:<leftPos>"
 //	chat:{<gid>}:members-at                HASH    uid -> offset in chat.members of the member's last event applied
 //	                                               (ApplyMembersAt): a replay skips what is at or below it
@@ -58,9 +62,11 @@ func claimKey(gid, sender, clientMsgID string) string {
 	return groupPrefix(gid) + "cmid:" + sender + "/" + clientMsgID
 }
 
-func joiningKey(gid, uid string) string { return groupPrefix(gid) + "joining:" + uid }
+func joiningKey(gid string) string { return groupPrefix(gid) + "joining" }
 
 func leavingKey(gid, uid string) string { return groupPrefix(gid) + "leaving:" + uid }
+
+func leavesKey(gid string) string { return groupPrefix(gid) + "leaves" }
 
 func userGroupsKey(uid string) string { return "chat:{u:" + uid + "}:groups" }
 

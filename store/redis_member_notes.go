@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -9,52 +10,195 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// MarkJoining notes, for ttl, that a join of each of uids to gid is being
-// written, and reports for each whether it was not noted already. A join
-// is in the log before the member projector has it in Redis; a second
-// join written meanwhile (an admin's retry) would move the member's start
-// forward and hide what was sent in between. ClearJoining drops the note.
-func (r *Redis) MarkJoining(ctx context.Context, gid string, uids []string, ttl time.Duration) ([]bool, error) {
+// ErrGroupFull says that joins would take a group past its limit of
+// members (ReserveJoins).
+var ErrGroupFull = errors.New("store: the group would pass its limit of members")
+
+// FullError is ErrGroupFull with the counts it rests on.
+type FullError struct {
+	Gid     string
+	Members int // joined, and joins reserved before and not yet projected
+	Adding  int // the joins refused
+	Limit   int
+}
+
+func (e *FullError) Error() string {
+	return fmt.Sprintf("store: %s has %d members; adding %d would pass the limit of %d", e.Gid, e.Members, e.Adding, e.Limit)
+}
+
+func (e *FullError) Unwrap() error { return ErrGroupFull }
+
+// reserveScript reserves places for joins in a group. KEYS: members,
+// joining, leaves. ARGV: now and the reservations' expiry (unix ms), the limit,
+// the members the caller counted elsewhere (known), the number of uids
+// reserved that known counts, those uids, then the uids to join. It
+// returns {1, 0, fresh...} (fresh: 1 when this call reserved the uid, 0
+// when a reservation of it was held already or the uid is named twice),
+// or {0, members} when the joins do not fit, reserving nothing.
+//
+// A reservation is a place until it expires or its uid reads as joined:
+// once the member projector has the join, the member counts as joined and
+// the reservation no more, so no place is counted twice, and a replay
+// (which only brings the members hash back to what the log says) cannot
+// count one twice either. A uid of the call whose membership reads as
+// joined is counted once, as a join. A member whose leave is noted
+// (MarkLeaving) but not yet projected counts as left: the leave frees its
+// place as soon as it is written. The members are the projected joined
+// ones, or known when more, and the reservations of uids not joined.
+// HLEN, every member ever, bounds the joined ones: the members hash is
+// walked only near the limit.
+var reserveScript = redis.NewScript(`
+local now, expiry, limit, known = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local vouched, first = {}, 6 + tonumber(ARGV[5])
+for i = 6, first - 1 do vouched[ARGV[i]] = true end
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local leaves = {}
+local notes = redis.call('HGETALL', KEYS[3])
+for i = 1, #notes, 2 do
+  local joined, exp = string.match(notes[i+1], '^(%-?%d+):(%d+)$')
+  if joined and tonumber(exp) > now then leaves[notes[i]] = 'j:' .. joined end
+end
+local function member(uid, v)
+  return v and string.sub(v, 1, 2) == 'j:' and leaves[uid] ~= v
+end
+local function joined(uid)
+  return member(uid, redis.call('HGET', KEYS[1], uid))
+end
+local fresh, asked, add, rejoin = {}, {}, 0, 0
+for i = first, #ARGV do
+  local uid = ARGV[i]
+  if asked[uid] or redis.call('ZSCORE', KEYS[2], uid) then
+    fresh[#fresh+1] = 0
+  else
+    asked[uid] = true
+    fresh[#fresh+1] = 1
+    add = add + 1
+    if joined(uid) then rejoin = rejoin + 1 end
+  end
+end
+local function reserve()
+  local out = {1, 0}
+  for i = first, #ARGV do
+    out[#out+1] = fresh[i-first+1]
+    if fresh[i-first+1] == 1 then redis.call('ZADD', KEYS[2], expiry, ARGV[i]) end
+  end
+  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+  if last[2] then redis.call('PEXPIREAT', KEYS[2], last[2]) end
+  return out
+end
+if add == 0 then
+  return reserve()
+end
+local held = 0
+for _, uid in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  if not joined(uid) and not vouched[uid] then held = held + 1 end
+end
+local members = redis.call('HLEN', KEYS[1]) - rejoin
+if math.max(members, known) + held + add > limit then
+  members = -rejoin
+  local all = redis.call('HGETALL', KEYS[1])
+  for i = 1, #all, 2 do
+    if member(all[i], all[i+1]) then members = members + 1 end
+  end
+  members = math.max(members, known) + held
+  if members + add > limit then
+    return {0, members}
+  end
+end
+return reserve()
+`)
+
+// ReserveJoins reserves, for ttl, a place in gid for a join of each of
+// uids, the users the caller is about to join (not members, or members
+// whose leave is written), and reports for each whether this call reserved
+// it: false when a join of the uid was reserved already (being written by
+// a call before, whose retry this may be: a second join would move the
+// member's start forward and hide what was sent in between) or the uid is
+// named twice. It reserves nothing and fails with a *FullError (Is
+// ErrGroupFull) when the group's members and the joins would pass limit.
+//
+// The members counted are the joined ones the member projector has
+// applied (or known, the caller's own members, when more: chatctl reads
+// them from chat.members) and the reservations of neither, so two calls at
+// once, or one within the projector's lag of another, cannot pass limit
+// together. A reservation is held until its uid reads as joined (the
+// projector has the join), it expires (a caller that crashed before
+// writing the join), or ClearJoining or MarkLeaving drops it (the write
+// failed, or the member is being removed). A leave frees a place once
+// noted by MarkLeaving, or else once projected.
+//
+// The check costs a walk of the group's members only when HLEN, every
+// member ever, is near limit.
+func (r *Redis) ReserveJoins(ctx context.Context, gid string, uids []string, limit int, known map[string]bool, ttl time.Duration) ([]bool, error) {
 	if len(uids) == 0 {
 		return nil, nil
 	}
-	cmds := make([]*redis.BoolCmd, len(uids))
-	err := r.execPipe(ctx, func(p redis.Pipeliner) {
-		for i, uid := range uids {
-			cmds[i] = p.SetNX(ctx, joiningKey(gid, uid), 1, ttl)
+	// The reservations whose joins known counts already (written, and read
+	// by the caller) are no places of their own. One read before the
+	// script: a reservation taken in between counts, as it should.
+	var vouched []string
+	if len(known) > 0 {
+		pending, err := r.client.ZRange(ctx, joiningKey(gid), 0, -1).Result()
+		if err != nil {
+			return nil, fmt.Errorf("store: reserve joins to %s: %w", gid, err)
 		}
-	})
+		for _, uid := range pending {
+			if known[uid] {
+				vouched = append(vouched, uid)
+			}
+		}
+	}
+	now := time.Now().UnixMilli()
+	args := make([]any, 0, 5+len(vouched)+len(uids))
+	args = append(args, now, now+max(ttl.Milliseconds(), 1), limit, len(known), len(vouched))
+	for _, uid := range vouched {
+		args = append(args, uid)
+	}
+	for _, uid := range uids {
+		args = append(args, uid)
+	}
+	res, err := reserveScript.Run(ctx, r.client, []string{membersKey(gid), joiningKey(gid), leavesKey(gid)}, args...).Int64Slice()
 	if err != nil {
-		return nil, fmt.Errorf("store: mark joins to %s: %w", gid, err)
+		return nil, fmt.Errorf("store: reserve joins to %s: %w", gid, err)
+	}
+	switch {
+	case len(res) == 2 && res[0] == 0:
+		return nil, &FullError{Gid: gid, Members: int(res[1]), Adding: len(uids), Limit: limit}
+	case len(res) != 2+len(uids) || res[0] != 1:
+		return nil, fmt.Errorf("store: reserve joins to %s: %w: script returned %v", gid, ErrCorruptValue, res)
 	}
 	fresh := make([]bool, len(uids))
-	for i, c := range cmds {
-		fresh[i] = c.Val()
+	for i := range fresh {
+		fresh[i] = res[2+i] == 1
 	}
 	return fresh, nil
 }
 
-// Joining reports whether a join of uid to gid was noted by MarkJoining
-// within its ttl and not cleared since.
+// Joining reports whether a join of uid to gid is reserved (ReserveJoins)
+// and not expired or dropped since.
 func (r *Redis) Joining(ctx context.Context, gid, uid string) (bool, error) {
-	n, err := r.client.Exists(ctx, joiningKey(gid, uid)).Result()
-	if err != nil {
+	exp, err := r.client.ZScore(ctx, joiningKey(gid), uid).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return false, nil
+	case err != nil:
 		return false, fmt.Errorf("store: join of %s to %s: %w", uid, gid, err)
 	}
-	return n == 1, nil
+	return int64(exp) > time.Now().UnixMilli(), nil
 }
 
-// ClearJoining drops the notes of MarkJoining: the join was not written,
-// or the member is being removed, after which a join is a new one.
+// ClearJoining drops reservations of ReserveJoins: the joins were not
+// written, or the members are being removed, after which a join is a new
+// one.
 func (r *Redis) ClearJoining(ctx context.Context, gid string, uids ...string) error {
 	if len(uids) == 0 {
 		return nil
 	}
-	keys := make([]string, len(uids))
+	members := make([]any, len(uids))
 	for i, uid := range uids {
-		keys[i] = joiningKey(gid, uid) // one slot: the keys of a group share its hash tag
+		members[i] = uid
 	}
-	if err := r.client.Del(ctx, keys...).Err(); err != nil {
+	if err := r.client.ZRem(ctx, joiningKey(gid), members...).Err(); err != nil {
 		return fmt.Errorf("store: clear joins to %s: %w", gid, err)
 	}
 	return nil
@@ -62,15 +206,18 @@ func (r *Redis) ClearJoining(ctx context.Context, gid string, uids ...string) er
 
 // MarkLeaving notes, for ttl, that a leave of uid from gid was written,
 // ending their stretch that began at joined at the group position pos, and
-// drops the note of their join (MarkJoining), after which a join is a new
+// drops the reservation of their join (ReserveJoins), after which a join is a new
 // one. Until the member projector has the leave, uid reads as a member from
 // joined: an add of uid then is a join all the same, a second removal
 // writes no second leave (Leaving), and a send is refused (BeginSend). A
 // join written after the leave drops the note (ClearLeaving).
 func (r *Redis) MarkLeaving(ctx context.Context, gid, uid string, joined, pos int64, ttl time.Duration) error {
 	err := r.execPipe(ctx, func(p redis.Pipeliner) {
-		p.Del(ctx, joiningKey(gid, uid))
+		p.ZRem(ctx, joiningKey(gid), uid)
 		p.Set(ctx, leavingKey(gid, uid), strconv.FormatInt(joined, 10)+":"+strconv.FormatInt(pos, 10), ttl)
+		// The group's leaves, for ReserveJoins: "<joinPos>:<expiry ms>".
+		p.HSet(ctx, leavesKey(gid), uid, strconv.FormatInt(joined, 10)+":"+strconv.FormatInt(time.Now().Add(ttl).UnixMilli(), 10))
+		p.PExpire(ctx, leavesKey(gid), ttl)
 	})
 	if err != nil {
 		return fmt.Errorf("store: mark the leave of %s from %s: %w", uid, gid, err)
@@ -113,11 +260,13 @@ func (r *Redis) ClearLeaving(ctx context.Context, gid string, uids ...string) er
 	if len(uids) == 0 {
 		return nil
 	}
-	keys := make([]string, len(uids))
-	for i, uid := range uids {
-		keys[i] = leavingKey(gid, uid)
-	}
-	if err := r.client.Del(ctx, keys...).Err(); err != nil {
+	err := r.execPipe(ctx, func(p redis.Pipeliner) {
+		for _, uid := range uids {
+			p.Del(ctx, leavingKey(gid, uid)) // one slot: the keys of a group share its hash tag
+		}
+		p.HDel(ctx, leavesKey(gid), uids...)
+	})
+	if err != nil {
 		return fmt.Errorf("store: clear leaves from %s: %w", gid, err)
 	}
 	return nil

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"text/tabwriter"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 
@@ -19,7 +22,11 @@ import (
 // Group administration writes chat.members events, as the gateway's admin
 // API does: the member projector and the fan-out apply them. The current
 // membership is read from the topic itself (the group's partition of
-// chat.members), so these commands need only Kafka.
+// chat.members). A join takes a place in the group's reservation in Redis
+// first (store.ReserveJoins), which the gateways' adds take too, so an add
+// through chatctl and one through a gateway at once cannot pass the
+// group's limit of members together: adding needs Redis. A removal notes
+// its leave there, freeing the place at once, when Redis is configured.
 
 func groupsCreate(ctx context.Context, c *command, _ any, args []string) error {
 	if len(args) < 2 {
@@ -58,17 +65,30 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 	if err != nil {
 		return err
 	}
-	if op == schema.OpJoin {
-		if err := roomFor(gid, current, uids); err != nil {
+	var (
+		rds   *store.Redis
+		fresh map[string]bool // the joins this call reserved
+	)
+	if op == schema.OpJoin || c.s.RedisAddrs != "" {
+		r, closeRedis, err := c.s.redis(ctx)
+		if err != nil {
 			return err
 		}
+		defer closeRedis()
+		rds = r
 	}
 	// The position of a change is the head of gid's partition there.
 	if err := checkPartitions(ctx, newAdmin(brokers), topics.Messages, c.s.Partitions); err != nil {
 		return err
 	}
+	if op == schema.OpJoin {
+		if fresh, err = reserveJoins(ctx, rds, gid, current, uids); err != nil {
+			return err
+		}
+	}
 	prod, err := producers.New(producers.Config{Brokers: brokers})
 	if err != nil {
+		clearJoins(ctx, c, rds, gid, fresh)
 		return err
 	}
 	defer prod.Close()
@@ -77,6 +97,9 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 		switch {
 		case op == schema.OpJoin && joined:
 			fmt.Fprintf(c.stdout, "%s: already a member of %s\n", uid, gid)
+			continue
+		case op == schema.OpJoin && !fresh[uid]:
+			fmt.Fprintf(c.stdout, "%s: being added to %s already (by a gateway's add, or another chatctl)\n", uid, gid)
 			continue
 		case op == schema.OpLeave && !joined:
 			fmt.Fprintf(c.stdout, "%s: not a member of %s\n", uid, gid)
@@ -89,7 +112,15 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 			m, err = prod.Leave(ctx, gid, uid, current[uid].JoinedAt, "chatctl")
 		}
 		if err != nil {
+			clearJoins(ctx, c, rds, gid, fresh)
 			return err
+		}
+		delete(fresh, uid) // written: its place is held until the projector has it
+		if op == schema.OpLeave && rds != nil {
+			// The gateways take the leave as projected, and its place as free.
+			if err := rds.MarkLeaving(context.WithoutCancel(ctx), gid, uid, current[uid].JoinedAt, m.Pos, joinHold); err != nil {
+				fmt.Fprintf(c.stderr, "warning: cannot note the leave of %s in Redis (%v); its place is free once the member projector has it\n", uid, err)
+			}
 		}
 		current[uid] = current[uid].Apply(m) // a uid named twice changes once
 		fmt.Fprintf(c.stdout, "%s: %s %s at position %d\n", uid, opName(op), gid, m.Pos)
@@ -97,28 +128,57 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 	return nil
 }
 
-// roomFor refuses joining uids to gid when its members (current) and those
-// of uids not yet members would pass protocol.MaxMembers, the limit the
-// gateway keeps: a who-read answer lists at most that many. A join through
-// the gateway meanwhile is not counted.
-func roomFor(gid string, current map[string]store.Membership, uids []string) error {
-	joined := 0
-	for _, m := range current {
+// joinHold is how long a join reserved is taken as being written, and its
+// place as taken, before the member projector has it: the gateway's.
+const joinHold = 30 * time.Second
+
+// reserveJoins reserves a place in gid for each of uids not a member yet
+// (current, read from chat.members), and returns those this call reserved:
+// a uid reserved already is being joined by a gateway's add or another
+// chatctl. It refuses the joins when they and gid's members would pass
+// protocol.MaxMembers, the limit the gateway keeps: a who-read answer
+// lists at most that many. The members counted are those of current, or
+// of the member projection when more, and the joins reserved and in
+// neither.
+func reserveJoins(ctx context.Context, rds *store.Redis, gid string, current map[string]store.Membership, uids []string) (map[string]bool, error) {
+	joined := make(map[string]bool, len(current))
+	for uid, m := range current {
 		if m.State == store.MemberJoined {
-			joined++
+			joined[uid] = true
 		}
 	}
-	add := map[string]bool{} // a uid named twice joins once
+	var add []string
 	for _, uid := range uids {
-		if current[uid].State != store.MemberJoined {
-			add[uid] = true
+		if current[uid].State != store.MemberJoined && !slices.Contains(add, uid) { // a uid named twice joins once
+			add = append(add, uid)
 		}
 	}
-	if joined+len(add) > protocol.MaxMembers {
-		return fmt.Errorf("%s has %d members; adding %d would pass the limit of %d members a group has: "+
-			"remove members first (`chatctl members remove %s UID...`), or add fewer", gid, joined, len(add), protocol.MaxMembers, gid)
+	reserved, err := rds.ReserveJoins(ctx, gid, add, protocol.MaxMembers, joined, joinHold)
+	if full := (*store.FullError)(nil); errors.As(err, &full) {
+		return nil, fmt.Errorf("%s has %d members (with those being added); adding %d would pass the limit of %d members a group has: "+
+			"remove members first (`chatctl members remove %s UID...`), or add fewer", gid, full.Members, full.Adding, full.Limit, gid)
 	}
-	return nil
+	if err != nil {
+		return nil, err
+	}
+	fresh := make(map[string]bool, len(add))
+	for i, uid := range add {
+		if reserved[i] {
+			fresh[uid] = true
+		}
+	}
+	return fresh, nil
+}
+
+// clearJoins drops the reservations of joins not written.
+func clearJoins(ctx context.Context, c *command, rds *store.Redis, gid string, fresh map[string]bool) {
+	if len(fresh) == 0 {
+		return
+	}
+	uids := slices.Collect(maps.Keys(fresh))
+	if err := rds.ClearJoining(context.WithoutCancel(ctx), gid, uids...); err != nil {
+		fmt.Fprintf(c.stderr, "warning: cannot drop the reservations of joins not written (%v); their places are held for %v\n", err, joinHold)
+	}
 }
 
 func groupsShow(ctx context.Context, c *command, _ any, args []string) error {

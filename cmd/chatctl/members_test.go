@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 
@@ -95,4 +96,49 @@ func TestMembersAddKeepsTheGroupsLimitOfMembers(t *testing.T) {
 	// A member who left makes room.
 	e.mustCtl("members", "remove", gid, "u5")
 	e.mustCtl("members", "add", gid, "over")
+}
+
+// An add through chatctl counts the joins a gateway (or another chatctl)
+// has reserved and not written or projected yet, and two chatctl adds at
+// once count each other's: together they cannot pass the limit, where each
+// counted only what chat.members held when it read it.
+func TestMembersAddCountsJoinsBeingWrittenElsewhere(t *testing.T) {
+	e := newEnv(t, 1)
+	const gid = "big"
+	joins := make([]schema.Member, protocol.MaxMembers-3)
+	for i := range joins {
+		joins[i] = schema.Member{Gid: gid, Uid: fmt.Sprint("u", i), Op: schema.OpJoin, Pos: -1, At: 1}
+	}
+	if err := e.prod.SendMembers(context.Background(), joins...); err != nil {
+		t.Fatal(err)
+	}
+	// A gateway's add has reserved its place: two are left.
+	if _, err := e.rds.ReserveJoins(context.Background(), gid, []string{"gw"}, protocol.MaxMembers, nil, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := e.ctl("members", "add", gid, "gw"); err != nil || !strings.Contains(out, "being added") {
+		t.Errorf("chatctl add of the member a gateway is adding: %v\n%s; want it left to the gateway", err, out)
+	}
+	errs := make(chan error, 3)
+	for _, uid := range []string{"x", "y", "z"} {
+		go func() { _, err := e.ctl("members", "add", gid, uid); errs <- err }()
+	}
+	var refused int
+	for range 3 {
+		if err := <-errs; err != nil {
+			if !strings.Contains(err.Error(), fmt.Sprintf("limit of %d", protocol.MaxMembers)) {
+				t.Errorf("an add refused for another reason: %v", err)
+			}
+			refused++
+		}
+	}
+	tail := e.mustCtl("tail", topics.Members)
+	if n := strings.Count(tail, `"op":"join"`); refused != 1 || n != protocol.MaxMembers-1 {
+		t.Fatalf("three chatctl adds at once for two places: %d refused, %d joins in %s; want 1 refused and %d joins (the gateway's not written yet)",
+			refused, n, topics.Members, protocol.MaxMembers-1)
+	}
+	// A removal makes room; the joins chatctl wrote and reads back, their
+	// places still reserved, count once.
+	e.mustCtl("members", "remove", gid, "u0")
+	e.mustCtl("members", "add", gid, "w")
 }

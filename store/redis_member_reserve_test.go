@@ -1,0 +1,177 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func reserve(t *testing.T, r *Redis, gid string, limit int, known map[string]bool, uids ...string) ([]bool, error) {
+	t.Helper()
+	fresh, err := r.ReserveJoins(context.Background(), gid, uids, limit, known, time.Minute)
+	if err != nil && !errors.Is(err, ErrGroupFull) {
+		t.Fatalf("ReserveJoins %v: %v", uids, err)
+	}
+	return fresh, err
+}
+
+func wantFull(t *testing.T, what string, err error, members int) {
+	t.Helper()
+	var full *FullError
+	if !errors.As(err, &full) || full.Members != members {
+		t.Errorf("%s: %v, want the group full at %d members", what, err, members)
+	}
+}
+
+// A group's place is reserved before its join is written and counted with
+// the joined members until the projector has the join: two adds at once,
+// or an add within the projector's lag of another, cannot pass the limit.
+// A place is counted once: a reservation whose join is projected, a join
+// replayed, a re-join of a member whose leave is not projected yet.
+func testReserveJoins(t *testing.T, c redis.UniversalClient) {
+	r := newTestRedis(t, c, RedisConfig{})
+	ctx := context.Background()
+	applyMembers(t, r, join("g", "a", 1), join("g", "b", 1), join("g", "c", 1), leave("g", "c", 2))
+
+	// a and b joined, c left: two places of four are free.
+	if fresh, err := reserve(t, r, "g", 4, nil, "d"); err != nil || !slicesEqual(fresh, []bool{true}) {
+		t.Fatalf("reserve d: %v %v", fresh, err)
+	}
+	_, err := reserve(t, r, "g", 4, nil, "e", "f")
+	wantFull(t, "e and f with d reserved", err, 3)
+	if ok, _ := r.Joining(ctx, "g", "e"); ok {
+		t.Errorf("e reserved by a refused call")
+	}
+	// A retry of d's add finds it reserved: no second join, no second place.
+	if fresh, err := reserve(t, r, "g", 3, nil, "d"); err != nil || !slicesEqual(fresh, []bool{false}) {
+		t.Fatalf("d again: %v %v", fresh, err)
+	}
+	if ok, err := r.Joining(ctx, "g", "d"); !ok || err != nil {
+		t.Errorf("Joining d = %v, %v", ok, err)
+	}
+	// Projected (and replayed), d counts as joined and its reservation no more.
+	applyMembers(t, r, join("g", "d", 3))
+	applyMembers(t, r, join("g", "a", 1), join("g", "d", 3))
+	if _, err := reserve(t, r, "g", 4, nil, "e"); err != nil {
+		t.Fatalf("e with d projected: %v", err)
+	}
+	_, err = reserve(t, r, "g", 4, nil, "f")
+	wantFull(t, "f in a full group", err, 4)
+	// A named member twice is one join.
+	if fresh, _ := reserve(t, r, "g", 6, nil, "f", "f"); !slicesEqual(fresh, []bool{true, false}) {
+		t.Errorf("f named twice: %v", fresh)
+	}
+	if err := r.ClearJoining(ctx, "g", "e", "f"); err != nil {
+		t.Fatal(err)
+	}
+
+	// A re-join of a with its leave written but not projected is one place.
+	if _, err := reserve(t, r, "g", 3, nil, "a"); err != nil {
+		t.Errorf("a back, counted as a member already: %v", err)
+	}
+	applyMembers(t, r, leave("g", "a", 4)) // a's leave projected, the re-join not yet
+	_, err = reserve(t, r, "g", 3, nil, "x")
+	wantFull(t, "x with a's re-join reserved", err, 3)
+	// A leave projected frees its place; a reservation dropped frees its.
+	applyMembers(t, r, leave("g", "b", 5))
+	if err := r.MarkLeaving(ctx, "g", "a", 1, 4, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reserve(t, r, "g", 3, nil, "x", "y"); err != nil {
+		t.Errorf("x and y with b gone and a's re-join dropped: %v", err)
+	}
+	// A leave noted, not yet projected, frees its place at once; a note
+	// of an earlier stretch of the member frees none.
+	if err := r.MarkLeaving(ctx, "g", "d", 2, 6, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	_, err = reserve(t, r, "g", 3, nil, "z")
+	wantFull(t, "z with a leave of d's earlier stretch noted", err, 3)
+	if err := r.MarkLeaving(ctx, "g", "d", 3, 6, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reserve(t, r, "g", 3, nil, "z"); err != nil {
+		t.Errorf("z with d's leave noted: %v", err)
+	}
+
+	// The caller's own count (chatctl's, read from chat.members) counts
+	// when the projection has fewer.
+	three := map[string]bool{"k1": true, "k2": true, "k3": true}
+	_, err = reserve(t, r, "g2", 3, three, "p")
+	wantFull(t, "p with 3 known", err, 3)
+	if _, err := reserve(t, r, "g2", 3, map[string]bool{"k1": true}, "p"); err != nil {
+		t.Errorf("p with 1 known: %v", err)
+	}
+	// A reservation of a join the caller counts (p's, written and read
+	// back) is no second place; one it does not count is.
+	if _, err := reserve(t, r, "g2", 3, map[string]bool{"k1": true, "p": true}, "q"); err != nil {
+		t.Errorf("q with k1 and p known, p reserved: %v", err)
+	}
+	_, err = reserve(t, r, "g2", 3, map[string]bool{"k1": true, "k2": true}, "s")
+	wantFull(t, "s with k1 and k2 known, p and q reserved", err, 4)
+}
+
+// Concurrent adds of one member each take exactly the places left.
+func testReserveJoinsAtOnce(t *testing.T, c redis.UniversalClient) {
+	r := newTestRedis(t, c, RedisConfig{})
+	applyMembers(t, r, join("g", "a", 1))
+	const limit, callers = 5, 20
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		reserved int
+	)
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := r.ReserveJoins(context.Background(), "g", []string{fmt.Sprint("u", i)}, limit, nil, time.Minute)
+			switch {
+			case err == nil:
+				mu.Lock()
+				reserved++
+				mu.Unlock()
+			case !errors.Is(err, ErrGroupFull):
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if reserved != limit-1 {
+		t.Errorf("%d callers reserved a place, want %d (%d members at most, 1 joined)", reserved, limit-1, limit)
+	}
+}
+
+// A reservation whose join was never written (its caller crashed) expires
+// and frees its place; the key goes with its last entry.
+func testReserveJoinsExpire(t *testing.T, c redis.UniversalClient) {
+	r := newTestRedis(t, c, RedisConfig{})
+	ctx := context.Background()
+	if _, err := r.ReserveJoins(ctx, "g", []string{"a"}, 1, nil, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	_, err := r.ReserveJoins(ctx, "g", []string{"b"}, 1, nil, time.Minute)
+	wantFull(t, "b with a reserved", err, 1)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err = r.ReserveJoins(ctx, "g", []string{"b"}, 1, nil, time.Minute)
+		if err == nil || !errors.Is(err, ErrGroupFull) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("b after a's reservation expired: %v", err)
+	}
+	if ok, _ := r.Joining(ctx, "g", "a"); ok {
+		t.Errorf("a still joining after its reservation expired")
+	}
+	if ttl, err := c.PTTL(ctx, joiningKey("g")).Result(); err != nil || ttl <= 0 || ttl > time.Minute {
+		t.Errorf("the reservations' key expires in %v (%v), want within a minute", ttl, err)
+	}
+}
