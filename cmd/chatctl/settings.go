@@ -147,7 +147,8 @@ func (s *settings) topicsConfig() (topics.Config, error) {
 func (s *settings) redis(ctx context.Context) (*store.Redis, func(), error) {
 	addrs := list(s.RedisAddrs)
 	if len(addrs) == 0 {
-		return nil, nil, errors.New("this command needs Redis: set CHAT_REDIS_ADDRS or -redis-addrs (host:port, or several for a cluster)")
+		return nil, nil, errors.New("this command needs Redis: set CHAT_REDIS_ADDRS or -redis-addrs (host:port, or several for a cluster; " +
+			"against chatd dev, its log names its embedded Redis: \"embedded Redis ... addr=\")")
 	}
 	rc := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, Password: s.RedisPassword})
 	r, err := store.NewRedis(rc, store.RedisConfig{})
