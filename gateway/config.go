@@ -41,8 +41,11 @@ type Config struct {
 	// SendRate and SendBurst bound a user's sends to this gateway: one
 	// bucket per user, shared by all their connections and their HTTP
 	// sends (so more devices are no more sends). Default 50 a second,
-	// bursts of 100. The frame rate (4 x SendRate, at least 100) stays
-	// per connection.
+	// bursts of 100. The frame rate (4 x SendRate, at least 100, bursts
+	// of 4 x SendBurst) stays per connection: each of a user's tabs
+	// syncs, pulls and acks on its own, so their frames grow with their
+	// connections where their sends do not; MaxConnsPerUser bounds a
+	// user's share.
 	SendRate     float64
 	SendBurst    int
 	SendTarget   time.Duration // a send that takes longer inside the gateway means overload; default 250ms, <0 no bound

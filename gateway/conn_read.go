@@ -113,7 +113,10 @@ func (c *conn) readOne() bool {
 // errBinary answers a binary frame.
 var errBinary = protocol.Errorf(protocol.CodeBadFrame, "frames are JSON text, not binary")
 
-// frameRate is the rate and burst of frames a connection may send.
+// frameRate is the rate and burst of frames a connection may send. It is
+// the connection's, not the user's as the send rate is: a user's tabs
+// sync, pull and ack each on its own, so a bucket shared by them would
+// refuse a user with many tabs in normal use (RELIABILITY.md).
 func (c *conn) frameRate() (float64, int) {
 	return max(c.g.cfg.SendRate*4, 100), c.g.cfg.SendBurst * 4
 }

@@ -54,7 +54,7 @@ func newPeer(t *testing.T) *peer {
 func newPeerTokens(t *testing.T, token http.HandlerFunc) *peer {
 	p := &peer{t: t, conns: make(chan *peerConn, 4), uid: "u", head: math.MaxInt64}
 	mux := http.NewServeMux()
-	mux.Handle("/", Handler())
+	mux.Handle("/", Handler(0))
 	mux.HandleFunc("POST /v1/dev/token", token)
 	mux.HandleFunc("GET /v1/dev/groups", http.NotFound)
 	mux.HandleFunc("GET /v1/ws", p.serveWS)

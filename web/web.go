@@ -31,11 +31,23 @@ type file struct {
 	ctype string
 }
 
+// DefaultWriteTimeout is the time a client has to take in an answer when
+// Handler is given none.
+const DefaultWriteTimeout = 10 * time.Second
+
 // Handler serves the page's files: GET or HEAD of / (index.html) and of
 // each file by name. Anything else is 404 (or 405 for other methods), so
 // it can be mounted at / beside the API. Files are revalidated by ETag on
 // every load, so a new binary's page is used at once.
-func Handler() http.Handler {
+//
+// An answer has writeTimeout (0: DefaultWriteTimeout) to be taken in,
+// from the request: a client that never reads cannot hold the request's
+// goroutine for ever. The server clears the deadline once the answer is
+// written, before a keep-alive connection's next request.
+func Handler(writeTimeout time.Duration) http.Handler {
+	if writeTimeout <= 0 {
+		writeTimeout = DefaultWriteTimeout
+	}
 	files := map[string]file{}
 	sub, err := fs.Sub(static, "static")
 	if err != nil {
@@ -58,6 +70,7 @@ func Handler() http.Handler {
 		return nil
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(writeTimeout))
 		name := strings.TrimPrefix(r.URL.Path, "/")
 		if name == "" {
 			name = "index.html"

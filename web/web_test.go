@@ -21,7 +21,7 @@ func get(t *testing.T, h http.Handler, method, path string, hdr map[string]strin
 }
 
 func TestHandlerServesThePage(t *testing.T) {
-	h := Handler()
+	h := Handler(0)
 	for _, c := range []struct{ path, ctype, contains string }{
 		{"/", "text/html", `<script type="module" src="app.js">`},
 		{"/index.html", "text/html", "<title>chatd</title>"},
@@ -67,7 +67,7 @@ func TestHandlerServesThePage(t *testing.T) {
 
 // Every file the page names (scripts, styles, module imports) is served.
 func TestPageReferencesResolve(t *testing.T) {
-	h := Handler()
+	h := Handler(0)
 	ref := regexp.MustCompile(`(?:src|href)="([^"]+)"|from '\./([^']+)'`)
 	seen := map[string]bool{}
 	queue := []string{"index.html"}

@@ -15,34 +15,35 @@ import (
 // settings are every knob of chatd. Each has a flag and a CHAT_* variable;
 // a flag wins over the variable, the variable over the default.
 type settings struct {
-	HTTPAddr        string
-	HTTPReadTimeout time.Duration
-	HTTPIdleTimeout time.Duration
-	DataDir         string
-	KafkaListen     string
-	KafkaBrokers    string
-	Partitions      int
-	RedisAddrs      string
-	RedisPassword   string
-	WindowSize      int
-	ClickHouseAddrs string
-	ClickHouseDB    string
-	ClickHouseUser  string
-	ClickHousePass  string
-	Retention       time.Duration
-	EventRetention  time.Duration
-	ShutdownTimeout time.Duration
-	LogLevel        string
-	LogFormat       string
-	JWTSecret       string
-	AdminToken      string
-	NodeID          string
-	AllowedOrigins  string
-	MaxBody         int
-	MaxTokenTTL     time.Duration
-	MaxAuthing      int
-	DebugAddr       string
-	MetricsAddr     string
+	HTTPAddr         string
+	HTTPReadTimeout  time.Duration
+	HTTPIdleTimeout  time.Duration
+	HTTPWriteTimeout time.Duration
+	DataDir          string
+	KafkaListen      string
+	KafkaBrokers     string
+	Partitions       int
+	RedisAddrs       string
+	RedisPassword    string
+	WindowSize       int
+	ClickHouseAddrs  string
+	ClickHouseDB     string
+	ClickHouseUser   string
+	ClickHousePass   string
+	Retention        time.Duration
+	EventRetention   time.Duration
+	ShutdownTimeout  time.Duration
+	LogLevel         string
+	LogFormat        string
+	JWTSecret        string
+	AdminToken       string
+	NodeID           string
+	AllowedOrigins   string
+	MaxBody          int
+	MaxTokenTTL      time.Duration
+	MaxAuthing       int
+	DebugAddr        string
+	MetricsAddr      string
 }
 
 // setting describes one knob, for flags, env and `chatd help`.
@@ -79,6 +80,7 @@ func dur(f func(*settings) *time.Duration) func(*settings, *flag.FlagSet, string
 var allSettings = []setting{
 	{"http-addr", "CHAT_HTTP_ADDR", "127.0.0.1:8080", "HTTP listen address (health, API)", "all", str(func(s *settings) *string { return &s.HTTPAddr })},
 	{"http-read-timeout", "CHAT_HTTP_READ_TIMEOUT", "30s", "time a client has to send a whole HTTP request, its body too (WebSockets are not cut by it)", "all", dur(func(s *settings) *time.Duration { return &s.HTTPReadTimeout })},
+	{"http-write-timeout", "CHAT_HTTP_WRITE_TIMEOUT", "10s", "time a client has to take in an HTTP answer once it is ready (the page, health checks, /metrics, the API), or a WebSocket what is queued for it; one that reads nothing is then dropped", "all", dur(func(s *settings) *time.Duration { return &s.HTTPWriteTimeout })},
 	{"http-idle-timeout", "CHAT_HTTP_IDLE_TIMEOUT", "120s", "a keep-alive HTTP connection idle this long is closed; keep it above your load balancer's idle timeout", "all", dur(func(s *settings) *time.Duration { return &s.HTTPIdleTimeout })},
 	{"data-dir", "CHAT_DATA_DIR", "./data", "where the embedded broker keeps its log", "dev", str(func(s *settings) *string { return &s.DataDir })},
 	{"kafka-listen", "CHAT_KAFKA_LISTEN", "127.0.0.1:9092", "the embedded broker's Kafka listener (kcat and other tools attach here)", "dev", str(func(s *settings) *string { return &s.KafkaListen })},
@@ -180,8 +182,9 @@ func (s *settings) validate() error {
 		// accepted messages before they are stored.
 		return fmt.Errorf("message-retention %v is below %v (CHAT_MESSAGE_RETENTION): chat.messages must outlast any persister or ClickHouse outage; use e.g. 168h", s.Retention, minRetention)
 	}
-	if s.HTTPReadTimeout < time.Second || s.HTTPIdleTimeout < time.Second {
-		return fmt.Errorf("http-read-timeout %v and http-idle-timeout %v must be at least 1s (CHAT_HTTP_READ_TIMEOUT, CHAT_HTTP_IDLE_TIMEOUT); use e.g. 30s and 120s", s.HTTPReadTimeout, s.HTTPIdleTimeout)
+	if s.HTTPReadTimeout < time.Second || s.HTTPIdleTimeout < time.Second || s.HTTPWriteTimeout < time.Second {
+		return fmt.Errorf("http-read-timeout %v, http-idle-timeout %v and http-write-timeout %v must be at least 1s (CHAT_HTTP_READ_TIMEOUT, CHAT_HTTP_IDLE_TIMEOUT, CHAT_HTTP_WRITE_TIMEOUT); use e.g. 30s, 120s and 10s",
+			s.HTTPReadTimeout, s.HTTPIdleTimeout, s.HTTPWriteTimeout)
 	}
 	if s.ShutdownTimeout < time.Second {
 		return fmt.Errorf("shutdown-timeout %v is below 1s (CHAT_SHUTDOWN_TIMEOUT): shutdown could drain nothing; use e.g. 10s", s.ShutdownTimeout)

@@ -333,16 +333,29 @@ func (st *stack) run(ctx context.Context) error {
 
 func (st *stack) routes() *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", st.health)
-	mux.HandleFunc("GET /readyz", st.health)
+	health := st.s.answerWithin(http.HandlerFunc(st.health))
+	mux.Handle("GET /healthz", health)
+	mux.Handle("GET /readyz", health)
 	if st.s.MetricsAddr == "" {
-		mux.Handle("GET /metrics", st.metricsHandler())
+		mux.Handle("GET /metrics", st.s.answerWithin(st.metricsHandler()))
 	}
 	if st.gateway != nil {
-		mux.Handle("/v1/", st.gateway.Handler())
-		mux.Handle("/", web.Handler()) // the web client
+		mux.Handle("/v1/", st.gateway.Handler())            // sets its answers' deadlines itself
+		mux.Handle("/", web.Handler(st.s.HTTPWriteTimeout)) // the web client
 	}
 	return mux
+}
+
+// answerWithin gives h's answers the write timeout to be taken in, from
+// the request, for a handler that waits on nothing slow: a client that
+// never reads cannot hold the request's goroutine for ever. The server
+// clears the deadline once the answer is written, before a keep-alive
+// connection's next request.
+func (s *settings) answerWithin(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.HTTPWriteTimeout))
+		h.ServeHTTP(w, r)
+	})
 }
 
 // health answers 200 once every part is ready (the projections have read
@@ -421,7 +434,8 @@ const (
 // is not subject to them: the gateway has its own (pings, AuthTimeout).
 // No write timeout: it would also cut a request that waits on a stalled
 // broker (a send retries for up to 30 s) without an answer. The gateway
-// sets a deadline on each answer instead, once its work is done.
+// sets a deadline on each answer instead, once its work is done, and the
+// other handlers from the request (answerWithin, web.Handler).
 func (s *settings) httpServer(h http.Handler) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: s.HTTPReadTimeout,
 		IdleTimeout: s.HTTPIdleTimeout, MaxHeaderBytes: maxHeaderBytes}
@@ -441,6 +455,9 @@ func (st *stack) serveMetrics(ctx context.Context) (string, error) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", st.metricsHandler())
 	srv := st.s.httpServer(mux)
+	// Nothing here waits on anything slow: the server's write timeout
+	// bounds every answer, the 404s too.
+	srv.WriteTimeout = st.s.HTTPWriteTimeout
 	go func() {
 		<-ctx.Done()
 		srv.Close()
