@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +13,6 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/groupchat/chatd/gateway"
-	"github.com/groupchat/chatd/internal/testserver"
 )
 
 // Anyone who reaches the HTTP port, without a token, can open connections
@@ -23,17 +21,7 @@ import (
 // their limit, and a WebSocket, which outlives any request, is not cut by
 // either timeout.
 func TestTheHTTPServerLetsHangingConnectionsGo(t *testing.T) {
-	b := testserver.NewBroker(t)
-	redis := testserver.NewRedis(t)
-	addr := freeAddr(t)
-	secret := strings.Repeat("s", 32)
-	env := map[string]string{
-		"CHAT_HTTP_ADDR": addr, "CHAT_KAFKA_BROKERS": b.Addr(), "CHAT_REDIS_ADDRS": redis.Addr, "CHAT_PARTITIONS": "2",
-		"CHAT_JWT_SECRET": secret, "CHAT_LOG_LEVEL": "warn",
-		"CHAT_HTTP_READ_TIMEOUT": "1s", "CHAT_HTTP_IDLE_TIMEOUT": "1s",
-	}
-	defer runRole(t, "gateway", env, os.Stderr)()
-	waitHealthy(t, "http://"+addr+"/healthz")
+	addr := startGateway(t, map[string]string{"CHAT_HTTP_READ_TIMEOUT": "1s", "CHAT_HTTP_IDLE_TIMEOUT": "1s"})
 
 	// ended fails the test unless the server closes c within d.
 	ended := func(what string, c net.Conn, rd *bufio.Reader, d time.Duration) {
@@ -87,7 +75,7 @@ func TestTheHTTPServerLetsHangingConnectionsGo(t *testing.T) {
 		resp.Body.Close()
 	}
 	{ // a WebSocket outlives both timeouts
-		tok, err := gateway.IssueToken([]byte(secret), "alice", time.Hour)
+		tok, err := gateway.IssueToken([]byte(testSecret), "alice", time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}

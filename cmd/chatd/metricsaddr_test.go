@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +11,6 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/groupchat/chatd/gateway"
-	"github.com/groupchat/chatd/internal/testserver"
 )
 
 // With CHAT_METRICS_ADDR set, /metrics is served there and no longer on
@@ -20,17 +18,8 @@ import (
 // (CHAT_MAX_AUTHENTICATING, whose refusals the metrics count, and
 // CHAT_MAX_TOKEN_TTL).
 func TestMetricsServedApartFromThePublicAddress(t *testing.T) {
-	b := testserver.NewBroker(t)
-	redis := testserver.NewRedis(t)
-	addr, maddr := freeAddr(t), freeAddr(t)
-	secret := strings.Repeat("s", 32)
-	env := map[string]string{
-		"CHAT_HTTP_ADDR": addr, "CHAT_KAFKA_BROKERS": b.Addr(), "CHAT_REDIS_ADDRS": redis.Addr, "CHAT_PARTITIONS": "2",
-		"CHAT_JWT_SECRET": secret, "CHAT_LOG_LEVEL": "warn",
-		"CHAT_METRICS_ADDR": maddr, "CHAT_MAX_AUTHENTICATING": "1", "CHAT_MAX_TOKEN_TTL": "1h",
-	}
-	defer runRole(t, "gateway", env, os.Stderr)()
-	waitHealthy(t, "http://"+addr+"/healthz")
+	maddr := freeAddr(t)
+	addr := startGateway(t, map[string]string{"CHAT_METRICS_ADDR": maddr, "CHAT_MAX_AUTHENTICATING": "1", "CHAT_MAX_TOKEN_TTL": "1h"})
 
 	get := func(url string) (int, string) {
 		t.Helper()
@@ -66,7 +55,7 @@ func TestMetricsServedApartFromThePublicAddress(t *testing.T) {
 		t.Fatalf("the refusal is not counted in /metrics")
 	}
 
-	tok, err := gateway.IssueToken([]byte(secret), "alice", 2*time.Hour)
+	tok, err := gateway.IssueToken([]byte(testSecret), "alice", 2*time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"strings"
@@ -32,19 +33,32 @@ func runRole(t *testing.T, role string, env map[string]string, logw io.Writer) (
 	}
 }
 
-// A production gateway serves the web page and the API, and none of the
-// dev routes: no tokens for anyone, no group management without the admin
-// token.
-func TestGatewayRoleServesThePageButNoDevRoutes(t *testing.T) {
+// testSecret is the token secret of the roles tests start.
+var testSecret = strings.Repeat("s", 32)
+
+// startGateway runs a gateway role on a broker and a Redis of its own, at
+// a free address, with the settings of extra too, until the test ends,
+// and returns its address once it is healthy.
+func startGateway(t *testing.T, extra map[string]string) string {
+	t.Helper()
 	b := testserver.NewBroker(t)
 	redis := testserver.NewRedis(t)
 	addr := freeAddr(t)
 	env := map[string]string{
 		"CHAT_HTTP_ADDR": addr, "CHAT_KAFKA_BROKERS": b.Addr(), "CHAT_REDIS_ADDRS": redis.Addr, "CHAT_PARTITIONS": "2",
-		"CHAT_JWT_SECRET": strings.Repeat("s", 32), "CHAT_ADMIN_TOKEN": "admin", "CHAT_LOG_LEVEL": "warn",
+		"CHAT_JWT_SECRET": testSecret, "CHAT_LOG_LEVEL": "warn",
 	}
-	defer runRole(t, "gateway", env, os.Stderr)()
+	maps.Copy(env, extra)
+	t.Cleanup(runRole(t, "gateway", env, os.Stderr))
 	waitHealthy(t, "http://"+addr+"/healthz")
+	return addr
+}
+
+// A production gateway serves the web page and the API, and none of the
+// dev routes: no tokens for anyone, no group management without the admin
+// token.
+func TestGatewayRoleServesThePageButNoDevRoutes(t *testing.T) {
+	addr := startGateway(t, map[string]string{"CHAT_ADMIN_TOKEN": "admin"})
 
 	do := func(method, path string) (int, string) {
 		t.Helper()
