@@ -16,8 +16,7 @@ import (
 // read with the rest.
 func TestAMessageWithAnImpossibleTimeDoesNotHideThoseAfterIt(t *testing.T) {
 	_, b, c := listed(t, 13, 10, 10)
-	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
-	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	f := openG(b, c)
 	odd := msg(12, -2, "v", "m12")
 	odd["sent_at"] = int64(9e18)
 	c.answer(f, page(f, false, 13, msg(11, -2, "v", "m11"), odd, msg(13, -2, "v", "m13")))
@@ -40,8 +39,7 @@ func TestAMessageWithAnImpossibleTimeDoesNotHideThoseAfterIt(t *testing.T) {
 // resend got through must not be shown as an error.
 func TestALateRefusalOfARequestGivenUpOnIsNotShown(t *testing.T) {
 	_, b, c := listed(t, 10, 10, 10)
-	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
-	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	f := openG(b, c)
 	c.answer(f, page(f, false, 10))
 	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 11.0 })
 	c.answer(f, page(f, false, 10))
@@ -92,8 +90,7 @@ func groupsHeld(b *browsertest.Tab) []string {
 
 // opened opens g (head 10) and answers its loading with message 10.
 func opened(c *peerConn, b *browsertest.Tab, sender string) {
-	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
-	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	f := openG(b, c)
 	c.answer(f, page(f, false, 10))
 	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 11.0 })
 	c.answer(f, page(f, false, 10, msg(9, noPrev, sender, "m9"), msg(10, noPrev, sender, "m10")))
@@ -134,8 +131,7 @@ func TestMalformedReceiptsAreDroppedAndTheRestShown(t *testing.T) {
 func TestMalformedPagesAreDroppedAndTheRestShown(t *testing.T) {
 	_, b, c := listed(t, 10, 10, 10)
 	watchWarnings(b)
-	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
-	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	f := openG(b, c)
 	c.answer(f, map[string]any{"op": "page", "gid": "g", "after": 10, "msgs": "none", "more": false, "head": 10})
 	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 11.0 })
 	other := msg(7, noPrev, "v", "m7 of h")
@@ -353,8 +349,7 @@ func TestAMsgidFarAheadOfTheHeadLeavesNoBadgeBehind(t *testing.T) {
 func TestAMsgidFarAheadOfTheHeadInAPageDoesNotWedgeTheGroup(t *testing.T) {
 	p, b, c := listed(t, 11, 10, 10)
 	p.headAt(11)
-	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
-	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	f := openG(b, c)
 	c.answer(f, page(f, false, 11, msg(bogus, noPrev, "v", "bogus")))
 	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == float64(bogus) })
 	c.answer(f, page(f, false, 11, msg(10, noPrev, "v", "m10")))

@@ -106,8 +106,7 @@ func TestPageGapsDuplicatesAndResends(t *testing.T) {
 // that was never on screen.
 func TestAResyncReadsOnlyWhatWasOnScreen(t *testing.T) {
 	p, b, c := listed(t, 10, 10, 10)
-	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
-	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	f := openG(b, c)
 	c.answer(f, page(f, false, 10))
 	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 11.0 })
 	var old []map[string]any

@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/chromedp"
-
 	"github.com/groupchat/chatd/internal/browsertest"
 )
 
@@ -17,8 +15,7 @@ import (
 // its new cursor and finishes opening the group.
 func TestPushesOvertakingAForwardPullAreNoError(t *testing.T) {
 	_, b, c := listed(t, 20, 10, 10)
-	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
-	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	f := openG(b, c)
 	var first []map[string]any
 	for id := int64(11); id <= 20; id++ {
 		first = append(first, msg(id, noPrev, "v", "m"))

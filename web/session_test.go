@@ -38,6 +38,13 @@ func listed(t *testing.T, head, ack, read int64) (*peer, *browsertest.Tab, *peer
 	return p, b, c
 }
 
+// openG opens group g (its cursor at 10) and returns the pull that loads
+// it, unanswered.
+func openG(b *browsertest.Tab, c *peerConn) map[string]any {
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	return c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+}
+
 // next returns the next frame of op within d, or nil.
 func (c *peerConn) next(op string, d time.Duration) map[string]any {
 	deadline := time.After(d)
@@ -159,8 +166,7 @@ func TestOutboxLetsGoOfAMessageBelowTheCursor(t *testing.T) {
 	}
 	c.answer(send, map[string]any{"op": "accepted", "gid": "g", "cmid": "w-1", "msgid": 5})
 	b.WaitUntil("g listed", `document.querySelector('#groups li[data-gid=g] button')`)
-	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
-	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	f := openG(b, c)
 	c.answer(f, page(f, false, 10))
 	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 11.0 })
 	own := msg(5, -2, "u", "hi")

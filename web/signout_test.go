@@ -14,8 +14,7 @@ import (
 // group of their own.
 func TestTheNextSignInDoesNotShowTheLastUsersGroup(t *testing.T) {
 	p, b, c := listed(t, 12, 10, 10)
-	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
-	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	f := openG(b, c)
 	c.answer(f, page(f, false, 12, msg(11, -2, "v", "secret 11"), msg(12, -2, "v", "secret 12")))
 	b.WaitUntil("the messages shown", `document.querySelectorAll('#messages .msg').length === 2`)
 	browsertest.Eval[bool](b, `(document.getElementById('composer').body.value = 'a draft', true)`)

@@ -4,8 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/chromedp"
-
 	"github.com/groupchat/chatd/internal/browsertest"
 )
 
@@ -16,8 +14,7 @@ import (
 // user never learnt why. It is shown as not sent, saying what to do.
 func TestASendClosedWith1009IsNotResentForever(t *testing.T) {
 	p, b, c := listed(t, 10, 10, 10)
-	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
-	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	f := openG(b, c)
 	c.answer(f, page(f, false, 10))
 	// The peer's read limit is coder/websocket's default, 32 KiB.
 	browsertest.Eval[bool](b, `(document.getElementById('composer').body.value = 'x'.repeat(40000),

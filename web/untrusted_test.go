@@ -6,7 +6,6 @@ import (
 
 	"testing"
 
-	"github.com/chromedp/chromedp"
 	"github.com/coder/websocket"
 
 	"github.com/groupchat/chatd/internal/browsertest"
@@ -43,8 +42,7 @@ func TestAnAuthedFrameWhoseUidIsNoIdKeepsTheUser(t *testing.T) {
 func TestAPageWhoseMoreIsNoBooleanIsTheLast(t *testing.T) {
 	_, b, c := listed(t, 11, 10, 10)
 	watchWarnings(b)
-	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
-	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	f := openG(b, c)
 	fwd := page(f, false, 11, msg(11, noPrev, "v", "m11"))
 	fwd["more"] = "no"
 	c.answer(f, fwd)
@@ -154,8 +152,7 @@ func TestAMsgidServedPastTheHeadAgainAndAgainBacksOff(t *testing.T) {
 func TestAPageOfAnotherGroupIsDropped(t *testing.T) {
 	_, b, c := listed(t, 11, 10, 10)
 	watchWarnings(b)
-	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
-	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	f := openG(b, c)
 	other := page(f, false, 11, msg(11, noPrev, "v", "m11 of h"))
 	other["gid"] = "h"
 	delete(other["msgs"].([]map[string]any)[0], "gid")
