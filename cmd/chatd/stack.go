@@ -2,14 +2,12 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -19,7 +17,6 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 	"golang.org/x/sync/errgroup"
@@ -32,7 +29,6 @@ import (
 	"github.com/groupchat/chatd/producers"
 	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
-	"github.com/groupchat/chatd/web"
 )
 
 // stack is what one chatd process holds: its connections to Kafka, Redis
@@ -331,51 +327,6 @@ func (st *stack) run(ctx context.Context) error {
 	}
 }
 
-func (st *stack) routes() *http.ServeMux {
-	mux := http.NewServeMux()
-	health := st.s.answerWithin(http.HandlerFunc(st.health))
-	mux.Handle("GET /healthz", health)
-	mux.Handle("GET /readyz", health)
-	if st.s.MetricsAddr == "" {
-		mux.Handle("GET /metrics", st.s.answerWithin(st.metricsHandler()))
-	}
-	if st.gateway != nil {
-		mux.Handle("/v1/", st.gateway.Handler())            // sets its answers' deadlines itself
-		mux.Handle("/", web.Handler(st.s.HTTPWriteTimeout)) // the web client
-	}
-	return mux
-}
-
-// answerWithin gives h's answers the write timeout to be taken in, from
-// the request, for a handler that waits on nothing slow: a client that
-// never reads cannot hold the request's goroutine for ever. The server
-// clears the deadline once the answer is written, before a keep-alive
-// connection's next request.
-func (s *settings) answerWithin(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.HTTPWriteTimeout))
-		h.ServeHTTP(w, r)
-	})
-}
-
-// health answers 200 once every part is ready (the projections have read
-// their topics to the end once since start), else 503 naming what is not.
-func (st *stack) health(w http.ResponseWriter, r *http.Request) {
-	var waiting []string
-	for _, p := range st.parts {
-		if p.ready != nil && !p.ready() {
-			waiting = append(waiting, p.name)
-		}
-	}
-	w.Header().Set("Content-Type", "application/json")
-	if len(waiting) > 0 {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		json.NewEncoder(w).Encode(map[string]any{"status": "starting", "waiting_for": waiting})
-		return
-	}
-	json.NewEncoder(w).Encode(map[string]any{"status": "ok", "role": st.role})
-}
-
 // checkHistoryMode keeps the roles of one deployment agreeing on where the
 // history lives. A role with ClickHouse records it in Redis; a gateway,
 // persister or projector without ClickHouse then refuses to start: beside
@@ -418,82 +369,4 @@ func (st *stack) close() {
 	case <-time.After(left):
 		st.log.Error("closing the connections did not finish within the shutdown deadline (CHAT_SHUTDOWN_TIMEOUT); exiting without waiting for them", "waited", left.Round(time.Millisecond))
 	}
-}
-
-// Limits of the HTTP server on what a client sends before its handler has
-// it. Headers hold at most a token (4 KiB), a URL of the API and what
-// proxies add.
-const (
-	readHeaderTimeout = 5 * time.Second
-	maxHeaderBytes    = 64 << 10
-)
-
-// httpServer is the HTTP server of h with the limits that let a client
-// that stalls go: in its headers, in its body (the read timeout), or
-// between requests (the idle timeout). A WebSocket, hijacked from it,
-// is not subject to them: the gateway has its own (pings, AuthTimeout).
-// No write timeout: it would also cut a request that waits on a stalled
-// broker (a send retries for up to 30 s) without an answer. The gateway
-// sets a deadline on each answer instead, once its work is done, and the
-// other handlers from the request (answerWithin, web.Handler).
-func (s *settings) httpServer(h http.Handler) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: s.HTTPReadTimeout,
-		IdleTimeout: s.HTTPIdleTimeout, MaxHeaderBytes: maxHeaderBytes}
-}
-
-func (st *stack) metricsHandler() http.Handler {
-	return promhttp.HandlerFor(st.reg, promhttp.HandlerOpts{Registry: st.reg})
-}
-
-// serveMetrics serves /metrics on its own listener (CHAT_METRICS_ADDR),
-// apart from the public HTTP address, until ctx ends.
-func (st *stack) serveMetrics(ctx context.Context) (string, error) {
-	ln, err := net.Listen("tcp", st.s.MetricsAddr)
-	if err != nil {
-		return "", fmt.Errorf("metrics listen on %s: %w; set CHAT_METRICS_ADDR to a free address or leave it empty", st.s.MetricsAddr, err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", st.metricsHandler())
-	srv := st.s.httpServer(mux)
-	// Nothing here waits on anything slow: the server's write timeout
-	// bounds every answer, the 404s too.
-	srv.WriteTimeout = st.s.HTTPWriteTimeout
-	go func() {
-		<-ctx.Done()
-		srv.Close()
-	}()
-	go srv.Serve(ln)
-	return ln.Addr().String(), nil
-}
-
-// serveDebug serves net/http/pprof on its own listener, apart from the
-// public HTTP address, until ctx ends.
-func (s *settings) serveDebug(ctx context.Context) (string, error) {
-	addr := s.DebugAddr
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return "", fmt.Errorf("debug listen on %s: %w; set CHAT_DEBUG_ADDR to a free address or leave it empty", addr, err)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := s.httpServer(mux)
-	go func() {
-		<-ctx.Done()
-		srv.Close()
-	}()
-	go srv.Serve(ln)
-	return ln.Addr().String(), nil
-}
-
-// loopback reports whether a listener's address (host:port) is reachable
-// only from this machine.
-func loopback(addr string) bool {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback() || host == "localhost"
 }
