@@ -218,44 +218,6 @@ func (s *smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	return nc, bufio.NewReadWriter(br, bufio.NewWriterSize(s.cork, writeBuffer)), nil
 }
 
-// authenticate takes the token of the URL (?token=) or the Authorization
-// header (tok), or else a first auth frame sent within AuthTimeout. It
-// returns the id of that frame too, for the answer (authed, written by
-// the caller once it admits the connection, or a refusal).
-func (c *conn) authenticate(tok string) (uid, id string, _ *protocol.Error) {
-	if tok != "" {
-		uid, perr := verify(c.g.cfg.Secret, tok, c.g.cfg.MaxTokenTTL)
-		return uid, "", perr
-	}
-	// A read cut by a deadline closes the socket without a word, so the
-	// timeout answers and closes with 4001 itself; the read then fails.
-	timer := time.AfterFunc(c.g.cfg.AuthTimeout, func() {
-		perr := protocol.Errorf(protocol.CodeUnauthenticated, "no auth frame within %v; send {\"op\":\"auth\",\"token\":...} first", c.g.cfg.AuthTimeout)
-		c.writeNow(perr.Frame(""))
-		c.close(CloseUnauthenticated, string(perr.Code)+": "+perr.Message)
-	})
-	typ, data, err := c.ws.Read(context.Background()) // the timer above closes it
-	if !timer.Stop() {
-		return "", "", errAnswered
-	}
-	if err != nil {
-		return "", "", protocol.Errorf(protocol.CodeUnauthenticated, "the connection ended before an auth frame")
-	}
-	if typ != websocket.MessageText {
-		return "", "", protocol.Errorf(protocol.CodeBadFrame, "frames are JSON text; the first must be auth")
-	}
-	req, err := protocol.Decode(data, c.g.cfg.MaxBody)
-	if err != nil {
-		return "", "", asProtocol(err)
-	}
-	if req.Op != protocol.OpAuth {
-		return "", req.ID, protocol.Errorf(protocol.CodeUnauthenticated,
-			"the first frame must be auth, got %q; send {\"op\":\"auth\",\"token\":...} first, or connect with ?token= or an Authorization header", req.Op)
-	}
-	uid, perr := verify(c.g.cfg.Secret, req.Token, c.g.cfg.MaxTokenTTL)
-	return uid, req.ID, perr
-}
-
 // reply and push enqueue without blocking; a full queue cuts the client.
 func (c *conn) reply(frame []byte) { c.enqueue(out{frame: frame}) }
 func (c *conn) push(msgs [][]byte) { c.enqueue(out{msgs: msgs}) }
