@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/groupchat/chatd/protocol"
@@ -272,8 +273,10 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 		return nil, perr
 	}
 	// Once reserved, the joins are written even if the caller goes away: a
-	// retry meanwhile finds them reserved and answers without them.
+	// retry meanwhile finds them reserved and answers without them. Their
+	// places are held while they are written, however long that takes.
 	wctx := context.WithoutCancel(ctx)
+	defer g.holdJoins(wctx, gid, unjoined(join, fresh, 0))()
 	var added []string
 	for i, uid := range join {
 		if !fresh[i] {
@@ -324,6 +327,43 @@ func (g *Gateway) reserveJoins(ctx context.Context, gid string, join []string) (
 		return nil, perr
 	}
 	return fresh, nil
+}
+
+// holdJoins renews the reservations of uids in gid every third of
+// JoinHold until the returned stop is called, so that a join slower to
+// write than the hold (a slow broker, a group created with thousands of
+// members, written one by one) keeps its place: lost, another add would
+// take it and pass the limit, and a retry of this one would write a second
+// join. Stopped, they are held for JoinHold more, for the projector.
+func (g *Gateway) holdJoins(ctx context.Context, gid string, uids []string) (stop func()) {
+	if len(uids) == 0 {
+		return func() {}
+	}
+	var (
+		mu      sync.Mutex
+		stopped bool
+		t       *time.Timer
+	)
+	renew := func() {
+		if err := g.cfg.Redis.ExtendJoining(ctx, gid, uids, g.cfg.JoinHold); err != nil {
+			g.log.Warn("cannot renew the reservations of joins being written", "gid", gid, "err", err)
+		}
+	}
+	t = time.AfterFunc(g.cfg.JoinHold/3, func() {
+		renew()
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			t.Reset(g.cfg.JoinHold / 3)
+		}
+	})
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+		renew()
+	}
 }
 
 // unjoined lists the uids of join from i on that ReserveJoins reserved:
