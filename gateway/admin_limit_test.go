@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
 )
@@ -75,5 +77,75 @@ func TestAddsAtOnceKeepTheGroupsLimitOfMembers(t *testing.T) {
 	}
 	if st, out := add(refused[1]); st != 400 {
 		t.Errorf("add %s, the group full again: %d %v, want 400", refused[1], st, out)
+	}
+}
+
+// An add's reservation holds its place for as long as its joins take to
+// write: it was taken for JoinHold from the reservation, so a join whose
+// write took longer (a broker slow to answer, a create of thousands of
+// members written one by one) lost its place before it was written.
+// Another add then took the place, and the group passed its limit; a
+// retry of the add found no reservation and wrote a second join.
+func TestAReservationHoldsItsPlaceWhileTheJoinIsWritten(t *testing.T) {
+	const hold = 300 * time.Millisecond
+	e := newEnv(t, envOpts{tune: func(c *Config) { c.MaxMembers, c.JoinHold = 2, hold }})
+	e.group("g1", "a")
+	before := e.topicEndsOf(topics.Members)
+
+	// The broker takes the next writes to chat.members in, and answers
+	// none until released.
+	c := e.broker.Cluster()
+	release := make(chan struct{})
+	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		for _, tp := range req.(*kmsg.ProduceRequest).Topics {
+			if tp.Topic == topics.Members {
+				c.SleepControl(func() { <-release })
+			}
+		}
+		return nil, nil, false
+	})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	defer free()
+
+	add := func(uid string) (int, map[string]any) {
+		return e.http("POST", "/v1/admin/groups/g1/members", adminToken, map[string]any{"uid": uid})
+	}
+	type answer struct {
+		st  int
+		out map[string]any
+	}
+	b := make(chan answer, 1)
+	go func() { st, out := add("b"); b <- answer{st, out} }()
+	waitFor(t, "b's place reserved", 10*time.Second, func() bool {
+		ok, _ := e.redis.Joining(context.Background(), "g1", "b")
+		return ok
+	})
+	time.Sleep(4 * hold) // the write of b's join outlasts the hold: time must pass
+	if ok, err := e.redis.Joining(context.Background(), "g1", "b"); !ok || err != nil {
+		t.Errorf("b's join still being written after %v, its hold %v: Joining = %v, %v; want its place held", 4*hold, hold, ok, err)
+	}
+	// An add of c, the group holding a and b, is refused at once; one
+	// that took b's place would wait on the broker like b's.
+	cAns := make(chan answer, 1)
+	go func() { st, out := add("c"); cAns <- answer{st, out} }()
+	var got answer
+	select {
+	case got = <-cAns:
+	case <-time.After(5 * time.Second):
+		free()
+		got = <-cAns
+	}
+	if got.st != 400 || !strings.Contains(fmt.Sprint(got.out["message"]), "limit of 2") {
+		t.Errorf("add c while b's join is written: %d %v, want 400 naming the limit", got.st, got.out)
+	}
+	free()
+	if got := <-b; got.st != 200 {
+		t.Fatalf("add b: %d %v", got.st, got.out)
+	}
+	e.waitMembers("g1", "a", "b")
+	if n := e.topicEndsOf(topics.Members) - before; n != 1 {
+		t.Errorf("%d joins written, want 1 (b's)", n)
 	}
 }

@@ -70,6 +70,13 @@ type Config struct {
 	// MaxConnsPerUser bounds the connections of one user to this gateway
 	// (devices, browser tabs); past it a connection is refused. Default 32.
 	MaxConnsPerUser int
+	// JoinHold is how long an add's reservation of a member's place
+	// (store.ReserveJoins) is held, far above the member projector's lag:
+	// a join reserved is taken as being written, and its place as taken,
+	// until the projector has it. It is the longest a place stays taken by
+	// a gateway that crashed before writing the join, and the time a
+	// leave is noted (store.MarkLeaving). Default 30s.
+	JoinHold time.Duration
 
 	Logger  *slog.Logger
 	Metrics *metrics.Set // optional: sends, pushes, end-to-end latency, connections
@@ -125,6 +132,9 @@ func (c *Config) setDefaults() {
 	if c.NodeLease == 0 {
 		c.NodeLease = 10 * time.Second
 	}
+	if c.JoinHold == 0 {
+		c.JoinHold = 30 * time.Second
+	}
 	if c.MaxTokenTTL == 0 {
 		c.MaxTokenTTL = DefaultMaxTokenTTL
 	}
@@ -162,7 +172,7 @@ func (c Config) Validate() error {
 		name string
 		v    time.Duration
 	}{{"WriteTimeout", c.WriteTimeout}, {"PingInterval", c.PingInterval}, {"AuthTimeout", c.AuthTimeout},
-		{"PresenceTTL", c.PresenceTTL}, {"NodeLease", c.NodeLease}} {
+		{"PresenceTTL", c.PresenceTTL}, {"NodeLease", c.NodeLease}, {"JoinHold", c.JoinHold}} {
 		if d.v != 0 && d.v < time.Millisecond {
 			return fmt.Errorf("gateway: %s is %v; it must be at least 1ms (leave it 0 for the default)", d.name, d.v)
 		}

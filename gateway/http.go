@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/groupchat/chatd/protocol"
@@ -272,8 +273,10 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 		return nil, perr
 	}
 	// Once reserved, the joins are written even if the caller goes away: a
-	// retry meanwhile finds them reserved and answers without them.
+	// retry meanwhile finds them reserved and answers without them. Their
+	// places are held while they are written, however long that takes.
 	wctx := context.WithoutCancel(ctx)
+	defer g.holdJoins(wctx, gid, unjoined(join, fresh, 0))()
 	var added []string
 	for i, uid := range join {
 		if !fresh[i] {
@@ -281,7 +284,7 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 		}
 		if _, err := g.cfg.Producer.Join(wctx, gid, uid, "admin"); err != nil {
 			if err := g.cfg.Redis.ClearJoining(context.WithoutCancel(ctx), gid, unjoined(join, fresh, i)...); err != nil {
-				g.log.Warn("cannot drop reserved joins; their places are held until they expire", "gid", gid, "after", joiningFor, "err", err)
+				g.log.Warn("cannot drop reserved joins; their places are held until they expire", "gid", gid, "after", g.cfg.JoinHold, "err", err)
 			}
 			return nil, g.unavailable("membership change", err)
 		}
@@ -309,7 +312,7 @@ func (g *Gateway) reserveJoins(ctx context.Context, gid string, join []string) (
 	if len(join) == 0 {
 		return nil, nil
 	}
-	fresh, err := g.cfg.Redis.ReserveJoins(ctx, gid, join, g.cfg.MaxMembers, nil, joiningFor)
+	fresh, err := g.cfg.Redis.ReserveJoins(ctx, gid, join, g.cfg.MaxMembers, nil, g.cfg.JoinHold)
 	var full *store.FullError
 	switch {
 	case errors.As(err, &full):
@@ -319,18 +322,49 @@ func (g *Gateway) reserveJoins(ctx context.Context, gid string, join []string) (
 	}
 	if perr := g.rebuilding(ctx, gid); perr != nil {
 		if err := g.cfg.Redis.ClearJoining(context.WithoutCancel(ctx), gid, unjoined(join, fresh, 0)...); err != nil {
-			g.log.Warn("cannot drop reserved joins; their places are held until they expire", "gid", gid, "after", joiningFor, "err", err)
+			g.log.Warn("cannot drop reserved joins; their places are held until they expire", "gid", gid, "after", g.cfg.JoinHold, "err", err)
 		}
 		return nil, perr
 	}
 	return fresh, nil
 }
 
-// joiningFor is how long a join reserved is taken as being written, and
-// its place as taken, before the member projector has it: far above its
-// lag, and the longest a place is held by a caller that crashed before
-// writing.
-const joiningFor = 30 * time.Second
+// holdJoins renews the reservations of uids in gid every third of
+// JoinHold until the returned stop is called, so that a join slower to
+// write than the hold (a slow broker, a group created with thousands of
+// members, written one by one) keeps its place: lost, another add would
+// take it and pass the limit, and a retry of this one would write a second
+// join. Stopped, they are held for JoinHold more, for the projector.
+func (g *Gateway) holdJoins(ctx context.Context, gid string, uids []string) (stop func()) {
+	if len(uids) == 0 {
+		return func() {}
+	}
+	var (
+		mu      sync.Mutex
+		stopped bool
+		t       *time.Timer
+	)
+	renew := func() {
+		if err := g.cfg.Redis.ExtendJoining(ctx, gid, uids, g.cfg.JoinHold); err != nil {
+			g.log.Warn("cannot renew the reservations of joins being written", "gid", gid, "err", err)
+		}
+	}
+	t = time.AfterFunc(g.cfg.JoinHold/3, func() {
+		renew()
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			t.Reset(g.cfg.JoinHold / 3)
+		}
+	})
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+		renew()
+	}
+}
 
 // unjoined lists the uids of join from i on that ReserveJoins reserved:
 // their joins were not written.
@@ -379,8 +413,8 @@ func (g *Gateway) removeMember(ctx context.Context, r *http.Request) (any, *prot
 		return nil, g.unavailable("membership change", err)
 	}
 	// A join after this leave is a new one, however soon it comes.
-	if err := g.cfg.Redis.MarkLeaving(wctx, gid, uid, m.JoinedAt, ev.Pos, joiningFor); err != nil {
-		g.log.Warn("cannot note a leave; a new join of the member waits until the leave is projected and the note of their join expires", "gid", gid, "uid", uid, "after", joiningFor, "err", err)
+	if err := g.cfg.Redis.MarkLeaving(wctx, gid, uid, m.JoinedAt, ev.Pos, g.cfg.JoinHold); err != nil {
+		g.log.Warn("cannot note a leave; a new join of the member waits until the leave is projected and the note of their join expires", "gid", gid, "uid", uid, "after", g.cfg.JoinHold, "err", err)
 	}
 	return map[string]any{"gid": gid, "removed": uid}, nil
 }

@@ -187,6 +187,35 @@ func (r *Redis) Joining(ctx context.Context, gid, uid string) (bool, error) {
 	return int64(exp) > time.Now().UnixMilli(), nil
 }
 
+// extendScript moves the expiry of reservations still held to ARGV[1]
+// (unix ms), and the key's with its last entry. KEYS: joining. ARGV: the
+// expiry, then the uids. A reservation dropped or expired and taken out
+// meanwhile stays out: its place may be another's now.
+var extendScript = redis.NewScript(`
+for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', ARGV[1], ARGV[i]) end
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+if last[2] then redis.call('PEXPIREAT', KEYS[1], last[2]) end
+return 0
+`)
+
+// ExtendJoining holds the reservations of uids in gid (ReserveJoins) for
+// ttl from now: a caller whose joins take long to write renews them, so
+// that no place is lost before its join is written and projected.
+func (r *Redis) ExtendJoining(ctx context.Context, gid string, uids []string, ttl time.Duration) error {
+	if len(uids) == 0 {
+		return nil
+	}
+	args := make([]any, 0, 1+len(uids))
+	args = append(args, time.Now().Add(max(ttl, time.Millisecond)).UnixMilli())
+	for _, uid := range uids {
+		args = append(args, uid)
+	}
+	if err := extendScript.Run(ctx, r.client, []string{joiningKey(gid)}, args...).Err(); err != nil {
+		return fmt.Errorf("store: hold joins to %s: %w", gid, err)
+	}
+	return nil
+}
+
 // ClearJoining drops reservations of ReserveJoins: the joins were not
 // written, or the members are being removed, after which a join is a new
 // one.

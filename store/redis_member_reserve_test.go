@@ -175,3 +175,31 @@ func testReserveJoinsExpire(t *testing.T, c redis.UniversalClient) {
 		t.Errorf("the reservations' key expires in %v (%v), want within a minute", ttl, err)
 	}
 }
+
+// A reservation renewed while its join is written outlives its first
+// expiry, and the key with it; one dropped meanwhile is not brought back.
+func testExtendJoining(t *testing.T, c redis.UniversalClient) {
+	r := newTestRedis(t, c, RedisConfig{})
+	ctx := context.Background()
+	if _, err := r.ReserveJoins(ctx, "g", []string{"a", "b"}, 2, nil, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ClearJoining(ctx, "g", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.ExtendJoining(ctx, "g", []string{"a", "b"}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if ttl, err := c.PTTL(ctx, joiningKey("g")).Result(); err != nil || ttl < 30*time.Second {
+		t.Errorf("the reservations' key expires in %v (%v), want about a minute", ttl, err)
+	}
+	time.Sleep(100 * time.Millisecond) // past the first expiry: time must pass
+	if ok, err := r.Joining(ctx, "g", "a"); !ok || err != nil {
+		t.Errorf("a renewed: Joining = %v, %v; want true", ok, err)
+	}
+	if ok, _ := r.Joining(ctx, "g", "b"); ok {
+		t.Errorf("b dropped, then renewed: Joining = true; want it left dropped")
+	}
+	_, err := r.ReserveJoins(ctx, "g", []string{"c", "d"}, 2, nil, time.Minute)
+	wantFull(t, "c and d with a renewed", err, 1)
+}

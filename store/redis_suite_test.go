@@ -49,6 +49,7 @@ func runRedisSuite(t *testing.T, newClient func(t *testing.T) redis.UniversalCli
 		{"ReserveJoins", testReserveJoins},
 		{"ReserveJoinsAtOnce", testReserveJoinsAtOnce},
 		{"ReserveJoinsExpire", testReserveJoinsExpire},
+		{"ExtendJoining", testExtendJoining},
 		{"Presence", testPresence},
 		{"PushRoute", testPushRoute},
 		{"PersistedPrevs", testPersistedPrevs},
