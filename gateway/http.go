@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/groupchat/chatd/protocol"
@@ -329,41 +328,12 @@ func (g *Gateway) reserveJoins(ctx context.Context, gid string, join []string) (
 	return fresh, nil
 }
 
-// holdJoins renews the reservations of uids in gid every third of
-// JoinHold until the returned stop is called, so that a join slower to
-// write than the hold (a slow broker, a group created with thousands of
-// members, written one by one) keeps its place: lost, another add would
-// take it and pass the limit, and a retry of this one would write a second
-// join. Stopped, they are held for JoinHold more, for the projector.
+// holdJoins holds the reservations of uids in gid while their joins are
+// written (store.HoldJoins).
 func (g *Gateway) holdJoins(ctx context.Context, gid string, uids []string) (stop func()) {
-	if len(uids) == 0 {
-		return func() {}
-	}
-	var (
-		mu      sync.Mutex
-		stopped bool
-		t       *time.Timer
-	)
-	renew := func() {
-		if err := g.cfg.Redis.ExtendJoining(ctx, gid, uids, g.cfg.JoinHold); err != nil {
-			g.log.Warn("cannot renew the reservations of joins being written", "gid", gid, "err", err)
-		}
-	}
-	t = time.AfterFunc(g.cfg.JoinHold/3, func() {
-		renew()
-		mu.Lock()
-		defer mu.Unlock()
-		if !stopped {
-			t.Reset(g.cfg.JoinHold / 3)
-		}
+	return g.cfg.Redis.HoldJoins(ctx, gid, uids, g.cfg.JoinHold, func(err error) {
+		g.log.Warn("cannot renew the reservations of joins being written", "gid", gid, "err", err)
 	})
-	return func() {
-		mu.Lock()
-		stopped = true
-		t.Stop()
-		mu.Unlock()
-		renew()
-	}
 }
 
 // unjoined lists the uids of join from i on that ReserveJoins reserved:

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -299,4 +300,42 @@ func (r *Redis) ClearLeaving(ctx context.Context, gid string, uids ...string) er
 		return fmt.Errorf("store: clear leaves from %s: %w", gid, err)
 	}
 	return nil
+}
+
+// HoldJoins renews the reservations of uids in gid (ReserveJoins) every
+// third of hold until the returned stop is called, so that joins slower
+// to write than the hold (a slow broker, a group created with thousands of
+// members, written one by one) keep their places: lost, another add would
+// take one and pass the limit, and a retry of this add would write a
+// second join. Stopped, they are held for hold more, for the member
+// projector. A failed renewal goes to warn.
+func (r *Redis) HoldJoins(ctx context.Context, gid string, uids []string, hold time.Duration, warn func(error)) (stop func()) {
+	if len(uids) == 0 {
+		return func() {}
+	}
+	var (
+		mu      sync.Mutex
+		stopped bool
+		t       *time.Timer
+	)
+	renew := func() {
+		if err := r.ExtendJoining(ctx, gid, uids, hold); err != nil {
+			warn(err)
+		}
+	}
+	t = time.AfterFunc(hold/3, func() {
+		renew()
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			t.Reset(hold / 3)
+		}
+	})
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+		renew()
+	}
 }

@@ -92,6 +92,12 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 		return err
 	}
 	defer prod.Close()
+	if len(fresh) > 0 {
+		// Held while the joins are written, one by one, however long.
+		defer rds.HoldJoins(context.WithoutCancel(ctx), gid, slices.Collect(maps.Keys(fresh)), joinHold, func(err error) {
+			fmt.Fprintf(c.stderr, "warning: cannot renew the reservations of the joins being written (%v)\n", err)
+		})()
+	}
 	for _, uid := range uids {
 		joined := current[uid].State == store.MemberJoined
 		switch {
