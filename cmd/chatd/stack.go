@@ -260,6 +260,11 @@ func (st *stack) run(ctx context.Context) error {
 		return fmt.Errorf("HTTP listen on %s: %w; set CHAT_HTTP_ADDR to a free address", st.s.HTTPAddr, err)
 	}
 	srv := st.s.httpServer(st.routes())
+	if st.gateway == nil {
+		// Without the API nothing here waits on anything slow: the
+		// server's write timeout bounds every answer, the 404s too.
+		srv.WriteTimeout = st.s.HTTPWriteTimeout
+	}
 	st.log.Info("serving HTTP", "addr", ln.Addr().String())
 	if st.gateway != nil {
 		st.log.Info("web client: open it in a browser", "url", "http://"+ln.Addr().String()+"/")

@@ -47,7 +47,7 @@ func TestAnswersNobodyReadsAreGivenUpAfterTheWriteTimeout(t *testing.T) {
 	// longer than 10 s (its receive buffer grows to megabytes of them).
 	var wg sync.WaitGroup
 	for _, c := range []struct{ addr, path string }{
-		{gw, "/healthz"}, {gw, "/readyz"}, {gw, "/"}, {gw, "/app.js"}, {maddr, "/metrics"}, {maddr, "/nothing"}, {proj, "/metrics"},
+		{gw, "/healthz"}, {gw, "/readyz"}, {gw, "/"}, {gw, "/app.js"}, {maddr, "/metrics"}, {maddr, "/nothing"}, {proj, "/metrics"}, {proj, "/nothing"},
 	} {
 		wg.Go(func() {
 			conn, err := net.Dial("tcp", c.addr)
