@@ -81,12 +81,13 @@ type Fanout struct {
 	Logger      *slog.Logger  // default: the Base's, else slog.Default()
 	PrevGroups  int           // groups whose last msgid a partition keeps at least (twice at most); default DefaultPrevGroups
 
-	mu       sync.Mutex
-	brokers  []string
-	kafka    *kafka.Client
-	log      *slog.Logger
-	dedupWin int64 // ms
-	parts    map[int]*fanPartition
+	mu        sync.Mutex
+	brokers   []string
+	kafka     *kafka.Client // over transport, let go by Stop
+	transport *kafka.Transport
+	log       *slog.Logger
+	dedupWin  int64 // ms
+	parts     map[int]*fanPartition
 
 	presence presenceCache
 	stats    fanoutCounters
@@ -96,7 +97,20 @@ type Fanout struct {
 	beforeApply func(kafka.Message)
 }
 
-var _ Handler[schema.Message] = (*Fanout)(nil)
+var (
+	_ Handler[schema.Message] = (*Fanout)(nil)
+	_ Stopper                 = (*Fanout)(nil)
+)
+
+// Stop implements Stopper: it closes the fan-out's connections to Kafka, so
+// that their pool does not outlive the runner and keep dialing the brokers.
+func (f *Fanout) Stop() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.transport != nil {
+		f.transport.CloseIdleConnections()
+	}
+}
 
 // FanoutStats counts what a Fanout did since it started.
 type FanoutStats struct {
@@ -150,7 +164,8 @@ func (f *Fanout) Runner(b Base) (*Runner[schema.Message], error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.brokers = b.Brokers
-	f.kafka = &kafka.Client{Addr: kafka.TCP(b.Brokers...), Timeout: memberSyncTimeout}
+	f.transport = &kafka.Transport{}
+	f.kafka = &kafka.Client{Addr: kafka.TCP(b.Brokers...), Timeout: memberSyncTimeout, Transport: f.transport}
 	f.log = f.Logger.With("consumer", GroupFanout)
 	f.dedupWin = f.Redis.DedupWindow().Milliseconds()
 	f.parts = map[int]*fanPartition{}

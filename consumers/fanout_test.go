@@ -581,3 +581,23 @@ func benchFanoutRoute(b *testing.B, presenceTTL time.Duration) {
 	cancel()
 	got.Wait()
 }
+
+// TestAStoppedFanoutLeavesNoKafkaConnectionsBehind: the fan-out asks Kafka
+// for chat.members' ends on every batch. Once its runner stops, the pool of
+// those connections must go too; one left behind keeps asking a broker for
+// metadata for as long as the process lives.
+func TestAStoppedFanoutLeavesNoKafkaConnectionsBehind(t *testing.T) {
+	p, n1 := aliceAndBobOnline(t)
+	p.say(t, "g1", "alice", "", time.Now()) // the pipeline's own connections are made before
+	before := testserver.GoroutinesNow()
+
+	_, stop := p.fanout(t, &Fanout{})
+	p.probe(t, n1)
+	m := p.say(t, "g1", "alice", "", time.Now())
+	waitFor(t, "the message pushed", 20*time.Second, func() bool { return n1.has("bob", "g1", m) })
+	if len(before.Since("kafka-go.(*connPool).discover")) == 0 {
+		t.Fatal("the fan-out made no pool of connections: this test no longer sees what it checks")
+	}
+	stop()
+	before.WaitGone(t, "kafka-go.(*connPool).discover", 5*time.Second)
+}

@@ -38,6 +38,12 @@ type Starter interface {
 	Start(part int, saved int64)
 }
 
+// Stopper is a Handler that holds what lives as long as its runner (a
+// connection pool); Stop is called once, when Run returns.
+type Stopper interface {
+	Stop()
+}
+
 // OffsetStore keeps a consumer's positions next to its state, so that
 // wiping the state also forgets the positions and the consumer replays its
 // topic from the start. *store.Redis is one.
@@ -246,6 +252,9 @@ func (r *Runner[E]) Stats() Stats {
 // Run consumes until ctx is done, then leaves the group and returns nil.
 // It returns an error only for a setup that cannot work.
 func (r *Runner[E]) Run(ctx context.Context) error {
+	if s, ok := r.cfg.Handler.(Stopper); ok {
+		defer s.Stop()
+	}
 	start := kafka.FirstOffset
 	if r.cfg.StartAtEnd && r.cfg.Offsets == nil {
 		start = kafka.LastOffset

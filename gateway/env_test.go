@@ -299,17 +299,13 @@ func (e *env) topicEnds() int64 {
 // topicEndsOf sums the end offsets of the named topics.
 func (e *env) topicEndsOf(names ...string) int64 {
 	e.t.Helper()
-	client := &kafka.Client{Addr: kafka.TCP(e.broker.Addr())}
 	req := map[string][]kafka.OffsetRequest{}
 	for _, tp := range names {
 		for p := 0; p < 4; p++ {
 			req[tp] = append(req[tp], kafka.LastOffsetOf(p))
 		}
 	}
-	resp, err := client.ListOffsets(context.Background(), &kafka.ListOffsetsRequest{Topics: req})
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	resp := e.listOffsets(req)
 	var sum int64
 	for _, ps := range resp.Topics {
 		for _, p := range ps {
@@ -319,16 +315,26 @@ func (e *env) topicEndsOf(names ...string) int64 {
 	return sum
 }
 
+// listOffsets asks the test's broker for offsets over connections of its
+// own, closed after: a pool of the shared transport would outlive the test
+// and keep dialing a broker that is gone.
+func (e *env) listOffsets(req map[string][]kafka.OffsetRequest) *kafka.ListOffsetsResponse {
+	e.t.Helper()
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	client := &kafka.Client{Addr: kafka.TCP(e.broker.Addr()), Transport: tr}
+	resp, err := client.ListOffsets(context.Background(), &kafka.ListOffsetsRequest{Topics: req})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return resp
+}
+
 // lastMemberEvent is the newest record of uid in gid in chat.members.
 func (e *env) lastMemberEvent(gid, uid string) schema.Member {
 	e.t.Helper()
 	part := topics.Partition(gid, 4)
-	client := &kafka.Client{Addr: kafka.TCP(e.broker.Addr())}
-	resp, err := client.ListOffsets(context.Background(), &kafka.ListOffsetsRequest{
-		Topics: map[string][]kafka.OffsetRequest{topics.Members: {kafka.LastOffsetOf(part)}}})
-	if err != nil {
-		e.t.Fatal(err)
-	}
+	resp := e.listOffsets(map[string][]kafka.OffsetRequest{topics.Members: {kafka.LastOffsetOf(part)}})
 	end := resp.Topics[topics.Members][0].LastOffset
 	r := kafka.NewReader(kafka.ReaderConfig{Brokers: []string{e.broker.Addr()}, Topic: topics.Members, Partition: part,
 		MaxWait: 100 * time.Millisecond})

@@ -21,9 +21,6 @@ func TestMain(m *testing.M) {
 	// Every test stops what it started; connections closing must leave no
 	// goroutine behind. Pools that outlive a test by design are ignored.
 	goleak.VerifyTestMain(m,
-		goleak.IgnoreAnyFunction("github.com/segmentio/kafka-go.(*conn).run"),
-		goleak.IgnoreAnyFunction("github.com/segmentio/kafka-go.(*connGroup).connect.func1"),
-		goleak.IgnoreAnyFunction("github.com/segmentio/kafka-go.(*connPool).discover"),
 		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
 	)
 }

@@ -145,3 +145,15 @@ func TestEnsureCreatesNothingBesideAMismatchedTopic(t *testing.T) {
 		t.Fatalf("Ensure with the existing count: %v", err)
 	}
 }
+
+// TestEnsureLeavesNoKafkaConnectionsBehind: Ensure runs once at start. The
+// pool of its connections must not outlive it, asking the brokers for
+// metadata for as long as the process lives.
+func TestEnsureLeavesNoKafkaConnectionsBehind(t *testing.T) {
+	b := startBroker(t)
+	before := testserver.GoroutinesNow()
+	if err := Ensure(context.Background(), Config{Brokers: []string{b.Addr()}, Partitions: 2}, nil); err != nil {
+		t.Fatal(err)
+	}
+	before.WaitGone(t, "kafka-go.(*connPool).discover", 5*time.Second)
+}

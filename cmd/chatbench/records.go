@@ -62,7 +62,9 @@ func recordCounts(ctx context.Context, broker string) topicEnds {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	c := &kafka.Client{Addr: kafka.TCP(broker), Timeout: 30 * time.Second}
+	tr := &kafka.Transport{} // its own, let go after: the shared one keeps a pool for good
+	defer tr.CloseIdleConnections()
+	c := &kafka.Client{Addr: kafka.TCP(broker), Timeout: 30 * time.Second, Transport: tr}
 	meta, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: countedTopics})
 	if err != nil {
 		return topicEnds{err: fmt.Errorf("metadata from %s: %w", broker, err)}

@@ -63,6 +63,7 @@ func backfill(ctx context.Context, c *command, opts any, args []string) error {
 	}
 	defer ch.Close()
 	a := newAdmin(brokers)
+	defer a.close()
 	for _, t := range todo {
 		topic := want[t]
 		spans, total, err := a.spans(ctx, topic, nil)

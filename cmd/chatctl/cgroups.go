@@ -43,6 +43,7 @@ func consumerGroupsList(ctx context.Context, c *command, _ any, args []string) e
 		return err
 	}
 	a := newAdmin(brokers)
+	defer a.close()
 	names := args
 	if len(names) == 0 {
 		if names, err = a.groups(ctx); err != nil {
@@ -147,6 +148,7 @@ func consumerGroupsReset(ctx context.Context, c *command, opts any, args []strin
 		return err
 	}
 	a := newAdmin(brokers)
+	defer a.close()
 	info, err := a.describeGroup(ctx, group)
 	if err != nil {
 		return err

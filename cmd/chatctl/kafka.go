@@ -12,15 +12,27 @@ import (
 	"github.com/segmentio/kafka-go"
 )
 
-// admin is a Kafka client for metadata, offsets and consumer groups.
+// admin is a Kafka client for metadata, offsets and consumer groups, on
+// connections of its own: close lets them go.
 type admin struct {
 	brokers []string
 	client  *kafka.Client
 }
 
 func newAdmin(brokers []string) *admin {
-	return &admin{brokers: brokers, client: &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: 15 * time.Second}}
+	return &admin{brokers: brokers, client: ownClient(brokers, 15*time.Second)}
 }
+
+func (a *admin) close() { closeClient(a.client) }
+
+// ownClient is a Kafka client on a transport of its own. kafka-go's shared
+// transport keeps a pool per broker list for as long as the process lives,
+// asking for metadata; closeClient lets this one's go.
+func ownClient(brokers []string, timeout time.Duration) *kafka.Client {
+	return &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: timeout, Transport: &kafka.Transport{}}
+}
+
+func closeClient(c *kafka.Client) { c.Transport.(*kafka.Transport).CloseIdleConnections() }
 
 // partitions returns the partition ids of topic, sorted.
 func (a *admin) partitions(ctx context.Context, topic string) ([]int, error) {

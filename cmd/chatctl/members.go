@@ -78,7 +78,10 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 		rds = r
 	}
 	// The position of a change is the head of gid's partition there.
-	if err := checkPartitions(ctx, newAdmin(brokers), topics.Messages, c.s.Partitions); err != nil {
+	a := newAdmin(brokers)
+	err = checkPartitions(ctx, a, topics.Messages, c.s.Partitions)
+	a.close()
+	if err != nil {
 		return err
 	}
 	if op == schema.OpJoin {
@@ -226,6 +229,7 @@ func groupsShow(ctx context.Context, c *command, _ any, args []string) error {
 // services place groups by.
 func membership(ctx context.Context, brokers []string, gid string, partitions int) (map[string]store.Membership, error) {
 	a := newAdmin(brokers)
+	defer a.close()
 	all, _, err := a.spans(ctx, topics.Members, nil)
 	if err != nil {
 		return nil, err

@@ -60,6 +60,7 @@ func rebuild(ctx context.Context, c *command, opts any, args []string) error {
 		return err
 	}
 	a := newAdmin(brokers)
+	defer a.close()
 	if err := checkInactive(ctx, a, group, o.force); err != nil {
 		return err
 	}

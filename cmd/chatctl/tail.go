@@ -47,6 +47,7 @@ func tail(ctx context.Context, c *command, opts any, args []string) error {
 		return err
 	}
 	a := newAdmin(brokers)
+	defer a.close()
 	spans, _, err := a.spans(ctx, topic, nil)
 	if err != nil {
 		return err

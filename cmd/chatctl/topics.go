@@ -9,8 +9,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-
 	"github.com/groupchat/chatd/topics"
 )
 
@@ -89,7 +87,9 @@ func describe(ctx context.Context, c *command) ([]topics.Spec, []topics.State, e
 		return nil, nil, err
 	}
 	specs := topics.Specs(cfg)
-	states, err := topics.Describe(ctx, &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 15 * time.Second}, specs)
+	client := ownClient(cfg.Brokers, 15*time.Second)
+	defer closeClient(client)
+	states, err := topics.Describe(ctx, client, specs)
 	return specs, states, err
 }
 
