@@ -19,6 +19,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/groupchat/chatd/broker"
+	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/producers"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/topics"
@@ -172,7 +173,7 @@ func TestCompactedTopicsKeepOldRecords(t *testing.T) {
 	if err := topics.Ensure(ctx, topics.Config{Brokers: []string{b.Addr()}, Partitions: 1}, nil); err != nil {
 		t.Fatal(err)
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(b.Addr()), Topic: topics.Members, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	w := &kafka.Writer{Transport: testserver.KafkaTransport(t), Addr: kafka.TCP(b.Addr()), Topic: topics.Members, RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
 	defer w.Close()
 	joined := schema.Member{Gid: "g1", Uid: "u1", Op: schema.OpJoin, Pos: -1, By: "admin", At: time.Now().Add(-8 * 24 * time.Hour).UnixMilli()}
 	if err := w.WriteMessages(ctx, kafka.Message{Key: schema.MemberKey("g1", "u1"), Value: schema.AppendMember(nil, &joined),

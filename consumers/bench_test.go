@@ -88,7 +88,7 @@ func (e *benchEnv) freshClickHouse(b *testing.B) *store.ClickHouse {
 // measured.
 func (e *benchEnv) fill(b *testing.B, topic string, recs []kafka.Message) {
 	b.Helper()
-	w := &kafka.Writer{Addr: kafka.TCP(e.brokers()...), Topic: topic, Balancer: topics.Balancer{},
+	w := &kafka.Writer{Transport: testserver.KafkaTransport(b), Addr: kafka.TCP(e.brokers()...), Topic: topic, Balancer: topics.Balancer{},
 		BatchSize: 20000, BatchBytes: 900_000, BatchTimeout: 5 * time.Millisecond, RequiredAcks: kafka.RequireOne}
 	defer w.Close()
 	for len(recs) > 0 {

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
@@ -258,7 +259,7 @@ func TestReceiptAboveTwoToThe53IsDeadLetteredAndTheGroupsReceiptsFlow(t *testing
 	start(t, n.Run)
 	waitFor(t, "the notifier at the end of chat.receipts", 20*time.Second, notes.CaughtUp)
 
-	w := &kafka.Writer{Addr: kafka.TCP(p.broker.Addr()), Topic: topics.Receipts, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+	w := &kafka.Writer{Transport: testserver.KafkaTransport(t), Addr: kafka.TCP(p.broker.Addr()), Topic: topics.Receipts, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
 	defer w.Close()
 	rogue := schema.Receipt{Gid: "g", Uid: "r1", Upto: schema.MaxCursor + 1, At: 1}
 	if err := w.WriteMessages(ctx, kafka.Message{Key: schema.MemberKey("g", "r1"), Value: schema.AppendReceipt(nil, &rogue)}); err != nil {

@@ -318,7 +318,7 @@ func TestGarbageInChatMessagesIsDeadLetteredAndThePartitionFlows(t *testing.T) {
 	ctx := context.Background()
 	s := sent{}
 	p.send(t, 2, 3, s)
-	w := &kafka.Writer{Addr: kafka.TCP(p.broker.Addr()), Topic: topics.Messages, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+	w := &kafka.Writer{Transport: testserver.KafkaTransport(t), Addr: kafka.TCP(p.broker.Addr()), Topic: topics.Messages, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
 	defer w.Close()
 	if err := w.WriteMessages(ctx, kafka.Message{Key: []byte("g0"), Value: []byte{0xff, 0xfe, 0x00}}); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
@@ -231,7 +232,7 @@ func TestACursorLeftBehindInTheLogIsAppendedAgainAndSurvivesCompaction(t *testin
 // topicEnd is the end offset of partition 0 of topic.
 func (p *pipeline) topicEnd(t *testing.T, topic string) int64 {
 	t.Helper()
-	cl := &kafka.Client{Addr: kafka.TCP(p.brokers()...), Timeout: 5 * time.Second}
+	cl := &kafka.Client{Transport: testserver.KafkaTransport(t), Addr: kafka.TCP(p.brokers()...), Timeout: 5 * time.Second}
 	resp, err := cl.ListOffsets(context.Background(), &kafka.ListOffsetsRequest{
 		Topics: map[string][]kafka.OffsetRequest{topic: {kafka.LastOffsetOf(0)}}})
 	if err != nil {
@@ -434,7 +435,7 @@ func TestARejoinIsNotAppendedAsAReceiptOrAnAck(t *testing.T) {
 func TestAMemberEventAboveTwoToThe53IsDeadLettered(t *testing.T) {
 	p := newPipeline(t, pipelineOpts{partitions: 1, window: 1000})
 	ctx := context.Background()
-	w := &kafka.Writer{Addr: kafka.TCP(p.broker.Addr()), Topic: topics.Members, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+	w := &kafka.Writer{Transport: testserver.KafkaTransport(t), Addr: kafka.TCP(p.broker.Addr()), Topic: topics.Members, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
 	defer w.Close()
 	rogue := schema.Member{Gid: "g1", Uid: "rogue", Op: schema.OpJoin, Pos: schema.MaxCursor + 1, At: 1}
 	if err := w.WriteMessages(ctx, kafka.Message{Key: schema.MemberKey("g1", "rogue"), Value: schema.AppendMember(nil, &rogue)}); err != nil {

@@ -165,7 +165,7 @@ func TestRunnerCommitsOnInterval(t *testing.T) {
 func TestRunnerDeadLettersPoisonAndKeepsFlowing(t *testing.T) {
 	k := newKafka(t, 1)
 	ctx := context.Background()
-	w := &kafka.Writer{Addr: kafka.TCP(k.broker.Addr()), Topic: topics.Acks, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+	w := &kafka.Writer{Transport: testserver.KafkaTransport(t), Addr: kafka.TCP(k.broker.Addr()), Topic: topics.Acks, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
 	defer w.Close()
 	sendAcks(t, k, 10)
 	if err := w.WriteMessages(ctx,
@@ -205,7 +205,7 @@ func TestRunnerDeadLettersPoisonAndKeepsFlowing(t *testing.T) {
 // the limit that the broker refuses for good while its partition waits.
 func TestAPoisonRecordNearTheSizeLimitIsDeadLetteredCut(t *testing.T) {
 	k := newKafka(t, 1)
-	cl := &kafka.Client{Addr: kafka.TCP(k.brokers()...), Timeout: 10 * time.Second}
+	cl := &kafka.Client{Transport: testserver.KafkaTransport(t), Addr: kafka.TCP(k.brokers()...), Timeout: 10 * time.Second}
 	garbage := bytes.Repeat([]byte{0xff}, 1_048_400)
 	res, err := cl.Produce(context.Background(), &kafka.ProduceRequest{
 		Topic: topics.Acks, Partition: 0, RequiredAcks: kafka.RequireAll,

@@ -10,6 +10,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/groupchat/chatd/broker"
+	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/topics"
 )
@@ -41,7 +42,7 @@ func TestHeadsAreForgottenWhenTheLogGoesBack(t *testing.T) {
 	}
 
 	// The log starts again from offset 0.
-	c := &kafka.Client{Addr: kafka.TCP(b.Addr()), Timeout: 10 * time.Second}
+	c := &kafka.Client{Transport: testserver.KafkaTransport(t), Addr: kafka.TCP(b.Addr()), Timeout: 10 * time.Second}
 	if _, err := c.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{topics.Messages}}); err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +120,7 @@ func TestARecordPastTheEndOfALogThatWentBackIsNoMessage(t *testing.T) {
 func recreate(t *testing.T, addr string) {
 	t.Helper()
 	ctx := context.Background()
-	c := &kafka.Client{Addr: kafka.TCP(addr), Timeout: 10 * time.Second}
+	c := &kafka.Client{Transport: testserver.KafkaTransport(t), Addr: kafka.TCP(addr), Timeout: 10 * time.Second}
 	if _, err := c.DeleteTopics(ctx, &kafka.DeleteTopicsRequest{Topics: []string{topics.Messages}}); err != nil {
 		t.Fatal(err)
 	}

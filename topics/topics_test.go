@@ -29,7 +29,7 @@ func TestEnsureCreatesThenVerifies(t *testing.T) {
 	if err := Ensure(ctx, cfg, nil); err != nil {
 		t.Fatalf("second Ensure on existing topics: %v", err)
 	}
-	client := &kafka.Client{Addr: kafka.TCP(b.Addr())}
+	client := &kafka.Client{Transport: testserver.KafkaTransport(t), Addr: kafka.TCP(b.Addr())}
 	states, err := Describe(ctx, client, Specs(cfg))
 	if err != nil {
 		t.Fatal(err)
@@ -59,7 +59,7 @@ func TestEnsureRefusesPartitionMismatch(t *testing.T) {
 		t.Fatalf("Ensure with a different partition count: %v, want ErrMismatch", err)
 	}
 	t.Log(err)
-	client := &kafka.Client{Addr: kafka.TCP(b.Addr())}
+	client := &kafka.Client{Transport: testserver.KafkaTransport(t), Addr: kafka.TCP(b.Addr())}
 	states, _ := Describe(ctx, client, Specs(Config{Brokers: []string{b.Addr()}}))
 	for _, st := range states {
 		if st.Partitions != 4 {
@@ -71,7 +71,7 @@ func TestEnsureRefusesPartitionMismatch(t *testing.T) {
 func TestEnsureRefusesCleanupPolicyMismatch(t *testing.T) {
 	b := startBroker(t)
 	ctx := context.Background()
-	client := &kafka.Client{Addr: kafka.TCP(b.Addr())}
+	client := &kafka.Client{Transport: testserver.KafkaTransport(t), Addr: kafka.TCP(b.Addr())}
 	_, err := client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
 		Topic: Acks, NumPartitions: 3, ReplicationFactor: 1,
 		ConfigEntries: []kafka.ConfigEntry{{ConfigName: "cleanup.policy", ConfigValue: "delete"}},
@@ -119,7 +119,7 @@ func TestBalancerMatchesJavaMurmur2(t *testing.T) {
 func TestEnsureCreatesNothingBesideAMismatchedTopic(t *testing.T) {
 	b := startBroker(t)
 	ctx := context.Background()
-	client := &kafka.Client{Addr: kafka.TCP(b.Addr())}
+	client := &kafka.Client{Transport: testserver.KafkaTransport(t), Addr: kafka.TCP(b.Addr())}
 	_, err := client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
 		Topic: Messages, NumPartitions: 4, ReplicationFactor: 1,
 		ConfigEntries: []kafka.ConfigEntry{{ConfigName: "cleanup.policy", ConfigValue: "delete"}},

@@ -109,7 +109,7 @@ func TestKill9KeepsEveryAcknowledgedRecord(t *testing.T) {
 
 	// A committed group offset must come back too (the fan-out keeps its
 	// position there).
-	client := &kafka.Client{Addr: kafka.TCP(addr), Timeout: 10 * time.Second}
+	client := &kafka.Client{Transport: testserver.KafkaTransport(t), Addr: kafka.TCP(addr), Timeout: 10 * time.Second}
 	ctx := context.Background()
 	if _, err := client.OffsetCommit(ctx, &kafka.OffsetCommitRequest{GroupID: "chat.test", GenerationID: -1,
 		Topics: map[string][]kafka.OffsetCommit{topics.Messages: {{Partition: 1, Offset: 3}}}}); err != nil {

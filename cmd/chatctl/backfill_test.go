@@ -56,7 +56,7 @@ func TestBackfillTwiceEqualsOnceAndMatchesTheLiveConsumers(t *testing.T) {
 	if _, err := e.prod.SendMessage(ctx, &first); err != nil {
 		t.Fatal(err)
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(e.brokers...), Topic: topics.Messages, Balancer: topics.Balancer{}, RequiredAcks: kafka.RequireAll}
+	w := &kafka.Writer{Transport: testserver.KafkaTransport(t), Addr: kafka.TCP(e.brokers...), Topic: topics.Messages, Balancer: topics.Balancer{}, RequiredAcks: kafka.RequireAll}
 	if err := w.WriteMessages(ctx, kafka.Message{Key: []byte("g0"), Value: []byte{1, 1, 0xff}}); err != nil {
 		t.Fatal(err)
 	}

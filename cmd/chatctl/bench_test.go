@@ -41,7 +41,7 @@ func benchN(b *testing.B) int {
 // fillTopic writes recs with big produce batches.
 func fillTopic(b *testing.B, e *env, topic string, recs []kafka.Message) {
 	b.Helper()
-	w := &kafka.Writer{Addr: kafka.TCP(e.brokers...), Topic: topic, Balancer: topics.Balancer{},
+	w := &kafka.Writer{Transport: testserver.KafkaTransport(b), Addr: kafka.TCP(e.brokers...), Topic: topic, Balancer: topics.Balancer{},
 		BatchSize: 20000, BatchBytes: 900_000, BatchTimeout: 5 * time.Millisecond, RequiredAcks: kafka.RequireOne}
 	defer w.Close()
 	for len(recs) > 0 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/protocol"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/topics"
@@ -30,7 +31,7 @@ func TestMemberCommandsRefuseAChangedPartitionCount(t *testing.T) {
 	e.mustCtl("groups", "create", gid, "alice")
 	grow := func(topic string) {
 		t.Helper()
-		c := &kafka.Client{Addr: kafka.TCP(e.brokers...)}
+		c := &kafka.Client{Transport: testserver.KafkaTransport(t), Addr: kafka.TCP(e.brokers...)}
 		res, err := c.CreatePartitions(context.Background(), &kafka.CreatePartitionsRequest{
 			Topics: []kafka.TopicPartitionsConfig{{Name: topic, Count: 3}}})
 		if err != nil || res.Errors[topic] != nil {

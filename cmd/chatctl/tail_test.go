@@ -10,6 +10,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/topics"
 )
@@ -99,7 +100,7 @@ func TestTailPrintsDecodedJSONLines(t *testing.T) {
 	if err := e.prod.SendAcks(ctx, schema.Ack{Gid: "g", Uid: "bob", Upto: id, At: 1700000000001}); err != nil {
 		t.Fatal(err)
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(e.brokers...), Topic: topics.Messages, Balancer: topics.Balancer{}, RequiredAcks: kafka.RequireAll}
+	w := &kafka.Writer{Transport: testserver.KafkaTransport(t), Addr: kafka.TCP(e.brokers...), Topic: topics.Messages, Balancer: topics.Balancer{}, RequiredAcks: kafka.RequireAll}
 	if err := w.WriteMessages(ctx, kafka.Message{Key: []byte("g"), Value: []byte("junk")}); err != nil {
 		t.Fatal(err)
 	}

@@ -108,7 +108,7 @@ func TestMetricsAfterALoad(t *testing.T) {
 			pushed += len(f.Msgs)
 		}
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(kafkaAddr), Topic: topics.Acks, Balancer: topics.Balancer{}, RequiredAcks: kafka.RequireAll}
+	w := &kafka.Writer{Transport: testserver.KafkaTransport(t), Addr: kafka.TCP(kafkaAddr), Topic: topics.Acks, Balancer: topics.Balancer{}, RequiredAcks: kafka.RequireAll}
 	if err := w.WriteMessages(ctx, kafka.Message{Key: []byte("team/bob"), Value: []byte{1, 2, 0xff}}); err != nil {
 		t.Fatal(err)
 	}

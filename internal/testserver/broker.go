@@ -3,6 +3,8 @@ package testserver
 import (
 	"testing"
 
+	"github.com/segmentio/kafka-go"
+
 	"github.com/groupchat/chatd/broker"
 )
 
@@ -16,4 +18,15 @@ func NewBroker(tb testing.TB) *broker.Broker {
 	}
 	tb.Cleanup(b.Close)
 	return b
+}
+
+// KafkaTransport is a kafka-go transport whose connections are let go when
+// the test ends. A client or writer without one uses kafka-go's shared
+// transport, whose pool per address outlives the test: it keeps asking a
+// broker that is gone for metadata, and serves what it cached to a later
+// test whose broker got the same port.
+func KafkaTransport(tb testing.TB) *kafka.Transport {
+	tr := &kafka.Transport{}
+	tb.Cleanup(tr.CloseIdleConnections)
+	return tr
 }
