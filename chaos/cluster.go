@@ -31,7 +31,8 @@ type cluster struct {
 	redisSrv *testserver.Redis
 	chSrv    *testserver.ClickHouse
 	broker   *proc
-	kafka    string // the broker's address, the same across restarts
+	kafka    string           // the broker's address, the same across restarts
+	kt       *kafka.Transport // the harness's connections to it, closed by stop
 
 	roles    map[string]*proc // gateway1, gateway2, fanout, persister, projector
 	gateways []string         // HTTP base URLs of the gateways
@@ -47,7 +48,7 @@ type cluster struct {
 var roleNames = []string{"gateway1", "gateway2", "fanout", "persister", "projector"}
 
 func startCluster(ctx context.Context, dir string, partitions, window int, tl *timeline) (_ *cluster, err error) {
-	c := &cluster{dir: dir, partitions: partitions, roles: map[string]*proc{}}
+	c := &cluster{dir: dir, partitions: partitions, roles: map[string]*proc{}, kt: &kafka.Transport{}}
 	defer func() {
 		if err != nil {
 			c.stop()
@@ -90,7 +91,7 @@ func startCluster(ctx context.Context, dir string, partitions, window int, tl *t
 		"-listen", c.kafka, "-data-dir", filepath.Join(dir, "kafka"), "-partitions", strconv.Itoa(partitions))
 	c.broker.onExit = onExit
 	go c.broker.supervise()
-	if err := waitKafka(ctx, c.kafka, 30*time.Second); err != nil {
+	if err := c.waitKafka(ctx, 30*time.Second); err != nil {
 		return nil, fmt.Errorf("chatbroker: %w; its log: %s", err, c.broker.logPath)
 	}
 
@@ -136,16 +137,16 @@ func startCluster(ctx context.Context, dir string, partitions, window int, tl *t
 }
 
 // waitKafka waits until the broker answers metadata with the chat topics.
-func waitKafka(ctx context.Context, addr string, d time.Duration) error {
+func (c *cluster) waitKafka(ctx context.Context, d time.Duration) error {
 	deadline := time.Now().Add(d)
+	client := c.client(time.Second)
 	for {
-		client := &kafka.Client{Addr: kafka.TCP(addr), Timeout: time.Second}
 		md, err := client.Metadata(ctx, &kafka.MetadataRequest{})
 		if err == nil && len(md.Topics) >= 5 {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("no Kafka metadata with the chat topics from %s after %v (%v)", addr, d, err)
+			return fmt.Errorf("no Kafka metadata with the chat topics from %s after %v (%v)", c.kafka, d, err)
 		}
 		select {
 		case <-ctx.Done():
@@ -157,7 +158,7 @@ func waitKafka(ctx context.Context, addr string, d time.Duration) error {
 
 // allUp waits until every process answers again (after the faults).
 func (c *cluster) allUp(ctx context.Context, d time.Duration) error {
-	if err := waitKafka(ctx, c.kafka, d); err != nil {
+	if err := c.waitKafka(ctx, d); err != nil {
 		return err
 	}
 	for _, name := range roleNames {
@@ -178,6 +179,7 @@ func (c *cluster) stop() {
 	if c.broker != nil {
 		c.broker.stop()
 	}
+	c.kt.CloseIdleConnections()
 	if c.rc != nil {
 		c.rc.Close()
 	}
@@ -196,9 +198,14 @@ func (c *cluster) unexpectedExits() []string {
 	return append([]string(nil), c.exits...)
 }
 
+// client is a Kafka client of the broker on the harness's connections.
+func (c *cluster) client(timeout time.Duration) *kafka.Client {
+	return &kafka.Client{Addr: kafka.TCP(c.kafka), Timeout: timeout, Transport: c.kt}
+}
+
 // endOffsets returns the end offset of every partition of topic.
 func (c *cluster) endOffsets(ctx context.Context, topic string) (map[int]int64, error) {
-	client := &kafka.Client{Addr: kafka.TCP(c.kafka), Timeout: 5 * time.Second}
+	client := c.client(5 * time.Second)
 	req := map[string][]kafka.OffsetRequest{}
 	for p := 0; p < c.partitions; p++ {
 		req[topic] = append(req[topic], kafka.LastOffsetOf(p))

@@ -195,7 +195,7 @@ func (h *harness) poison(ctx context.Context) {
 		{topics.Members, schema.MemberKey(gid, uid), wrongKind},
 	} {
 		part := topics.Partition(gid, h.c.partitions)
-		client := &kafka.Client{Addr: kafka.TCP(h.c.kafka), Timeout: 5 * time.Second}
+		client := h.c.client(5 * time.Second)
 		for attempt := 0; ; attempt++ {
 			resp, err := client.Produce(ctx, &kafka.ProduceRequest{Topic: p.topic, Partition: part, RequiredAcks: kafka.RequireAll,
 				Records: kafka.NewRecordReader(kafka.Record{Key: kafka.NewBytes(p.key), Value: kafka.NewBytes(p.value)})})
