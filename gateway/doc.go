@@ -18,6 +18,8 @@
 // one goroutine of 2 KiB and no timer. Pushes and answers are enqueued
 // without blocking: a connection whose queue is full is closed with a
 // reason (it resyncs by pull on reconnect), so a slow client never stalls
-// anyone else.
+// anyone else. A connection is served once its user's presence is written,
+// which the fan-out's pushes follow; one whose presence Redis would not take
+// is closed with 1013 (try again later) rather than served unseen.
 // All exported methods are safe for concurrent use.
 package gateway

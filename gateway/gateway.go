@@ -58,7 +58,7 @@ type Gateway struct {
 
 // Metrics are the gateway's counters since start.
 type Metrics struct {
-	conns, sends, acks, reads, pulls, pushes, slowCut, overloaded, resyncs, authRefused atomic.Int64
+	conns, sends, acks, reads, pulls, pushes, slowCut, overloaded, resyncs, authRefused, presenceRefused atomic.Int64
 }
 
 // Snapshot is a copy of the counters.
@@ -68,13 +68,14 @@ type Snapshot struct {
 	SendBound                                         int   // the admission's bound now
 	Resyncs                                           int64 // resync frames sent
 	AuthRefused                                       int64 // upgrades refused: MaxAuthenticating connections were authenticating
+	PresenceRefused                                   int64 // connections closed (1013) as their user's presence could not be written
 }
 
 // Stats returns the counters.
 func (g *Gateway) Stats() Snapshot {
 	m := &g.metrics
 	return Snapshot{m.conns.Load(), m.sends.Load(), m.acks.Load(), m.reads.Load(), m.pulls.Load(), m.pushes.Load(), m.slowCut.Load(),
-		m.overloaded.Load(), g.admit.bound(), m.resyncs.Load(), m.authRefused.Load()}
+		m.overloaded.Load(), g.admit.bound(), m.resyncs.Load(), m.authRefused.Load(), m.presenceRefused.Load()}
 }
 
 // New checks cfg and returns a Gateway.

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/coder/websocket"
+
 	"github.com/groupchat/chatd/protocol"
 	"github.com/groupchat/chatd/store"
 )
@@ -18,12 +20,37 @@ import (
 // A user's connections are a slice, not a set: most users have one or two
 // devices, and a slice of one costs 8 bytes where a map costs hundreds.
 type hub struct {
-	mu       sync.RWMutex
-	users    map[string][]*conn
-	admitted map[string]int // connections admitted (admit) and not yet added, by user
+	mu         sync.RWMutex
+	users      map[string][]*conn
+	admitted   map[string]int           // connections admitted (admit) and not yet added, by user
+	announcing map[string]*announcement // by user: their presence here is being written, or could not be
 }
 
-func newHub() *hub { return &hub{users: map[string][]*conn{}, admitted: map[string]int{}} }
+func newHub() *hub {
+	return &hub{users: map[string][]*conn{}, admitted: map[string]int{}, announcing: map[string]*announcement{}}
+}
+
+// announcement is the writing of a user's presence on this node. All of
+// the user's connections here rely on it: the fan-out pushes to none of
+// them until it is written. A connection that comes while it runs waits
+// for it; when it fails, every connection of the user here is closed, and
+// the next one to come writes it again.
+type announcement struct {
+	done chan struct{} // closed when the write has ended
+	err  error         // set before done is closed
+}
+
+func newAnnouncement() *announcement { return &announcement{done: make(chan struct{})} }
+
+// failed reports whether the write has ended and failed.
+func (a *announcement) failed() bool {
+	select {
+	case <-a.done:
+		return a.err != nil
+	default:
+		return false
+	}
+}
 
 // admit takes a place for a connection of uid unless uid has max
 // connections here already, counting those admitted and not yet added.
@@ -38,8 +65,11 @@ func (h *hub) admit(uid string, max int) bool {
 	return true
 }
 
-// add adds c, admitted before.
-func (h *hub) add(c *conn) (first bool) {
+// add adds c, admitted before, and returns the announcement of its user
+// that c relies on: mine when the caller is to write it (c is the user's
+// first connection here, or the last write failed), nil when the presence
+// is written already.
+func (h *hub) add(c *conn) (a *announcement, mine bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.admitted[c.uid]--; h.admitted[c.uid] <= 0 {
@@ -47,7 +77,43 @@ func (h *hub) add(c *conn) (first bool) {
 	}
 	set := append(h.users[c.uid], c)
 	h.users[c.uid] = set
-	return len(set) == 1
+	if a = h.announcing[c.uid]; len(set) == 1 || a != nil && a.failed() {
+		a = newAnnouncement()
+		h.announcing[c.uid] = a
+		return a, true
+	}
+	return a, false
+}
+
+// reannounce begins a new announcement of uid, which the caller is to
+// write, if uid has connections here; else it returns nil.
+func (h *hub) reannounce(uid string) *announcement {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.users[uid]) == 0 {
+		return nil
+	}
+	a := newAnnouncement()
+	h.announcing[uid] = a
+	return a
+}
+
+// announced ends a with the write's err. If it failed, and no later
+// announcement of uid has begun meanwhile, it returns the connections of
+// uid here, which relied on it.
+func (h *hub) announced(uid string, a *announcement, err error) []*conn {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	a.err = err
+	close(a.done)
+	if h.announcing[uid] != a {
+		return nil // the user has left, or a later announcement decides
+	}
+	if err == nil {
+		delete(h.announcing, uid)
+		return nil
+	}
+	return slices.Clone(h.users[uid])
 }
 
 func (h *hub) remove(c *conn) (last bool) {
@@ -59,6 +125,7 @@ func (h *hub) remove(c *conn) (last bool) {
 	}
 	if len(set) == 0 {
 		delete(h.users, c.uid)
+		delete(h.announcing, c.uid)
 		return true
 	}
 	h.users[c.uid] = set
@@ -111,25 +178,65 @@ func (h *hub) count() int {
 	return n
 }
 
-// connect registers an authenticated connection.
+// connect registers an authenticated connection. It returns once the
+// user's presence here is written, or c is closed because it could not be.
 func (g *Gateway) connect(c *conn) {
 	c.slot = int(g.pingSlot.Add(1) % pingSlots)
-	if g.hub.add(c) {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		g.setOnline(ctx, c.uid)
+	if a, mine := g.hub.add(c); mine {
+		g.announce(c.uid, a)
+	} else if a != nil {
+		<-a.done // begun for an earlier connection of the user
 	}
 	g.metrics.conns.Add(1)
 	g.cfg.Metrics.ConnOpened()
 }
 
-// setOnline announces uid online on this node. On failure pushes may miss
-// the user until the next refresh; the client still gets everything by
-// sync and pull.
-func (g *Gateway) setOnline(ctx context.Context, uid string) {
-	announce := g.quietOnline == nil || !g.quietOnline(uid)
-	if err := g.cfg.Redis.SetOnline(ctx, g.cfg.Node, []string{uid}, g.cfg.PresenceTTL, announce); err != nil {
-		g.log.Warn("cannot register presence", "uid", uid, "err", err)
+// announceWithin bounds the writing of a user's presence, retries
+// included. A connection whose user could not be announced online is not
+// served: the fan-out would push it nothing, and the check of its first
+// sync (cover.go) sees only what was sent within presenceLag, so a message
+// sent later would reach the client only at the group's next push or its
+// next sync.
+const announceWithin = 3 * time.Second
+
+// tryAgainReason is the close reason of a connection whose user could not
+// be announced online.
+const tryAgainReason = "unavailable: the server could not register this connection; reconnect after a back-off"
+
+// announce writes uid's presence here for a. If it cannot, it closes
+// every connection of uid here (they all relied on it) with 1013, so that
+// the clients reconnect, after a back-off, and sync.
+func (g *Gateway) announce(uid string, a *announcement) {
+	err := g.writeOnline(uid)
+	cut := g.hub.announced(uid, a, err)
+	if err != nil {
+		g.log.Warn("cannot register presence; closing the user's connections here for them to reconnect", "uid", uid, "conns", len(cut), "err", err)
+	}
+	for _, c := range cut {
+		c.close(websocket.StatusTryAgainLater, tryAgainReason)
+		g.metrics.presenceRefused.Add(1)
+		g.cfg.Metrics.Refused("presence")
+	}
+}
+
+// writeOnline writes uid's presence on this node, retrying for up to
+// announceWithin.
+func (g *Gateway) writeOnline(uid string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), announceWithin)
+	defer cancel()
+	publish := g.quietOnline == nil || !g.quietOnline(uid)
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, 500*time.Millisecond) {
+		err := g.cfg.Redis.SetOnline(ctx, g.cfg.Node, []string{uid}, g.cfg.PresenceTTL, publish)
+		if err == nil {
+			return nil
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
 	}
 }
 
@@ -148,8 +255,8 @@ func (g *Gateway) disconnect(c *conn) {
 			// A connection of the user that came meanwhile (a reconnect)
 			// set them online, perhaps before the clearing above: set it
 			// again, or pushes would miss them until the next refresh.
-			if g.hub.has(c.uid) {
-				g.setOnline(ctx, c.uid)
+			if a := g.hub.reannounce(c.uid); a != nil {
+				g.announce(c.uid, a)
 			}
 		}
 		g.nodeMu.RUnlock()

@@ -14,7 +14,7 @@
 //	chat_pushes_total                        messages written to client connections (gateway)
 //	chat_e2e_latency_seconds                 histogram: a message's sent_at to its push written to a recipient
 //	chat_connections                         open, authenticated client connections (gateway)
-//	chat_connections_refused_total{reason}   WebSockets refused: authenticating (the gateway held its most still authenticating), user_conns (the user's most) (gateway)
+//	chat_connections_refused_total{reason}   WebSockets refused: authenticating (the gateway held its most still authenticating), user_conns (the user's most), presence (the user's presence could not be written) (gateway)
 //	chat_resyncs_total{reason}               resync frames sent: pushes to a connection may have been lost (gateway)
 //	chat_consumer_lag{group,partition}       records left to read, per assigned partition
 //	chat_consumer_records_total{group}       records handed to a consumer's handler
@@ -71,7 +71,7 @@ func New(reg prometheus.Registerer) (*Set, error) {
 			Name: "chat_connections", Help: "Open, authenticated client connections.",
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "chat_connections_refused_total", Help: "WebSocket connections a gateway refused, by reason: authenticating (it held its most connections still authenticating; answered 503), user_conns (the user had their most connections to it; closed with 4029).",
+			Name: "chat_connections_refused_total", Help: "WebSocket connections a gateway refused, by reason: authenticating (it held its most connections still authenticating; answered 503), user_conns (the user had their most connections to it; closed with 4029), presence (the user's presence could not be written; closed with 1013).",
 		}, []string{"reason"}),
 		resyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chat_resyncs_total", Help: "Resync frames a gateway sent, by reason: pushes to the connection may have been lost, and it syncs and pulls.",

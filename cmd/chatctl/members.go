@@ -85,7 +85,7 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 		return err
 	}
 	if op == schema.OpJoin {
-		if fresh, err = reserveJoins(ctx, rds, gid, current, uids); err != nil {
+		if fresh, err = reserveJoins(ctx, rds, gid, current, uids, c.joinHold); err != nil {
 			return err
 		}
 	}
@@ -97,7 +97,7 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 	defer prod.Close()
 	if len(fresh) > 0 {
 		// Held while the joins are written, one by one, however long.
-		defer rds.HoldJoins(context.WithoutCancel(ctx), gid, slices.Collect(maps.Keys(fresh)), joinHold, func(err error) {
+		defer rds.HoldJoins(context.WithoutCancel(ctx), gid, slices.Collect(maps.Keys(fresh)), c.joinHold, func(err error) {
 			fmt.Fprintf(c.stderr, "warning: cannot renew the reservations of the joins being written (%v)\n", err)
 		})()
 	}
@@ -127,7 +127,7 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 		delete(fresh, uid) // written: its place is held until the projector has it
 		if op == schema.OpLeave && rds != nil {
 			// The gateways take the leave as projected, and its place as free.
-			if err := rds.MarkLeaving(context.WithoutCancel(ctx), gid, uid, current[uid].JoinedAt, m.Pos, joinHold); err != nil {
+			if err := rds.MarkLeaving(context.WithoutCancel(ctx), gid, uid, current[uid].JoinedAt, m.Pos, c.joinHold); err != nil {
 				fmt.Fprintf(c.stderr, "warning: cannot note the leave of %s in Redis (%v); its place is free once the member projector has it\n", uid, err)
 			}
 		}
@@ -138,7 +138,8 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 }
 
 // joinHold is how long a join reserved is taken as being written, and its
-// place as taken, before the member projector has it: the gateway's.
+// place as taken, before the member projector has it: the gateway's
+// default JoinHold. A command holds it in command.joinHold.
 const joinHold = 30 * time.Second
 
 // reserveJoins reserves a place in gid for each of uids not a member yet
@@ -149,7 +150,7 @@ const joinHold = 30 * time.Second
 // lists at most that many. The members counted are those of current, or
 // of the member projection when more, and the joins reserved and in
 // neither.
-func reserveJoins(ctx context.Context, rds *store.Redis, gid string, current map[string]store.Membership, uids []string) (map[string]bool, error) {
+func reserveJoins(ctx context.Context, rds *store.Redis, gid string, current map[string]store.Membership, uids []string, hold time.Duration) (map[string]bool, error) {
 	joined := make(map[string]bool, len(current))
 	for uid, m := range current {
 		if m.State == store.MemberJoined {
@@ -162,7 +163,7 @@ func reserveJoins(ctx context.Context, rds *store.Redis, gid string, current map
 			add = append(add, uid)
 		}
 	}
-	reserved, err := rds.ReserveJoins(ctx, gid, add, protocol.MaxMembers, joined, joinHold)
+	reserved, err := rds.ReserveJoins(ctx, gid, add, protocol.MaxMembers, joined, hold)
 	if full := (*store.FullError)(nil); errors.As(err, &full) {
 		return nil, fmt.Errorf("%s has %d members (with those being added); adding %d would pass the limit of %d members a group has: "+
 			"remove members first (`chatctl members remove %s UID...`), or add fewer", gid, full.Members, full.Adding, full.Limit, gid)
@@ -186,7 +187,7 @@ func clearJoins(ctx context.Context, c *command, rds *store.Redis, gid string, f
 	}
 	uids := slices.Collect(maps.Keys(fresh))
 	if err := rds.ClearJoining(context.WithoutCancel(ctx), gid, uids...); err != nil {
-		fmt.Fprintf(c.stderr, "warning: cannot drop the reservations of joins not written (%v); their places are held for %v\n", err, joinHold)
+		fmt.Fprintf(c.stderr, "warning: cannot drop the reservations of joins not written (%v); their places are held for %v\n", err, c.joinHold)
 	}
 }
 

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/protocol"
@@ -142,4 +145,70 @@ func TestMembersAddCountsJoinsBeingWrittenElsewhere(t *testing.T) {
 	// places still reserved, count once.
 	e.mustCtl("members", "remove", gid, "u0")
 	e.mustCtl("members", "add", gid, "w")
+}
+
+// A member command run as ctl runs it, with the joins it reserves held
+// for hold rather than joinHold.
+func (e *env) ctlHold(hold time.Duration, name string, args ...string) (string, error) {
+	var out bytes.Buffer
+	c := newCommand(name, func(k string) string { return e.vars[k] }, &out, &out)
+	c.joinHold = hold
+	rest, err := c.parse(args)
+	if err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err = commands[name].run(ctx, c, nil, rest)
+	return out.String(), err
+}
+
+// chatctl's add holds the places it reserved for as long as its joins
+// take to write (a broker slow to answer, a group created with thousands
+// of members written one by one), renewing them: taken for the hold from
+// the reservation, a place would be lost before its join is written, and
+// another add could take it and pass the group's limit.
+func TestMembersAddHoldsItsPlacesWhileItsJoinsAreWritten(t *testing.T) {
+	const hold = 300 * time.Millisecond
+	e := newEnv(t, 1)
+	// The broker takes the writes to chat.members in, and answers none
+	// until released.
+	c := e.broker.Cluster()
+	release := make(chan struct{})
+	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		for _, tp := range req.(*kmsg.ProduceRequest).Topics {
+			if tp.Topic == topics.Members {
+				c.SleepControl(func() { <-release })
+			}
+		}
+		return nil, nil, false
+	})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	defer free()
+	done := make(chan error, 1)
+	go func() {
+		out, err := e.ctlHold(hold, "members add", "g1", "bob")
+		if err != nil {
+			err = fmt.Errorf("%w\n%s", err, out)
+		}
+		done <- err
+	}()
+	ctx := context.Background()
+	e.waitFor("bob's place reserved", func() bool {
+		ok, _ := e.rds.Joining(ctx, "g1", "bob")
+		return ok
+	})
+	time.Sleep(4 * hold) // the write of bob's join outlasts the hold: time must pass
+	if ok, err := e.rds.Joining(ctx, "g1", "bob"); !ok || err != nil {
+		t.Errorf("bob's join still being written after %v, its hold %v: Joining = %v, %v; want its place held", 4*hold, hold, ok, err)
+	}
+	free()
+	if err := <-done; err != nil {
+		t.Fatalf("chatctl members add g1 bob: %v", err)
+	}
+	if ok, err := e.rds.Joining(ctx, "g1", "bob"); !ok || err != nil {
+		t.Errorf("bob's join written: Joining = %v, %v; want its place held for the member projector", ok, err)
+	}
 }

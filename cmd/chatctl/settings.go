@@ -82,11 +82,13 @@ type command struct {
 	getenv func(string) string
 	stdout io.Writer
 	stderr io.Writer
+
+	joinHold time.Duration // how long the joins a member command reserves are held; joinHold
 }
 
 func newCommand(name string, getenv func(string) string, stdout, stderr io.Writer) *command {
 	c := &command{name: name, s: &settings{}, fs: flag.NewFlagSet("chatctl "+name, flag.ContinueOnError),
-		getenv: getenv, stdout: stdout, stderr: stderr}
+		getenv: getenv, stdout: stdout, stderr: stderr, joinHold: joinHold}
 	c.fs.SetOutput(stderr)
 	for _, st := range allSettings {
 		def := st.def

@@ -1,0 +1,213 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/groupchat/chatd/protocol"
+)
+
+// failPresence is a go-redis hook that, while on, fails the scripts that
+// write key (a user's presence: SetOnline), as a Redis blip would. With
+// hold set, the first of them waits for hold to close before it fails.
+// Reads of the key (the fan-out's lookups) and its clearing go through.
+type failPresence struct {
+	key    string
+	on     atomic.Bool
+	hold   chan struct{}
+	held   atomic.Bool // a write waits for hold
+	failed atomic.Int64
+}
+
+func (h *failPresence) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *failPresence) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+
+func (h *failPresence) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if !h.on.Load() || !slices.ContainsFunc(cmds, h.writes) {
+			return next(ctx, cmds)
+		}
+		if h.hold != nil && h.held.CompareAndSwap(false, true) {
+			<-h.hold
+		}
+		h.failed.Add(1)
+		err := errors.New("presence write refused by the test")
+		for _, c := range cmds {
+			c.SetErr(err)
+		}
+		return err
+	}
+}
+
+func (h *failPresence) writes(c redis.Cmder) bool {
+	if n := c.Name(); n != "evalsha" && n != "eval" {
+		return false
+	}
+	return slices.Contains(c.Args(), any(h.key))
+}
+
+// closeOf returns the close error of err, or nil if err is no close.
+func closeOf(err error) *websocket.CloseError {
+	var ce websocket.CloseError
+	if errors.As(err, &ce) {
+		return &ce
+	}
+	return nil
+}
+
+// awaitClose reads r's frames until its connection closes, or for at most
+// d; it returns the close and the ops of the frames read before it.
+func (r *raw) awaitClose(d time.Duration) (*websocket.CloseError, []string, error) {
+	var ops []string
+	deadline := time.Now().Add(d)
+	for {
+		f, err := r.tryRead(time.Until(deadline))
+		if err != nil {
+			return closeOf(err), ops, err
+		}
+		op := fmt.Sprint(f["op"])
+		if f["reason"] != nil {
+			op += "(" + fmt.Sprint(f["reason"]) + ")"
+		}
+		ops = append(ops, op)
+	}
+}
+
+// A connection whose user's presence cannot be written (Redis failing
+// the write through every retry) is closed with 1013, try again later,
+// rather than served: the fan-out would push it nothing, and the check of
+// its first sync covers only what was sent within presenceLag of its
+// coming, so a message sent later would reach the client only at the
+// group's next push or its next sync. It used to be served, the failure
+// only logged. Reconnected once Redis takes the write, the client gets
+// the message.
+func TestAConnectionWhosePresenceCannotBeWrittenIsToldToReconnect(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g1", "alice", "bob")
+	g := e.gws[0].g
+	fail := &failPresence{key: "chat:{u:bob}:nodes"}
+	fail.on.Store(true)
+	e.rc.AddHook(fail)
+	alice := e.login(0, "alice")
+	bob := e.login(0, "bob")
+	bob.send(map[string]any{"op": protocol.OpSync, "id": "s"})
+	f, err := bob.tryRead(2 * announceWithin)
+	if err == nil {
+		// Served: the check of the sync reads the log's ends presenceLag
+		// after bob came; a message sent after it is not checked.
+		if f["op"] != protocol.OpSynced {
+			t.Fatalf("bob's first frame after authed: %v, want the sync's answer or a close", f)
+		}
+		e.waitSyncChecked(0, "bob")
+	}
+	if fail.failed.Load() == 0 {
+		t.Fatal("no write of bob's presence was refused; the test refuses none")
+	}
+	sent := alice.call(map[string]any{"op": protocol.OpSend, "gid": "g1", "cmid": "m", "body": "sent after bob's presence failed"})
+	msgid, ok := sent["msgid"].(float64)
+	if !ok {
+		t.Fatalf("alice's send: %v", sent)
+	}
+	var ops []string
+	if err == nil {
+		_, ops, err = bob.awaitClose(2 * announceWithin)
+	}
+	ce := closeOf(err)
+	if ce == nil || ce.Code != websocket.StatusTryAgainLater || ce.Reason != tryAgainReason {
+		t.Fatalf("bob, whose presence could not be written, after the sync's answer: frames %v, then %v; "+
+			"want a close %d %q: message %v reached him neither by push nor by a resync",
+			ops, err, websocket.StatusTryAgainLater, tryAgainReason, msgid)
+	}
+	if n := g.Stats().PresenceRefused; n != 1 {
+		t.Errorf("PresenceRefused = %d, want 1", n)
+	}
+
+	fail.on.Store(false) // Redis is back
+	waitFor(t, "the store to hold alice's message", 10*time.Second, func() bool {
+		heads, err := e.redis.Heads(context.Background(), []string{"g1"})
+		return err == nil && float64(heads["g1"]) >= msgid
+	})
+	bob = e.login(0, "bob")
+	synced := bob.call(map[string]any{"op": protocol.OpSync})
+	groups, _ := synced["groups"].([]any)
+	if len(groups) != 1 || groups[0].(map[string]any)["head"] != msgid {
+		t.Fatalf("bob's sync after reconnecting: %v, want g1 at head %v", synced, msgid)
+	}
+	page := bob.call(map[string]any{"op": protocol.OpPull, "gid": "g1"})
+	msgs, _ := page["msgs"].([]any)
+	if len(msgs) != 1 || msgs[0].(map[string]any)["msgid"] != msgid {
+		t.Fatalf("bob's pull after reconnecting: %v, want message %v", page, msgid)
+	}
+}
+
+// A later device of a user, which comes while the first one's presence is
+// being written, relies on that write: when it fails, both are closed. It
+// used to be served at once, and stayed unseen by the fan-out when the
+// write failed.
+func TestALaterDeviceIsClosedWithTheFirstWhenTheirPresenceFails(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g1", "alice", "bob")
+	g := e.gws[0].g
+	fail := &failPresence{key: "chat:{u:bob}:nodes", hold: make(chan struct{})}
+	fail.on.Store(true)
+	e.rc.AddHook(fail)
+	first := e.login(0, "bob")
+	waitFor(t, "the first device's presence write to be under way", 5*time.Second, fail.held.Load)
+	second := e.login(0, "bob")
+	waitFor(t, "the second device to be registered", 5*time.Second, func() bool {
+		n := 0
+		g.hub.each("bob", func(*conn) { n++ })
+		return n == 2
+	})
+	close(fail.hold)
+	for i, r := range []*raw{first, second} {
+		ce, ops, err := r.awaitClose(2 * announceWithin)
+		if ce == nil || ce.Code != websocket.StatusTryAgainLater {
+			t.Errorf("device %d of bob, whose presence could not be written: frames %v, then %v; want a close %d",
+				i+1, ops, err, websocket.StatusTryAgainLater)
+		}
+	}
+	if n := g.Stats().PresenceRefused; n != 2 {
+		t.Errorf("PresenceRefused = %d, want 2", n)
+	}
+}
+
+// A user who reconnects while their old connection is being let go has
+// their presence set again after the old one's clearing (see
+// TestAReconnectRacingTheOldConnectionsEndStaysOnline). When that fails,
+// the new connection, which the clearing left unseen by the fan-out, is
+// closed to reconnect. It used to be left open, the failure only logged.
+func TestAReconnectWhosePresenceCannotBeSetAgainIsClosed(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g1", "alice")
+	fail := &failPresence{key: "chat:{u:alice}:nodes"}
+	e.rc.AddHook(fail)
+	old := e.login(0, "alice")
+	var fresh *raw
+	registered := make(chan struct{})
+	e.gws[0].g.beforeOffline = func(uid string) {
+		if uid != "alice" || fresh != nil {
+			return
+		}
+		fresh = e.login(0, "alice")
+		waitFor(t, "the new connection's presence", 5*time.Second, func() bool { return e.gws[0].g.Stats().Conns == 2 })
+		fail.on.Store(true) // from here on: the setting again after the clearing fails
+		close(registered)
+	}
+	old.ws.Close(websocket.StatusNormalClosure, "")
+	<-registered
+	ce, ops, err := fresh.awaitClose(2 * announceWithin)
+	if ce == nil || ce.Code != websocket.StatusTryAgainLater {
+		nodes, _ := e.redis.OnlineNodes(context.Background(), []string{"alice"})
+		t.Fatalf("alice's new connection, her presence cleared by the old one's end and not set again (online on %v): frames %v, then %v; want a close %d",
+			nodes["alice"], ops, err, websocket.StatusTryAgainLater)
+	}
+}
