@@ -275,6 +275,19 @@ func (e *env) removeMember(gid, uid string) {
 	})
 }
 
+// waitProjected waits until consumer has saved, for gid's partition of
+// topic, a position at that partition's end as it is now: every record
+// written there so far has had its effect.
+func (e *env) waitProjected(consumer, topic, gid string) {
+	e.t.Helper()
+	part := topics.Partition(gid, 4)
+	end := e.listOffsets(map[string][]kafka.OffsetRequest{topic: {kafka.LastOffsetOf(part)}}).Topics[topic][0].LastOffset
+	waitFor(e.t, fmt.Sprint(consumer, " to pass offset ", end, " of ", topic, "/", part), 20*time.Second, func() bool {
+		saved, err := e.redis.Offsets(context.Background(), consumer, topic)
+		return err == nil && saved[part] >= end
+	})
+}
+
 func (e *env) waitMembers(gid string, uids ...string) {
 	e.t.Helper()
 	waitFor(e.t, "membership of "+gid, 20*time.Second, func() bool {
