@@ -48,6 +48,7 @@ type env struct {
 	gws      []*gw
 	fanout   func() // stops the fan-out
 	notifier *consumers.ReceiptNotifier
+	notified *consumers.Runner[schema.Receipt] // the notifier's runner, the latest started
 	parts    map[string]consumerPart
 }
 
@@ -117,6 +118,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	e.notifier = notifier
 	e.runConsumer("notifier", func() (func(context.Context) error, error) {
 		r, err := notifier.Runner(e.base)
+		e.notified = r
 		return runOf(r, err)
 	})
 	e.runConsumer("notifier-pushes", func() (func(context.Context) error, error) { return notifier.Run, nil })
@@ -176,6 +178,14 @@ func (e *env) startFanout() {
 		return runOf(r, err)
 	})
 	waitFor(e.t, "the fan-out to hold its partitions", 20*time.Second, runner.CaughtUp)
+}
+
+// waitNotifierJoined waits until the receipt notifier holds its
+// partitions: it starts at the end of chat.receipts, so a receipt written
+// before that is never notified.
+func (e *env) waitNotifierJoined() {
+	e.t.Helper()
+	waitFor(e.t, "the receipt notifier to hold its partitions", 20*time.Second, e.notified.CaughtUp)
 }
 
 func (e *env) addGateway(i int, tune func(*Config)) *gw {
