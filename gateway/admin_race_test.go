@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/groupchat/chatd/consumers"
 	"github.com/groupchat/chatd/protocol"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
@@ -31,7 +32,7 @@ func TestARemovalAndAnAddBeforeItsProjectionEndWithAMember(t *testing.T) {
 		t.Errorf("add bob back right after his removal: %d %v, want him added", st, out)
 	}
 	e.runConsumer("members", e.parts["members"].mk)
-	time.Sleep(2 * time.Second) // the projector catches up with every change written
+	e.waitProjected(consumers.GroupMemberProjector, topics.Members, "g1") // every change written
 	m, err := e.redis.Membership(context.Background(), "g1", "bob", nil)
 	if err != nil {
 		t.Fatal(err)

@@ -48,6 +48,7 @@ type env struct {
 	gws      []*gw
 	fanout   func() // stops the fan-out
 	notifier *consumers.ReceiptNotifier
+	notified *consumers.Runner[schema.Receipt] // the notifier's runner, the latest started
 	parts    map[string]consumerPart
 }
 
@@ -117,6 +118,7 @@ func newEnv(t *testing.T, o envOpts) *env {
 	e.notifier = notifier
 	e.runConsumer("notifier", func() (func(context.Context) error, error) {
 		r, err := notifier.Runner(e.base)
+		e.notified = r
 		return runOf(r, err)
 	})
 	e.runConsumer("notifier-pushes", func() (func(context.Context) error, error) { return notifier.Run, nil })
@@ -176,6 +178,14 @@ func (e *env) startFanout() {
 		return runOf(r, err)
 	})
 	waitFor(e.t, "the fan-out to hold its partitions", 20*time.Second, runner.CaughtUp)
+}
+
+// waitNotifierJoined waits until the receipt notifier holds its
+// partitions: it starts at the end of chat.receipts, so a receipt written
+// before that is never notified.
+func (e *env) waitNotifierJoined() {
+	e.t.Helper()
+	waitFor(e.t, "the receipt notifier to hold its partitions", 20*time.Second, e.notified.CaughtUp)
 }
 
 func (e *env) addGateway(i int, tune func(*Config)) *gw {
@@ -272,6 +282,19 @@ func (e *env) removeMember(gid, uid string) {
 	waitFor(e.t, uid+" left "+gid, 10*time.Second, func() bool {
 		m, _ := e.redis.Membership(context.Background(), gid, uid, nil)
 		return m.State == store.MemberLeft
+	})
+}
+
+// waitProjected waits until consumer has saved, for gid's partition of
+// topic, a position at that partition's end as it is now: every record
+// written there so far has had its effect.
+func (e *env) waitProjected(consumer, topic, gid string) {
+	e.t.Helper()
+	part := topics.Partition(gid, 4)
+	end := e.listOffsets(map[string][]kafka.OffsetRequest{topic: {kafka.LastOffsetOf(part)}}).Topics[topic][0].LastOffset
+	waitFor(e.t, fmt.Sprint(consumer, " to pass offset ", end, " of ", topic, "/", part), 20*time.Second, func() bool {
+		saved, err := e.redis.Offsets(context.Background(), consumer, topic)
+		return err == nil && saved[part] >= end
 	})
 }
 

@@ -325,14 +325,20 @@ func TestHostileClientsGetTheirErrorsAndOthersAreUnaffected(t *testing.T) {
 	}
 
 	{ // replayed token after expiry
-		tok, err := IssueToken([]byte(testSecret), "alice", 1500*time.Millisecond)
+		// exp is cut down to the second: a token of a 3 s life is good
+		// for 2 s at least, time for the fresh one's check, and has been
+		// expired for a second at least once its life and a second more
+		// have passed.
+		const life = 3 * time.Second
+		issued := time.Now()
+		tok, err := IssueToken([]byte(testSecret), "alice", life)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if f := e.dial(1, "?token="+tok).read(); f["op"] != protocol.OpAuthed {
 			t.Fatalf("a fresh token: %v", f)
 		}
-		time.Sleep(2500 * time.Millisecond) // exp has one-second resolution
+		time.Sleep(time.Until(issued.Add(life + time.Second)))
 		r := e.dial(1, "?token="+tok)
 		if f := r.read(); code(f) != string(protocol.CodeTokenExpired) {
 			t.Fatalf("the same token replayed after it expired: %v", f)

@@ -160,7 +160,7 @@ func TestSenderGetsReceiptsLiveAndOnRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "persisted", 10*time.Second, func() bool { h, _ := e.redis.Head(ctx, "g"); return h == id })
-	time.Sleep(300 * time.Millisecond) // the notifier's group has joined chat.receipts at its end
+	e.waitNotifierJoined()
 	start := time.Now()
 	if f := reader.call(map[string]any{"op": "read", "gid": "g", "upto": id}); f["op"] != "ok" {
 		t.Fatal(f)

@@ -21,7 +21,14 @@ func TestAPushLostWhileThePushRouteBrokeIsPulledAfterIt(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	e.group("g", "alice", "bob")
 	var dropping atomic.Bool
-	e.gws[0].g.dropPush = func(uid string) bool { return uid == "bob" && dropping.Load() }
+	var dropped atomic.Int64
+	e.gws[0].g.dropPush = func(uid string) bool {
+		if uid != "bob" || !dropping.Load() {
+			return false
+		}
+		dropped.Add(1)
+		return true
+	}
 	alice, bob := e.connect(0, "alice", nil), e.connect(0, "bob", nil)
 	ctx := context.Background()
 	if err := bob.c.Open(ctx, "g"); err != nil {
@@ -41,7 +48,7 @@ func TestAPushLostWhileThePushRouteBrokeIsPulledAfterIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the lost message stored", 10*time.Second, func() bool { h, _ := e.redis.Head(ctx, "g"); return h == lost })
-	time.Sleep(200 * time.Millisecond) // its push, dropped, is behind us
+	waitFor(t, "its push to bob dropped", 10*time.Second, func() bool { return dropped.Load() > 0 })
 	dropping.Store(false)
 	before := e.gws[0].g.Stats().Resyncs
 	if n, err := e.rc.ClientKillByFilter(ctx, "TYPE", "pubsub").Result(); err != nil || n == 0 {

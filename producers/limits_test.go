@@ -123,17 +123,21 @@ func TestABodyPastTheLimitIsRefusedBeforeTheBroker(t *testing.T) {
 func TestSendsAbandonedWhileQueuedAreNotWritten(t *testing.T) {
 	b, p := setup(t, 1)
 	c := b.Cluster()
-	release := make(chan struct{})
+	release, stalled := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
-		once.Do(func() { c.SleepControl(func() { <-release }) })
+		once.Do(func() { close(stalled); c.SleepControl(func() { <-release }) })
 		return nil, nil, false
 	})
 	ctx := context.Background()
 	held := make(chan error, 1)
 	go func() { _, err := p.SendMessage(ctx, msg("g1", 0)); held <- err }()
-	time.Sleep(200 * time.Millisecond)
+	select { // the sends below queue behind it, not in its request
+	case <-stalled:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the first send's request never reached the broker")
+	}
 	const n = 200
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {

@@ -23,16 +23,21 @@ func main() {
 
 // stopOnSignal returns a context that ends at the first SIGINT or SIGTERM,
 // which starts a graceful shutdown (within CHAT_SHUTDOWN_TIMEOUT). A
-// second one kills the process at once, for an operator who will not wait.
+// second one stops the process at once, for an operator who will not wait.
+// The second is handled here rather than left to the signal's default
+// action: a process started with SIGINT ignored (a shell's background job)
+// would go back to ignoring it.
 func stopOnSignal() context.Context {
 	ctx, cancel := context.WithCancel(context.Background())
-	sigs := make(chan os.Signal, 1)
+	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		s := <-sigs
-		signal.Reset(os.Interrupt, syscall.SIGTERM)
 		fmt.Fprintf(os.Stderr, "chatd: %v: stopping gracefully (up to CHAT_SHUTDOWN_TIMEOUT); send it again to stop at once\n", s)
 		cancel()
+		s = <-sigs
+		fmt.Fprintf(os.Stderr, "chatd: %v again: stopping at once\n", s)
+		os.Exit(128 + int(s.(syscall.Signal)))
 	}()
 	return ctx
 }
