@@ -8,8 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kmsg"
-
+	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
 )
@@ -94,20 +93,7 @@ func TestAReservationHoldsItsPlaceWhileTheJoinIsWritten(t *testing.T) {
 
 	// The broker takes the next writes to chat.members in, and answers
 	// none until released.
-	c := e.broker.Cluster()
-	release := make(chan struct{})
-	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		for _, tp := range req.(*kmsg.ProduceRequest).Topics {
-			if tp.Topic == topics.Members {
-				c.SleepControl(func() { <-release })
-			}
-		}
-		return nil, nil, false
-	})
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
-	defer free()
+	free := testserver.HoldProduces(t, e.broker, topics.Members)
 
 	add := func(uid string) (int, map[string]any) {
 		return e.http("POST", "/v1/admin/groups/g1/members", adminToken, map[string]any{"uid": uid})

@@ -285,21 +285,7 @@ func TestABinaryFloodIsHeldToTheFrameRate(t *testing.T) {
 func TestAReconnectRacingTheOldConnectionsEndStaysOnline(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	e.group("g1", "alice")
-	old := e.login(0, "alice")
-	var fresh *raw
-	registered := make(chan struct{})
-	e.gws[0].g.beforeOffline = func(uid string) {
-		if uid != "alice" || fresh != nil {
-			return
-		}
-		fresh = e.login(0, "alice")
-		// A connection is counted once its presence is set: the new one's
-		// is set before the old one's is cleared.
-		waitFor(t, "the new connection's presence", 5*time.Second, func() bool { return e.gws[0].g.Stats().Conns == 2 })
-		close(registered)
-	}
-	old.ws.Close(websocket.StatusNormalClosure, "")
-	<-registered
+	e.reconnectDuringTheEnd("alice", nil)
 	// The old connection leaves the count after its presence work.
 	waitFor(t, "the old connection to be let go", 5*time.Second, func() bool { return e.gws[0].g.Stats().Conns == 1 })
 	nodes, err := e.redis.OnlineNodes(context.Background(), []string{"alice"})
@@ -309,6 +295,34 @@ func TestAReconnectRacingTheOldConnectionsEndStaysOnline(t *testing.T) {
 	if len(nodes["alice"]) != 1 {
 		t.Fatalf("alice reconnected and is online on %v; want this gateway: pushes miss her until the next refresh", nodes["alice"])
 	}
+}
+
+// reconnectDuringTheEnd logs uid in and closes the connection; while the
+// gateway lets it go, before it clears uid's presence, uid connects again
+// and the new connection's presence is set; then atRegistered runs, if
+// given. It returns the new connection once the old one's end has come
+// past that point.
+func (e *env) reconnectDuringTheEnd(uid string, atRegistered func()) *raw {
+	e.t.Helper()
+	old := e.login(0, uid)
+	var fresh *raw
+	registered := make(chan struct{})
+	e.gws[0].g.beforeOffline = func(u string) {
+		if u != uid || fresh != nil {
+			return
+		}
+		fresh = e.login(0, uid)
+		// A connection is counted once its presence is set: the new one's
+		// is set before the old one's is cleared.
+		waitFor(e.t, "the new connection's presence", 5*time.Second, func() bool { return e.gws[0].g.Stats().Conns == 2 })
+		if atRegistered != nil {
+			atRegistered()
+		}
+		close(registered)
+	}
+	old.ws.Close(websocket.StatusNormalClosure, "")
+	<-registered
+	return fresh
 }
 
 // A close reason is cut to fit a control frame at a character boundary:

@@ -190,20 +190,9 @@ func TestAReconnectWhosePresenceCannotBeSetAgainIsClosed(t *testing.T) {
 	e.group("g1", "alice")
 	fail := &failPresence{key: "chat:{u:alice}:nodes"}
 	e.rc.AddHook(fail)
-	old := e.login(0, "alice")
-	var fresh *raw
-	registered := make(chan struct{})
-	e.gws[0].g.beforeOffline = func(uid string) {
-		if uid != "alice" || fresh != nil {
-			return
-		}
-		fresh = e.login(0, "alice")
-		waitFor(t, "the new connection's presence", 5*time.Second, func() bool { return e.gws[0].g.Stats().Conns == 2 })
+	fresh := e.reconnectDuringTheEnd("alice", func() {
 		fail.on.Store(true) // from here on: the setting again after the clearing fails
-		close(registered)
-	}
-	old.ws.Close(websocket.StatusNormalClosure, "")
-	<-registered
+	})
 	ce, ops, err := fresh.awaitClose(2 * announceWithin)
 	if ce == nil || ce.Code != websocket.StatusTryAgainLater {
 		nodes, _ := e.redis.OnlineNodes(context.Background(), []string{"alice"})

@@ -5,12 +5,10 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/protocol"
@@ -171,22 +169,9 @@ func (e *env) ctlHold(hold time.Duration, name string, args ...string) (string, 
 func TestMembersAddHoldsItsPlacesWhileItsJoinsAreWritten(t *testing.T) {
 	const hold = 300 * time.Millisecond
 	e := newEnv(t, 1)
-	// The broker takes the writes to chat.members in, and answers none
-	// until released.
-	c := e.broker.Cluster()
-	release := make(chan struct{})
-	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		for _, tp := range req.(*kmsg.ProduceRequest).Topics {
-			if tp.Topic == topics.Members {
-				c.SleepControl(func() { <-release })
-			}
-		}
-		return nil, nil, false
-	})
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
-	defer free()
+	// The broker takes the next writes to chat.members in, and answers
+	// none until released.
+	free := testserver.HoldProduces(t, e.broker, topics.Members)
 	done := make(chan error, 1)
 	go func() {
 		out, err := e.ctlHold(hold, "members add", "g1", "bob")

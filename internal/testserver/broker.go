@@ -1,9 +1,11 @@
 package testserver
 
 import (
+	"sync"
 	"testing"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/groupchat/chatd/broker"
 )
@@ -29,4 +31,25 @@ func KafkaTransport(tb testing.TB) *kafka.Transport {
 	tr := &kafka.Transport{}
 	tb.Cleanup(tr.CloseIdleConnections)
 	return tr
+}
+
+// HoldProduces makes b take in every produce request to topic from now on
+// and answer none until release is called (once or more; the test's end
+// calls it too).
+func HoldProduces(tb testing.TB, b *broker.Broker, topic string) (release func()) {
+	c := b.Cluster()
+	held := make(chan struct{})
+	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		for _, tp := range req.(*kmsg.ProduceRequest).Topics {
+			if tp.Topic == topic {
+				c.SleepControl(func() { <-held })
+			}
+		}
+		return nil, nil, false
+	})
+	var once sync.Once
+	release = func() { once.Do(func() { close(held) }) }
+	tb.Cleanup(release)
+	return release
 }
