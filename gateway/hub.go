@@ -265,20 +265,38 @@ func (g *Gateway) disconnect(c *conn) {
 	g.cfg.Metrics.ConnClosed()
 }
 
-// refreshPresence keeps every local user's presence entry alive.
+// refreshPresence keeps every local user's presence entry alive. When
+// refreshes failed for as long as an entry lasts, the entries may have
+// expired meanwhile: the fan-out took the users for offline and pushed
+// them nothing. The refresh that comes through then announces them (the
+// fan-outs drop what they cached) and tells their connections to sync.
 func (g *Gateway) refreshPresence(ctx context.Context) {
 	t := time.NewTicker(g.cfg.PresenceTTL / 3)
 	defer t.Stop()
+	written := time.Now() // the start of the last refresh written: its entries last PresenceTTL from then
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		if uids := g.hub.uids(); len(uids) > 0 {
-			if err := g.cfg.Redis.SetOnline(ctx, g.cfg.Node, uids, g.cfg.PresenceTTL, false); err != nil && ctx.Err() == nil {
-				g.log.Warn("presence refresh failed", "users", len(uids), "err", err)
+		start := time.Now()
+		uids := g.hub.uids()
+		if len(uids) == 0 {
+			written = start // nothing to keep alive
+			continue
+		}
+		lapsed := start.Sub(written) >= g.cfg.PresenceTTL
+		if err := g.cfg.Redis.SetOnline(ctx, g.cfg.Node, uids, g.cfg.PresenceTTL, lapsed); err != nil {
+			if ctx.Err() == nil {
+				g.log.Warn("presence refresh failed", "users", len(uids), "err", err, "since", time.Since(written).Round(time.Millisecond))
 			}
+			continue
+		}
+		written = start
+		if lapsed {
+			g.log.Warn("presence was not refreshed for longer than it lasts; telling this node's connections to sync", "users", len(uids))
+			g.askResync(protocol.ResyncPresence)
 		}
 	}
 }

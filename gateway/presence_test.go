@@ -12,6 +12,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/groupchat/chatd/consumers"
 	"github.com/groupchat/chatd/protocol"
 )
 
@@ -198,5 +199,58 @@ func TestAReconnectWhosePresenceCannotBeSetAgainIsClosed(t *testing.T) {
 		nodes, _ := e.redis.OnlineNodes(context.Background(), []string{"alice"})
 		t.Fatalf("alice's new connection, her presence cleared by the old one's end and not set again (online on %v): frames %v, then %v; want a close %d",
 			nodes["alice"], ops, err, websocket.StatusTryAgainLater)
+	}
+}
+
+// A user whose presence refreshes failed for longer than an entry lasts
+// was offline for the fan-out meanwhile, and got no push of what was sent
+// then. Once a refresh comes through, the gateway tells the connections to
+// sync: with no later message in the group, nothing else would bring it.
+func TestPresenceRefreshesFailedPastTheTTLAreFollowedByAResync(t *testing.T) {
+	const ttl = 900 * time.Millisecond // refreshed every 300 ms
+	e := newEnv(t, envOpts{gateways: 2, tune: func(c *Config) { c.PresenceTTL = ttl }})
+	e.group("g", "alice", "bob", "carol")
+	fail := &failPresence{key: "chat:{u:bob}:nodes"}
+	e.rc.AddHook(fail)
+	alice, bob, carol := e.connect(0, "alice", nil), e.connect(0, "bob", nil), e.connect(1, "carol", nil)
+	ctx := context.Background()
+	for _, m := range []*member{bob, carol} {
+		if err := m.c.Open(ctx, "g"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := alice.c.Send(ctx, "g", "before the refreshes fail")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "bob gets the first message", 10*time.Second, func() bool { return len(bob.delivered("g")) == 1 })
+
+	fail.on.Store(true)
+	waitFor(t, "bob's presence expired", 10*time.Second, func() bool {
+		nodes, err := e.redis.OnlineNodes(ctx, []string{"bob"})
+		return err == nil && len(nodes["bob"]) == 0
+	})
+	// The fan-out trusts what it looked up for its presence TTL, counted
+	// from the lookup: bob's last one was made before his entry expired.
+	time.Sleep(consumers.DefaultPresenceTTL)
+	unseen, err := alice.c.Send(ctx, "g", "while bob is offline for the fan-out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Carol, online on the other gateway (this one's refreshes, one write
+	// for all of its users, fail for alice too), is pushed it: the fan-out
+	// has handled it, and bob was not among its recipients.
+	waitFor(t, "carol pushed the message", 10*time.Second, func() bool { return len(carol.delivered("g")) == 2 })
+	if got := bob.delivered("g"); len(got) != 1 {
+		t.Fatalf("bob got %v while his presence had expired; the test needs the push to miss him", got)
+	}
+	fail.on.Store(false)
+
+	waitFor(t, "bob gets the message sent while he was offline, without another one sent", 15*time.Second, func() bool {
+		return len(bob.delivered("g")) == 2
+	})
+	bob.checkExactlyOnceInOrder(t, "g", []int64{first, unseen})
+	if st := bob.c.Stats(); st.Resyncs != 1 || st.Reconnects != 0 {
+		t.Errorf("bob: %+v; want one resync, on the same connection", st)
 	}
 }

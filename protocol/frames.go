@@ -171,6 +171,10 @@ const (
 	// its push route) came up missed messages that were not pushed to
 	// it, as the store had not written them yet.
 	ResyncLateStore = "late_store"
+	// ResyncPresence: the gateway could not refresh the connection's
+	// presence for longer than it lasts, so the fan-out may have taken
+	// the user for offline and pushed nothing meanwhile.
+	ResyncPresence = "presence"
 )
 
 // ErrorFrame answers a request that failed.
