@@ -151,7 +151,6 @@ type Client struct {
 	groups     map[string]*group
 	lastSync   []protocol.GroupState
 	named      map[string]bool    // the gids of lastSync
-	unnamed    int                // groups that named does not name (pushes make at most MaxUnnamedGroups)
 	dropWarned bool               // a push was dropped for MaxUnnamedGroups since the last sync: logged
 	queue      []protocol.Message // accepted, not yet handed to OnMessage
 	stats      Stats

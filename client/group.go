@@ -118,12 +118,12 @@ func (c *Client) pushLocked(m protocol.Message) {
 		return
 	}
 	c.stats.Pushes++
-	if c.groups[m.Gid] == nil && !c.named[m.Gid] && c.unnamed >= MaxUnnamedGroups {
+	if c.groups[m.Gid] == nil && c.unnamedLocked() >= MaxUnnamedGroups {
 		c.stats.UnnamedDrops++
 		if !c.dropWarned {
 			c.dropWarned = true
 			c.log.Warn("chat client: pushes of groups no sync named dropped; the client keeps as many such groups as it may until the next sync",
-				"gid", m.Gid, "groups", c.unnamed)
+				"gid", m.Gid, "groups", c.unnamedLocked())
 		}
 		return
 	}
@@ -325,7 +325,6 @@ func (c *Client) puller(g *group, backOff bool) {
 			g.pullDue = false
 			if c.groups[g.gid] == g && !c.named[g.gid] && g.idle() {
 				delete(c.groups, g.gid) // and forgotten, as by a sync not naming it
-				c.unnamed--
 			}
 			c.mu.Unlock()
 			c.reportError(fmt.Errorf("client: pull %s: %w", g.gid, err))

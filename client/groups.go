@@ -23,12 +23,13 @@ func (c *Client) groupLocked(gid string) *group {
 	if g == nil {
 		g = newGroup(gid, -1)
 		c.groups[gid] = g
-		if !c.named[gid] {
-			c.unnamed++
-		}
 	}
 	return g
 }
+
+// unnamedLocked is the number of groups the last sync did not name: every
+// named group has a state, and none is dropped while named.
+func (c *Client) unnamedLocked() int { return len(c.groups) - len(c.named) }
 
 // heldLocked is the most pushes g holds behind a gap.
 func (c *Client) heldLocked(g *group) int {
@@ -46,15 +47,10 @@ func (c *Client) heldLocked(g *group) int {
 // is delivered twice: a group named again starts at the server's ack
 // cursor, which never moves back from the one confirmed.
 func (c *Client) forgetLocked(named map[string]bool) {
-	c.named = named
-	c.unnamed, c.dropWarned = 0, false
+	c.named, c.dropWarned = named, false
 	for gid, g := range c.groups {
-		switch {
-		case named[gid]:
-		case g.idle() && !g.puller:
+		if !named[gid] && g.idle() && !g.puller {
 			delete(c.groups, gid)
-		default:
-			c.unnamed++
 		}
 	}
 }
