@@ -3,9 +3,7 @@
 // gateway answers 404 to all of it; there groups are managed with the
 // admin token (/v1/admin/) and tokens come from the deployment.
 
-import { ProtocolError } from './conn.js';
-
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+import { ProtocolError, sleep } from './conn.js';
 
 // devToken asks for a token for uid; null when the server hands out none.
 export async function devToken(uid) {

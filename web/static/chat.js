@@ -17,7 +17,7 @@
 // counts in receipts.js, taking a group up again in recovery.js, what is
 // held of each group and its bounds in groups.js.
 
-import { Conn, Disconnected, Timeout, Backoff, retryable } from './conn.js';
+import { Conn, Disconnected, Timeout, Backoff, retryable, sleep } from './conn.js';
 import { Cursors } from './cursors.js';
 import { Outbox } from './outbox.js';
 import * as frames from './frames.js';
@@ -31,8 +31,6 @@ const FILL = 30; // an opened group shows at least this many messages when it ha
 const HEARTBEAT = 25000;
 const RESYNC_RETRY = 2000; // a sync the server asked for, refused, is asked again after this
 const KEEP_CLOSED = 200; // messages kept of a group that is not open; older ones come back by scrolling up
-
-export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 export class Chat extends EventTarget {
   constructor({ uid, token, dev, renew }) {

@@ -28,6 +28,9 @@ export function retryable(err) {
 }
 
 // Backoff doubles from min to max; each delay is jittered into [d/2, d].
+// sleep resolves after ms.
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
 export class Backoff {
   constructor(min = 500, max = 10000) { this.min = min; this.max = max; this.cur = 0; }
   next() {

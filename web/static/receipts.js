@@ -18,8 +18,12 @@ export const receipts = {
       const old = g.counts.get(c.msgid);
       if (!old || c.read >= old.read) g.counts.set(c.msgid, c);
     }
-    const ahead = [...g.counts.keys()].filter((id) => !g.msgs.has(id)).sort((a, b) => a - b);
-    for (const id of ahead.slice(MAX_COUNTS)) g.counts.delete(id);
+    // Only a count of a msgid not held can pass the bound (a message let
+    // go takes its count with it).
+    if (counts.some((c) => !g.msgs.has(c.msgid))) {
+      const ahead = [...g.counts.keys()].filter((id) => !g.msgs.has(id)).sort((a, b) => a - b);
+      for (const id of ahead.slice(MAX_COUNTS)) g.counts.delete(id);
+    }
     this.emit('counts', { gid, counts });
   },
 

@@ -3,8 +3,7 @@
 // off (unhold); a cursor refused as beyond_head takes the group up again
 // from the confirmed ack (retake). Methods of Chat (chat.js), kept apart.
 
-import { Backoff } from './conn.js';
-import { sleep } from './chat.js';
+import { Backoff, sleep } from './conn.js';
 
 const RETAKE_MIN = 1000; // a group taken up again twice in a row waits this before its sync and pull,
 const RETAKE_MAX = 60000; // twice that at each further time, up to this
