@@ -48,7 +48,7 @@ func verify(secret []byte, token string, maxTTL time.Duration) (string, *protoco
 		return "", protocol.Errorf(protocol.CodeBadToken, "the token is not valid (%v); get a token signed by this deployment", err)
 	}
 	if left := time.Until(claims.ExpiresAt.Time); left-tokenSkew > maxTTL {
-		return "", protocol.Errorf(protocol.CodeBadToken, "the token is valid for %v more, past this deployment's limit of %v (CHAT_MAX_TOKEN_TTL); issue tokens with a shorter life", left.Round(time.Hour), maxTTL)
+		return "", protocol.Errorf(protocol.CodeBadToken, "the token is valid for %v more, past this deployment's limit of %v (CHAT_MAX_TOKEN_TTL); issue tokens with a shorter life", left.Round(time.Minute), maxTTL)
 	}
 	if err := schema.ValidID(claims.Subject); err != nil {
 		return "", protocol.Errorf(protocol.CodeBadToken, "the token's subject is not a valid user id: %v", err)

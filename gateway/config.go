@@ -75,12 +75,16 @@ type Config struct {
 	// a join reserved is taken as being written, and its place as taken,
 	// until the projector has it. It is the longest a place stays taken by
 	// a gateway that crashed before writing the join, and the time a
-	// leave is noted (store.MarkLeaving). Default 30s.
+	// leave is noted (store.MarkLeaving). Default DefaultJoinHold.
 	JoinHold time.Duration
 
 	Logger  *slog.Logger
 	Metrics *metrics.Set // optional: sends, pushes, end-to-end latency, connections
 }
+
+// DefaultJoinHold is Config.JoinHold's default, and chatctl's hold of the
+// joins it writes.
+const DefaultJoinHold = 30 * time.Second
 
 func (c *Config) setDefaults() {
 	if c.Node == "" {
@@ -133,7 +137,7 @@ func (c *Config) setDefaults() {
 		c.NodeLease = 10 * time.Second
 	}
 	if c.JoinHold == 0 {
-		c.JoinHold = 30 * time.Second
+		c.JoinHold = DefaultJoinHold
 	}
 	if c.MaxTokenTTL == 0 {
 		c.MaxTokenTTL = DefaultMaxTokenTTL

@@ -97,16 +97,32 @@ func decodePushed(msg []byte) pushedMsg {
 // in order, so once one reached c the later ones did too, and the check
 // need not ask c to sync for them.
 func (c *conn) notePushed(m pushedMsg) {
-	if m.Gid == "" || c.coverSince.Load() == 0 {
+	if m.Gid == "" {
 		return
 	}
 	c.pushedMu.Lock()
 	defer c.pushedMu.Unlock()
+	if c.coverSince.Load() == 0 { // under the lock: endCover may be letting the map go
+		return
+	}
 	if c.pushed == nil {
 		c.pushed = map[string]int64{}
 	}
 	if low, ok := c.pushed[m.Gid]; !ok || m.MsgID < low {
 		c.pushed[m.Gid] = m.MsgID
+	}
+}
+
+// endCover ends the check of the moment since, unless a later one has
+// begun, and lets go of what it noted pushed: a connection lives on long
+// after its check, mostly idle.
+func (c *conn) endCover(since int64) {
+	if c.coverSince.CompareAndSwap(since, 0) {
+		c.pushedMu.Lock()
+		if c.coverSince.Load() == 0 { // else a new moment's, which coverFrom began afresh
+			c.pushed = nil
+		}
+		c.pushedMu.Unlock()
 	}
 }
 
@@ -206,7 +222,7 @@ func (g *Gateway) checkCover(c *conn, since int64, stored map[int]int64, heads [
 		}
 	}
 	if len(late) == 0 {
-		c.coverSince.CompareAndSwap(since, 0)
+		c.endCover(since)
 	} else if c.coverWatch.Swap(since) != since {
 		g.watchCover(c, since, late)
 	}
@@ -236,7 +252,7 @@ func (g *Gateway) watchCover(c *conn, since int64, late []behind) {
 	}
 	// The check ends either way: the sync a resync asks for reads the
 	// heads after the store caught up, and covers the moment.
-	c.coverSince.CompareAndSwap(since, 0)
+	c.endCover(since)
 	if !missed {
 		return
 	}

@@ -309,3 +309,10 @@ func TestAPushIsDecodedOnceForTheConnectionsUnderCheck(t *testing.T) {
 	}
 	t.Logf("%.0f allocations for %d connections", allocs, conns)
 }
+
+// has reports whether uid has a connection on this node.
+func (h *hub) has(uid string) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return len(h.users[uid]) > 0
+}

@@ -282,9 +282,7 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 			continue // being joined by a call just before
 		}
 		if _, err := g.cfg.Producer.Join(wctx, gid, uid, "admin"); err != nil {
-			if err := g.cfg.Redis.ClearJoining(context.WithoutCancel(ctx), gid, unjoined(join, fresh, i)...); err != nil {
-				g.log.Warn("cannot drop reserved joins; their places are held until they expire", "gid", gid, "after", g.cfg.JoinHold, "err", err)
-			}
+			g.dropJoins(ctx, gid, join, fresh, i)
 			return nil, g.unavailable("membership change", err)
 		}
 		added = append(added, uid)
@@ -320,9 +318,7 @@ func (g *Gateway) reserveJoins(ctx context.Context, gid string, join []string) (
 		return nil, g.unavailable("membership", err)
 	}
 	if perr := g.rebuilding(ctx, gid); perr != nil {
-		if err := g.cfg.Redis.ClearJoining(context.WithoutCancel(ctx), gid, unjoined(join, fresh, 0)...); err != nil {
-			g.log.Warn("cannot drop reserved joins; their places are held until they expire", "gid", gid, "after", g.cfg.JoinHold, "err", err)
-		}
+		g.dropJoins(ctx, gid, join, fresh, 0)
 		return nil, perr
 	}
 	return fresh, nil
@@ -334,6 +330,14 @@ func (g *Gateway) holdJoins(ctx context.Context, gid string, uids []string) (sto
 	return g.cfg.Redis.HoldJoins(ctx, gid, uids, g.cfg.JoinHold, func(err error) {
 		g.log.Warn("cannot renew the reservations of joins being written", "gid", gid, "err", err)
 	})
+}
+
+// dropJoins drops the reservations of the joins of join from i on that
+// were not written (see unjoined), so that their places are free at once.
+func (g *Gateway) dropJoins(ctx context.Context, gid string, join []string, fresh []bool, i int) {
+	if err := g.cfg.Redis.ClearJoining(context.WithoutCancel(ctx), gid, unjoined(join, fresh, i)...); err != nil {
+		g.log.Warn("cannot drop reserved joins; their places are held until they expire", "gid", gid, "after", g.cfg.JoinHold, "err", err)
+	}
 }
 
 // unjoined lists the uids of join from i on that ReserveJoins reserved:

@@ -132,13 +132,6 @@ func (h *hub) remove(c *conn) (last bool) {
 	return false
 }
 
-// has reports whether uid has a connection on this node.
-func (h *hub) has(uid string) bool {
-	h.mu.RLock()
-	defer h.mu.RUnlock()
-	return len(h.users[uid]) > 0
-}
-
 // each calls fn for every connection of uid on this node.
 func (h *hub) each(uid string, fn func(*conn)) {
 	h.mu.RLock()
