@@ -94,14 +94,7 @@ func DecodeMember(b []byte) (Member, error) {
 	if d.err == nil && m.Op != OpJoin && m.Op != OpLeave {
 		d.fail(fmt.Sprintf("unknown member op %d", uint8(m.Op)))
 	}
-	m.Pos = d.varint("pos")
-	switch {
-	case d.err != nil:
-	case m.Pos < -1:
-		d.fail(fmt.Sprintf("pos %d is below -1", m.Pos))
-	case m.Pos > MaxCursor: // a join raises the member's cursors to it; Joined is at most Pos
-		d.fail(fmt.Sprintf("pos %d is above 2^53", m.Pos))
-	}
+	m.Pos = d.position("pos") // a join raises the member's cursors to it; Joined is at most Pos
 	m.At = d.varint("at")
 	m.By = d.optionalID("by")
 	if d.err == nil && len(d.b) > 0 {
@@ -268,13 +261,20 @@ func (d *decoder) checkID(field, s string) string {
 func (d *decoder) cursor() (gid, uid string, upto, at int64) {
 	gid = d.id("gid")
 	uid = d.id("uid")
-	upto = d.varint("upto")
-	if d.err == nil && upto < -1 {
-		d.fail(fmt.Sprintf("upto %d is below -1", upto))
-	}
-	if d.err == nil && upto > MaxCursor {
-		d.fail(fmt.Sprintf("upto %d is above 2^53", upto))
-	}
+	upto = d.position("upto")
 	at = d.varint("at")
 	return gid, uid, upto, at
+}
+
+// position reads a msgid a cursor may hold: -1 (none) up to MaxCursor.
+func (d *decoder) position(field string) int64 {
+	v := d.varint(field)
+	switch {
+	case d.err != nil:
+	case v < -1:
+		d.fail(fmt.Sprintf("%s %d is below -1", field, v))
+	case v > MaxCursor:
+		d.fail(fmt.Sprintf("%s %d is above 2^53", field, v))
+	}
+	return v
 }

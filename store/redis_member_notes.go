@@ -290,10 +290,12 @@ func (r *Redis) ClearLeaving(ctx context.Context, gid string, uids ...string) er
 	if len(uids) == 0 {
 		return nil
 	}
+	keys := make([]string, len(uids))
+	for i, uid := range uids {
+		keys[i] = leavingKey(gid, uid)
+	}
 	err := r.execPipe(ctx, func(p redis.Pipeliner) {
-		for _, uid := range uids {
-			p.Del(ctx, leavingKey(gid, uid)) // one slot: the keys of a group share its hash tag
-		}
+		p.Del(ctx, keys...) // one slot: the keys of a group share its hash tag
 		p.HDel(ctx, leavesKey(gid), uids...)
 	})
 	if err != nil {
