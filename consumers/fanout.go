@@ -81,13 +81,13 @@ type Fanout struct {
 	Logger      *slog.Logger  // default: the Base's, else slog.Default()
 	PrevGroups  int           // groups whose last msgid a partition keeps at least (twice at most); default DefaultPrevGroups
 
-	mu        sync.Mutex
-	brokers   []string
-	kafka     *kafka.Client // over transport, let go by Stop
-	transport *kafka.Transport
-	log       *slog.Logger
-	dedupWin  int64 // ms
-	parts     map[int]*fanPartition
+	mu         sync.Mutex
+	brokers    []string
+	kafka      *kafka.Client // let go by Stop (closeKafka)
+	closeKafka func()
+	log        *slog.Logger
+	dedupWin   int64 // ms
+	parts      map[int]*fanPartition
 
 	presence presenceCache
 	stats    fanoutCounters
@@ -107,8 +107,8 @@ var (
 func (f *Fanout) Stop() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.transport != nil {
-		f.transport.CloseIdleConnections()
+	if f.closeKafka != nil {
+		f.closeKafka()
 	}
 }
 
@@ -164,8 +164,7 @@ func (f *Fanout) Runner(b Base) (*Runner[schema.Message], error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.brokers = b.Brokers
-	f.transport = &kafka.Transport{}
-	f.kafka = &kafka.Client{Addr: kafka.TCP(b.Brokers...), Timeout: memberSyncTimeout, Transport: f.transport}
+	f.kafka, f.closeKafka = topics.NewClient(b.Brokers, memberSyncTimeout)
 	f.log = f.Logger.With("consumer", GroupFanout)
 	f.dedupWin = f.Redis.DedupWindow().Milliseconds()
 	f.parts = map[int]*fanPartition{}

@@ -41,12 +41,8 @@ func Ensure(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	cfg.setDefaults()
-	// Connections of its own, closed on return: a pool of kafka-go's shared
-	// transport lives as long as the process and keeps asking the brokers
-	// for metadata.
-	tr := &kafka.Transport{}
-	defer tr.CloseIdleConnections()
-	client := &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: 10 * time.Second, Transport: tr}
+	client, closeClient := NewClient(cfg.Brokers, 10*time.Second)
+	defer closeClient()
 	specs := Specs(cfg)
 
 	states, err := Describe(ctx, client, specs)

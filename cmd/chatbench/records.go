@@ -62,9 +62,8 @@ func recordCounts(ctx context.Context, broker string) topicEnds {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	tr := &kafka.Transport{} // its own, let go after: the shared one keeps a pool for good
-	defer tr.CloseIdleConnections()
-	c := &kafka.Client{Addr: kafka.TCP(broker), Timeout: 30 * time.Second, Transport: tr}
+	c, closeClient := topics.NewClient([]string{broker}, 30*time.Second)
+	defer closeClient()
 	meta, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: countedTopics})
 	if err != nil {
 		return topicEnds{err: fmt.Errorf("metadata from %s: %w", broker, err)}

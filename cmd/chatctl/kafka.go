@@ -10,29 +10,22 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/groupchat/chatd/topics"
 )
 
 // admin is a Kafka client for metadata, offsets and consumer groups, on
-// connections of its own: close lets them go.
+// connections of its own (topics.NewClient): close lets them go.
 type admin struct {
 	brokers []string
 	client  *kafka.Client
+	close   func()
 }
 
 func newAdmin(brokers []string) *admin {
-	return &admin{brokers: brokers, client: ownClient(brokers, 15*time.Second)}
+	client, closeClient := topics.NewClient(brokers, 15*time.Second)
+	return &admin{brokers: brokers, client: client, close: closeClient}
 }
-
-func (a *admin) close() { closeClient(a.client) }
-
-// ownClient is a Kafka client on a transport of its own. kafka-go's shared
-// transport keeps a pool per broker list for as long as the process lives,
-// asking for metadata; closeClient lets this one's go.
-func ownClient(brokers []string, timeout time.Duration) *kafka.Client {
-	return &kafka.Client{Addr: kafka.TCP(brokers...), Timeout: timeout, Transport: &kafka.Transport{}}
-}
-
-func closeClient(c *kafka.Client) { c.Transport.(*kafka.Transport).CloseIdleConnections() }
 
 // partitions returns the partition ids of topic, sorted.
 func (a *admin) partitions(ctx context.Context, topic string) ([]int, error) {

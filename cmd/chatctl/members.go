@@ -137,11 +137,6 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 	return nil
 }
 
-// joinHold is how long a join reserved is taken as being written, and its
-// place as taken, before the member projector has it: the gateway's
-// default JoinHold. A command holds it in command.joinHold.
-const joinHold = 30 * time.Second
-
 // reserveJoins reserves a place in gid for each of uids not a member yet
 // (current, read from chat.members), and returns those this call reserved:
 // a uid reserved already is being joined by a gateway's add or another

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/groupchat/chatd/gateway"
 	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
 )
@@ -83,12 +84,15 @@ type command struct {
 	stdout io.Writer
 	stderr io.Writer
 
-	joinHold time.Duration // how long the joins a member command reserves are held; joinHold
+	// joinHold is how long a join reserved is taken as being written, and
+	// its place as taken, before the member projector has it: the
+	// gateway's default.
+	joinHold time.Duration
 }
 
 func newCommand(name string, getenv func(string) string, stdout, stderr io.Writer) *command {
 	c := &command{name: name, s: &settings{}, fs: flag.NewFlagSet("chatctl "+name, flag.ContinueOnError),
-		getenv: getenv, stdout: stdout, stderr: stderr, joinHold: joinHold}
+		getenv: getenv, stdout: stdout, stderr: stderr, joinHold: gateway.DefaultJoinHold}
 	c.fs.SetOutput(stderr)
 	for _, st := range allSettings {
 		def := st.def
