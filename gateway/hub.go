@@ -261,8 +261,10 @@ func (g *Gateway) disconnect(c *conn) {
 // refreshPresence keeps every local user's presence entry alive. When
 // refreshes failed for as long as an entry lasts, the entries may have
 // expired meanwhile: the fan-out took the users for offline and pushed
-// them nothing. The refresh that comes through then announces them (the
-// fan-outs drop what they cached) and tells their connections to sync.
+// them nothing. So it is when the entries were lost (Redis restarted) and
+// writing them again failed (deliver). The refresh that comes through then
+// announces them (the fan-outs drop what they cached) and tells their
+// connections to sync.
 func (g *Gateway) refreshPresence(ctx context.Context) {
 	t := time.NewTicker(g.cfg.PresenceTTL / 3)
 	defer t.Stop()
@@ -279,8 +281,12 @@ func (g *Gateway) refreshPresence(ctx context.Context) {
 			written = start // nothing to keep alive
 			continue
 		}
-		lapsed := start.Sub(written) >= g.cfg.PresenceTTL
+		lost := g.presenceLost.Swap(false)
+		lapsed := lost || start.Sub(written) >= g.cfg.PresenceTTL
 		if err := g.cfg.Redis.SetOnline(ctx, g.cfg.Node, uids, g.cfg.PresenceTTL, lapsed); err != nil {
+			if lost {
+				g.presenceLost.Store(true)
+			}
 			if ctx.Err() == nil {
 				g.log.Warn("presence refresh failed", "users", len(uids), "err", err, "since", time.Since(written).Round(time.Millisecond))
 			}
@@ -288,7 +294,7 @@ func (g *Gateway) refreshPresence(ctx context.Context) {
 		}
 		written = start
 		if lapsed {
-			g.log.Warn("presence was not refreshed for longer than it lasts; telling this node's connections to sync", "users", len(uids))
+			g.log.Warn("presence was written again after it had lapsed or been lost; telling this node's connections to sync", "users", len(uids))
 			g.askResync(protocol.ResyncPresence)
 		}
 	}
@@ -336,7 +342,11 @@ func (g *Gateway) deliver(ctx context.Context) error {
 			// gap, may be long in coming.
 			if uids := g.hub.uids(); len(uids) > 0 {
 				if err := g.cfg.Redis.SetOnline(ctx, g.cfg.Node, uids, g.cfg.PresenceTTL, true); err != nil {
-					g.log.Warn("re-registering presence after a Redis reconnect failed", "err", err)
+					// The fan-outs take these users for offline until a
+					// write comes through: the next refresh's, which then
+					// has them sync again, as this resync comes too early.
+					g.presenceLost.Store(true)
+					g.log.Warn("re-registering presence after a Redis reconnect failed; the next refresh retries it", "err", err)
 				}
 				g.askResync(protocol.ResyncPushRoute)
 			}

@@ -26,6 +26,7 @@ type failPresence struct {
 	hold   chan struct{}
 	held   atomic.Bool // a write waits for hold
 	failed atomic.Int64
+	wrote  atomic.Int64 // writes let through
 }
 
 func (h *failPresence) DialHook(next redis.DialHook) redis.DialHook          { return next }
@@ -33,8 +34,15 @@ func (h *failPresence) ProcessHook(next redis.ProcessHook) redis.ProcessHook { r
 
 func (h *failPresence) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if !h.on.Load() || !slices.ContainsFunc(cmds, h.writes) {
+		if !slices.ContainsFunc(cmds, h.writes) {
 			return next(ctx, cmds)
+		}
+		if !h.on.Load() {
+			err := next(ctx, cmds)
+			if err == nil {
+				h.wrote.Add(1)
+			}
+			return err
 		}
 		if h.hold != nil && h.held.CompareAndSwap(false, true) {
 			<-h.hold
@@ -252,5 +260,66 @@ func TestPresenceRefreshesFailedPastTheTTLAreFollowedByAResync(t *testing.T) {
 	bob.checkExactlyOnceInOrder(t, "g", []int64{first, unseen})
 	if st := bob.c.Stats(); st.Resyncs != 1 || st.Reconnects != 0 {
 		t.Errorf("bob: %+v; want one resync, on the same connection", st)
+	}
+}
+
+// After the push route reconnects, Redis may have restarted and lost
+// presence: the gateway writes its users' again and has them sync. When
+// that write fails, the users stay offline for the fan-out until the next
+// refresh, after their sync's check has ended; that refresh must announce
+// them and have them sync again, or what was sent in between waits for
+// the group's next push.
+func TestPresenceNotWrittenAgainAfterThePushRouteBrokeIsFollowedByAResync(t *testing.T) {
+	const ttl = 15 * time.Second // refreshed every 5 s: the failure below ends before the next
+	e := newEnv(t, envOpts{gateways: 2, tune: func(c *Config) { c.PresenceTTL = ttl }})
+	e.group("g", "alice", "bob", "carol")
+	fail := &failPresence{key: "chat:{u:bob}:nodes"}
+	e.rc.AddHook(fail)
+	alice, bob, carol := e.connect(0, "alice", nil), e.connect(0, "bob", nil), e.connect(1, "carol", nil)
+	ctx := context.Background()
+	for _, m := range []*member{bob, carol} {
+		if err := m.c.Open(ctx, "g"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, err := alice.c.Send(ctx, "g", "before Redis lost presence")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "bob gets the first message", 10*time.Second, func() bool { return len(bob.delivered("g")) == 1 })
+
+	// Just after a refresh, Redis loses bob's presence and the push route
+	// breaks; writing it again fails.
+	wrote := fail.wrote.Load()
+	waitFor(t, "a refresh of bob's presence", ttl, func() bool { return fail.wrote.Load() > wrote })
+	fail.on.Store(true)
+	if err := e.rc.Del(ctx, fail.key).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := e.rc.ClientKillByFilter(ctx, "TYPE", "pubsub").Result(); err != nil || n == 0 {
+		t.Fatalf("killing the pub/sub connections: %d killed, %v", n, err)
+	}
+	waitFor(t, "bob's presence not written again", 10*time.Second, func() bool { return fail.failed.Load() > 0 })
+	waitFor(t, "bob told to sync", 10*time.Second, func() bool { return bob.c.Stats().Resyncs == 1 })
+	e.waitSyncChecked(0, "bob")
+	unseen, err := alice.c.Send(ctx, "g", "while bob is offline for the fan-out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "carol pushed the message", 10*time.Second, func() bool { return len(carol.delivered("g")) == 2 })
+	if got := bob.delivered("g"); len(got) != 1 {
+		t.Fatalf("bob got %v while his presence was lost; the test needs the push to miss him", got)
+	}
+	if w := fail.wrote.Load(); w != wrote+1 {
+		t.Fatalf("bob's presence written %d times since the refresh; the test needs the failure to end before the next", w-wrote-1)
+	}
+	fail.on.Store(false)
+
+	waitFor(t, "bob gets the message sent while he was offline, without another one sent", 2*ttl/3, func() bool {
+		return len(bob.delivered("g")) == 2
+	})
+	bob.checkExactlyOnceInOrder(t, "g", []int64{first, unseen})
+	if st := bob.c.Stats(); st.Resyncs != 2 || st.Reconnects != 0 {
+		t.Errorf("bob: %+v; want two resyncs, on the same connection", st)
 	}
 }

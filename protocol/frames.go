@@ -172,8 +172,9 @@ const (
 	// it, as the store had not written them yet.
 	ResyncLateStore = "late_store"
 	// ResyncPresence: the gateway could not refresh the connection's
-	// presence for longer than it lasts, so the fan-out may have taken
-	// the user for offline and pushed nothing meanwhile.
+	// presence for longer than it lasts, or write it again after Redis
+	// lost it, so the fan-out may have taken the user for offline and
+	// pushed nothing meanwhile.
 	ResyncPresence = "presence"
 )
 
