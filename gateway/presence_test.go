@@ -210,28 +210,40 @@ func TestAReconnectWhosePresenceCannotBeSetAgainIsClosed(t *testing.T) {
 	}
 }
 
-// A user whose presence refreshes failed for longer than an entry lasts
-// was offline for the fan-out meanwhile, and got no push of what was sent
-// then. Once a refresh comes through, the gateway tells the connections to
-// sync: with no later message in the group, nothing else would bring it.
-func TestPresenceRefreshesFailedPastTheTTLAreFollowedByAResync(t *testing.T) {
-	const ttl = 900 * time.Millisecond // refreshed every 300 ms
-	e := newEnv(t, envOpts{gateways: 2, tune: func(c *Config) { c.PresenceTTL = ttl }})
+// presenceScene starts two gateways whose presence entries last ttl, with
+// alice and bob on the first and carol on the second, members of g, and a
+// hook, off, on the writes of bob's presence; bob and carol have g open
+// and have been pushed first, alice's message.
+func presenceScene(t *testing.T, ttl time.Duration) (e *env, fail *failPresence, alice, bob, carol *member, first int64) {
+	e = newEnv(t, envOpts{gateways: 2, tune: func(c *Config) { c.PresenceTTL = ttl }})
 	e.group("g", "alice", "bob", "carol")
-	fail := &failPresence{key: "chat:{u:bob}:nodes"}
+	fail = &failPresence{key: "chat:{u:bob}:nodes"}
 	e.rc.AddHook(fail)
-	alice, bob, carol := e.connect(0, "alice", nil), e.connect(0, "bob", nil), e.connect(1, "carol", nil)
+	alice, bob, carol = e.connect(0, "alice", nil), e.connect(0, "bob", nil), e.connect(1, "carol", nil)
 	ctx := context.Background()
 	for _, m := range []*member{bob, carol} {
 		if err := m.c.Open(ctx, "g"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	first, err := alice.c.Send(ctx, "g", "before the refreshes fail")
+	first, err := alice.c.Send(ctx, "g", "first")
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "bob gets the first message", 10*time.Second, func() bool { return len(bob.delivered("g")) == 1 })
+	waitFor(t, "bob and carol get the first message", 10*time.Second, func() bool {
+		return len(bob.delivered("g")) == 1 && len(carol.delivered("g")) == 1
+	})
+	return e, fail, alice, bob, carol, first
+}
+
+// A user whose presence refreshes failed for longer than an entry lasts
+// was offline for the fan-out meanwhile, and got no push of what was sent
+// then. Once a refresh comes through, the gateway tells the connections to
+// sync: with no later message in the group, nothing else would bring it.
+func TestPresenceRefreshesFailedPastTheTTLAreFollowedByAResync(t *testing.T) {
+	const ttl = 900 * time.Millisecond // refreshed every 300 ms
+	e, fail, alice, bob, carol, first := presenceScene(t, ttl)
+	ctx := context.Background()
 
 	fail.on.Store(true)
 	waitFor(t, "bob's presence expired", 10*time.Second, func() bool {
@@ -271,22 +283,8 @@ func TestPresenceRefreshesFailedPastTheTTLAreFollowedByAResync(t *testing.T) {
 // the group's next push.
 func TestPresenceNotWrittenAgainAfterThePushRouteBrokeIsFollowedByAResync(t *testing.T) {
 	const ttl = 15 * time.Second // refreshed every 5 s: the failure below ends before the next
-	e := newEnv(t, envOpts{gateways: 2, tune: func(c *Config) { c.PresenceTTL = ttl }})
-	e.group("g", "alice", "bob", "carol")
-	fail := &failPresence{key: "chat:{u:bob}:nodes"}
-	e.rc.AddHook(fail)
-	alice, bob, carol := e.connect(0, "alice", nil), e.connect(0, "bob", nil), e.connect(1, "carol", nil)
+	e, fail, alice, bob, carol, first := presenceScene(t, ttl)
 	ctx := context.Background()
-	for _, m := range []*member{bob, carol} {
-		if err := m.c.Open(ctx, "g"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	first, err := alice.c.Send(ctx, "g", "before Redis lost presence")
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "bob gets the first message", 10*time.Second, func() bool { return len(bob.delivered("g")) == 1 })
 
 	// Just after a refresh, Redis loses bob's presence and the push route
 	// breaks; writing it again fails.
