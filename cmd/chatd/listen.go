@@ -75,13 +75,19 @@ const (
 // that stalls go: in its headers, in its body (the read timeout), or
 // between requests (the idle timeout). A WebSocket, hijacked from it,
 // is not subject to them: the gateway has its own (pings, AuthTimeout).
-// No write timeout: it would also cut a request that waits on a stalled
-// broker (a send retries for up to 30 s) without an answer. The gateway
-// sets a deadline on each answer instead, once its work is done, and the
-// other handlers from the request (answerWithin, web.Handler).
-func (s *settings) httpServer(h http.Handler) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: s.HTTPReadTimeout,
+// When no handler of h waits on anything slow (slow false), the server's
+// write timeout bounds every answer, the 404s too. Otherwise it has none:
+// it would also cut a request that waits on a stalled broker (a send
+// retries for up to 30 s), or a CPU profile, without an answer. The
+// gateway sets a deadline on each answer instead, once its work is done,
+// and the other handlers from the request (answerWithin, web.Handler).
+func (s *settings) httpServer(h http.Handler, slow bool) *http.Server {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: readHeaderTimeout, ReadTimeout: s.HTTPReadTimeout,
 		IdleTimeout: s.HTTPIdleTimeout, MaxHeaderBytes: maxHeaderBytes}
+	if !slow {
+		srv.WriteTimeout = s.HTTPWriteTimeout
+	}
+	return srv
 }
 
 func (st *stack) metricsHandler() http.Handler {
@@ -93,11 +99,7 @@ func (st *stack) metricsHandler() http.Handler {
 func (st *stack) serveMetrics(ctx context.Context) (string, error) {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", st.metricsHandler())
-	srv := st.s.httpServer(mux)
-	// Nothing here waits on anything slow: the server's write timeout
-	// bounds every answer, the 404s too.
-	srv.WriteTimeout = st.s.HTTPWriteTimeout
-	return serveAside(ctx, "metrics", st.s.MetricsAddr, "CHAT_METRICS_ADDR", srv)
+	return serveAside(ctx, "metrics", st.s.MetricsAddr, "CHAT_METRICS_ADDR", st.s.httpServer(mux, false))
 }
 
 // serveDebug serves net/http/pprof on its own listener, apart from the
@@ -107,7 +109,7 @@ func (s *settings) serveDebug(ctx context.Context) (string, error) {
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return serveAside(ctx, "debug", s.DebugAddr, "CHAT_DEBUG_ADDR", s.httpServer(mux))
+	return serveAside(ctx, "debug", s.DebugAddr, "CHAT_DEBUG_ADDR", s.httpServer(mux, true))
 }
 
 // serveAside serves srv on a listener of its own at addr (the setting

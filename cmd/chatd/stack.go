@@ -259,12 +259,7 @@ func (st *stack) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("HTTP listen on %s: %w; set CHAT_HTTP_ADDR to a free address", st.s.HTTPAddr, err)
 	}
-	srv := st.s.httpServer(st.routes())
-	if st.gateway == nil {
-		// Without the API nothing here waits on anything slow: the
-		// server's write timeout bounds every answer, the 404s too.
-		srv.WriteTimeout = st.s.HTTPWriteTimeout
-	}
+	srv := st.s.httpServer(st.routes(), st.gateway != nil) // the API waits on the stores
 	st.log.Info("serving HTTP", "addr", ln.Addr().String())
 	if st.gateway != nil {
 		st.log.Info("web client: open it in a browser", "url", "http://"+ln.Addr().String()+"/")
