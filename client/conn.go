@@ -167,7 +167,7 @@ func (s *session) end(err error) {
 		s.mu.Lock()
 		s.tooBig = ce.Code == websocket.StatusMessageTooBig
 		s.mu.Unlock()
-		err = fmt.Errorf("%w: closed by the server: %d %s", ErrDisconnected, ce.Code, ce.Reason)
+		err = closedError{ce}
 	} else {
 		err = fmt.Errorf("%w: %v", ErrDisconnected, err)
 	}
@@ -180,6 +180,16 @@ func (s *session) end(err error) {
 	s.cancel()
 	_ = s.conn.CloseNow()
 }
+
+// closedError ends a session the server closed: it is ErrDisconnected,
+// and websocket.CloseStatus reads its status.
+type closedError struct{ ce websocket.CloseError }
+
+func (e closedError) Error() string {
+	return fmt.Sprintf("%v: closed by the server: %d %s", ErrDisconnected, e.ce.Code, e.ce.Reason)
+}
+
+func (e closedError) Unwrap() []error { return []error{ErrDisconnected, e.ce} }
 
 // request writes req with a fresh id and waits for its answer. An error
 // frame is returned as a *protocol.Error.

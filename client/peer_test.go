@@ -36,6 +36,8 @@ type peer struct {
 
 	// knobs, guarded by mu
 	refuse         bool                                   // answer upgrades with 503
+	closeSyncs     int                                    // syncs answered by closing the connection with closeCode
+	closeCode      websocket.StatusCode                   // their close status
 	dropPush       func(protocol.Message) bool            // push not sent
 	prevUnknown    bool                                   // pushes carry no prev
 	swallowSends   int                                    // send answers not sent (the message is stored)
@@ -217,6 +219,13 @@ func (p *peer) handle(pc *peerConn, req protocol.Request) bool {
 		return true
 	case protocol.OpSync:
 		p.mu.Lock()
+		if p.closeSyncs > 0 {
+			p.closeSyncs--
+			code := p.closeCode
+			p.mu.Unlock()
+			_ = pc.ws.Close(code, "unavailable: the server could not register this connection; reconnect after a back-off")
+			return false
+		}
 		if p.refuseSyncs > 0 {
 			p.refuseSyncs--
 			p.mu.Unlock()
