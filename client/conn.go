@@ -229,8 +229,10 @@ func (s *session) request(ctx context.Context, req protocol.Request) (*frame, er
 			_ = s.conn.CloseNow() // the read loop ends the session
 			<-s.done
 		}
+		// Why the server closed it says more than the write's error, and
+		// tells a close to retry (see askedToRetry) from one not to.
 		var pe *protocol.Error
-		if err := s.endErr(len(b)); errors.As(err, &pe) {
+		if err := s.endErr(len(b)); errors.As(err, &pe) || websocket.CloseStatus(err) != -1 {
 			return nil, err
 		}
 		return nil, fmt.Errorf("%w: write %s: %v", ErrDisconnected, req.Op, err)

@@ -91,6 +91,29 @@ func TestDialTriesAgainWhenTheServerAsksTo(t *testing.T) {
 	}
 }
 
+// A gateway that cannot register a connection closes it with 1013 right
+// after its authed answer, as the client writes its sync: the close may
+// end that write, or come as the client waits for the answer. Either way
+// Dial tries again. Which of the two happens is a race, so it is run
+// often enough for both.
+func TestDialTriesAgainWhenClosedRightAfterAuthed(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice"}})
+	for i := range 100 {
+		p.set(func(p *peer) { p.closeAuths, p.closeCode = 1, websocket.StatusTryAgainLater })
+		errs := &errLog{}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		c, err := Dial(ctx, dialConfig(p, "alice", errs))
+		cancel()
+		if err != nil {
+			t.Fatalf("Dial %d: %v; want a Client from the second connection", i, err)
+		}
+		c.Close()
+		if got := errs.all(); len(got) != 1 || websocket.CloseStatus(got[0]) != websocket.StatusTryAgainLater {
+			t.Fatalf("Dial %d: OnError got %v, want the 1013 close", i, got)
+		}
+	}
+}
+
 func isCode(code protocol.Code) func(error) bool {
 	return func(err error) bool {
 		var pe *protocol.Error

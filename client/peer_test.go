@@ -38,6 +38,7 @@ type peer struct {
 	refuse         bool                                   // answer upgrades with 503
 	closeSyncs     int                                    // syncs answered by closing the connection with closeCode
 	closeCode      websocket.StatusCode                   // their close status
+	closeAuths     int                                    // connections closed with closeCode right after their authed answer, as a gateway that cannot register them
 	dropPush       func(protocol.Message) bool            // push not sent
 	prevUnknown    bool                                   // pushes carry no prev
 	swallowSends   int                                    // send answers not sent (the message is stored)
@@ -213,6 +214,16 @@ func (p *peer) handle(pc *peerConn, req protocol.Request) bool {
 		early := p.earlyPush
 		p.mu.Unlock()
 		p.write(pc, protocol.Marshal(protocol.Authed{Op: protocol.OpAuthed, ID: req.ID, Uid: pc.uid}))
+		p.mu.Lock()
+		cut, code := p.closeAuths > 0, p.closeCode
+		if cut {
+			p.closeAuths--
+		}
+		p.mu.Unlock()
+		if cut {
+			_ = pc.ws.Close(code, "unavailable: the server could not register this connection; reconnect after a back-off")
+			return false
+		}
 		if early != nil {
 			p.write(pc, protocol.Marshal(protocol.Push{Op: protocol.OpPush, Msgs: early}))
 		}
