@@ -73,8 +73,11 @@ func (c *Client) connect(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: token: %w", err)
 	}
-	conn, _, err := websocket.Dial(ctx, c.cfg.URL, nil)
+	conn, resp, err := websocket.Dial(ctx, c.cfg.URL, nil)
 	if err != nil {
+		if rerr := refusal(resp); rerr != nil {
+			return nil, fmt.Errorf("client: dial: %w", rerr)
+		}
 		return nil, fmt.Errorf("client: dial: %w", err)
 	}
 	conn.SetReadLimit(maxFrame)

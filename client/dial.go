@@ -2,8 +2,11 @@ package client
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 
 	"github.com/coder/websocket"
 
@@ -46,8 +49,8 @@ func tiredOf(asked error, ctx context.Context) error {
 // askedToRetry tells whether the server meant err, the end of a connection
 // being made, to be tried again after a back-off: a close with 1013 (try
 // again later: a gateway could not register the connection), 1012 (service
-// restart) or 1001 (going away: a gateway shutting down), or a refusal of
-// the auth or the sync as unavailable or overloaded.
+// restart) or 1001 (going away: a gateway shutting down), or a refusal,
+// of the upgrade, the auth or the sync, as unavailable or overloaded.
 func askedToRetry(err error) bool {
 	var pe *protocol.Error
 	if errors.As(err, &pe) {
@@ -58,4 +61,23 @@ func askedToRetry(err error) bool {
 		return true
 	}
 	return false
+}
+
+// refusal is the *protocol.Error a gateway answered a WebSocket upgrade
+// with instead of upgrading (503 unavailable when it shuts down, overloaded
+// past its connections authenticating), or nil if resp carries none: no
+// answer, or one of something else (a proxy's 503 page).
+func refusal(resp *http.Response) error {
+	if resp == nil || resp.Body == nil || resp.StatusCode == http.StatusSwitchingProtocols {
+		return nil
+	}
+	b, _ := io.ReadAll(resp.Body) // the first KiB, kept by websocket.Dial
+	var e struct {
+		Code    protocol.Code `json:"code"`
+		Message string        `json:"message"`
+	}
+	if json.Unmarshal(b, &e) != nil || e.Code == "" {
+		return nil
+	}
+	return fmt.Errorf("HTTP %d: %w", resp.StatusCode, &protocol.Error{Code: e.Code, Message: e.Message})
 }

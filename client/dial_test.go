@@ -43,7 +43,7 @@ func dialConfig(p *peer, token string, errs *errLog) Config {
 }
 
 // A server that asks the first connection to be made again (closing it
-// with 1013, 1012 or 1001, or refusing its sync as unavailable)
+// with 1013, 1012 or 1001, or refusing its upgrade or sync as unavailable)
 // and serves the next gives Dial a working Client: the application is not
 // left to retry what the server said to retry. What was retried goes to
 // OnError.
@@ -60,6 +60,7 @@ func TestDialTriesAgainWhenTheServerAsksTo(t *testing.T) {
 		{"1001 during sync", func(p *peer) { p.closeSyncs, p.closeCode = 1, websocket.StatusGoingAway },
 			func(err error) bool { return websocket.CloseStatus(err) == websocket.StatusGoingAway }},
 		{"sync unavailable", func(p *peer) { p.refuseSyncs = 1 }, isCode(protocol.CodeUnavailable)},
+		{"upgrade unavailable", func(p *peer) { p.refuseUpgrades = 1 }, isCode(protocol.CodeUnavailable)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := newPeer(t, map[string][]string{"g1": {"alice"}})

@@ -36,6 +36,7 @@ type peer struct {
 
 	// knobs, guarded by mu
 	refuse         bool                                   // answer upgrades with 503
+	refuseUpgrades int                                    // upgrades answered 503 with a gateway's unavailable body, as one shutting down
 	closeSyncs     int                                    // syncs answered by closing the connection with closeCode
 	closeCode      websocket.StatusCode                   // their close status
 	closeAuths     int                                    // connections closed with closeCode right after their authed answer, as a gateway that cannot register them
@@ -139,10 +140,19 @@ func (p *peer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	p.wg.Add(1)
 	defer p.wg.Done()
 	p.mu.Lock()
-	refuse := p.refuse
+	refuse, body := p.refuse, p.refuseUpgrades > 0
+	if body {
+		p.refuseUpgrades--
+	}
 	p.mu.Unlock()
-	if refuse {
+	switch {
+	case refuse:
 		http.Error(w, "down", http.StatusServiceUnavailable)
+		return
+	case body:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write(protocol.Marshal(map[string]string{"code": string(protocol.CodeUnavailable), "message": "the gateway is shutting down; reconnect to another"}))
 		return
 	}
 	ws, err := websocket.Accept(w, r, nil)
