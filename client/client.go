@@ -170,6 +170,17 @@ type Client struct {
 
 // Dial connects to cfg.URL, authenticates and syncs. Afterwards the client
 // reconnects by itself until Close. ctx bounds this first connection only.
+//
+// A first connection the server asks to be made again is made again, after
+// MinBackoff doubling to MaxBackoff (with jitter) as reconnects are, until
+// ctx ends: one closed with 1013 (try again later), 1012 (service restart)
+// or 1001 (going away), or one whose upgrade (a gateway's 503), auth or
+// sync is refused as unavailable or overloaded. Each such failure goes to
+// OnError; if ctx ends first, the error wraps both ctx's error and the
+// server's last (read its close status with websocket.CloseStatus, its
+// code with errors.As and a *protocol.Error). Any other failure fails Dial
+// at once: a bad token, a server that refuses the connection or answers
+// something else.
 func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -191,7 +202,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.ackCtx, c.ackCancel = context.WithCancel(c.ctx)
-	s, err := c.connect(ctx)
+	s, err := c.connectFirst(ctx)
 	if err != nil {
 		c.cancel()
 		c.ackCancel()

@@ -73,8 +73,11 @@ func (c *Client) connect(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: token: %w", err)
 	}
-	conn, _, err := websocket.Dial(ctx, c.cfg.URL, nil)
+	conn, resp, err := websocket.Dial(ctx, c.cfg.URL, nil)
 	if err != nil {
+		if rerr := refusal(resp); rerr != nil {
+			return nil, fmt.Errorf("client: dial: %w", rerr)
+		}
 		return nil, fmt.Errorf("client: dial: %w", err)
 	}
 	conn.SetReadLimit(maxFrame)
@@ -167,7 +170,7 @@ func (s *session) end(err error) {
 		s.mu.Lock()
 		s.tooBig = ce.Code == websocket.StatusMessageTooBig
 		s.mu.Unlock()
-		err = fmt.Errorf("%w: closed by the server: %d %s", ErrDisconnected, ce.Code, ce.Reason)
+		err = closedError{ce}
 	} else {
 		err = fmt.Errorf("%w: %v", ErrDisconnected, err)
 	}
@@ -180,6 +183,16 @@ func (s *session) end(err error) {
 	s.cancel()
 	_ = s.conn.CloseNow()
 }
+
+// closedError ends a session the server closed: it is ErrDisconnected,
+// and websocket.CloseStatus reads its status.
+type closedError struct{ ce websocket.CloseError }
+
+func (e closedError) Error() string {
+	return fmt.Sprintf("%v: closed by the server: %d %s", ErrDisconnected, e.ce.Code, e.ce.Reason)
+}
+
+func (e closedError) Unwrap() []error { return []error{ErrDisconnected, e.ce} }
 
 // request writes req with a fresh id and waits for its answer. An error
 // frame is returned as a *protocol.Error.
@@ -219,8 +232,10 @@ func (s *session) request(ctx context.Context, req protocol.Request) (*frame, er
 			_ = s.conn.CloseNow() // the read loop ends the session
 			<-s.done
 		}
+		// Why the server closed it says more than the write's error, and
+		// tells a close to retry (see askedToRetry) from one not to.
 		var pe *protocol.Error
-		if err := s.endErr(len(b)); errors.As(err, &pe) {
+		if err := s.endErr(len(b)); errors.As(err, &pe) || websocket.CloseStatus(err) != -1 {
 			return nil, err
 		}
 		return nil, fmt.Errorf("%w: write %s: %v", ErrDisconnected, req.Op, err)

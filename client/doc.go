@@ -74,6 +74,15 @@
 // MaxBackoff, so a server that ends every connection at once is not
 // reconnected to every MinBackoff by all its clients.
 //
+// Dial makes the first connection again the same way while the server asks
+// it to: a close with 1013 (try again later), 1012 (service restart) or
+// 1001 (going away), or an upgrade (a gateway's 503), auth or sync refused
+// as unavailable or overloaded. Each goes to OnError, and Dial returns once
+// a connection is made or its ctx ends, with an error that wraps both
+// ctx's error and the server's last. Every other failure (a bad token, a
+// server that refuses the connection) fails Dial at once, so a Dial whose
+// ctx has no deadline does not wait for ever on a server that is down.
+//
 // # Concurrency
 //
 // All methods of Client are safe for concurrent use.

@@ -25,9 +25,9 @@ func Example() {
 			// One goroutine, msgid order per group, no duplicates.
 			fmt.Printf("[%s #%d] %s: %s\n", m.Gid, m.MsgID, m.Sender, m.Body)
 		},
-		OnError: func(err error) { log.Print(err) }, // disconnects, refused acks...
+		OnError: func(err error) { log.Print(err) }, // disconnects, refused acks, first connections the server asked to retry...
 	})
-	if err != nil {
+	if err != nil { // a bad token, a server down; one that keeps asking to retry until ctx ends
 		log.Fatal(err)
 	}
 	defer c.Close() // flushes the pending acks and reads

@@ -36,6 +36,10 @@ type peer struct {
 
 	// knobs, guarded by mu
 	refuse         bool                                   // answer upgrades with 503
+	refuseUpgrades int                                    // upgrades answered 503 with a gateway's unavailable body, as one shutting down
+	closeSyncs     int                                    // syncs answered by closing the connection with closeCode
+	closeCode      websocket.StatusCode                   // their close status
+	closeAuths     int                                    // connections closed with closeCode right after their authed answer, as a gateway that cannot register them
 	dropPush       func(protocol.Message) bool            // push not sent
 	prevUnknown    bool                                   // pushes carry no prev
 	swallowSends   int                                    // send answers not sent (the message is stored)
@@ -136,10 +140,19 @@ func (p *peer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	p.wg.Add(1)
 	defer p.wg.Done()
 	p.mu.Lock()
-	refuse := p.refuse
+	refuse, body := p.refuse, p.refuseUpgrades > 0
+	if body {
+		p.refuseUpgrades--
+	}
 	p.mu.Unlock()
-	if refuse {
+	switch {
+	case refuse:
 		http.Error(w, "down", http.StatusServiceUnavailable)
+		return
+	case body:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		w.Write(protocol.Marshal(map[string]string{"code": string(protocol.CodeUnavailable), "message": "the gateway is shutting down; reconnect to another"}))
 		return
 	}
 	ws, err := websocket.Accept(w, r, nil)
@@ -211,12 +224,29 @@ func (p *peer) handle(pc *peerConn, req protocol.Request) bool {
 		early := p.earlyPush
 		p.mu.Unlock()
 		p.write(pc, protocol.Marshal(protocol.Authed{Op: protocol.OpAuthed, ID: req.ID, Uid: pc.uid}))
+		p.mu.Lock()
+		cut, code := p.closeAuths > 0, p.closeCode
+		if cut {
+			p.closeAuths--
+		}
+		p.mu.Unlock()
+		if cut {
+			_ = pc.ws.Close(code, "unavailable: the server could not register this connection; reconnect after a back-off")
+			return false
+		}
 		if early != nil {
 			p.write(pc, protocol.Marshal(protocol.Push{Op: protocol.OpPush, Msgs: early}))
 		}
 		return true
 	case protocol.OpSync:
 		p.mu.Lock()
+		if p.closeSyncs > 0 {
+			p.closeSyncs--
+			code := p.closeCode
+			p.mu.Unlock()
+			_ = pc.ws.Close(code, "unavailable: the server could not register this connection; reconnect after a back-off")
+			return false
+		}
 		if p.refuseSyncs > 0 {
 			p.refuseSyncs--
 			p.mu.Unlock()
