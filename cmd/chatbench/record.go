@@ -5,12 +5,12 @@ import (
 	"errors"
 	"maps"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	hdr "github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/coder/websocket"
 
 	"github.com/groupchat/chatd/client"
 	"github.com/groupchat/chatd/protocol"
@@ -217,15 +217,8 @@ func errorCode(err error) string {
 	case errors.Is(err, errNoSender):
 		return "no_connected_sender"
 	case errors.Is(err, client.ErrDisconnected):
-		// "...closed by the server: 4008 too slow..." carries the close code.
-		s := err.Error()
-		if i := strings.Index(s, "closed by the server: "); i >= 0 {
-			f := strings.Fields(s[i+len("closed by the server: "):])
-			if len(f) > 0 {
-				if _, err := strconv.Atoi(f[0]); err == nil {
-					return "disconnected_" + f[0]
-				}
-			}
+		if code := websocket.CloseStatus(err); code != -1 {
+			return "disconnected_" + strconv.Itoa(int(code))
 		}
 		return "disconnected"
 	}
