@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -64,11 +65,11 @@ func backfill(ctx context.Context, c *command, opts any, args []string) error {
 	defer ch.Close()
 	a := newAdmin(brokers)
 	defer a.close()
-	for _, t := range todo {
+	for i, t := range todo {
 		topic := want[t]
 		spans, total, err := a.spans(ctx, topic, nil)
 		if err != nil {
-			return err
+			return fmt.Errorf("backfill %s: %w; %s", t, err, goOn(todo[:i], todo[i:]))
 		}
 		prog := newProgress(c.stderr, "backfill "+t, total)
 		fill := filler(ch, t, o.dedup, c.stderr)
@@ -76,12 +77,24 @@ func backfill(ctx context.Context, c *command, opts any, args []string) error {
 			onSkip: skipNotice(c.stderr, topic, "ClickHouse")}, spans, fill.batch)
 		records, took := prog.finish()
 		if err != nil {
-			return fmt.Errorf("backfill %s from %s: %w", t, topic, err)
+			return fmt.Errorf("backfill %s from %s: %w; %s", t, topic, err, goOn(todo[:i], todo[i:]))
 		}
 		fmt.Fprintf(c.stdout, "backfill %s: %d records of %s in %v (%.0f records/s): %d rows written, %d duplicate sends dropped, %d did not decode\n",
 			t, records, topic, took.Round(time.Millisecond), float64(records)/took.Seconds(), fill.rows.Load(), fill.dups.Load(), fill.poison.Load())
 	}
 	return nil
+}
+
+// goOn says how to go on with a backfill cut short (Ctrl-C, a store that
+// stayed down) after the tables done were filled: with the rest only, so
+// that a long run does not start over. Rows written again are copies that
+// every query collapses, so the table cut short is simply filled again.
+func goOn(done, rest []string) string {
+	again := fmt.Sprintf("go on with `chatctl backfill -tables %s` (rows written again are harmless)", strings.Join(rest, ","))
+	if len(done) == 0 {
+		return again
+	}
+	return fmt.Sprintf("%s filled already; %s", strings.Join(done, ", "), again)
 }
 
 // fill writes one table's rows from batches of records.

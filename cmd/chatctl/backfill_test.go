@@ -213,3 +213,25 @@ func TestBackfillRefusesADedupWindowThatKeepsEveryResend(t *testing.T) {
 		}
 	}
 }
+
+// A backfill cut short (Ctrl-C) after some tables were filled says how to
+// go on with the rest, so that hours of history are not read again.
+func TestABackfillCutShortSaysHowToGoOn(t *testing.T) {
+	e := newEnv(t, 1)
+	ch := e.withClickHouse("cut")
+	e.mustCtl("groups", "create", "g", "alice", "bob")
+	e.sendMessages(schema.Message{Gid: "g", Sender: "alice", ClientMsgID: "c1", SentAt: time.Now().UnixMilli(), Body: []byte("hi")})
+	if err := e.prod.SendAcks(context.Background(), schema.Ack{Gid: "g", Uid: "bob", Upto: 0, At: 1}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &cancelOn{word: "backfill messages:", cancel: cancel}
+	err := run(ctx, []string{"backfill"}, func(k string) string { return e.vars[k] }, out, &strings.Builder{})
+	if err == nil || !strings.Contains(err.Error(), "chatctl backfill -tables acks,receipts,members") {
+		t.Fatalf("backfill cut short after messages: %v\n%s; want an error saying to go on with -tables acks,receipts,members", err, out.String())
+	}
+	if n, err := ch.CountMessages(context.Background(), "g"); err != nil || n != 1 {
+		t.Fatalf("messages of g after the backfill cut short: %d (%v), want 1", n, err)
+	}
+}

@@ -361,3 +361,20 @@ func TestResetOfAChatdGroupOnAnotherTopicIsRefused(t *testing.T) {
 		t.Fatalf("the persister's saved positions on %s after the refused reset: %v (%v), want none", topics.Acks, saved, err)
 	}
 }
+
+// A broker that cannot be reached is an error, not a cluster without
+// consumer groups: an operator checks the list for MEMBERS 0 before a
+// reset or a rebuild.
+func TestListOfGroupsFromABrokerThatIsDownFails(t *testing.T) {
+	port, err := testserver.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	var out, errOut strings.Builder
+	err = run(context.Background(), []string{"consumer-groups", "list"},
+		func(k string) string { return map[string]string{"CHAT_KAFKA_BROKERS": addr}[k] }, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("consumer-groups list from %s, where no broker listens: %v, want an error naming it\n%s", addr, err, out.String())
+	}
+}

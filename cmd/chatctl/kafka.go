@@ -149,6 +149,17 @@ func (a *admin) describeGroup(ctx context.Context, id string) (groupInfo, error)
 
 // groups lists the consumer groups the cluster knows, sorted.
 func (a *admin) groups(ctx context.Context) ([]string, error) {
+	// ListGroups asks each broker of the cluster; kafka-go asks none, and
+	// answers an empty list, when it cannot learn the cluster. Learn it
+	// first, so that a broker that is down is an error, not a cluster
+	// without groups.
+	md, err := a.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{}})
+	if err != nil {
+		return nil, fmt.Errorf("list consumer groups from %v: %w; is the broker up?", a.brokers, err)
+	}
+	if len(md.Brokers) == 0 {
+		return nil, fmt.Errorf("list consumer groups from %v: the cluster named no broker", a.brokers)
+	}
 	resp, err := a.client.ListGroups(ctx, &kafka.ListGroupsRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("list consumer groups: %w", err)
