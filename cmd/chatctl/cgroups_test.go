@@ -378,3 +378,24 @@ func TestListOfGroupsFromABrokerThatIsDownFails(t *testing.T) {
 		t.Fatalf("consumer-groups list from %s, where no broker listens: %v, want an error naming it\n%s", addr, err, out.String())
 	}
 }
+
+// A command stopped by Ctrl-C says nothing of the broker: only a request
+// that failed while the command ran suggests it is down.
+func TestAnInterruptedCommandDoesNotBlameTheBroker(t *testing.T) {
+	port, err := testserver.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	env := func(k string) string { return map[string]string{"CHAT_KAFKA_BROKERS": addr}[k] }
+	var out, errOut strings.Builder
+	if err := run(context.Background(), []string{"consumer-groups", "list"}, env, &out, &errOut); err == nil || !strings.Contains(err.Error(), "is the broker up?") {
+		t.Fatalf("consumer-groups list from %s, where no broker listens: %v, want it to ask whether the broker is up", addr, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err = run(ctx, []string{"consumer-groups", "list"}, env, &out, &errOut)
+	if err == nil || strings.Contains(err.Error(), "broker up") {
+		t.Fatalf("consumer-groups list interrupted: %v, want an error that does not blame the broker", err)
+	}
+}

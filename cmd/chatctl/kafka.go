@@ -27,11 +27,20 @@ func newAdmin(brokers []string) *admin {
 	return &admin{brokers: brokers, client: client, close: closeClient}
 }
 
+// upHint is the advice that follows a request to the brokers that failed:
+// none when ctx ended (Ctrl-C), which says nothing of the broker.
+func upHint(ctx context.Context) string {
+	if ctx.Err() != nil {
+		return ""
+	}
+	return "; is the broker up?"
+}
+
 // partitions returns the partition ids of topic, sorted.
 func (a *admin) partitions(ctx context.Context, topic string) ([]int, error) {
 	md, err := a.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
-		return nil, fmt.Errorf("metadata of %s from %v: %w; is the broker up?", topic, a.brokers, err)
+		return nil, fmt.Errorf("metadata of %s from %v: %w%s", topic, a.brokers, err, upHint(ctx))
 	}
 	for _, t := range md.Topics {
 		if t.Name != topic {
@@ -155,7 +164,7 @@ func (a *admin) groups(ctx context.Context) ([]string, error) {
 	// without groups.
 	md, err := a.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{}})
 	if err != nil {
-		return nil, fmt.Errorf("list consumer groups from %v: %w; is the broker up?", a.brokers, err)
+		return nil, fmt.Errorf("list consumer groups from %v: %w%s", a.brokers, err, upHint(ctx))
 	}
 	if len(md.Brokers) == 0 {
 		return nil, fmt.Errorf("list consumer groups from %v: the cluster named no broker", a.brokers)
