@@ -116,7 +116,7 @@ func (g *Gateway) rebuildingAny(ctx context.Context) *protocol.Error {
 func (g *Gateway) rebuildErr(err error, what string) *protocol.Error {
 	switch {
 	case errors.Is(err, store.ErrReplaying):
-		return protocol.Errorf(protocol.CodeUnavailable, "%s are being rebuilt (the server's Redis lost its data); retry in a few seconds", what)
+		return protocol.Errorf(protocol.CodeUnavailable, "%s are being rebuilt (the server's Redis lost its data, or an operator is rebuilding them); retry in a few seconds", what)
 	case err != nil:
 		return g.unavailable("membership", err)
 	}

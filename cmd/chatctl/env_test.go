@@ -92,14 +92,21 @@ func (e *env) sendMessages(msgs ...schema.Message) []int64 {
 }
 
 func (e *env) ctl(args ...string) (string, error) {
+	out, _, err := e.ctlBoth(args...)
+	return out, err
+}
+
+// ctlBoth runs chatctl with args and returns what it wrote to stdout and
+// to stderr.
+func (e *env) ctlBoth(args ...string) (stdout, stderr string, err error) {
 	var out, errOut bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	err := run(ctx, args, func(k string) string { return e.vars[k] }, &out, &errOut)
+	err = run(ctx, args, func(k string) string { return e.vars[k] }, &out, &errOut)
 	if testing.Verbose() {
 		e.t.Logf("chatctl %s\n%s%s", strings.Join(args, " "), out.String(), errOut.String())
 	}
-	return out.String(), err
+	return out.String(), errOut.String(), err
 }
 
 func (e *env) mustCtl(args ...string) string {

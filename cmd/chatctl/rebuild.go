@@ -90,6 +90,10 @@ func rebuild(ctx context.Context, c *command, opts any, args []string) error {
 		}
 		total += n
 	}
+	// The wipe and the check each walk every key of Redis (SCAN), with
+	// no count to show: say what is being done, or a large keyspace
+	// looks like a hang.
+	fmt.Fprintf(c.stderr, "wiping %s: scanning every key of Redis for its own…\n", p)
 	deleted, err := rds.Wipe(ctx, p, group)
 	if err != nil {
 		return err
@@ -143,6 +147,7 @@ func rebuild(ctx context.Context, c *command, opts any, args []string) error {
 	if n := r.corrected.Load(); n > 0 {
 		fmt.Fprintf(c.stdout, "appended %d cursors to %s whose last record was below them, so that compaction keeps them\n", n, topic)
 	}
+	fmt.Fprintf(c.stderr, "checking the rebuilt %s against the topic: scanning every key of Redis…\n", p)
 	rep, err := r.expect.check(ctx, rds)
 	if err != nil {
 		return err
