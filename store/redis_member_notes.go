@@ -234,21 +234,46 @@ func (r *Redis) ClearJoining(ctx context.Context, gid string, uids ...string) er
 	return nil
 }
 
+// leaveScript notes a leave written. KEYS: joining, leaving:<uid>,
+// leaves. ARGV: uid, the note "<joinPos>:<leftPos>", joinPos, now and the
+// note's hold (ms). It drops uid's reservation, sets the note for the
+// hold, and puts the leave, "<joinPos>:<expiry>", in the group's leaves,
+// taking out of them the leaves past their expiry (and any that does not
+// parse): a group whose members keep leaving holds only the leaves within
+// their hold, which every ReserveJoins reads. The key expires with its
+// last entry.
+var leaveScript = redis.NewScript(`
+local uid, now, hold = ARGV[1], tonumber(ARGV[4]), tonumber(ARGV[5])
+redis.call('ZREM', KEYS[1], uid)
+redis.call('SET', KEYS[2], ARGV[2], 'PX', hold)
+local last = now + hold
+local notes = redis.call('HGETALL', KEYS[3])
+for i = 1, #notes, 2 do
+  local exp = tonumber(string.match(notes[i+1], '^%-?%d+:(%d+)$'))
+  if not exp or exp <= now then
+    redis.call('HDEL', KEYS[3], notes[i])
+  elseif exp > last then
+    last = exp
+  end
+end
+redis.call('HSET', KEYS[3], uid, ARGV[3] .. ':' .. (now + hold))
+redis.call('PEXPIRE', KEYS[3], last - now)
+return 0
+`)
+
 // MarkLeaving notes, for ttl, that a leave of uid from gid was written,
 // ending their stretch that began at joined at the group position pos, and
 // drops the reservation of their join (ReserveJoins), after which a join is a new
 // one. Until the member projector has the leave, uid reads as a member from
 // joined: an add of uid then is a join all the same, a second removal
 // writes no second leave (Leaving), and a send is refused (BeginSend). A
-// join written after the leave drops the note (ClearLeaving).
+// join written after the leave drops the note (ClearLeaving). The notes
+// of the group's leaves past their ttl go with it.
 func (r *Redis) MarkLeaving(ctx context.Context, gid, uid string, joined, pos int64, ttl time.Duration) error {
-	err := r.execPipe(ctx, func(p redis.Pipeliner) {
-		p.ZRem(ctx, joiningKey(gid), uid)
-		p.Set(ctx, leavingKey(gid, uid), strconv.FormatInt(joined, 10)+":"+strconv.FormatInt(pos, 10), ttl)
-		// The group's leaves, for ReserveJoins: "<joinPos>:<expiry ms>".
-		p.HSet(ctx, leavesKey(gid), uid, strconv.FormatInt(joined, 10)+":"+strconv.FormatInt(time.Now().Add(ttl).UnixMilli(), 10))
-		p.PExpire(ctx, leavesKey(gid), ttl)
-	})
+	keys := []string{joiningKey(gid), leavingKey(gid, uid), leavesKey(gid)}
+	join := strconv.FormatInt(joined, 10)
+	err := leaveScript.Run(ctx, r.client, keys, uid, join+":"+strconv.FormatInt(pos, 10), join,
+		time.Now().UnixMilli(), max(ttl.Milliseconds(), 1)).Err()
 	if err != nil {
 		return fmt.Errorf("store: mark the leave of %s from %s: %w", uid, gid, err)
 	}

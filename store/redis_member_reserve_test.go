@@ -203,3 +203,51 @@ func testExtendJoining(t *testing.T, c redis.UniversalClient) {
 	_, err := r.ReserveJoins(ctx, "g", []string{"c", "d"}, 2, nil, time.Minute)
 	wantFull(t, "c and d with a renewed", err, 1)
 }
+
+// The group's leaves, which every ReserveJoins reads, hold only those
+// within their hold while members keep leaving, each within the hold of
+// the one before: each leave takes out the ones past their expiry, and a
+// leave held longer stays.
+func testMarkLeavingPrunes(t *testing.T, c redis.UniversalClient) {
+	r := newTestRedis(t, c, RedisConfig{})
+	ctx := context.Background()
+	if err := r.MarkLeaving(ctx, "g", "long", 1, 2, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	// A note expires by its writer's clock, at most hold after its call
+	// returned and at least hold after it began.
+	const hold, leaves = 40 * time.Millisecond, 12
+	began, returned := make([]time.Time, leaves), make([]time.Time, leaves)
+	for n := range leaves {
+		began[n] = time.Now()
+		if err := r.MarkLeaving(ctx, "g", fmt.Sprint("u", n), 1, 2, hold); err != nil {
+			t.Fatal(err)
+		}
+		returned[n] = time.Now()
+		notes, err := c.HGetAll(ctx, leavesKey("g")).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if notes["long"] == "" || notes[fmt.Sprint("u", n)] == "" {
+			t.Fatalf("leave %d: %v noted, want long and u%d among them", n, notes, n)
+		}
+		for i := range n {
+			uid := fmt.Sprint("u", i)
+			switch _, ok := notes[uid]; {
+			case ok && returned[i].Add(hold+time.Millisecond).Before(began[n]):
+				t.Errorf("leave %d: %s still noted, %v past its hold", n, uid, began[n].Sub(returned[i].Add(hold)))
+			case !ok && began[i].Add(hold).After(returned[n].Add(time.Millisecond)):
+				t.Errorf("leave %d: %s gone within its hold", n, uid)
+			}
+		}
+		time.Sleep(hold / 4) // the next leave comes within the hold of this one
+	}
+	if ttl, err := c.PTTL(ctx, leavesKey("g")).Result(); err != nil || ttl <= 0 || ttl > time.Minute {
+		t.Errorf("the leaves' key expires in %v (%v), want within a minute", ttl, err)
+	}
+	// The leave kept still frees its place.
+	applyMembers(t, r, join("g", "long", 1))
+	if _, err := reserve(t, r, "g", 1, nil, "x"); err != nil {
+		t.Errorf("x with the leave of long noted: %v", err)
+	}
+}

@@ -50,6 +50,7 @@ func runRedisSuite(t *testing.T, newClient func(t *testing.T) redis.UniversalCli
 		{"ReserveJoinsAtOnce", testReserveJoinsAtOnce},
 		{"ReserveJoinsExpire", testReserveJoinsExpire},
 		{"ExtendJoining", testExtendJoining},
+		{"MarkLeavingPrunes", testMarkLeavingPrunes},
 		{"Presence", testPresence},
 		{"PushRoute", testPushRoute},
 		{"PersistedPrevs", testPersistedPrevs},
