@@ -31,11 +31,11 @@ func (e *FullError) Unwrap() error { return ErrGroupFull }
 
 // reserveScript reserves places for joins in a group. KEYS: members,
 // joining, leaves. ARGV: now and the reservations' expiry (unix ms), the limit,
-// the members the caller counted elsewhere (known), the number of uids
-// reserved that known counts, those uids, then the uids to join. It
-// returns {1, 0, fresh...} (fresh: 1 when this call reserved the uid, 0
-// when a reservation of it was held already or the uid is named twice),
-// or {0, members} when the joins do not fit, reserving nothing.
+// the number of members the caller counted elsewhere (known), their uids,
+// then the uids to join. It returns {1, 0, fresh...} (fresh: 1 when this
+// call reserved the uid, 0 when a reservation of it was held already or
+// the uid is named twice), or {0, members} when the joins do not fit,
+// reserving nothing.
 //
 // A reservation is a place until it expires or its uid reads as joined:
 // once the member projector has the join, the member counts as joined and
@@ -45,13 +45,16 @@ func (e *FullError) Unwrap() error { return ErrGroupFull }
 // joined is counted once, as a join. A member whose leave is noted
 // (MarkLeaving) but not yet projected counts as left: the leave frees its
 // place as soon as it is written. The members are the projected joined
-// ones, or known when more, and the reservations of uids not joined.
+// ones, or known when more, and the reservations of uids neither joined
+// nor known: a reservation known counts (its join written and read back
+// by the caller) is no place of its own, judged on the reservations as
+// they are when the joins are counted.
 // HLEN, every member ever, bounds the joined ones: the members hash is
 // walked only near the limit.
 var reserveScript = redis.NewScript(`
 local now, expiry, limit, known = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local vouched, first = {}, 6 + tonumber(ARGV[5])
-for i = 6, first - 1 do vouched[ARGV[i]] = true end
+local vouched, first = {}, 5 + known
+for i = 5, first - 1 do vouched[ARGV[i]] = true end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 local leaves = {}
 local notes = redis.call('HGETALL', KEYS[3])
@@ -134,27 +137,18 @@ func (r *Redis) ReserveJoins(ctx context.Context, gid string, uids []string, lim
 	if len(uids) == 0 {
 		return nil, nil
 	}
-	// The reservations whose joins known counts already (written, and read
-	// by the caller) are no places of their own. One read before the
-	// script: a reservation taken in between counts, as it should.
-	var vouched []string
-	if len(known) > 0 {
-		pending, err := r.client.ZRange(ctx, joiningKey(gid), 0, -1).Result()
-		if err != nil {
-			return nil, fmt.Errorf("store: reserve joins to %s: %w", gid, err)
-		}
-		for _, uid := range pending {
-			if known[uid] {
-				vouched = append(vouched, uid)
-			}
+	// The script takes known whole: whether a reservation is one of known's
+	// is judged on the reservations it counts, not on an earlier read.
+	var counted []any
+	for uid, ok := range known {
+		if ok {
+			counted = append(counted, uid)
 		}
 	}
 	now := time.Now().UnixMilli()
-	args := make([]any, 0, 5+len(vouched)+len(uids))
-	args = append(args, now, now+max(ttl.Milliseconds(), 1), limit, len(known), len(vouched))
-	for _, uid := range vouched {
-		args = append(args, uid)
-	}
+	args := make([]any, 0, 4+len(counted)+len(uids))
+	args = append(args, now, now+max(ttl.Milliseconds(), 1), limit, len(counted))
+	args = append(args, counted...)
 	for _, uid := range uids {
 		args = append(args, uid)
 	}

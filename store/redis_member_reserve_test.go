@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -249,5 +250,48 @@ func testMarkLeavingPrunes(t *testing.T, c redis.UniversalClient) {
 	applyMembers(t, r, join("g", "long", 1))
 	if _, err := reserve(t, r, "g", 1, nil, "x"); err != nil {
 		t.Errorf("x with the leave of long noted: %v", err)
+	}
+}
+
+// beforeScript runs fn before the first run of script that the client
+// sends, once; what fn sends itself goes through.
+type beforeScript struct {
+	script *redis.Script
+	fn     func(ctx context.Context)
+	done   atomic.Bool
+}
+
+func (h *beforeScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *beforeScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *beforeScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if cmd.Name() == "evalsha" && len(args) > 1 && args[1] == h.script.Hash() && h.done.CompareAndSwap(false, true) {
+			h.fn(ctx)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// A reservation of a join that the caller counts (known) is no second
+// place however late it was taken: a gateway's add of x that reserves it
+// just before chatctl's count, with x in chatctl's members (read from
+// chat.members before x's leave, say), is counted once, as one taken
+// earlier is.
+func testReserveJoinsKnownLate(t *testing.T, c redis.UniversalClient) {
+	r := newTestRedis(t, c, RedisConfig{})
+	c.AddHook(&beforeScript{script: reserveScript, fn: func(ctx context.Context) {
+		if _, err := r.ReserveJoins(ctx, "g", []string{"x"}, 3, nil, time.Minute); err != nil {
+			t.Errorf("the gateway's add of x: %v", err)
+		}
+	}})
+	if _, err := reserve(t, r, "g", 3, map[string]bool{"k": true, "x": true}, "p"); err != nil {
+		t.Errorf("p with k and x known, x reserved just before: %v", err)
+	}
+	if ok, err := r.Joining(context.Background(), "g", "x"); !ok || err != nil {
+		t.Errorf("Joining x = %v, %v; want the gateway's reservation held", ok, err)
 	}
 }

@@ -49,6 +49,7 @@ func runRedisSuite(t *testing.T, newClient func(t *testing.T) redis.UniversalCli
 		{"ReserveJoins", testReserveJoins},
 		{"ReserveJoinsAtOnce", testReserveJoinsAtOnce},
 		{"ReserveJoinsExpire", testReserveJoinsExpire},
+		{"ReserveJoinsKnownLate", testReserveJoinsKnownLate},
 		{"ExtendJoining", testExtendJoining},
 		{"MarkLeavingPrunes", testMarkLeavingPrunes},
 		{"Presence", testPresence},
