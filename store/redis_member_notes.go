@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -329,34 +328,35 @@ func (r *Redis) ClearLeaving(ctx context.Context, gid string, uids ...string) er
 // members, written one by one) keep their places: lost, another add would
 // take one and pass the limit, and a retry of this add would write a
 // second join. Stopped, they are held for hold more, for the member
-// projector. A failed renewal goes to warn.
+// projector: stop cancels a renewal under way, waits for it, and renews
+// once more, after which nothing renews them. A failed renewal goes to
+// warn.
 func (r *Redis) HoldJoins(ctx context.Context, gid string, uids []string, hold time.Duration, warn func(error)) (stop func()) {
 	if len(uids) == 0 {
 		return func() {}
 	}
-	var (
-		mu      sync.Mutex
-		stopped bool
-		t       *time.Timer
-	)
-	renew := func() {
+	renewing, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(max(hold/3, time.Millisecond))
+		defer tick.Stop()
+		for {
+			select {
+			case <-renewing.Done():
+				return
+			case <-tick.C:
+			}
+			if err := r.ExtendJoining(renewing, gid, uids, hold); err != nil && renewing.Err() == nil {
+				warn(err)
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
 		if err := r.ExtendJoining(ctx, gid, uids, hold); err != nil {
 			warn(err)
 		}
-	}
-	t = time.AfterFunc(hold/3, func() {
-		renew()
-		mu.Lock()
-		defer mu.Unlock()
-		if !stopped {
-			t.Reset(hold / 3)
-		}
-	})
-	return func() {
-		mu.Lock()
-		stopped = true
-		t.Stop()
-		mu.Unlock()
-		renew()
 	}
 }

@@ -295,3 +295,75 @@ func testReserveJoinsKnownLate(t *testing.T, c redis.UniversalClient) {
 		t.Errorf("Joining x = %v, %v; want the gateway's reservation held", ok, err)
 	}
 }
+
+// stallScript holds the first run of script the client sends until release
+// is closed or the run's context is done, and counts it while held.
+type stallScript struct {
+	script  *redis.Script
+	held    atomic.Bool
+	running atomic.Int32
+	entered chan struct{} // closed once the first run is held
+	release chan struct{}
+}
+
+func (h *stallScript) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *stallScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *stallScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		if cmd.Name() == "evalsha" && len(args) > 1 && args[1] == h.script.Hash() && h.held.CompareAndSwap(false, true) {
+			h.running.Add(1)
+			defer h.running.Add(-1)
+			close(h.entered)
+			select {
+			case <-h.release:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// Once stop returns, no renewal of HoldJoins runs but stop's own: one
+// under way (a slow Redis) is done before, or it could land after the
+// caller has moved on. Stop's renewal holds the joins for hold more.
+func testHoldJoinsStop(t *testing.T, c redis.UniversalClient) {
+	r := newTestRedis(t, c, RedisConfig{})
+	ctx := context.Background()
+	if _, err := r.ReserveJoins(ctx, "g", []string{"a", "b"}, 2, nil, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	stall := &stallScript{script: extendScript, entered: make(chan struct{}), release: make(chan struct{})}
+	defer func() {
+		// A renewal still held ends before the test does, its client with it.
+		close(stall.release)
+		for deadline := time.Now().Add(10 * time.Second); stall.running.Load() > 0 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	c.AddHook(stall)
+	const hold = 30 * time.Millisecond
+	stop := r.HoldJoins(ctx, "g", []string{"a", "b"}, hold, func(err error) {
+		t.Errorf("renewal: %v", err) // a renewal stop cancelled is no failure
+	})
+	select {
+	case <-stall.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no renewal within 10s of a hold of 30ms")
+	}
+	before := time.Now()
+	stop()
+	if n := stall.running.Load(); n != 0 {
+		t.Errorf("%d renewals under way after stop returned", n)
+	}
+	for _, uid := range []string{"a", "b"} {
+		exp, err := c.ZScore(ctx, joiningKey("g"), uid).Result()
+		if err != nil || int64(exp) < before.Add(hold).UnixMilli() {
+			t.Errorf("%s held until %v (%v) after stop, want at least %v", uid, int64(exp), err, before.Add(hold).UnixMilli())
+		}
+	}
+}

@@ -51,6 +51,7 @@ func runRedisSuite(t *testing.T, newClient func(t *testing.T) redis.UniversalCli
 		{"ReserveJoinsExpire", testReserveJoinsExpire},
 		{"ReserveJoinsKnownLate", testReserveJoinsKnownLate},
 		{"ExtendJoining", testExtendJoining},
+		{"HoldJoinsStop", testHoldJoinsStop},
 		{"MarkLeavingPrunes", testMarkLeavingPrunes},
 		{"Presence", testPresence},
 		{"PushRoute", testPushRoute},
