@@ -231,26 +231,36 @@ func (r *Redis) ClearJoining(ctx context.Context, gid string, uids ...string) er
 // leaves. ARGV: uid, the note "<joinPos>:<leftPos>", joinPos, now and the
 // note's hold (ms). It drops uid's reservation, sets the note for the
 // hold, and puts the leave, "<joinPos>:<expiry>", in the group's leaves,
-// taking out of them the leaves past their expiry (and any that does not
-// parse): a group whose members keep leaving holds only the leaves within
-// their hold, which every ReserveJoins reads. The key expires with its
-// last entry.
+// whose key expires with its last entry. Once the leaves are more than
+// twice those a walk of them kept last (field #kept, which no uid can be),
+// and 16, it takes out those past their expiry (and any that does not
+// parse): a group whose members keep leaving holds about the leaves
+// within their hold, which every ReserveJoins reads, and a removal of
+// thousands of members walks them a few times, not once a leave.
 var leaveScript = redis.NewScript(`
 local uid, now, hold = ARGV[1], tonumber(ARGV[4]), tonumber(ARGV[5])
 redis.call('ZREM', KEYS[1], uid)
 redis.call('SET', KEYS[2], ARGV[2], 'PX', hold)
-local last = now + hold
+local left = redis.call('PTTL', KEYS[3])
+redis.call('HSET', KEYS[3], uid, ARGV[3] .. ':' .. (now + hold))
+redis.call('PEXPIRE', KEYS[3], math.max(left, hold))
+local kept = tonumber(redis.call('HGET', KEYS[3], '#kept')) or 0
+if redis.call('HLEN', KEYS[3]) <= 2 * kept + 16 then
+  return 0
+end
+kept = 0
 local notes = redis.call('HGETALL', KEYS[3])
 for i = 1, #notes, 2 do
-  local exp = tonumber(string.match(notes[i+1], '^%-?%d+:(%d+)$'))
-  if not exp or exp <= now then
-    redis.call('HDEL', KEYS[3], notes[i])
-  elseif exp > last then
-    last = exp
+  if notes[i] ~= '#kept' then
+    local exp = tonumber(string.match(notes[i+1], '^%-?%d+:(%d+)$'))
+    if not exp or exp <= now then
+      redis.call('HDEL', KEYS[3], notes[i])
+    else
+      kept = kept + 1
+    end
   end
 end
-redis.call('HSET', KEYS[3], uid, ARGV[3] .. ':' .. (now + hold))
-redis.call('PEXPIRE', KEYS[3], last - now)
+redis.call('HSET', KEYS[3], '#kept', kept)
 return 0
 `)
 
@@ -261,7 +271,7 @@ return 0
 // joined: an add of uid then is a join all the same, a second removal
 // writes no second leave (Leaving), and a send is refused (BeginSend). A
 // join written after the leave drops the note (ClearLeaving). The notes
-// of the group's leaves past their ttl go with it.
+// of the group's leaves past their ttl go with it, now and then.
 func (r *Redis) MarkLeaving(ctx context.Context, gid, uid string, joined, pos int64, ttl time.Duration) error {
 	keys := []string{joiningKey(gid), leavingKey(gid, uid), leavesKey(gid)}
 	join := strconv.FormatInt(joined, 10)
