@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"net/http"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,36 +12,50 @@ import (
 	"github.com/groupchat/chatd/topics"
 )
 
-// hangUpAt is a go-redis hook that, at the first pipeline writing key,
-// runs hangUp (the caller gives up its request), gives the server a moment
-// to cancel the request's context, and then lets the pipeline run; done
-// is closed once it has.
+// hangUpAt is a go-redis hook that, at the first script run naming key
+// (MarkLeaving's, which writes it), runs hangUp (the caller gives up its
+// request), gives the server a moment to cancel the request's context,
+// and then lets the script run; done is closed once it has.
 type hangUpAt struct {
 	key    string
 	hangUp func()
 	done   chan struct{}
-	fired  bool
+	fired  atomic.Bool
 }
 
-func (h *hangUpAt) DialHook(next redis.DialHook) redis.DialHook          { return next }
-func (h *hangUpAt) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
-
+func (h *hangUpAt) DialHook(next redis.DialHook) redis.DialHook { return next }
 func (h *hangUpAt) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		for _, c := range cmds {
-			if args := c.Args(); !h.fired && c.Name() == "set" && len(args) > 1 && args[1] == h.key {
-				h.fired = true
-				h.hangUp()
-				select {
-				case <-ctx.Done():
-				case <-time.After(time.Second):
-				}
-				defer close(h.done)
-				break
-			}
+	return next
+}
+
+func (h *hangUpAt) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !scriptNames(cmd, h.key) || !h.fired.CompareAndSwap(false, true) {
+			return next(ctx, cmd)
 		}
-		return next(ctx, cmds)
+		h.hangUp()
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+		defer close(h.done)
+		return next(ctx, cmd)
 	}
+}
+
+// scriptNames reports whether cmd is a script run with key among its keys.
+func scriptNames(cmd redis.Cmder, key string) bool {
+	args := cmd.Args()
+	if name := cmd.Name(); (name != "evalsha" && name != "eval") || len(args) < 3 {
+		return false
+	}
+	n, ok := args[2].(int)
+	for i := 3; ok && i < 3+n && i < len(args); i++ {
+		if args[i] == key {
+			return true
+		}
+	}
+	return false
 }
 
 // An admin tool that gives up a removal after its leave is written, but

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -31,11 +30,11 @@ func (e *FullError) Unwrap() error { return ErrGroupFull }
 
 // reserveScript reserves places for joins in a group. KEYS: members,
 // joining, leaves. ARGV: now and the reservations' expiry (unix ms), the limit,
-// the members the caller counted elsewhere (known), the number of uids
-// reserved that known counts, those uids, then the uids to join. It
-// returns {1, 0, fresh...} (fresh: 1 when this call reserved the uid, 0
-// when a reservation of it was held already or the uid is named twice),
-// or {0, members} when the joins do not fit, reserving nothing.
+// the number of members the caller counted elsewhere (known), their uids,
+// then the uids to join. It returns {1, 0, fresh...} (fresh: 1 when this
+// call reserved the uid, 0 when a reservation of it was held already or
+// the uid is named twice), or {0, members} when the joins do not fit,
+// reserving nothing.
 //
 // A reservation is a place until it expires or its uid reads as joined:
 // once the member projector has the join, the member counts as joined and
@@ -45,13 +44,16 @@ func (e *FullError) Unwrap() error { return ErrGroupFull }
 // joined is counted once, as a join. A member whose leave is noted
 // (MarkLeaving) but not yet projected counts as left: the leave frees its
 // place as soon as it is written. The members are the projected joined
-// ones, or known when more, and the reservations of uids not joined.
+// ones, or known when more, and the reservations of uids neither joined
+// nor known: a reservation known counts (its join written and read back
+// by the caller) is no place of its own, judged on the reservations as
+// they are when the joins are counted.
 // HLEN, every member ever, bounds the joined ones: the members hash is
 // walked only near the limit.
 var reserveScript = redis.NewScript(`
 local now, expiry, limit, known = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local vouched, first = {}, 6 + tonumber(ARGV[5])
-for i = 6, first - 1 do vouched[ARGV[i]] = true end
+local vouched, first = {}, 5 + known
+for i = 5, first - 1 do vouched[ARGV[i]] = true end
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
 local leaves = {}
 local notes = redis.call('HGETALL', KEYS[3])
@@ -134,27 +136,18 @@ func (r *Redis) ReserveJoins(ctx context.Context, gid string, uids []string, lim
 	if len(uids) == 0 {
 		return nil, nil
 	}
-	// The reservations whose joins known counts already (written, and read
-	// by the caller) are no places of their own. One read before the
-	// script: a reservation taken in between counts, as it should.
-	var vouched []string
-	if len(known) > 0 {
-		pending, err := r.client.ZRange(ctx, joiningKey(gid), 0, -1).Result()
-		if err != nil {
-			return nil, fmt.Errorf("store: reserve joins to %s: %w", gid, err)
-		}
-		for _, uid := range pending {
-			if known[uid] {
-				vouched = append(vouched, uid)
-			}
+	// The script takes known whole: whether a reservation is one of known's
+	// is judged on the reservations it counts, not on an earlier read.
+	var counted []any
+	for uid, ok := range known {
+		if ok {
+			counted = append(counted, uid)
 		}
 	}
 	now := time.Now().UnixMilli()
-	args := make([]any, 0, 5+len(vouched)+len(uids))
-	args = append(args, now, now+max(ttl.Milliseconds(), 1), limit, len(known), len(vouched))
-	for _, uid := range vouched {
-		args = append(args, uid)
-	}
+	args := make([]any, 0, 4+len(counted)+len(uids))
+	args = append(args, now, now+max(ttl.Milliseconds(), 1), limit, len(counted))
+	args = append(args, counted...)
 	for _, uid := range uids {
 		args = append(args, uid)
 	}
@@ -234,21 +227,56 @@ func (r *Redis) ClearJoining(ctx context.Context, gid string, uids ...string) er
 	return nil
 }
 
+// leaveScript notes a leave written. KEYS: joining, leaving:<uid>,
+// leaves. ARGV: uid, the note "<joinPos>:<leftPos>", joinPos, now and the
+// note's hold (ms). It drops uid's reservation, sets the note for the
+// hold, and puts the leave, "<joinPos>:<expiry>", in the group's leaves,
+// whose key expires with its last entry. Once the leaves are more than
+// twice those a walk of them kept last (field #kept, which no uid can be),
+// and 16, it takes out those past their expiry (and any that does not
+// parse): a group whose members keep leaving holds about the leaves
+// within their hold, which every ReserveJoins reads, and a removal of
+// thousands of members walks them a few times, not once a leave.
+var leaveScript = redis.NewScript(`
+local uid, now, hold = ARGV[1], tonumber(ARGV[4]), tonumber(ARGV[5])
+redis.call('ZREM', KEYS[1], uid)
+redis.call('SET', KEYS[2], ARGV[2], 'PX', hold)
+local left = redis.call('PTTL', KEYS[3])
+redis.call('HSET', KEYS[3], uid, ARGV[3] .. ':' .. (now + hold))
+redis.call('PEXPIRE', KEYS[3], math.max(left, hold))
+local kept = tonumber(redis.call('HGET', KEYS[3], '#kept')) or 0
+if redis.call('HLEN', KEYS[3]) <= 2 * kept + 16 then
+  return 0
+end
+kept = 0
+local notes = redis.call('HGETALL', KEYS[3])
+for i = 1, #notes, 2 do
+  if notes[i] ~= '#kept' then
+    local exp = tonumber(string.match(notes[i+1], '^%-?%d+:(%d+)$'))
+    if not exp or exp <= now then
+      redis.call('HDEL', KEYS[3], notes[i])
+    else
+      kept = kept + 1
+    end
+  end
+end
+redis.call('HSET', KEYS[3], '#kept', kept)
+return 0
+`)
+
 // MarkLeaving notes, for ttl, that a leave of uid from gid was written,
 // ending their stretch that began at joined at the group position pos, and
 // drops the reservation of their join (ReserveJoins), after which a join is a new
 // one. Until the member projector has the leave, uid reads as a member from
 // joined: an add of uid then is a join all the same, a second removal
 // writes no second leave (Leaving), and a send is refused (BeginSend). A
-// join written after the leave drops the note (ClearLeaving).
+// join written after the leave drops the note (ClearLeaving). The notes
+// of the group's leaves past their ttl go with it, now and then.
 func (r *Redis) MarkLeaving(ctx context.Context, gid, uid string, joined, pos int64, ttl time.Duration) error {
-	err := r.execPipe(ctx, func(p redis.Pipeliner) {
-		p.ZRem(ctx, joiningKey(gid), uid)
-		p.Set(ctx, leavingKey(gid, uid), strconv.FormatInt(joined, 10)+":"+strconv.FormatInt(pos, 10), ttl)
-		// The group's leaves, for ReserveJoins: "<joinPos>:<expiry ms>".
-		p.HSet(ctx, leavesKey(gid), uid, strconv.FormatInt(joined, 10)+":"+strconv.FormatInt(time.Now().Add(ttl).UnixMilli(), 10))
-		p.PExpire(ctx, leavesKey(gid), ttl)
-	})
+	keys := []string{joiningKey(gid), leavingKey(gid, uid), leavesKey(gid)}
+	join := strconv.FormatInt(joined, 10)
+	err := leaveScript.Run(ctx, r.client, keys, uid, join+":"+strconv.FormatInt(pos, 10), join,
+		time.Now().UnixMilli(), max(ttl.Milliseconds(), 1)).Err()
 	if err != nil {
 		return fmt.Errorf("store: mark the leave of %s from %s: %w", uid, gid, err)
 	}
@@ -310,34 +338,35 @@ func (r *Redis) ClearLeaving(ctx context.Context, gid string, uids ...string) er
 // members, written one by one) keep their places: lost, another add would
 // take one and pass the limit, and a retry of this add would write a
 // second join. Stopped, they are held for hold more, for the member
-// projector. A failed renewal goes to warn.
+// projector: stop cancels a renewal under way, waits for it, and renews
+// once more, after which nothing renews them. A failed renewal goes to
+// warn.
 func (r *Redis) HoldJoins(ctx context.Context, gid string, uids []string, hold time.Duration, warn func(error)) (stop func()) {
 	if len(uids) == 0 {
 		return func() {}
 	}
-	var (
-		mu      sync.Mutex
-		stopped bool
-		t       *time.Timer
-	)
-	renew := func() {
+	renewing, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(max(hold/3, time.Millisecond))
+		defer tick.Stop()
+		for {
+			select {
+			case <-renewing.Done():
+				return
+			case <-tick.C:
+			}
+			if err := r.ExtendJoining(renewing, gid, uids, hold); err != nil && renewing.Err() == nil {
+				warn(err)
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
 		if err := r.ExtendJoining(ctx, gid, uids, hold); err != nil {
 			warn(err)
 		}
-	}
-	t = time.AfterFunc(hold/3, func() {
-		renew()
-		mu.Lock()
-		defer mu.Unlock()
-		if !stopped {
-			t.Reset(hold / 3)
-		}
-	})
-	return func() {
-		mu.Lock()
-		stopped = true
-		t.Stop()
-		mu.Unlock()
-		renew()
 	}
 }
