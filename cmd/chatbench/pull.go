@@ -264,7 +264,9 @@ func waitPersisted(ctx context.Context, a *api, tok string, gids []string, want 
 // pullOnce logs a fresh client in, opens every group at once and times
 // until every wanted message was handed over (for at most wait after the
 // login), then checks each group's messages: all of want, once, in order,
-// the i-th of group g with body(g, i).
+// the i-th of group g with body(g, i). The check comes after the timing:
+// building the bodies to compare takes 14 ms of CPU for 50,000 messages
+// here, beside a pull of them measured in about 100 ms.
 func pullOnce(ctx context.Context, url, tok string, pageSize int, gids []string, want [][]int64, body func(g, i int) string, procs []namedPID, wait time.Duration) pullRun {
 	var total int64
 	at := make(map[string]map[int64][2]int, len(gids)) // gid -> msgid -> (g, i) of want
@@ -276,9 +278,7 @@ func pullOnce(ctx context.Context, url, tok string, pageSize int, gids []string,
 		}
 	}
 	var mu sync.Mutex
-	got := map[string][]int64{}
-	var faults []string
-	altered := 0
+	got := map[string][]protocol.Message{}
 	var n atomic.Int64
 	done := make(chan struct{})
 	mark := startCPU(procs)
@@ -289,12 +289,7 @@ func pullOnce(ctx context.Context, url, tok string, pageSize int, gids []string,
 		PageSize: pageSize,
 		OnMessage: func(m protocol.Message) {
 			mu.Lock()
-			got[m.Gid] = append(got[m.Gid], m.MsgID)
-			if gi, ok := at[m.Gid][m.MsgID]; ok && m.Body != body(gi[0], gi[1]) {
-				if altered++; len(faults) < 5 {
-					faults = append(faults, fmt.Sprintf("%s msgid %d handed with another body than the one sent: %.40q", m.Gid, m.MsgID, m.Body))
-				}
-			}
+			got[m.Gid] = append(got[m.Gid], m)
 			mu.Unlock()
 			if n.Add(1) == total {
 				close(done)
@@ -337,13 +332,29 @@ func pullOnce(ctx context.Context, url, tok string, pageSize int, gids []string,
 	r.PerS = float64(r.Handed) / (r.TotalMS / 1000)
 	mu.Lock()
 	defer mu.Unlock()
+	altered := 0
+	for gid, ms := range got {
+		for _, m := range ms {
+			if gi, ok := at[gid][m.MsgID]; ok && m.Body != body(gi[0], gi[1]) {
+				if altered++; len(r.Faults) < 5 {
+					r.Faults = append(r.Faults, fmt.Sprintf("%s msgid %d handed with another body than the one sent: %.40q", gid, m.MsgID, m.Body))
+				}
+			}
+		}
+	}
 	r.Complete = r.Problem == "" && altered == 0
-	r.Faults = faults
 	if altered > 0 {
 		r.Problem += fmt.Sprintf(" %d messages handed with another body than their own", altered)
 	}
+	msgids := func(ms []protocol.Message) []int64 {
+		out := make([]int64, len(ms))
+		for i, m := range ms {
+			out[i] = m.MsgID
+		}
+		return out
+	}
 	for g, gid := range gids {
-		if !slices.Equal(got[gid], want[g]) {
+		if !slices.Equal(msgids(got[gid]), want[g]) {
 			r.Complete = false
 			r.Problem += fmt.Sprintf(" %s: %d messages handed over, want %d in msgid order", gid, len(got[gid]), len(want[g]))
 			break
