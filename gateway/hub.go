@@ -278,7 +278,8 @@ func (g *Gateway) refreshPresence(ctx context.Context) {
 		start := time.Now()
 		uids := g.hub.uids()
 		if len(uids) == 0 {
-			written = start // nothing to keep alive
+			written = start // nothing to keep alive, nor to tell
+			g.presenceLost.Store(false)
 			continue
 		}
 		lost := g.presenceLost.Swap(false)
@@ -344,9 +345,11 @@ func (g *Gateway) deliver(ctx context.Context) error {
 				if err := g.cfg.Redis.SetOnline(ctx, g.cfg.Node, uids, g.cfg.PresenceTTL, true); err != nil {
 					// The fan-outs take these users for offline until a
 					// write comes through: the next refresh's, which then
-					// has them sync again, as this resync comes too early.
+					// has them sync (a sync now would come too early, and
+					// one storm of pulls is enough).
 					g.presenceLost.Store(true)
-					g.log.Warn("re-registering presence after a Redis reconnect failed; the next refresh retries it", "err", err)
+					g.log.Warn("re-registering presence after a Redis reconnect failed; the next refresh retries it, then has the connections sync", "err", err)
+					continue
 				}
 				g.askResync(protocol.ResyncPushRoute)
 			}
