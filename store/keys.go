@@ -23,7 +23,8 @@ import "strconv"
 //	                                               expires with its last entry
 //	chat:{<gid>}:leaving:<uid>             STRING  "<joinPos>:<leftPos>", expiring: a leave of uid was written (MarkLeaving)
 //	chat:{<gid>}:leaves                    HASH    uid -> "<joinPos>:<expiry unix ms>": the same leaves, for the count of
-//	                                               ReserveJoins; the key expires with its last entry
+//	                                               ReserveJoins; the key expires with its last entry; field #kept
+//	                                               (no uid) -> the leaves the last walk of them kept (MarkLeaving)
 //	chat:{<gid>}:members                   HASH    uid -> membership: "j:<joinPos>" or "l:<joinPos>:<leftPos>"
 //	chat:{<gid>}:members-at                HASH    uid -> offset in chat.members of the member's last event applied
 //	                                               (ApplyMembersAt): a replay skips what is at or below it

@@ -338,9 +338,10 @@ func (r *Redis) ClearLeaving(ctx context.Context, gid string, uids ...string) er
 // members, written one by one) keep their places: lost, another add would
 // take one and pass the limit, and a retry of this add would write a
 // second join. Stopped, they are held for hold more, for the member
-// projector: stop cancels a renewal under way, waits for it, and renews
-// once more, after which nothing renews them. A failed renewal goes to
-// warn.
+// projector: stop waits for a renewal under way (one already sent to
+// Redis ends within the client's read timeout: go-redis does not cut it
+// short), then renews once more, after which nothing renews them. A
+// failed renewal goes to warn.
 func (r *Redis) HoldJoins(ctx context.Context, gid string, uids []string, hold time.Duration, warn func(error)) (stop func()) {
 	if len(uids) == 0 {
 		return func() {}

@@ -20,9 +20,11 @@ const (
 )
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago,
-// picked at random below the ephemeral range (see lowestPort). The port is
-// released before FreePort returns, so another process may still take it
-// first; servers that fail to bind should be restarted on new ports.
+// picked at random below the ephemeral range (see lowestPort; on a host
+// whose range starts below 11000, from 10000 to 32767, which may overlap
+// it). The port is released before FreePort returns, so another process
+// may still take it first; servers that fail to bind should be restarted
+// on new ports.
 func FreePort() (int, error) {
 	top := ephemeralStart()
 	for range 100 {

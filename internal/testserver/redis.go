@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -84,12 +85,22 @@ func startRedis(dir string, args ...string) (*Redis, error) {
 		if err != nil {
 			return nil, err
 		}
+		run := args
+		if slices.Contains(args, "--cluster-enabled") {
+			// The cluster bus listens too, by default on port + 10000,
+			// which may lie in the ephemeral range: pick it as well.
+			bus, err := FreePort()
+			if err != nil {
+				return nil, err
+			}
+			run = append(slices.Clip(args), "--cluster-port", strconv.Itoa(bus))
+		}
 		r := &Redis{
 			Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
 			Dir:  work,
 			port: port,
 			bin:  bin,
-			args: args,
+			args: run,
 		}
 		last = r.Start()
 		if last == nil {
