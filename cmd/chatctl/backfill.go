@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -69,7 +70,7 @@ func backfill(ctx context.Context, c *command, opts any, args []string) error {
 		topic := want[t]
 		spans, total, err := a.spans(ctx, topic, nil)
 		if err != nil {
-			return fmt.Errorf("backfill %s: %w; %s", t, err, goOn(todo[:i], todo[i:]))
+			return fmt.Errorf("backfill %s: %w; %s", t, err, goOn(c, todo[:i], todo[i:]))
 		}
 		prog := newProgress(c.stderr, "backfill "+t, total)
 		fill := filler(ch, t, o.dedup, c.stderr)
@@ -77,7 +78,7 @@ func backfill(ctx context.Context, c *command, opts any, args []string) error {
 			onSkip: skipNotice(c.stderr, topic, "ClickHouse")}, spans, fill.batch)
 		records, took := prog.finish()
 		if err != nil {
-			return fmt.Errorf("backfill %s from %s: %w; %s", t, topic, err, goOn(todo[:i], todo[i:]))
+			return fmt.Errorf("backfill %s from %s: %w; %s", t, topic, err, goOn(c, todo[:i], todo[i:]))
 		}
 		fmt.Fprintf(c.stdout, "backfill %s: %d records of %s in %v (%.0f records/s): %d rows written, %d duplicate sends dropped, %d did not decode\n",
 			t, records, topic, took.Round(time.Millisecond), float64(records)/took.Seconds(), fill.rows.Load(), fill.dups.Load(), fill.poison.Load())
@@ -87,10 +88,18 @@ func backfill(ctx context.Context, c *command, opts any, args []string) error {
 
 // goOn says how to go on with a backfill cut short (Ctrl-C, a store that
 // stayed down) after the tables done were filled: with the rest only, so
-// that a long run does not start over. Rows written again are copies that
-// every query collapses, so the table cut short is simply filled again.
-func goOn(done, rest []string) string {
-	again := fmt.Sprintf("go on with `chatctl backfill -tables %s` (rows written again are harmless)", strings.Join(rest, ","))
+// that a long run does not start over, and the other flags as they were
+// set (a -dedup-window other than the persister's would write resends as
+// messages). Rows written again are copies that every query collapses, so
+// the table cut short is simply filled again.
+func goOn(c *command, done, rest []string) string {
+	args := []string{"-tables " + strings.Join(rest, ",")}
+	c.fs.Visit(func(f *flag.Flag) {
+		if f.Name != "tables" {
+			args = append(args, "-"+f.Name+" "+f.Value.String())
+		}
+	})
+	again := fmt.Sprintf("go on with `chatctl backfill %s` (rows written again are harmless)", strings.Join(args, " "))
 	if len(done) == 0 {
 		return again
 	}
