@@ -121,6 +121,40 @@ func TestMarkRead(t *testing.T) {
 	}
 }
 
+// The steps of the package example (example_test.go) mark read what
+// OnMessage showed, also when the user's own message has not come back
+// yet when Send returns: here its push is lost, and a read that waited for
+// it would mark nothing.
+func TestTheExampleMarksReadWhatWasShown(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	p.post("g1", "bob", "one")
+	shown := p.post("g1", "bob", "two")
+	p.set(func(p *peer) { p.dropPush = func(m protocol.Message) bool { return m.Sender == "alice" } })
+	c, rec := dial(t, p, "alice", nil)
+	ctx := context.Background()
+
+	if err := c.Open(ctx, "g1"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the group's messages shown", func() bool { return rec.len() == 2 })
+	if _, err := c.Send(ctx, "g1", "hello"); err != nil {
+		t.Fatal(err)
+	}
+	if _, upto := c.Cursor("g1"); upto >= 0 {
+		_ = c.MarkRead(ctx, "g1", upto)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	if got := rec.bodies("g1"); !slices.Equal(got, []string{"one", "two"}) {
+		t.Fatalf("shown %q, want one and two", got)
+	}
+	if got := p.cursors("read", "g1", "alice"); !slices.Equal(got, []int64{shown.MsgID}) {
+		t.Fatalf("reads %v, want one read up to %d, the last message shown", got, shown.MsgID)
+	}
+}
+
 func TestCloseFlushesAcksNoLeak(t *testing.T) {
 	before := runtime.NumGoroutine()
 	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})

@@ -46,16 +46,20 @@ func Example() {
 	}
 
 	// Send resends with the same cmid until accepted: one message, however
-	// often the network fails. The message comes back through OnMessage.
+	// often the network fails. The message comes back through OnMessage,
+	// maybe after Send has returned.
 	sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	msgid, err := c.Send(sctx, "g1", "hello")
 	if err != nil {
 		log.Fatal(err)
 	}
+	log.Printf("sent as #%d", msgid)
 
-	// Once the user has seen everything up to the newest message received:
-	if _, upto := c.Cursor("g1"); upto >= msgid {
-		_ = c.MarkRead(ctx, "g1", upto) // batched like acks
+	// The user has seen what OnMessage showed: mark it read up to the
+	// newest message received (batched like acks, and never past what
+	// OnMessage was handed).
+	if _, upto := c.Cursor("g1"); upto >= 0 {
+		_ = c.MarkRead(ctx, "g1", upto)
 	}
 }

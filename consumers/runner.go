@@ -204,6 +204,7 @@ func NewRunner[E any](cfg Config[E]) (*Runner[E], error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.Metrics.Consumer(cfg.Group, cfg.Topic)
 	return &Runner[E]{
 		cfg:    cfg,
 		log:    cfg.Logger.With("consumer", cfg.Group, "topic", cfg.Topic),

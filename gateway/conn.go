@@ -27,6 +27,13 @@ const (
 	CloseTooManyConns    websocket.StatusCode = 4029 // the user has MaxConnsPerUser connections to this gateway already
 )
 
+// Why a WebSocket was refused, as chat_connections_refused_total counts it.
+const (
+	refusedAuthenticating = "authenticating" // MaxAuthenticating connections had not authenticated yet: 503
+	refusedUserConns      = "user_conns"     // the user had MaxConnsPerUser connections here: 4029
+	refusedPresence       = "presence"       // the user's presence could not be written: 1013
+)
+
 // A push frame carries at most maxPushBatch queued messages and stops
 // growing past maxPushBytes, so clients with modest read limits cope.
 const (
@@ -110,7 +117,7 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		g.authN.Add(-1)
 		g.wg.Done()
 		g.metrics.authRefused.Add(1)
-		g.cfg.Metrics.Refused("authenticating")
+		g.cfg.Metrics.Refused(refusedAuthenticating)
 		g.writeErr(w, protocol.Errorf(protocol.CodeOverloaded, "this server holds %d connections that have not authenticated yet, the most it takes; retry in a few seconds, with a back-off", g.cfg.MaxAuthenticating))
 		return
 	}
@@ -146,7 +153,7 @@ func (g *Gateway) runConn(ws *websocket.Conn, sb *smallBuffers, token string) {
 			c.writeNow(protocol.Marshal(protocol.Authed{Op: protocol.OpAuthed, ID: id, Uid: uid}))
 		} else {
 			perr, closeCode = protocol.Errorf(protocol.CodeRateLimited, "%s has %d connections to this server already, the most it takes; close one and reconnect", uid, g.cfg.MaxConnsPerUser), CloseTooManyConns
-			g.cfg.Metrics.Refused("user_conns")
+			g.cfg.Metrics.Refused(refusedUserConns)
 		}
 	}
 	g.authing.Delete(c)

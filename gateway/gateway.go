@@ -85,6 +85,8 @@ func New(cfg Config) (*Gateway, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.Metrics.Gateway([]string{refusedAuthenticating, refusedUserConns, refusedPresence},
+		[]string{protocol.ResyncPushRoute, protocol.ResyncLateStore, protocol.ResyncPresence})
 	return &Gateway{cfg: cfg, log: cfg.Logger.With("node", cfg.Node), hub: newHub(),
 		admit: newAdmission(cfg.SendTarget, cfg.MaxSending), instance: newInstance(), epoch: time.Now(),
 		reads: newCoverReads(cfg), presenceLag: presenceLag, resyncAsk: make(chan string, 1), pace: resyncPace{resyncBurst, resyncTick}}, nil

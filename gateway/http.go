@@ -276,7 +276,7 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 	// places are held while they are written, however long that takes.
 	wctx := context.WithoutCancel(ctx)
 	defer g.holdJoins(wctx, gid, unjoined(join, fresh, 0))()
-	var added []string
+	added := []string{} // answered as [], never null, when no one is new
 	for i, uid := range join {
 		if !fresh[i] {
 			continue // being joined by a call just before

@@ -171,6 +171,25 @@ func TestARetriedJoinBeforeItsProjectionIsWrittenOnce(t *testing.T) {
 	e.waitMembers("g1", "alice")
 }
 
+// Adding a member who is one answers "added" as an empty list, not null:
+// a client reads the answer's list without a case for its absence.
+func TestAnAddOfAMemberAnswersAnEmptyList(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g1", "alice", "bob")
+	for _, add := range []struct {
+		path string
+		body map[string]any
+	}{
+		{"/v1/admin/groups", map[string]any{"gid": "g1", "members": []string{"alice", "bob"}}},
+		{"/v1/admin/groups/g1/members", map[string]any{"uid": "bob"}},
+	} {
+		st, out := e.http("POST", add.path, adminToken, add.body)
+		if added, ok := out["added"].([]any); st != 200 || !ok || len(added) != 0 {
+			t.Errorf("POST %s of members already in g1: %d %v, want 200 and \"added\": []", add.path, st, out)
+		}
+	}
+}
+
 // A group takes at most MaxMembers members: a create or an add past it is
 // refused with what to do, and writes nothing; room made by a removal is
 // taken again.

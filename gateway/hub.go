@@ -208,7 +208,7 @@ func (g *Gateway) announce(uid string, a *announcement) {
 	for _, c := range cut {
 		c.close(websocket.StatusTryAgainLater, tryAgainReason)
 		g.metrics.presenceRefused.Add(1)
-		g.cfg.Metrics.Refused("presence")
+		g.cfg.Metrics.Refused(refusedPresence)
 	}
 }
 

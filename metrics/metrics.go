@@ -201,6 +201,30 @@ func (s *Set) DeadLettered(topic string) {
 	}
 }
 
+// Consumer makes the counters of consumer group, reading topic, exist at
+// 0 from its start: an alert on their increase sees the first record,
+// retry or dead letter, which a series that first appears at 1 hides.
+func (s *Set) Consumer(group, topic string) {
+	if s != nil {
+		s.records.WithLabelValues(group)
+		s.retries.WithLabelValues(group)
+		s.deadletter.WithLabelValues(topic)
+	}
+}
+
+// Gateway makes a gateway's refusals and resyncs exist at 0 for each of
+// their reasons from its start, for the same reason as Consumer.
+func (s *Set) Gateway(refusals, resyncs []string) {
+	if s != nil {
+		for _, r := range refusals {
+			s.refused.WithLabelValues(r)
+		}
+		for _, r := range resyncs {
+			s.resyncs.WithLabelValues(r)
+		}
+	}
+}
+
 // ObserveStore records the latency of one store call.
 func (s *Set) ObserveStore(store, op string, d time.Duration) {
 	if s != nil {
