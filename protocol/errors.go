@@ -7,7 +7,7 @@ type Code string
 
 // The error codes. Retryable ones say so in their message.
 const (
-	CodeBadFrame        Code = "bad_frame"       // not JSON, not UTF-8, wrong types, too large
+	CodeBadFrame        Code = "bad_frame"       // not JSON, not UTF-8, wrong types, a binary frame (one too large is closed with 1009)
 	CodeUnknownOp       Code = "unknown_op"      // op not in this protocol
 	CodeInvalid         Code = "invalid"         // a field is missing or out of range
 	CodeUnauthenticated Code = "unauthenticated" // no token yet
