@@ -302,7 +302,7 @@ func TestAReconnectRacingTheOldConnectionsEndStaysOnline(t *testing.T) {
 // and the new connection's presence is set; then atRegistered runs, if
 // given. It returns the new connection once the old one's end has come
 // past that point.
-func (e *env) reconnectDuringTheEnd(uid string, atRegistered func()) *raw {
+func (e *env) reconnectDuringTheEnd(uid string, atRegistered func(fresh *raw)) *raw {
 	e.t.Helper()
 	old := e.login(0, uid)
 	var fresh *raw
@@ -316,7 +316,7 @@ func (e *env) reconnectDuringTheEnd(uid string, atRegistered func()) *raw {
 		// is set before the old one's is cleared.
 		waitFor(e.t, "the new connection's presence", 5*time.Second, func() bool { return e.gws[0].g.Stats().Conns == 2 })
 		if atRegistered != nil {
-			atRegistered()
+			atRegistered(fresh)
 		}
 		close(registered)
 	}

@@ -196,10 +196,11 @@ const announceWithin = 3 * time.Second
 // be announced online.
 const tryAgainReason = "unavailable: the server could not register this connection; reconnect after a back-off"
 
-// announce writes uid's presence here for a. If it cannot, it closes
-// every connection of uid here (they all relied on it) with 1013, so that
-// the clients reconnect, after a back-off, and sync.
-func (g *Gateway) announce(uid string, a *announcement) {
+// announce writes uid's presence here for a and reports whether it did.
+// If it cannot, it closes every connection of uid here (they all relied
+// on it) with 1013, so that the clients reconnect, after a back-off, and
+// sync.
+func (g *Gateway) announce(uid string, a *announcement) bool {
 	err := g.writeOnline(uid)
 	cut := g.hub.announced(uid, a, err)
 	if err != nil {
@@ -210,6 +211,7 @@ func (g *Gateway) announce(uid string, a *announcement) {
 		g.metrics.presenceRefused.Add(1)
 		g.cfg.Metrics.Refused(refusedPresence)
 	}
+	return err == nil
 }
 
 // writeOnline writes uid's presence on this node, retrying for up to
@@ -248,8 +250,11 @@ func (g *Gateway) disconnect(c *conn) {
 			// A connection of the user that came meanwhile (a reconnect)
 			// set them online, perhaps before the clearing above: set it
 			// again, or pushes would miss them until the next refresh.
-			if a := g.hub.reannounce(c.uid); a != nil {
-				g.announce(c.uid, a)
+			// What the fan-out handled in between was not pushed, and the
+			// check of the new connection's first sync may have ended
+			// before: have it sync again, checked from now.
+			if a := g.hub.reannounce(c.uid); a != nil && g.announce(c.uid, a) {
+				g.resyncUser(c.uid, protocol.ResyncPresence)
 			}
 		}
 		g.nodeMu.RUnlock()

@@ -23,6 +23,7 @@ import (
 type failPresence struct {
 	key    string
 	on     atomic.Bool
+	pass   chan struct{} // when set, writes wait for it to close and go through, not fail
 	hold   chan struct{}
 	held   atomic.Bool // a write waits for hold
 	failed atomic.Int64
@@ -43,6 +44,10 @@ func (h *failPresence) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 				h.wrote.Add(1)
 			}
 			return err
+		}
+		if h.pass != nil {
+			<-h.pass
+			return next(ctx, cmds)
 		}
 		if h.hold != nil && h.held.CompareAndSwap(false, true) {
 			<-h.hold
@@ -199,7 +204,7 @@ func TestAReconnectWhosePresenceCannotBeSetAgainIsClosed(t *testing.T) {
 	e.group("g1", "alice")
 	fail := &failPresence{key: "chat:{u:alice}:nodes"}
 	e.rc.AddHook(fail)
-	fresh := e.reconnectDuringTheEnd("alice", func() {
+	fresh := e.reconnectDuringTheEnd("alice", func(*raw) {
 		fail.on.Store(true) // from here on: the setting again after the clearing fails
 	})
 	ce, ops, err := fresh.awaitClose(2 * announceWithin)
@@ -314,5 +319,60 @@ func TestPresenceNotWrittenAgainAfterThePushRouteBrokeIsFollowedByAResync(t *tes
 	bob.checkExactlyOnceInOrder(t, "g", []int64{first, unseen})
 	if st := bob.c.Stats(); st.Resyncs != 1 || st.Reconnects != 0 {
 		t.Errorf("bob: %+v; want one resync, on the same connection", st)
+	}
+}
+
+// A user who reconnects while the old connection is being let go is unseen
+// by the fan-out from the old one's clearing until their presence is set
+// again, which may come after the check of the new connection's first
+// sync has ended: what was sent in between was neither pushed nor covered.
+// Once the presence is set again, the new connection is told to sync.
+func TestAReconnectRacingTheOldConnectionsEndSyncsOnceSeenAgain(t *testing.T) {
+	e := newEnv(t, envOpts{gateways: 2})
+	e.group("g", "alice", "bob", "carol")
+	fail := &failPresence{key: "chat:{u:bob}:nodes", pass: make(chan struct{})}
+	e.rc.AddHook(fail)
+	alice, carol := e.connect(1, "alice", nil), e.connect(1, "carol", nil)
+	ctx := context.Background()
+	if err := carol.c.Open(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	fresh := e.reconnectDuringTheEnd("bob", func(fresh *raw) {
+		if f := fresh.call(map[string]any{"op": protocol.OpSync}); f["op"] != protocol.OpSynced {
+			t.Errorf("bob's first sync on the new connection: %v", f)
+		}
+		e.waitSyncChecked(0, "bob")
+		fail.on.Store(true) // from here on: the setting again after the clearing waits for pass
+	})
+	waitFor(t, "bob's presence cleared by the old connection's end", 5*time.Second, func() bool {
+		nodes, err := e.redis.OnlineNodes(ctx, []string{"bob"})
+		return err == nil && len(nodes["bob"]) == 0
+	})
+	unseen, err := alice.c.Send(ctx, "g", "while bob is unseen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "carol pushed the message", 10*time.Second, func() bool { return len(carol.delivered("g")) == 1 })
+	close(fail.pass)
+
+	for {
+		f, err := fresh.tryRead(5 * time.Second)
+		if err != nil {
+			t.Fatalf("bob's new connection, unseen while msgid %d was sent: %v; want a resync once his presence is set again", unseen, err)
+		}
+		if f["op"] == protocol.OpPush {
+			t.Fatalf("bob was pushed %v while his presence was cleared; the test needs the push to miss him", f)
+		}
+		if f["op"] == protocol.OpResync {
+			if f["reason"] != protocol.ResyncPresence {
+				t.Fatalf("resync %v, want reason %q", f, protocol.ResyncPresence)
+			}
+			break
+		}
+	}
+	f := fresh.call(map[string]any{"op": protocol.OpSync})
+	groups, _ := f["groups"].([]any)
+	if len(groups) != 1 || groups[0].(map[string]any)["head"] != float64(unseen) {
+		t.Fatalf("bob's sync after the resync: %v; want g's head at %d", f, unseen)
 	}
 }

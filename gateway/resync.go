@@ -94,6 +94,19 @@ func (g *Gateway) resyncAll(ctx context.Context, reason string, last *time.Time)
 	return ""
 }
 
+// resyncUser tells the connections of uid here to sync again, for
+// reason, their next sync checked from now (see cover.go).
+func (g *Gateway) resyncUser(uid, reason string) {
+	var conns []*conn
+	g.hub.each(uid, func(c *conn) { conns = append(conns, c) })
+	frame, now := resyncFrame(reason), g.since()
+	for _, c := range conns {
+		c.coverFrom(now)
+		c.reply(frame)
+	}
+	g.resynced(reason, len(conns))
+}
+
 // resynced counts n resync frames sent for reason.
 func (g *Gateway) resynced(reason string, n int) {
 	g.metrics.resyncs.Add(int64(n))
