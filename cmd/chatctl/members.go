@@ -61,7 +61,9 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 	if err != nil {
 		return err
 	}
-	current, err := membership(ctx, brokers, gid, c.s.Partitions)
+	a := newAdmin(brokers)
+	defer a.close()
+	current, err := membership(ctx, a, gid, c.s.Partitions)
 	if err != nil {
 		return err
 	}
@@ -78,10 +80,7 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 		rds = r
 	}
 	// The position of a change is the head of gid's partition there.
-	a := newAdmin(brokers)
-	err = checkPartitions(ctx, a, topics.Messages, c.s.Partitions)
-	a.close()
-	if err != nil {
+	if err := checkPartitions(ctx, a, topics.Messages, c.s.Partitions); err != nil {
 		return err
 	}
 	if op == schema.OpJoin {
@@ -194,7 +193,9 @@ func groupsShow(ctx context.Context, c *command, _ any, args []string) error {
 	if err != nil {
 		return err
 	}
-	ms, err := membership(ctx, brokers, args[0], c.s.Partitions)
+	a := newAdmin(brokers)
+	defer a.close()
+	ms, err := membership(ctx, a, args[0], c.s.Partitions)
 	if err != nil {
 		return err
 	}
@@ -223,9 +224,7 @@ func groupsShow(ctx context.Context, c *command, _ any, args []string) error {
 // chat.members, exactly as the member projector does. The topic must have
 // the configured partition count (partitions), the one the running
 // services place groups by.
-func membership(ctx context.Context, brokers []string, gid string, partitions int) (map[string]store.Membership, error) {
-	a := newAdmin(brokers)
-	defer a.close()
+func membership(ctx context.Context, a *admin, gid string, partitions int) (map[string]store.Membership, error) {
 	all, _, err := a.spans(ctx, topics.Members, nil)
 	if err != nil {
 		return nil, err
@@ -241,7 +240,7 @@ func membership(ctx context.Context, brokers []string, gid string, partitions in
 		}
 	}
 	out := map[string]store.Membership{}
-	err = scan(ctx, scanConfig{brokers: brokers, topic: topics.Members}, spans, func(_ context.Context, _ int, msgs []kafka.Message) error {
+	err = scan(ctx, scanConfig{brokers: a.brokers, topic: topics.Members}, spans, func(_ context.Context, _ int, msgs []kafka.Message) error {
 		for _, m := range msgs {
 			if string(schema.GidOfKey(m.Key)) != gid {
 				continue
