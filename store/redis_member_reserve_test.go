@@ -250,24 +250,27 @@ func testMarkLeavingPrunes(t *testing.T, c redis.UniversalClient) {
 	}
 }
 
-// beforeScript runs fn before the first run of script that the client
-// sends, once; what fn sends itself goes through.
-type beforeScript struct {
+// firstRun runs fn as the client sends its first run of script, once,
+// before the run goes out; an error of fn is the run's, not sent. What fn
+// sends itself goes through.
+type firstRun struct {
 	script *redis.Script
-	fn     func(ctx context.Context)
+	fn     func(ctx context.Context) error
 	done   atomic.Bool
 }
 
-func (h *beforeScript) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *beforeScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (h *firstRun) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *firstRun) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
 
-func (h *beforeScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+func (h *firstRun) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		args := cmd.Args()
 		if cmd.Name() == "evalsha" && len(args) > 1 && args[1] == h.script.Hash() && h.done.CompareAndSwap(false, true) {
-			h.fn(ctx)
+			if err := h.fn(ctx); err != nil {
+				return err
+			}
 		}
 		return next(ctx, cmd)
 	}
@@ -280,10 +283,11 @@ func (h *beforeScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // earlier is.
 func testReserveJoinsKnownLate(t *testing.T, c redis.UniversalClient) {
 	r := newTestRedis(t, c, RedisConfig{})
-	c.AddHook(&beforeScript{script: reserveScript, fn: func(ctx context.Context) {
+	c.AddHook(&firstRun{script: reserveScript, fn: func(ctx context.Context) error {
 		if _, err := r.ReserveJoins(ctx, "g", []string{"x"}, 3, nil, time.Minute); err != nil {
 			t.Errorf("the gateway's add of x: %v", err)
 		}
+		return nil
 	}})
 	if _, err := reserve(t, r, "g", 3, map[string]bool{"k": true, "x": true}, "p"); err != nil {
 		t.Errorf("p with k and x known, x reserved just before: %v", err)
@@ -293,35 +297,23 @@ func testReserveJoinsKnownLate(t *testing.T, c redis.UniversalClient) {
 	}
 }
 
-// stallScript holds the first run of script the client sends until release
-// is closed or the run's context is done, and counts it while held.
-type stallScript struct {
-	script  *redis.Script
-	held    atomic.Bool
+// stall holds a run (firstRun's fn) until release is closed or the run's
+// context is done, and counts it while held.
+type stall struct {
 	running atomic.Int32
-	entered chan struct{} // closed once the first run is held
+	entered chan struct{} // closed once the run is held
 	release chan struct{}
 }
 
-func (h *stallScript) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (h *stallScript) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-
-func (h *stallScript) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		args := cmd.Args()
-		if cmd.Name() == "evalsha" && len(args) > 1 && args[1] == h.script.Hash() && h.held.CompareAndSwap(false, true) {
-			h.running.Add(1)
-			defer h.running.Add(-1)
-			close(h.entered)
-			select {
-			case <-h.release:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		return next(ctx, cmd)
+func (h *stall) hold(ctx context.Context) error {
+	h.running.Add(1)
+	defer h.running.Add(-1)
+	close(h.entered)
+	select {
+	case <-h.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -334,7 +326,7 @@ func testHoldJoinsStop(t *testing.T, c redis.UniversalClient) {
 	if _, err := r.ReserveJoins(ctx, "g", []string{"a", "b"}, 2, nil, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	stall := &stallScript{script: extendScript, entered: make(chan struct{}), release: make(chan struct{})}
+	stall := &stall{entered: make(chan struct{}), release: make(chan struct{})}
 	defer func() {
 		// A renewal still held ends before the test does, its client with it.
 		close(stall.release)
@@ -342,7 +334,7 @@ func testHoldJoinsStop(t *testing.T, c redis.UniversalClient) {
 			time.Sleep(time.Millisecond)
 		}
 	}()
-	c.AddHook(stall)
+	c.AddHook(&firstRun{script: extendScript, fn: stall.hold})
 	const hold = 30 * time.Millisecond
 	stop := r.HoldJoins(ctx, "g", []string{"a", "b"}, hold, func(err error) {
 		t.Errorf("renewal: %v", err) // a renewal stop cancelled is no failure
