@@ -43,6 +43,7 @@ type Gateway struct {
 
 	presenceLag  time.Duration // see presenceLag; tests shorten it
 	presenceLost atomic.Bool   // presence set again after a Redis reconnect failed: the next refresh announces it (refreshPresence)
+	presenceKick chan struct{} // has refreshPresence retry soon: presenceLost was set
 
 	resyncAsk chan string // see askResync
 	pace      resyncPace
@@ -89,7 +90,7 @@ func New(cfg Config) (*Gateway, error) {
 		[]string{protocol.ResyncPushRoute, protocol.ResyncLateStore, protocol.ResyncPresence})
 	return &Gateway{cfg: cfg, log: cfg.Logger.With("node", cfg.Node), hub: newHub(),
 		admit: newAdmission(cfg.SendTarget, cfg.MaxSending), instance: newInstance(), epoch: time.Now(),
-		reads: newCoverReads(cfg), presenceLag: presenceLag, resyncAsk: make(chan string, 1), pace: resyncPace{resyncBurst, resyncTick}}, nil
+		reads: newCoverReads(cfg), presenceLag: presenceLag, resyncAsk: make(chan string, 1), presenceKick: make(chan struct{}, 1), pace: resyncPace{resyncBurst, resyncTick}}, nil
 }
 
 // since is the time since the gateway's start, monotonic and never 0.

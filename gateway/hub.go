@@ -263,21 +263,32 @@ func (g *Gateway) disconnect(c *conn) {
 	g.cfg.Metrics.ConnClosed()
 }
 
+// presenceRetry is the first wait before a failed write of presence is
+// tried again (refreshPresence).
+const presenceRetry = time.Second
+
 // refreshPresence keeps every local user's presence entry alive. When
 // refreshes failed for as long as an entry lasts, the entries may have
 // expired meanwhile: the fan-out took the users for offline and pushed
 // them nothing. So it is when the entries were lost (Redis restarted) and
 // writing them again failed (deliver). The refresh that comes through then
 // announces them (the fan-outs drop what they cached) and tells their
-// connections to sync.
+// connections to sync. A failed write is tried again after presenceRetry,
+// doubling up to a third of the TTL, the pace of the refreshes.
 func (g *Gateway) refreshPresence(ctx context.Context) {
-	t := time.NewTicker(g.cfg.PresenceTTL / 3)
+	every := g.cfg.PresenceTTL / 3
+	first := min(presenceRetry, every)
+	retry := first
+	t := time.NewTimer(every)
 	defer t.Stop()
 	written := time.Now() // the start of the last refresh written: its entries last PresenceTTL from then
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-g.presenceKick:
+			t.Reset(retry) // presence lost and not written again: no waiting for the next refresh
+			continue
 		case <-t.C:
 		}
 		start := time.Now()
@@ -285,6 +296,7 @@ func (g *Gateway) refreshPresence(ctx context.Context) {
 		if len(uids) == 0 {
 			written = start // nothing to keep alive, nor to tell
 			g.presenceLost.Store(false)
+			t.Reset(every)
 			continue
 		}
 		lost := g.presenceLost.Swap(false)
@@ -294,11 +306,14 @@ func (g *Gateway) refreshPresence(ctx context.Context) {
 				g.presenceLost.Store(true)
 			}
 			if ctx.Err() == nil {
-				g.log.Warn("presence refresh failed", "users", len(uids), "err", err, "since", time.Since(written).Round(time.Millisecond))
+				g.log.Warn("presence refresh failed; trying again", "users", len(uids), "err", err, "since", time.Since(written).Round(time.Millisecond), "in", retry)
 			}
+			t.Reset(retry)
+			retry = min(2*retry, every)
 			continue
 		}
-		written = start
+		written, retry = start, first
+		t.Reset(every)
 		if lapsed {
 			g.log.Warn("presence was written again after it had lapsed or been lost; telling this node's connections to sync", "users", len(uids))
 			g.askResync(protocol.ResyncPresence)
@@ -353,7 +368,11 @@ func (g *Gateway) deliver(ctx context.Context) error {
 					// has them sync (a sync now would come too early, and
 					// one storm of pulls is enough).
 					g.presenceLost.Store(true)
-					g.log.Warn("re-registering presence after a Redis reconnect failed; the next refresh retries it, then has the connections sync", "err", err)
+					select {
+					case g.presenceKick <- struct{}{}:
+					default:
+					}
+					g.log.Warn("re-registering presence after a Redis reconnect failed; the refreshes retry it, then have the connections sync", "err", err)
 					continue
 				}
 				g.askResync(protocol.ResyncPushRoute)
