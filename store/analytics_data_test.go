@@ -151,9 +151,11 @@ func newAnalyticsData(seed uint64) *analyticsData {
 	return d
 }
 
-// compactSome drops the join of every other member whose events are a join
-// and then a leave, as compaction of chat.members does (it keeps a key's
-// newest record): the stores then know such a member by their leave alone.
+// compactSome compacts every other member whose events are a join and
+// then a leave, and every other member who left and rejoined, as
+// compaction of chat.members does: it keeps a key's newest record. The
+// stores then know the first by their leave alone, and the second by
+// their last join alone, their earlier stretches gone.
 func compactSome(history []MemberRow) []MemberRow {
 	type key struct{ gid, uid string }
 	events := map[key][]int{}
@@ -162,14 +164,25 @@ func compactSome(history []MemberRow) []MemberRow {
 		events[k] = append(events[k], i)
 	}
 	drop := map[int]bool{}
-	n := 0
-	for _, ev := range history { // in history's order, so the choice is fixed
+	left, rejoined := 0, 0
+	for i, ev := range history { // in history's order, so the choice is fixed
 		is := events[key{ev.Gid, ev.Uid}]
-		if len(is) == 2 && history[is[1]].Op == schema.OpLeave && !drop[is[0]] && ev.Op == schema.OpLeave {
-			if n%2 == 0 {
+		if i != is[len(is)-1] {
+			continue // once a key, at its newest record
+		}
+		switch {
+		case len(is) == 2 && ev.Op == schema.OpLeave:
+			if left%2 == 0 {
 				drop[is[0]] = true
 			}
-			n++
+			left++
+		case len(is) > 2 && ev.Op == schema.OpJoin:
+			if rejoined%2 == 0 {
+				for _, j := range is[:len(is)-1] {
+					drop[j] = true
+				}
+			}
+			rejoined++
 		}
 	}
 	var kept []MemberRow
@@ -304,6 +317,19 @@ func (d *analyticsData) truth() *analyticsTruth {
 			tr.events[ev.Gid] = make(map[string][]MemberRow)
 		}
 		tr.events[ev.Gid][ev.Uid] = append(tr.events[ev.Gid][ev.Uid], ev)
+	}
+	// A member known by their last join alone, compaction having taken
+	// their earlier stretches (a leave names its join, a join nothing
+	// before it), is a member from that join on: all the stores can know.
+	kept := map[[2]string][]MemberRow{}
+	for _, ev := range d.members {
+		k := [2]string{ev.Gid, ev.Uid}
+		kept[k] = append(kept[k], ev)
+	}
+	for k, evs := range kept {
+		if len(evs) == 1 && evs[0].Op == schema.OpJoin && len(tr.events[k[0]][k[1]]) > 1 {
+			tr.events[k[0]][k[1]] = evs
+		}
 	}
 	for _, a := range d.acks {
 		tr.acks.add(a.Gid, a.Uid, a.Upto, a.At)

@@ -211,7 +211,27 @@ func TestAnalyticsCookbook(t *testing.T) {
 	if compacted := len(d.history) - len(d.members); compacted == 0 {
 		t.Fatal("no former member is known by their leave alone")
 	} else {
-		t.Logf("%d former members known by their leave alone", compacted)
+		t.Logf("%d member events compacted away", compacted)
+	}
+	byKey := func(rows []MemberRow) map[[2]string][]MemberRow {
+		out := map[[2]string][]MemberRow{}
+		for _, ev := range rows {
+			out[[2]string{ev.Gid, ev.Uid}] = append(out[[2]string{ev.Gid, ev.Uid}], ev)
+		}
+		return out
+	}
+	all, kept := byKey(d.history), byKey(d.members)
+	var leaveAlone, lastJoinAlone int
+	for k, evs := range kept {
+		switch {
+		case len(evs) == 1 && len(all[k]) > 1 && evs[0].Op == schema.OpLeave:
+			leaveAlone++
+		case len(evs) == 1 && len(all[k]) > 1 && evs[0].Op == schema.OpJoin:
+			lastJoinAlone++
+		}
+	}
+	if leaveAlone == 0 || lastJoinAlone == 0 {
+		t.Fatalf("%d former members known by their leave alone, %d rejoined ones by their last join alone; want some of each", leaveAlone, lastJoinAlone)
 	}
 
 	checkProjections(t, c, r, tr)
