@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -211,7 +212,29 @@ func (e *env) addGateway(i int, tune func(*Config)) *gw {
 		<-x.done
 	})
 	e.gws = append(e.gws, x)
+	waitFor(e.t, fmt.Sprintf("gateway %d to get its pushes", i), 10*time.Second, g.Ready) // it refuses WebSockets until then
 	return x
+}
+
+// online waits until the presence of uids on gateway gwi is written, so
+// that the fan-out pushes them the messages it handles next. (A client
+// that syncs needs no such wait: its sync's check covers the messages
+// handled before.)
+func (e *env) online(gwi int, uids ...string) {
+	e.t.Helper()
+	node := e.gws[gwi].g.Node()
+	waitFor(e.t, fmt.Sprintf("%v registered on %s", uids, node), 10*time.Second, func() bool {
+		nodes, err := e.redis.OnlineNodes(context.Background(), uids)
+		if err != nil {
+			return false
+		}
+		for _, uid := range uids {
+			if !slices.Contains(nodes[uid], node) {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 func (e *env) token(uid string) string {

@@ -86,7 +86,7 @@ func New(cfg Config) (*Gateway, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.Metrics.Gateway([]string{refusedAuthenticating, refusedUserConns, refusedPresence},
+	cfg.Metrics.Gateway([]string{refusedAuthenticating, refusedUserConns, refusedPresence, refusedStarting},
 		[]string{protocol.ResyncPushRoute, protocol.ResyncLateStore, protocol.ResyncPresence})
 	return &Gateway{cfg: cfg, log: cfg.Logger.With("node", cfg.Node), hub: newHub(),
 		admit: newAdmission(cfg.SendTarget, cfg.MaxSending), instance: newInstance(), epoch: time.Now(),
@@ -131,7 +131,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 	return g.deliver(ctx)
 }
 
-// Ready tells whether Run holds the node's name and gets its pushes.
+// Ready tells whether Run holds the node's name and gets its pushes;
+// until then WebSockets are refused (503, unavailable).
 func (g *Gateway) Ready() bool { return g.ready.Load() }
 
 // Shutdown stops accepting connections, closes the open ones with "going

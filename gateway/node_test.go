@@ -2,9 +2,16 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/groupchat/chatd/protocol"
 )
 
 // Two gateways under one node name would share its push channel and take
@@ -56,10 +63,37 @@ func TestANodeNameHoldsOneRunningGateway(t *testing.T) {
 	if restarted.Ready() {
 		t.Fatal("the restarted gateway was ready while the killed one's lease lasted")
 	}
+	// Meanwhile it refuses WebSockets: nobody gets the pushes published
+	// for its name, and a client it took would miss them.
+	srv := httptest.NewServer(restarted.Handler())
+	t.Cleanup(srv.Close)
+	dial := func() (*websocket.Conn, *http.Response, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/v1/ws?token="+e.token("alice"), nil)
+	}
+	if ws, resp, err := dial(); err == nil {
+		ws.CloseNow()
+		t.Fatal("the restarted gateway took a WebSocket while the killed one's lease lasted, before it got its pushes")
+	} else if resp == nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("a WebSocket to a gateway not ready: %v %v, want 503 with Retry-After", resp, err)
+	} else {
+		var body map[string]string
+		json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if body["code"] != string(protocol.CodeUnavailable) || !strings.Contains(body["message"], "retry") {
+			t.Fatalf("the refusal's body: %v, want unavailable saying to retry", body)
+		}
+	}
 	waitFor(t, "the restarted gateway to take the name once the lease ended", 10*lease, restarted.Ready)
 	if took := time.Since(start); took < lease/2 {
 		t.Fatalf("ready after %v, before the killed one's lease of %v ended", took, lease)
 	}
+	ws, _, err := dial()
+	if err != nil {
+		t.Fatalf("a WebSocket once the gateway is ready: %v", err)
+	}
+	ws.CloseNow()
 
 	// A gateway that stops lets the name go.
 	stop()

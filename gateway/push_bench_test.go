@@ -157,7 +157,11 @@ func benchGateway(b *testing.B) (*Gateway, string, *store.Redis) {
 		cancel()
 		<-done
 	})
-	time.Sleep(200 * time.Millisecond) // the push subscription
+	for deadline := time.Now().Add(10 * time.Second); !g.Ready(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatal("the gateway did not get its pushes within 10s")
+		}
+	}
 	return g, "ws" + strings.TrimPrefix(hs.URL, "http") + "/v1/ws", rs
 }
 
