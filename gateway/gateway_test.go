@@ -113,7 +113,8 @@ func TestPushesReachMembersOnEitherGateway(t *testing.T) {
 	e := newEnv(t, envOpts{gateways: 2})
 	e.group("g1", "alice", "bob", "carol")
 	alice, bob := e.login(0, "alice"), e.login(1, "bob")
-	time.Sleep(100 * time.Millisecond) // presence announcements reach the fan-out
+	e.online(0, "alice")
+	e.online(1, "bob")
 	acc := alice.call(map[string]any{"op": "send", "gid": "g1", "cmid": "m1", "body": "hi both"})
 	id := acc["msgid"].(float64)
 	for name, c := range map[string]*raw{"alice": alice, "bob": bob} {
@@ -135,7 +136,7 @@ func TestSlowClientIsCutAndOthersAreNot(t *testing.T) {
 	e := newEnv(t, envOpts{tune: func(c *Config) { c.QueueSize = 8; c.WriteTimeout = 10 * time.Second }})
 	e.group("g1", "slow", "fast", "sender")
 	slow, fast := e.login(0, "slow"), e.login(0, "fast")
-	time.Sleep(100 * time.Millisecond)
+	e.online(0, "slow", "fast")
 	body := strings.Repeat("x", 8000)
 	const n = 4000
 	done := make(chan int)

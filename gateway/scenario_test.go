@@ -93,7 +93,7 @@ func TestDesignScenario(t *testing.T) {
 	e.group("g", "x", "A", "B", "C", "D")
 	a, b := e.connect(0, "A", nil), e.connect(0, "B", nil)
 	x := e.connect(0, "x", nil)
-	time.Sleep(100 * time.Millisecond)
+	e.online(0, "A", "B")
 	ctx := context.Background()
 	id, err := x.c.Send(ctx, "g", "hello group")
 	if err != nil {
@@ -139,7 +139,8 @@ func TestTwoGatewaysEveryPush(t *testing.T) {
 	for i, u := range uids {
 		ms = append(ms, e.connect(i%2, u, nil))
 	}
-	time.Sleep(100 * time.Millisecond)
+	e.online(0, "u0", "u2", "u4")
+	e.online(1, "u1", "u3", "u5")
 	ctx := context.Background()
 	var want []int64
 	for i := 0; i < 30; i++ {
