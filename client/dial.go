@@ -64,9 +64,9 @@ func askedToRetry(err error) bool {
 }
 
 // refusal is the *protocol.Error a gateway answered a WebSocket upgrade
-// with instead of upgrading (503 unavailable when it shuts down, overloaded
-// past its connections authenticating), or nil if resp carries none: no
-// answer, or one of something else (a proxy's 503 page).
+// with instead of upgrading (503 unavailable while it starts or shuts
+// down, overloaded past its connections authenticating), or nil if resp
+// carries none: no answer, or one of something else (a proxy's 503 page).
 func refusal(resp *http.Response) error {
 	if resp == nil || resp.Body == nil || resp.StatusCode == http.StatusSwitchingProtocols {
 		return nil
