@@ -1,0 +1,237 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+
+	"github.com/groupchat/chatd/protocol"
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/store"
+)
+
+// Group administration, behind the admin token: create a group, add and
+// remove members, each written as chat.members events.
+
+// admin guards an administration handler with the admin token.
+func (g *Gateway) admin(h func(ctx context.Context, r *http.Request) (any, *protocol.Error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if g.cfg.AdminToken == "" {
+			g.writeErr(w, protocol.Errorf(protocol.CodeForbidden, "administration is disabled; set CHAT_ADMIN_TOKEN"))
+			return
+		}
+		if tok := bearer(r); tok == "" || !constantEq(tok, g.cfg.AdminToken) {
+			g.writeErr(w, protocol.Errorf(protocol.CodeForbidden, "administration needs Authorization: Bearer <admin token> (not ?token=, which access logs keep)"))
+			return
+		}
+		ans, perr := h(r.Context(), r)
+		if perr != nil {
+			g.writeErr(w, perr)
+			return
+		}
+		g.writeJSON(w, http.StatusOK, ans)
+	}
+}
+
+type groupRequest struct {
+	Gid     string   `json:"gid"`
+	Members []string `json:"members"`
+	Uid     string   `json:"uid"`
+}
+
+// maxGroupBody bounds an administration body: room for a group's 10,000
+// members of ids up to 128 bytes, JSON-quoted (131 bytes each), and slack.
+const maxGroupBody = 2 << 20
+
+func (g *Gateway) readGroupRequest(r *http.Request) (groupRequest, *protocol.Error) {
+	var req groupRequest
+	if err := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxGroupBody)).Decode(&req); err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return req, protocol.Errorf(protocol.CodeBodyTooLarge, "the body is over the limit of %d bytes; name fewer members and add the rest with POST /v1/admin/groups/{gid}/members", maxGroupBody)
+		}
+		return req, protocol.Errorf(protocol.CodeBadFrame, "the body must be JSON: %v", err)
+	}
+	if gid := r.PathValue("gid"); gid != "" {
+		req.Gid = gid
+	}
+	return req, nil
+}
+
+func (g *Gateway) createGroup(ctx context.Context, r *http.Request) (any, *protocol.Error) {
+	req, perr := g.readGroupRequest(r)
+	if perr != nil {
+		return nil, perr
+	}
+	if len(req.Members) == 0 || len(req.Members) > g.cfg.MaxMembers {
+		return nil, protocol.Errorf(protocol.CodeInvalid, "a group needs 1 to %d members", g.cfg.MaxMembers)
+	}
+	return g.join(ctx, req.Gid, req.Members)
+}
+
+func (g *Gateway) addMember(ctx context.Context, r *http.Request) (any, *protocol.Error) {
+	req, perr := g.readGroupRequest(r)
+	if perr != nil {
+		return nil, perr
+	}
+	return g.join(ctx, req.Gid, []string{req.Uid})
+}
+
+// join adds members who are not members yet; adding a member twice is a
+// no-op (a second join would move their start forward). While the
+// memberships of gid are being rebuilt, a member may read as not one yet:
+// no join is written then.
+func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *protocol.Error) {
+	if err := schema.ValidID(gid); err != nil {
+		return nil, protocol.Errorf(protocol.CodeInvalid, "gid: %v", err)
+	}
+	var current map[string]store.Membership
+	if perr := g.wholeMembers(ctx, gid, func() (err error) { current, err = g.cfg.Redis.Members(ctx, gid); return err }); perr != nil {
+		return nil, perr
+	}
+	// A leave written but not yet projected reads as joined: an add after
+	// it is a join all the same.
+	leaving, err := g.cfg.Redis.Leaving(ctx, gid, uids)
+	if err != nil {
+		return nil, g.unavailable("membership", err)
+	}
+	var join []string
+	for _, uid := range uids {
+		if err := schema.ValidID(uid); err != nil {
+			return nil, protocol.Errorf(protocol.CodeInvalid, "member %q: %v", uid, err)
+		}
+		if !stillJoined(current[uid], leaving, uid) && !slices.Contains(join, uid) { // a uid named twice joins once
+			join = append(join, uid)
+		}
+	}
+	// A place is reserved for each join before it is written, counted
+	// with the members until the projector has it: another add meanwhile,
+	// here or through chatctl, counts it. A retry within the projection's
+	// lag finds its joins reserved and writes no second one.
+	fresh, perr := g.reserveJoins(ctx, gid, join)
+	if perr != nil {
+		return nil, perr
+	}
+	// Once reserved, the joins are written even if the caller goes away: a
+	// retry meanwhile finds them reserved and answers without them. Their
+	// places are held while they are written, however long that takes.
+	wctx := context.WithoutCancel(ctx)
+	defer g.holdJoins(wctx, gid, unjoined(join, fresh, 0))()
+	added := []string{} // answered as [], never null, when no one is new
+	for i, uid := range join {
+		if !fresh[i] {
+			continue // being joined by a call just before
+		}
+		if _, err := g.cfg.Producer.Join(wctx, gid, uid, "admin"); err != nil {
+			g.dropJoins(ctx, gid, join, fresh, i)
+			return nil, g.unavailable("membership change", err)
+		}
+		added = append(added, uid)
+	}
+	if err := g.cfg.Redis.ClearLeaving(context.WithoutCancel(ctx), gid, added...); err != nil {
+		g.log.Warn("cannot clear the notes of leaves that joins followed", "gid", gid, "err", err)
+	}
+	return map[string]any{"gid": gid, "added": added}, nil
+}
+
+// stillJoined reports whether m, uid's projected membership, is a stretch that
+// no leave noted in leaving (Redis.Leaving) has ended yet.
+func stillJoined(m store.Membership, leaving map[string]store.Membership, uid string) bool {
+	l, ok := leaving[uid]
+	return m.State == store.MemberJoined && !(ok && l.JoinedAt == m.JoinedAt)
+}
+
+// reserveJoins reserves a place in gid for each join of join (see
+// store.ReserveJoins) and reports which this call reserved. It refuses
+// the joins when gid's members, joined or reserved, and they would pass
+// MaxMembers, and when gid's memberships are found being rebuilt after the
+// reservation: a Redis that lost its data counts none of them.
+func (g *Gateway) reserveJoins(ctx context.Context, gid string, join []string) ([]bool, *protocol.Error) {
+	if len(join) == 0 {
+		return nil, nil
+	}
+	fresh, err := g.cfg.Redis.ReserveJoins(ctx, gid, join, g.cfg.MaxMembers, nil, g.cfg.JoinHold)
+	var full *store.FullError
+	switch {
+	case errors.As(err, &full):
+		return nil, protocol.Errorf(protocol.CodeInvalid, "%s has %d members (with those being added); adding %d would pass the limit of %d: remove members first", gid, full.Members, full.Adding, full.Limit)
+	case err != nil:
+		return nil, g.unavailable("membership", err)
+	}
+	if perr := g.rebuilding(ctx, gid); perr != nil {
+		g.dropJoins(ctx, gid, join, fresh, 0)
+		return nil, perr
+	}
+	return fresh, nil
+}
+
+// holdJoins holds the reservations of uids in gid while their joins are
+// written (store.HoldJoins).
+func (g *Gateway) holdJoins(ctx context.Context, gid string, uids []string) (stop func()) {
+	return g.cfg.Redis.HoldJoins(ctx, gid, uids, g.cfg.JoinHold, func(err error) {
+		g.log.Warn("cannot renew the reservations of joins being written", "gid", gid, "err", err)
+	})
+}
+
+// dropJoins drops the reservations of the joins of join from i on that
+// were not written (see unjoined), so that their places are free at once.
+func (g *Gateway) dropJoins(ctx context.Context, gid string, join []string, fresh []bool, i int) {
+	if err := g.cfg.Redis.ClearJoining(context.WithoutCancel(ctx), gid, unjoined(join, fresh, i)...); err != nil {
+		g.log.Warn("cannot drop reserved joins; their places are held until they expire", "gid", gid, "after", g.cfg.JoinHold, "err", err)
+	}
+}
+
+// unjoined lists the uids of join from i on that ReserveJoins reserved:
+// their joins were not written.
+func unjoined(join []string, fresh []bool, i int) []string {
+	var out []string
+	for j := i; j < len(join); j++ {
+		if fresh[j] {
+			out = append(out, join[j])
+		}
+	}
+	return out
+}
+
+func (g *Gateway) removeMember(ctx context.Context, r *http.Request) (any, *protocol.Error) {
+	gid, uid := r.PathValue("gid"), r.PathValue("uid")
+	for _, id := range []string{gid, uid} {
+		if err := schema.ValidID(id); err != nil {
+			return nil, protocol.Errorf(protocol.CodeInvalid, "%v", err)
+		}
+	}
+	// While the memberships of gid are being rebuilt, uid may read as not
+	// a member, or as one who has not left yet: a leave written then would
+	// end their stretch later than it ended. A leave written but not yet
+	// projected reads as projected (MarkLeaving), for the same reason.
+	var m store.Membership
+	if perr := g.wholeMembers(ctx, gid, func() (err error) { m, err = g.cfg.Redis.Membership(ctx, gid, uid, nil); return err }); perr != nil {
+		return nil, perr
+	}
+	if m.State != store.MemberJoined {
+		// A join written but not yet projected: a member in a moment.
+		joining, err := g.cfg.Redis.Joining(ctx, gid, uid)
+		if err != nil {
+			return nil, g.unavailable("membership", err)
+		}
+		if joining {
+			return nil, protocol.Errorf(protocol.CodeUnavailable, "%s is being added to %s; retry the removal in a second", uid, gid)
+		}
+		return nil, protocol.Errorf(protocol.CodeNotFound, "%s is not a member of %s", uid, gid)
+	}
+	// Once it writes, the removal runs to its end even if the caller goes
+	// away: a retry before the projection finds the leave noted, where a
+	// leave written but not noted would have it write a second one.
+	wctx := context.WithoutCancel(ctx)
+	ev, err := g.cfg.Producer.Leave(wctx, gid, uid, m.JoinedAt, "admin")
+	if err != nil {
+		return nil, g.unavailable("membership change", err)
+	}
+	// A join after this leave is a new one, however soon it comes.
+	if err := g.cfg.Redis.MarkLeaving(wctx, gid, uid, m.JoinedAt, ev.Pos, g.cfg.JoinHold); err != nil {
+		g.log.Warn("cannot note a leave; a new join of the member waits until the leave is projected and the note of their join expires", "gid", gid, "uid", uid, "after", g.cfg.JoinHold, "err", err)
+	}
+	return map[string]any{"gid": gid, "removed": uid}, nil
+}
