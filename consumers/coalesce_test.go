@@ -3,6 +3,7 @@ package consumers
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -135,14 +136,14 @@ func TestCoalescerWithoutWaitInsertsEachBatch(t *testing.T) {
 // fail the insert of the others who joined it.
 func TestCoalescerInsertsTheRoundWhenItsLeaderLeaves(t *testing.T) {
 	rec := &recorder{}
-	c := newCoalescer(300*time.Millisecond, rec.insert)
+	c := newCoalescer(time.Hour, rec.insert) // the round ends when its leader leaves, not before
 	ctx, cancel := context.WithCancel(context.Background())
 	leader := make(chan error, 1)
 	go func() { leader <- c.add(ctx, []int{1}) }()
-	time.Sleep(50 * time.Millisecond)
+	waitRoundRows(t, c, 1)
 	follower := make(chan error, 1)
 	go func() { follower <- c.add(context.Background(), []int{2}) }()
-	time.Sleep(50 * time.Millisecond)
+	waitRoundRows(t, c, 2)
 	cancel()
 	select {
 	case <-leader:
@@ -162,4 +163,14 @@ func TestCoalescerInsertsTheRoundWhenItsLeaderLeaves(t *testing.T) {
 	if len(rec.calls) != 1 || !slices.Equal(slices.Sorted(slices.Values(rec.calls[0])), []int{1, 2}) {
 		t.Fatalf("inserts %v, want one of [1 2]", rec.calls)
 	}
+}
+
+// waitRoundRows waits until the open round of c holds n rows.
+func waitRoundRows(t *testing.T, c *coalescer[int], n int) {
+	t.Helper()
+	waitFor(t, fmt.Sprint("the open round to hold ", n, " rows"), 10*time.Second, func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.open != nil && len(c.open.rows) == n
+	})
 }

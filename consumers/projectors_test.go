@@ -413,7 +413,16 @@ func TestARejoinIsNotAppendedAsAReceiptOrAnAck(t *testing.T) {
 		return p.redis.CheckReplayed(ctx, GroupReceiptProjector, topics.Receipts, 0) == nil &&
 			p.redis.CheckReplayed(ctx, GroupAckProjector, topics.Acks, 0) == nil
 	})
-	time.Sleep(3 * time.Second) // a commit or two: the row buffers are flushed
+	// A position is saved only once the rows before it are in ClickHouse.
+	waitFor(t, "the replayed cursors' rows in ClickHouse", 20*time.Second, func() bool {
+		for group, topic := range map[string]string{GroupReceiptProjector: topics.Receipts, GroupAckProjector: topics.Acks} {
+			saved, err := p.redis.Offsets(ctx, group, topic)
+			if err != nil || saved[0] < p.topicEnd(t, topic) {
+				return false
+			}
+		}
+		return true
+	})
 
 	for _, topic := range []string{topics.Receipts, topics.Acks} {
 		if end := p.topicEnd(t, topic); end != 1 {

@@ -84,8 +84,10 @@ func TestTheCheckOfASyncOverAnEmptyPartitionEnds(t *testing.T) {
 func (e *env) waitSyncChecked(gwi int, uid string) {
 	e.t.Helper()
 	g := e.gws[gwi].g
-	waitFor(e.t, uid+"'s connection registered", 5*time.Second, func() bool { return g.hub.has(uid) })
-	waitFor(e.t, "the check of "+uid+"'s sync to end", 5*time.Second, func() bool {
+	waitFor(e.t, uid+"'s connection registered", 20*time.Second, func() bool { return g.hub.has(uid) })
+	// The check reads the log's ends no sooner than presenceLag (2 s) after
+	// the connection registered, and then waits for the persister.
+	waitFor(e.t, "the check of "+uid+"'s sync to end", 20*time.Second, func() bool {
 		var open int
 		g.hub.each(uid, func(c *conn) {
 			if c.coverSince.Load() != 0 {

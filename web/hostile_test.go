@@ -22,7 +22,7 @@ func TestAMessageWithAnImpossibleTimeDoesNotHideThoseAfterIt(t *testing.T) {
 	c.answer(f, page(f, false, 13, msg(11, -2, "v", "m11"), odd, msg(13, -2, "v", "m13")))
 	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 11.0 })
 	c.answer(f, page(f, false, 13))
-	time.Sleep(500 * time.Millisecond)
+	b.WaitUntil("11, 12 (sent_at 9e18) and 13 drawn", `document.querySelectorAll('#messages .msg').length === 3`)
 	if got := b.Bodies(); len(got) != 3 {
 		t.Fatalf("the page of 11, 12 (sent_at 9e18) and 13 shows %q, want all three; problems %v", got, b.Problems())
 	}
