@@ -71,7 +71,7 @@ func New(reg prometheus.Registerer) (*Set, error) {
 			Name: "chat_connections", Help: "Open, authenticated client connections.",
 		}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "chat_connections_refused_total", Help: "WebSocket connections a gateway refused, by reason: authenticating (it held its most connections still authenticating; answered 503), user_conns (the user had their most connections to it; closed with 4029), presence (the user's presence could not be written; closed with 1013).",
+			Name: "chat_connections_refused_total", Help: "WebSocket connections a gateway refused, by reason: authenticating (it held its most connections still authenticating; answered 503), user_conns (the user had their most connections to it; closed with 4029), presence (the user's presence could not be written; closed with 1013), starting (it did not get its pushes yet; answered 503).",
 		}, []string{"reason"}),
 		resyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chat_resyncs_total", Help: "Resync frames a gateway sent, by reason: pushes to the connection may have been lost, and it syncs and pulls.",
