@@ -100,6 +100,16 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, shuttingDown, http.StatusServiceUnavailable)
 		return
 	}
+	// Until Run holds the node's name and is subscribed to its pushes, the
+	// fan-out would publish this connection's pushes to nobody (or, while
+	// a killed gateway's lease on the name lasts, to nobody for as long),
+	// and the check of its first sync (cover.go) only sees what was sent
+	// within presenceLag.
+	if !g.ready.Load() {
+		g.cfg.Metrics.Refused(refusedStarting)
+		g.writeErr(w, protocol.Errorf(protocol.CodeUnavailable, "this server is starting and does not get pushes yet; retry in a few seconds, with a back-off"))
+		return
+	}
 	// Checked and counted under admitConn: a Shutdown that begins after the
 	// check waits for this connection, however long its upgrade takes, and
 	// no count is added while it waits.
@@ -111,17 +121,6 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	g.wg.Add(1)
 	g.admitConn.Unlock()
-	// Until Run holds the node's name and is subscribed to its pushes, the
-	// fan-out would publish this connection's pushes to nobody (or, while
-	// a killed gateway's lease on the name lasts, to nobody for as long),
-	// and the check of its first sync (cover.go) only sees what was sent
-	// within presenceLag.
-	if !g.ready.Load() {
-		g.wg.Done()
-		g.cfg.Metrics.Refused(refusedStarting)
-		g.writeErr(w, protocol.Errorf(protocol.CodeUnavailable, "this server is starting and does not get pushes yet; retry in a few seconds, with a back-off"))
-		return
-	}
 	// A connection holds a goroutine and its buffers until it authenticates
 	// or AuthTimeout passes, and anyone may open one: past the cap the
 	// upgrade is refused before it costs anything.
