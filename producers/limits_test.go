@@ -211,12 +211,13 @@ func TestARequestThatLandsAfterItsRetryIsDropped(t *testing.T) {
 	b, p := setup(t, 1)
 	p.cfg.WriteTimeout = 300 * time.Millisecond
 	c := b.Cluster()
-	release := make(chan struct{})
+	release, woke := make(chan struct{}), make(chan struct{})
 	var n atomic.Int32
 	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		if n.Add(1) == 1 {
 			c.SleepControl(func() { <-release })
+			close(woke)
 		}
 		return nil, nil, false
 	})
@@ -224,7 +225,15 @@ func TestARequestThatLandsAfterItsRetryIsDropped(t *testing.T) {
 	a, errA := p.SendMessage(ctx, msg("g1", 0)) // A: times out once, retried
 	bID, errB := p.SendMessage(ctx, msg("g1", 1))
 	close(release)
-	time.Sleep(300 * time.Millisecond)
+	// The broker takes one request at a time, and none other while a woken
+	// control runs: once the late copy's control goes on past its sleep,
+	// the broker handles that copy before any request it takes after,
+	// readAll's among them.
+	select {
+	case <-woke:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the first request of A never came back to the broker")
+	}
 	if errA != nil || errB != nil {
 		t.Fatalf("sends: %v, %v", errA, errB)
 	}
