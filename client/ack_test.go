@@ -115,7 +115,11 @@ func TestMarkRead(t *testing.T) {
 		}
 	}
 	waitFor(t, "read", func() bool { return len(p.cursors("read", "g1", "alice")) > 0 })
-	time.Sleep(100 * time.Millisecond)
+	// Close sends whatever read is still pending and waits for its answer:
+	// a second read, due now or later, has reached the peer once it returns.
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
 	if got := p.cursors("read", "g1", "alice"); !slices.Equal(got, []int64{m2.MsgID}) {
 		t.Fatalf("reads %v, want one batched read of %d", got, m2.MsgID)
 	}
@@ -241,10 +245,15 @@ func TestReadCoveredByAnotherDeviceIsNotDueForEver(t *testing.T) {
 	if err := c.MarkRead(context.Background(), "g1", m1.MsgID); err != nil {
 		t.Fatal(err)
 	}
-	// Several AckIntervals of 50 ms, for the read to become due and go.
+	// Several AckIntervals of 50 ms, for the read to become due and go:
+	// being due is a matter of time passing, so only time can show it.
 	time.Sleep(300 * time.Millisecond)
 	if d := c.nextDue(); d < time.Minute {
 		t.Fatalf("the next flush is due in %v with nothing to send; want none due", d)
+	}
+	// Close sends whatever read is still pending and waits for its answer.
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
 	}
 	if got := p.cursors("read", "g1", "alice"); len(got) != 0 {
 		t.Fatalf("reads sent %v; the server's read cursor (%d) already covered them", got, m2.MsgID)

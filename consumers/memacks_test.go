@@ -27,6 +27,9 @@ type memAcks struct {
 	// server is the Fingerprint; a restart from a snapshot changes it.
 	server   string
 	restarts int
+	// offsetReads counts the calls of Offsets: the runner's reads of the
+	// saved positions at an assignment or replay, and its state checks.
+	offsetReads int
 }
 
 func newMemAcks() *memAcks {
@@ -108,6 +111,7 @@ func (m *memAcks) marked() map[int][]int {
 func (m *memAcks) Offsets(ctx context.Context, consumer, topic string) (map[int]int64, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.offsetReads++
 	out := map[int]int64{}
 	for p, o := range m.offsets {
 		out[p] = o

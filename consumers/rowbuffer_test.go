@@ -143,11 +143,17 @@ func TestRunnerSavesOnlyWhatAFlusherMadeDurable(t *testing.T) {
 	h := &bufferedAcks{memAcks: newMemAcks(), flushed: map[int64]bool{}}
 	h.buf = newRowBuffer(h.insert)
 	h.down = true
-	runAcksWith(t, k, "acks-flusher", h, h, func(c *Config[schema.Ack]) { c.CommitInterval = 100 * time.Millisecond })
+	r, _ := runAcksWith(t, k, "acks-flusher", h, h, func(c *Config[schema.Ack]) { c.CommitInterval = 100 * time.Millisecond })
 	sendAcks(t, k, 50)
 	waitFor(t, "50 acks handled while inserts fail", 20*time.Second, func() bool { return h.handled() == 50 })
-	// Commits come due and their flushes fail: nothing may be saved.
-	time.Sleep(time.Second)
+	// Commits come due and their flushes fail: nothing may be saved. Handle
+	// does not fail here, so every retry is a failed flush of a commit that
+	// came due, and a commit saves only after its flush: three of them, or
+	// a save, show what the commits did.
+	waitFor(t, "three failed flushes, or a save", 20*time.Second, func() bool {
+		pos, _ := h.savedWithin()
+		return r.Stats().Retries >= 3 || pos > 0
+	})
 	if pos, ok := h.savedWithin(); !ok || pos > 0 {
 		t.Fatalf("saved position %d while no row was inserted", pos)
 	}

@@ -67,10 +67,20 @@ func TestAnEmptyFingerprintTurnsTheCheckOff(t *testing.T) {
 	waitFor(t, "5 acks handled and saved", 20*time.Second, func() bool { return h.handled() == 5 && h.savedTotal() == 5 })
 	h.mu.Lock()
 	h.server = "mem-later"
+	reads := h.offsetReads
 	h.mu.Unlock()
 	sendAcks(t, k, 5)
 	waitFor(t, "10 acks handled and saved", 20*time.Second, func() bool { return h.handled() == 10 && h.savedTotal() == 10 })
-	time.Sleep(300 * time.Millisecond) // three state checks
+	// Three state checks made after the change. The one partition's
+	// watcher reads the positions at the start of each check and again only
+	// at the next one; a check that found the state changed has counted the
+	// replay before the positions are read again (consumeSaved). So once
+	// four reads began after the change, three checks are complete.
+	waitFor(t, "three state checks after the change", 20*time.Second, func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.offsetReads >= reads+4
+	})
 	if n := r.Stats().Replays; n != 0 {
 		t.Fatalf("%d replays after an empty fingerprint at the start, want 0", n)
 	}

@@ -157,11 +157,16 @@ func TestSendsAbandonedWhileQueuedAreNotWritten(t *testing.T) {
 	if err := <-held; err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	// A send after them on the same partition leaves after anything still
+	// queued ahead of it: once it is written, so is any abandoned send.
+	last, err := p.SendMessage(ctx, msg("g1", 1+n))
+	if err != nil {
+		t.Fatal(err)
+	}
 	recs := readAll(t, b, 0)
-	if queued != 0 || len(recs) != 1 {
-		t.Fatalf("%d sends gave up before leaving: %d jobs still queued after they returned, and %d records written; want 0 queued, 1 written",
-			n, queued, len(recs))
+	if queued != 0 || len(recs) != 2 || last != 1 {
+		t.Fatalf("%d sends gave up before leaving: %d jobs still queued after they returned, and %d records written with the send after them at %d; want 0 queued, 2 written, the send after them at 1",
+			n, queued, len(recs), last)
 	}
 }
 
@@ -206,12 +211,13 @@ func TestARequestThatLandsAfterItsRetryIsDropped(t *testing.T) {
 	b, p := setup(t, 1)
 	p.cfg.WriteTimeout = 300 * time.Millisecond
 	c := b.Cluster()
-	release := make(chan struct{})
+	release, woke := make(chan struct{}), make(chan struct{})
 	var n atomic.Int32
 	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		if n.Add(1) == 1 {
 			c.SleepControl(func() { <-release })
+			close(woke)
 		}
 		return nil, nil, false
 	})
@@ -219,7 +225,15 @@ func TestARequestThatLandsAfterItsRetryIsDropped(t *testing.T) {
 	a, errA := p.SendMessage(ctx, msg("g1", 0)) // A: times out once, retried
 	bID, errB := p.SendMessage(ctx, msg("g1", 1))
 	close(release)
-	time.Sleep(300 * time.Millisecond)
+	// The broker takes one request at a time, and none other while a woken
+	// control runs: once the late copy's control goes on past its sleep,
+	// the broker handles that copy before any request it takes after,
+	// readAll's among them.
+	select {
+	case <-woke:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the first request of A never came back to the broker")
+	}
 	if errA != nil || errB != nil {
 		t.Fatalf("sends: %v, %v", errA, errB)
 	}
