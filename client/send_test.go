@@ -185,6 +185,17 @@ func TestSendsInFlightAreBounded(t *testing.T) {
 			t.Fatalf("Send after its ctx ended: %v, want context.Canceled", err)
 		}
 	}
+	// Every Send has returned, so wrote whatever it was to write. The peer
+	// reads its connection in order and answers a ping only after the
+	// frames before it: once the pong is back, each send frame is counted.
+	c.mu.Lock()
+	s := c.sess
+	c.mu.Unlock()
+	pctx, pcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer pcancel()
+	if err := s.conn.Ping(pctx); err != nil {
+		t.Fatalf("ping: %v", err)
+	}
 	if n := len(p.requests(protocol.OpSend)); n != 2 {
 		t.Fatalf("%d sends reached the server after the ctx ended, want 2", n)
 	}
