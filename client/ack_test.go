@@ -280,7 +280,15 @@ func TestAGapRefusedForGoodIsDropped(t *testing.T) {
 	p.post("g1", "bob", "two")
 	p.post("g1", "bob", "three") // buffered behind the gap
 	waitFor(t, "the refused pull", func() bool { return errs.Load() == 1 })
-	time.Sleep(200 * time.Millisecond)
+	// The group's puller makes every pull of the gap and ends only when
+	// none is due: once it has ended, a pull made again has been answered
+	// (so recorded) and reported. A second pull ends the wait at once.
+	waitFor(t, "the puller of g1 to end", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		g := c.groups["g1"]
+		return g != nil && !g.puller || len(p.requests(protocol.OpPull)) > 1
+	})
 	if n := len(p.requests(protocol.OpPull)); n != 1 {
 		t.Fatalf("%d pulls of g1 after a not_member refusal, want 1", n)
 	}

@@ -170,9 +170,12 @@ func TestGroupsTheLatestSyncDoesNotNameAreForgotten(t *testing.T) {
 	reconnect(7)
 	p.post("g1", "bob", "two")
 	waitFor(t, "g1's second message", func() bool { return len(rec.bodies("g1")) == 2 })
-	time.Sleep(50 * time.Millisecond)
-	if got := rec.bodies("g1"); !slices.Equal(got, []string{"one", "two"}) {
-		t.Fatalf("g1 delivered %q, want [one two]", got)
+	// A later message of g1 on the same connection: it is delivered after
+	// whatever the push of "two" made the client deliver, or pull.
+	p.post("g1", "bob", "three")
+	waitFor(t, "g1's third message", func() bool { return slices.Contains(rec.bodies("g1"), "three") })
+	if got := rec.bodies("g1"); !slices.Equal(got, []string{"one", "two", "three"}) {
+		t.Fatalf("g1 delivered %q, want [one two three]", got)
 	}
 	rec.check(t)
 }
@@ -202,7 +205,17 @@ func TestPushesBehindAGapAreHeldUpToMaxQueued(t *testing.T) {
 	held100 := p.msgs("g1")[99].MsgID
 	p.set(func(p *peer) { p.refusePulls, p.lagTo = 0, held100 })
 	waitFor(t, "the messages held", func() bool { return rec.len() == 100 })
-	time.Sleep(50 * time.Millisecond)
+	// Two pulls after the held ones: the first was answered, with nothing
+	// new, while the store still lagged; the gap was still pulled again.
+	waitFor(t, "the gap after the held messages pulled twice", func() bool {
+		n := 0
+		for _, r := range p.requests(protocol.OpPull) {
+			if r.After != nil && *r.After == held100 {
+				n++
+			}
+		}
+		return n >= 2
+	})
 	p.set(func(p *peer) { p.lagTo = -1 }) // the ones not held are pulled still
 	waitFor(t, "every message", func() bool { return rec.len() == 1000 })
 	if got := rec.bodies("g1"); !slices.Equal(got, want) {
@@ -252,9 +265,12 @@ func TestAPullOfAnEndedConnectionMakesNoForgottenGroupAgain(t *testing.T) {
 	waitFor(t, "g1 named again", func() bool { a, _ := c.Cursor("g1"); return a >= 0 })
 	p.post("g1", "bob", "two")
 	waitFor(t, "g1's second message", func() bool { return slices.Contains(rec.bodies("g1"), "two") })
-	time.Sleep(50 * time.Millisecond)
-	if got := rec.bodies("g1"); !slices.Equal(got, []string{"one", "two"}) {
-		t.Fatalf("g1 delivered %q, want [one two]", got)
+	// A later message of g1 on the same connection: it is delivered after
+	// whatever the push of "two" made the client deliver, or pull.
+	p.post("g1", "bob", "three")
+	waitFor(t, "g1's third message", func() bool { return slices.Contains(rec.bodies("g1"), "three") })
+	if got := rec.bodies("g1"); !slices.Equal(got, []string{"one", "two", "three"}) {
+		t.Fatalf("g1 delivered %q, want [one two three]", got)
 	}
 }
 

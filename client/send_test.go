@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -29,9 +30,12 @@ func TestResendAfterTimeoutSameCmid(t *testing.T) {
 		t.Fatalf("log %+v: want one message, msgid %d", msgs, id)
 	}
 	waitFor(t, "own message", func() bool { return rec.len() == 1 })
-	time.Sleep(50 * time.Millisecond)
-	if rec.len() != 1 || c.Stats().Resends < 1 {
-		t.Fatalf("%d delivered, stats %+v: want 1 and a resend", rec.len(), c.Stats())
+	// A later message on the same connection: pushes come in log order, so
+	// a second copy of "hello" would be delivered before it.
+	p.post("g1", "bob", "later")
+	waitFor(t, "the later message", func() bool { return slices.Contains(rec.bodies("g1"), "later") })
+	if got := rec.bodies("g1"); !slices.Equal(got, []string{"hello", "later"}) || c.Stats().Resends < 1 {
+		t.Fatalf("delivered %q, stats %+v: want [hello later] and a resend", got, c.Stats())
 	}
 }
 
@@ -180,6 +184,17 @@ func TestSendsInFlightAreBounded(t *testing.T) {
 		if err := <-errs; !errors.Is(err, context.Canceled) {
 			t.Fatalf("Send after its ctx ended: %v, want context.Canceled", err)
 		}
+	}
+	// Every Send has returned, so wrote whatever it was to write. The peer
+	// reads its connection in order and answers a ping only after the
+	// frames before it: once the pong is back, each send frame is counted.
+	c.mu.Lock()
+	s := c.sess
+	c.mu.Unlock()
+	pctx, pcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer pcancel()
+	if err := s.conn.Ping(pctx); err != nil {
+		t.Fatalf("ping: %v", err)
 	}
 	if n := len(p.requests(protocol.OpSend)); n != 2 {
 		t.Fatalf("%d sends reached the server after the ctx ended, want 2", n)

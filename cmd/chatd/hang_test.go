@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -62,12 +63,15 @@ func TestShutdownWithAHungBrokerKeepsTheDeadline(t *testing.T) {
 		}
 	}
 	// From now on the broker takes produce requests and never answers them.
+	var produced atomic.Bool
 	b.Cluster().ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
 		b.Cluster().KeepControl()
+		produced.Store(true)
 		return nil, nil, true
 	})
 	go do("POST", "/v1/groups/team/messages", alice, `{"cmid":"c-1","body":"hello"}`)
-	time.Sleep(500 * time.Millisecond)
+	// The send is in flight once its produce request reached the broker.
+	waitFor(t, "the send's produce request at the broker", produced.Load)
 
 	start := time.Now()
 	cancel() // SIGTERM

@@ -105,12 +105,14 @@ func TestTheFanoutIsReadyOnceItHoldsItsPartitions(t *testing.T) {
 	b := testserver.NewBroker(t)
 	redis := testserver.NewRedis(t)
 	var refuse atomic.Bool
+	var refused atomic.Int32
 	refuse.Store(true)
 	b.Cluster().ControlKey(int16(kmsg.JoinGroup), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		b.Cluster().KeepControl()
 		if !refuse.Load() {
 			return nil, nil, false
 		}
+		refused.Add(1)
 		resp := req.(*kmsg.JoinGroupRequest).ResponseKind().(*kmsg.JoinGroupResponse)
 		resp.ErrorCode = kerr.CoordinatorNotAvailable.Code
 		return resp, nil, true
@@ -129,7 +131,9 @@ func TestTheFanoutIsReadyOnceItHoldsItsPartitions(t *testing.T) {
 		return resp.StatusCode, string(body)
 	}
 	waitFor(t, "the fan-out's HTTP", func() bool { code, _ := ready(); return code != 0 })
-	time.Sleep(2 * time.Second) // joins refused meanwhile
+	// A join is made again only once the one before it was refused: after
+	// two, the fan-out has taken a refusal and holds no partition.
+	waitFor(t, "two joins refused", func() bool { return refused.Load() >= 2 })
 	if code, body := ready(); code != http.StatusServiceUnavailable || !strings.Contains(body, "fanout") {
 		t.Fatalf("/readyz of a fan-out that holds no partition: %d %s", code, body)
 	}
