@@ -226,7 +226,16 @@ func TestMessagesPushedAfterTheFirstSyncBringNoResync(t *testing.T) {
 	}
 	waitFor(t, "bob gets them pushed", 10*time.Second, func() bool { return len(bob.delivered("g")) == 3 })
 	e.waitSyncChecked(0, "bob")
+	// The check ends just before it would queue a resync, in the same
+	// goroutine: the answer to a request bob makes now comes after it on
+	// his connection, and his client takes frames in order.
+	if _, err := bob.c.ReadCounts(ctx, "g", sent); err != nil {
+		t.Fatal(err)
+	}
 	bob.checkExactlyOnceInOrder(t, "g", sent)
+	if n := e.gws[0].g.Stats().Resyncs; n != 0 {
+		t.Errorf("the gateway sent %d resync frames; want none", n)
+	}
 	if st := bob.c.Stats(); st.Resyncs != 0 {
 		t.Errorf("bob, who got every message by push: %+v; want no resync", st)
 	}

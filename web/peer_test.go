@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/groupchat/chatd/internal/browsertest"
 )
 
 // peer is a scripted gateway for the page: it serves the page with Handler
@@ -218,4 +220,35 @@ func page(f map[string]any, more bool, head int64, msgs ...map[string]any) map[s
 		}
 	}
 	return p
+}
+
+// roundTrip has the page ask the peer a question on its connection
+// (read_counts, which the peer answers itself) and waits until the page
+// has the answer. The peer reads a connection's frames in order, and the
+// page handles them in order: by then the peer has taken every frame the
+// page sent before the question, and the page has handled every frame
+// the peer wrote before the answer. A check that the page did not do
+// something follows it, rather than a wait that a slow machine outlasts.
+func roundTrip(t *testing.T, b *browsertest.Tab) {
+	t.Helper()
+	roundTripAfter(t, b, "")
+}
+
+// flushCursors has the page send at once every ack and read it holds
+// back, due or not (what its timers would send later), waits for their
+// answers, and makes a round trip after them.
+func flushCursors(t *testing.T, b *browsertest.Tab) {
+	t.Helper()
+	roundTripAfter(t, b, `while (chat.cursors.flushing) await new Promise((r) => setTimeout(r, 10));
+		await chat.cursors.flush(true);`)
+}
+
+// roundTripAfter runs the JavaScript first (awaiting), then the round trip.
+func roundTripAfter(t *testing.T, b *browsertest.Tab, first string) {
+	t.Helper()
+	browsertest.Eval[bool](b, `(window.roundTrip = 'asked', (async () => {
+		`+first+`
+		await chat.conn.request({ op: 'read_counts', gid: 'g', msgids: [1] });
+	})().then(() => { window.roundTrip = 'answered'; }, (e) => { window.roundTrip = 'failed: ' + e; }), true)`)
+	b.WaitUntil("a round trip on the page's connection", `window.roundTrip === 'answered'`)
 }
