@@ -118,7 +118,17 @@ func lateStore(t *testing.T, breakReads func(*Gateway)) {
 		t.Fatal(err)
 	}
 	waitFor(t, "bob pulls the first", 10*time.Second, func() bool { return len(bob.delivered("g")) == 1 })
-	time.Sleep(300 * time.Millisecond)
+	// The check of his sync has read the log's ends and waits for the
+	// store: what it would resync for, and what the fan-out handled before
+	// it saw him online, is behind it.
+	waitFor(t, "the check of bob's sync to wait for the store", 20*time.Second, func() bool {
+		var watching bool
+		e.gws[0].g.hub.each("bob", func(c *conn) {
+			since := c.coverSince.Load()
+			watching = watching || since != 0 && c.coverWatch.Load() == since
+		})
+		return watching
+	})
 	if n := len(bob.delivered("g")); n != 1 {
 		t.Fatalf("bob has %d messages while the store lacks the second; the test is not testing", n)
 	}
@@ -128,6 +138,19 @@ func lateStore(t *testing.T, breakReads func(*Gateway)) {
 	bob.checkExactlyOnceInOrder(t, "g", []int64{first, late})
 	if st := bob.c.Stats(); st.Resyncs != 1 || st.Reconnects != 0 {
 		t.Errorf("bob: %+v; want one resync, on the same connection", st)
+	}
+	// A resync for alice would come of the store catching up, as bob's
+	// did, which is counted once queued: once it is, and bob has pulled
+	// what it told him of, the answer to a request alice makes now comes
+	// after any resync queued for her on her connection, and her client
+	// takes frames in order.
+	g := e.gws[0].g
+	waitFor(t, "bob's resync counted", 10*time.Second, func() bool { return g.Stats().Resyncs >= 1 })
+	if _, err := alice.c.ReadCounts(ctx, "g", []int64{first, late}); err != nil {
+		t.Fatal(err)
+	}
+	if n := g.Stats().Resyncs; n != 1 {
+		t.Errorf("the gateway sent %d resync frames; want bob's only", n)
 	}
 	if st := alice.c.Stats(); st.Resyncs != 0 {
 		t.Errorf("alice, whose sync was complete: %+v; want no resync", st)

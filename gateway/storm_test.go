@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,10 +36,21 @@ func TestReceiptStormPerDeliveredMessage(t *testing.T) {
 			e.group("big", uids...)
 			online := uids[:40]
 			var ms []*member
+			var countsMu sync.Mutex
+			counts := map[int64]int{} // the most readers a receipts frame gave each message
 			for _, u := range online {
 				var m *member
 				m = e.connect(0, u, func(cfg *client.Config) {
 					cfg.AckEvery, cfg.AckInterval = c.ackEvery, c.interval
+					if u == online[0] {
+						cfg.OnReceipts = func(r protocol.Receipts) {
+							countsMu.Lock()
+							defer countsMu.Unlock()
+							for _, rc := range r.Counts {
+								counts[rc.MsgID] = max(counts[rc.MsgID], rc.Read)
+							}
+						}
+					}
 					inner := cfg.OnMessage
 					cfg.OnMessage = func(msg protocol.Message) {
 						inner(msg)
@@ -51,16 +63,41 @@ func TestReceiptStormPerDeliveredMessage(t *testing.T) {
 			acks0, pushes0 := e.topicEndsOf(topics.Acks), e.gws[0].g.Stats().Pushes
 			const n = 100
 			sender := ms[0]
+			var last int64
 			for i := 0; i < n; i++ {
-				if _, err := sender.c.Send(context.Background(), "big", fmt.Sprint("message ", i)); err != nil {
+				id, err := sender.c.Send(context.Background(), "big", fmt.Sprint("message ", i))
+				if err != nil {
 					t.Fatal(err)
 				}
+				last = id
 				time.Sleep(5 * time.Millisecond) // 200 messages/s into the group
 			}
 			for _, m := range ms {
 				waitFor(t, m.uid+" has all", 30*time.Second, func() bool { return len(m.delivered("big")) == n })
 			}
-			time.Sleep(2500 * time.Millisecond) // the last batched acks, reads and receipt updates
+			// Every member's last ack and read are in once the projections
+			// hold their cursors at the last message: nothing is left to
+			// ack or read, so no record comes after.
+			ctx := context.Background()
+			waitFor(t, "every ack cursor at the last message", 30*time.Second, func() bool {
+				acks, err := e.redis.AckCursors(ctx, "big")
+				return err == nil && allAt(acks, online, last)
+			})
+			waitFor(t, "every read cursor at the last message", 30*time.Second, func() bool {
+				st, err := e.redis.ReadState(ctx, "big")
+				return err == nil && allAt(st.Reads, online, last)
+			})
+			// The sender is pushed the last message's count once the
+			// notifier has seen every read of it. A receipt it handled
+			// later still goes out within its interval of that push: the
+			// notifier sends nothing to mark it has none left, so the end
+			// of that interval, not an event, bounds its last frame.
+			waitFor(t, "the sender told every online member read the last message", 30*time.Second, func() bool {
+				countsMu.Lock()
+				defer countsMu.Unlock()
+				return counts[last] == len(online)-1
+			})
+			time.Sleep(e.notifier.Interval + e.notifier.Interval/10)
 			delivered := float64(n * len(online))
 			acks := float64(e.topicEndsOf(topics.Acks) - acks0)
 			pushes := float64(e.gws[0].g.Stats().Pushes - pushes0)
@@ -75,4 +112,14 @@ func TestReceiptStormPerDeliveredMessage(t *testing.T) {
 			}
 		})
 	}
+}
+
+// allAt reports whether the cursor of every uid has reached msgid.
+func allAt(cursors map[string]int64, uids []string, msgid int64) bool {
+	for _, u := range uids {
+		if cursors[u] < msgid {
+			return false
+		}
+	}
+	return true
 }

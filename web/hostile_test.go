@@ -141,7 +141,7 @@ func TestMalformedPagesAreDroppedAndTheRestShown(t *testing.T) {
 		map[string]any{"gid": "g", "msgid": 6.5, "sender": "v", "body": "msgid 6.5"},
 		other, msg(8, noPrev, "v", "m8"), msg(10, noPrev, "v", "m10")))
 	b.WaitUntil("the history shown", `document.querySelectorAll('#messages .msg').length >= 2`)
-	time.Sleep(300 * time.Millisecond) // the rest of the page, if it were drawn
+	roundTrip(t, b) // the rest of the page, if it were drawn
 	if got := b.Bodies(); len(got) != 2 || got[0] != "m8" || got[1] != "m10" {
 		t.Fatalf("the older page shows %q, want m8 and m10 only", got)
 	}

@@ -39,7 +39,9 @@ func TestPushesOvertakingAForwardPullAreNoError(t *testing.T) {
 	c.answer(f, page(f, false, 30))
 	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 11.0 })
 	c.answer(f, page(f, false, 30))
-	time.Sleep(500 * time.Millisecond)
+	// The view focuses the composer once the opening has ended, after an
+	// error of it was shown.
+	b.WaitUntil("the group opened", `document.activeElement === document.querySelector('#composer [name=body]')`)
 	if toast := browsertest.Eval[string](b, `document.getElementById('toast').hidden ? '' : document.getElementById('toast').textContent`); toast != "" {
 		t.Fatalf("opening the group showed the error %q", toast)
 	}

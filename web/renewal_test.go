@@ -53,8 +53,9 @@ func TestSigningOutDuringATokenRenewalSticks(t *testing.T) {
 	})
 	b.Run(chromedp.Click(chromedp.CSS(`#signout`)))
 	b.WaitUntil("the sign-in form", `!document.getElementById('signin').hidden`)
+	renewed := watchTokenAnswer(b)
 	release()
-	time.Sleep(time.Second)
+	renewed()
 	if s := browsertest.Eval[string](b, `sessionStorage.getItem('chatd.session') || ''`); s != "" {
 		t.Fatalf("signed out, yet the renewal stored the session again: %s (a reload signs the user back in)", s)
 	}
@@ -75,9 +76,31 @@ func TestARenewalOfAnEndedSessionLeavesTheNextAlone(t *testing.T) {
 	c := p.nextConn()
 	synced(c, c.expect("sync", nil), 10, 10, 10)
 	b.WaitUntil("online again", `document.getElementById('status').textContent === 'online'`)
+	renewed := watchTokenAnswer(b)
 	release()
-	time.Sleep(time.Second)
+	renewed()
 	if browsertest.Eval[bool](b, `!document.getElementById('signin').hidden || window.chat?.online !== true`) {
 		t.Fatalf("the failed renewal of the signed-out session signed out the new one: %s", b.State())
 	}
+}
+
+// watchTokenAnswer has the page note when it has handled the answer to its
+// next dev token request, and returns a func that waits for that. The
+// renewal takes the answer in promise callbacks that all run before the
+// timer the note is set by: once it is set, the renewal has ended.
+func watchTokenAnswer(b *browsertest.Tab) func() {
+	browsertest.Eval[bool](b, `(() => {
+		const json = Response.prototype.json;
+		Response.prototype.json = function () {
+			const p = json.call(this);
+			if (this.url.endsWith('/v1/dev/token')) {
+				Response.prototype.json = json;
+				const note = () => setTimeout(() => { window.tokenAnswered = true; });
+				p.then(note, note);
+			}
+			return p;
+		};
+		return true;
+	})()`)
+	return func() { b.WaitUntil("the token's answer handled", `window.tokenAnswered === true`) }
 }
