@@ -250,14 +250,16 @@ func (g *Gateway) watchCover(c *conn, since int64, late []behind) {
 		g.log.Warn("cannot tell whether a sync missed messages; asking the client to sync again", "uid", c.uid, "err", err)
 		missed = true
 	}
-	// The check ends either way: the sync a resync asks for reads the
-	// heads after the store caught up, and covers the moment.
-	c.endCover(since)
-	if !missed {
-		return
+	if missed {
+		c.reply(resyncFrame(protocol.ResyncLateStore))
+		g.resynced(protocol.ResyncLateStore, 1)
 	}
-	c.reply(resyncFrame(protocol.ResyncLateStore))
-	g.resynced(protocol.ResyncLateStore, 1)
+	// The check ends either way, after its resync is queued and counted:
+	// what c is sent once the check has ended comes after the resync. The
+	// sync a resync asks for reads the heads after the store caught up,
+	// and covers the moment; one that began meanwhile has a moment of its
+	// own, which endCover leaves alone.
+	c.endCover(since)
 }
 
 // lacks reports whether the persister's position stored has not reached

@@ -226,9 +226,9 @@ func TestMessagesPushedAfterTheFirstSyncBringNoResync(t *testing.T) {
 	}
 	waitFor(t, "bob gets them pushed", 10*time.Second, func() bool { return len(bob.delivered("g")) == 3 })
 	e.waitSyncChecked(0, "bob")
-	// The check ends just before it would queue a resync, in the same
-	// goroutine: the answer to a request bob makes now comes after it on
-	// his connection, and his client takes frames in order.
+	// The check ends once any resync it sends is queued: the answer to a
+	// request bob makes now comes after it on his connection, and his
+	// client takes frames in order.
 	if _, err := bob.c.ReadCounts(ctx, "g", sent); err != nil {
 		t.Fatal(err)
 	}
