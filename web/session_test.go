@@ -148,36 +148,63 @@ func TestHeartbeatGoesOnAfterARefusedSync(t *testing.T) {
 }
 
 // A message of mine that another device acked past (it is below my
-// cursor) while this tab still held it in its outbox: the resend gets its
-// msgid and scrolling up shows it. The outbox must let it go, on screen and
-// in sessionStorage, or it shows twice and is resent at every load.
+// cursor) while this tab still held it in its outbox. The outbox must let
+// it go, on screen and in sessionStorage, or it shows twice and is resent
+// at every load: once the resend's answer names a msgid below the cursor,
+// and once scrolling up shows the message, if that comes first (the
+// resend still waiting for its answer).
 func TestOutboxLetsGoOfAMessageBelowTheCursor(t *testing.T) {
-	p := newPeer(t)
-	b := browsertest.NewTab(t, browsertest.Start(t), "u")
-	b.Run(chromedp.Navigate(p.srv.URL + "/"))
-	browsertest.Eval[bool](b, `(sessionStorage.setItem('chatd.outbox.u', JSON.stringify([{gid: 'g', cmid: 'w-1', body: 'hi'}])), true)`)
-	b.Run(chromedp.SendKeys(chromedp.CSS(`#signin-form input[name=uid]`), "u"),
-		chromedp.Click(chromedp.CSS(`#signin-form button[type=submit]`)))
-	c := p.nextConn()
-	synced(c, c.expect("sync", nil), 10, 10, 10)
-	send := c.expect("send", nil)
-	if send["cmid"] != "w-1" {
-		t.Fatalf("resend %v", send)
+	for _, answerFirst := range []bool{true, false} {
+		name := map[bool]string{true: "the answer first", false: "the page first"}[answerFirst]
+		t.Run(name, func(t *testing.T) {
+			p := newPeer(t)
+			b := browsertest.NewTab(t, browsertest.Start(t), "u")
+			b.Run(chromedp.Navigate(p.srv.URL + "/"))
+			browsertest.Eval[bool](b, `(sessionStorage.setItem('chatd.outbox.u', JSON.stringify([{gid: 'g', cmid: 'w-1', body: 'hi'}])), true)`)
+			b.Run(chromedp.SendKeys(chromedp.CSS(`#signin-form input[name=uid]`), "u"),
+				chromedp.Click(chromedp.CSS(`#signin-form button[type=submit]`)))
+			c := p.nextConn()
+			synced(c, c.expect("sync", nil), 10, 10, 10)
+			send := c.expect("send", nil)
+			if send["cmid"] != "w-1" {
+				t.Fatalf("resend %v", send)
+			}
+			accept := func() {
+				c.answer(send, map[string]any{"op": "accepted", "gid": "g", "cmid": "w-1", "msgid": 5})
+				roundTrip(t, b) // the answer, and what the outbox does of it, handled
+				outboxLetGo(t, b, "the resend accepted as message 5, below the cursor (10)")
+			}
+			if answerFirst {
+				accept()
+			}
+			b.WaitUntil("g listed", `document.querySelector('#groups li[data-gid=g] button')`)
+			f := openG(b, c)
+			c.answer(f, page(f, false, 10))
+			f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 11.0 })
+			own := msg(5, -2, "u", "hi")
+			own["cmid"] = "w-1"
+			c.answer(f, page(f, false, 10, msg(3, -2, "v", "m3"), own, msg(8, -2, "v", "m8")))
+			b.WaitUntil("history shown", `document.querySelectorAll('#messages .msg').length === 3`)
+			roundTrip(t, b) // the older page, and what the outbox does of it, handled
+			outboxLetGo(t, b, "message 5 (hi) in the history")
+			if !answerFirst {
+				accept()
+			}
+			if got := b.Bodies(); len(got) != 3 {
+				t.Fatalf("the history shows %q; want m3, hi and m8 once each", got)
+			}
+		})
 	}
-	c.answer(send, map[string]any{"op": "accepted", "gid": "g", "cmid": "w-1", "msgid": 5})
-	b.WaitUntil("g listed", `document.querySelector('#groups li[data-gid=g] button')`)
-	f := openG(b, c)
-	c.answer(f, page(f, false, 10))
-	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 11.0 })
-	own := msg(5, -2, "u", "hi")
-	own["cmid"] = "w-1"
-	c.answer(f, page(f, false, 10, msg(3, -2, "v", "m3"), own, msg(8, -2, "v", "m8")))
-	b.WaitUntil("history shown", `document.querySelectorAll('#messages .msg').length === 3`)
-	roundTrip(t, b) // the older page, and what the outbox does of it, handled
+}
+
+// outboxLetGo fails the test unless the page's outbox is empty, on screen
+// and in sessionStorage, after what happened.
+func outboxLetGo(t *testing.T, b *browsertest.Tab, what string) {
+	t.Helper()
 	outbox := browsertest.Eval[int](b, `document.querySelectorAll('#outbox .msg').length`)
 	stored := browsertest.Eval[string](b, `sessionStorage.getItem('chatd.outbox.u')`)
 	if outbox != 0 || stored != "[]" {
-		t.Fatalf("message 5 (hi) is in the history and still in the outbox (%d shown, stored %s): shown twice, resent at each load", outbox, stored)
+		t.Fatalf("%s, yet the message is still in the outbox (%d shown, stored %s): shown twice, resent at each load", what, outbox, stored)
 	}
 }
 
