@@ -72,6 +72,17 @@ func (r *recorder) bodies(gid string) []string {
 	return out
 }
 
+// bodiesAfter has bob post body to gid, a later message on the same
+// connection, waits until it is delivered and returns gid's bodies: by
+// then whatever the messages before it made the client deliver, by push
+// or pull, is delivered too.
+func (r *recorder) bodiesAfter(t *testing.T, p *peer, gid, body string) []string {
+	t.Helper()
+	p.post(gid, "bob", body)
+	waitFor(t, gid+"'s message "+body, func() bool { return slices.Contains(r.bodies(gid), body) })
+	return r.bodies(gid)
+}
+
 func (r *recorder) len() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
