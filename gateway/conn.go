@@ -206,9 +206,9 @@ type smallBuffers struct {
 }
 
 // The write buffer holds a whole control frame (2 + 125 bytes), so that
-// the WebSocket hands each ping, pong or close frame it writes to the cork
-// in one Write: the pings and pongs serve queues are written between two
-// of them, never into one.
+// the WebSocket hands each pong or close frame it writes to the cork in one
+// Write: the cork's own frames are written between two of them, never into
+// one, and the cork knows the close frame by its first byte.
 const (
 	readBuffer  = 256 // at least a whole control frame: serve peeks one
 	writeBuffer = 128
@@ -253,14 +253,9 @@ func (c *conn) enqueue(o out) {
 func (c *conn) write(items []out) bool {
 	// One deadline for what is written together: a client that takes
 	// longer than WriteTimeout to take it in is too slow.
-	ctx, cancel := context.WithTimeout(context.Background(), c.g.cfg.WriteTimeout)
-	defer cancel()
-	c.cork.hold(ctx)
-	// While corked, the WebSocket's writes only append to the cork's
-	// buffer: they get no deadline of their own (the WebSocket would arm
-	// and disarm a timer per frame for it), the release's write has it.
-	ok := c.writeItems(context.Background(), items)
-	if err := c.cork.release(ctx); err != nil {
+	c.cork.hold(time.Now().Add(c.g.cfg.WriteTimeout))
+	ok := c.writeItems(items)
+	if err := c.cork.release(); err != nil {
 		if ok && !c.closing() {
 			c.close(CloseTooSlow, "write timed out; reconnect and pull what you missed")
 		}
@@ -269,7 +264,7 @@ func (c *conn) write(items []out) bool {
 	return ok
 }
 
-func (c *conn) writeItems(ctx context.Context, items []out) bool {
+func (c *conn) writeItems(items []out) bool {
 	buf := framePool.Get().(*bytes.Buffer)
 	defer framePool.Put(buf)
 	var msgs [][]byte
@@ -278,23 +273,21 @@ func (c *conn) writeItems(ctx context.Context, items []out) bool {
 			msgs = append(msgs, o.msgs...)
 			continue
 		}
-		if !c.writePushes(ctx, buf, msgs) {
+		if !c.writePushes(buf, msgs) {
 			return false
 		}
 		msgs = msgs[:0]
 		if o.ctl != nil {
-			// Between two of the WebSocket's frames (this goroutine wrote
-			// the last), and after none of its close: see writeBuffer.
-			if !c.closing() {
-				c.cork.Write(o.ctl) // corked: into the buffer
+			if !c.wrote(c.cork.ctl(o.ctl)) {
+				return false
 			}
 			continue
 		}
-		if !c.writeFrame(ctx, o.frame, 0) {
+		if !c.writeFrame(o.frame, 0) {
 			return false
 		}
 	}
-	return c.writePushes(ctx, buf, msgs)
+	return c.writePushes(buf, msgs)
 }
 
 // framePool holds the buffers push frames are rendered in.
@@ -302,7 +295,7 @@ var framePool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // writePushes writes msgs as push frames of at most maxPushBatch messages
 // and about maxPushBytes each.
-func (c *conn) writePushes(ctx context.Context, buf *bytes.Buffer, msgs [][]byte) bool {
+func (c *conn) writePushes(buf *bytes.Buffer, msgs [][]byte) bool {
 	for len(msgs) > 0 {
 		buf.Reset()
 		buf.WriteString(`{"op":"push","msgs":[`)
@@ -315,7 +308,7 @@ func (c *conn) writePushes(ctx context.Context, buf *bytes.Buffer, msgs [][]byte
 			n++
 		}
 		buf.WriteString("]}")
-		if !c.writeFrame(ctx, buf.Bytes(), n) {
+		if !c.writeFrame(buf.Bytes(), n) {
 			return false
 		}
 		msgs = msgs[n:]
@@ -323,11 +316,9 @@ func (c *conn) writePushes(ctx context.Context, buf *bytes.Buffer, msgs [][]byte
 	return true
 }
 
-func (c *conn) writeFrame(ctx context.Context, frame []byte, msgs int) bool {
-	if err := c.ws.Write(ctx, websocket.MessageText, frame); err != nil {
-		if !c.closing() {
-			c.close(CloseTooSlow, "write timed out; reconnect and pull what you missed")
-		}
+// writeFrame writes frame, a text frame carrying msgs pushed messages.
+func (c *conn) writeFrame(frame []byte, msgs int) bool {
+	if !c.wrote(c.cork.text(frame)) {
 		return false
 	}
 	c.g.metrics.pushes.Add(int64(msgs))
@@ -335,13 +326,24 @@ func (c *conn) writeFrame(ctx context.Context, frame []byte, msgs int) bool {
 	return true
 }
 
+// wrote reports whether a frame was written (into the cork, or out of it
+// when the cork was full); a write that failed cuts the client as too
+// slow, unless the connection is ending anyway.
+func (c *conn) wrote(err error) bool {
+	if err == nil {
+		return true
+	}
+	if err != errCorkClosed && !c.closing() {
+		c.close(CloseTooSlow, "write timed out; reconnect and pull what you missed")
+	}
+	return false
+}
+
 // writeNow writes before the writer runs (during authentication).
 func (c *conn) writeNow(frame []byte) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.g.cfg.WriteTimeout)
-	defer cancel()
-	c.cork.hold(ctx) // one write for the frame, not one per piece of it
-	c.ws.Write(ctx, websocket.MessageText, frame)
-	c.cork.release(ctx)
+	c.cork.hold(time.Now().Add(c.g.cfg.WriteTimeout))
+	c.cork.text(frame)
+	c.cork.release()
 }
 
 // ping queues a ping (see pingConns); a client that sent nothing since the

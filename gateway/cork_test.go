@@ -3,13 +3,19 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 )
 
-func TestCorkGathersWritesUntilReleasedAndPassesOthersStraightThrough(t *testing.T) {
+func TestCorkGathersFramesUntilReleasedAndPassesTheWebSocketsStraightThrough(t *testing.T) {
 	a, b := net.Pipe()
 	defer a.Close()
 	defer b.Close()
@@ -27,52 +33,59 @@ func TestCorkGathersWritesUntilReleasedAndPassesOthersStraightThrough(t *testing
 		}
 	}()
 
-	if _, err := ck.Write([]byte("ping")); err != nil { // uncorked: straight through
+	pong := []byte{finPong, 0}
+	if _, err := ck.Write(pong); err != nil { // the WebSocket's, uncorked: straight through
 		t.Fatal(err)
 	}
-	if w := <-got; string(w) != "ping" {
+	if w := <-got; !bytes.Equal(w, pong) {
 		t.Fatalf("uncorked write arrived as %q", w)
 	}
-	ck.hold(context.Background())
-	for _, s := range []string{"head", "er+", "payload"} {
-		if _, err := ck.Write([]byte(s)); err != nil {
-			t.Fatal(err)
-		}
+	if err := ck.text([]byte("early")); !errors.Is(err, errUncorked) {
+		t.Fatalf("a frame written without holding the cork: %v, want %v", err, errUncorked)
+	}
+	ck.hold(time.Now().Add(10 * time.Second))
+	if err := ck.text([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if err := ck.ctl(pingFrame); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ck.Write(pong); err != nil { // the WebSocket's, corked: between two frames
+		t.Fatal(err)
 	}
 	select {
 	case w := <-got:
 		t.Fatalf("%q went out while corked", w)
 	case <-time.After(20 * time.Millisecond):
 	}
-	if err := ck.release(context.Background()); err != nil {
+	if err := ck.release(); err != nil {
 		t.Fatal(err)
 	}
-	if w := <-got; string(w) != "header+payload" {
-		t.Fatalf("released as %q, want one write of header+payload", w)
+	want := "\x81\x05hello" + string(pingFrame) + string(pong)
+	if w := <-got; string(w) != want {
+		t.Fatalf("released as %q, want one write of %q", w, want)
 	}
-	if err := ck.release(context.Background()); err != nil { // not corked: nothing to do
+	if err := ck.release(); err != nil { // not corked: nothing to do
 		t.Fatal(err)
 	}
 }
 
-// A client that does not read makes release fail once its ctx ends, with
-// the connection closed, rather than block the writer.
-func TestCorkReleaseGivesUpWhenItsContextEnds(t *testing.T) {
+// A client that does not read makes release fail once hold's deadline
+// passes, with the connection closed, rather than block the writer.
+func TestCorkReleaseGivesUpAtItsDeadline(t *testing.T) {
 	a, b := net.Pipe()
 	defer b.Close()
 	ck := &cork{nc: a}
-	ck.hold(context.Background())
-	ck.Write(bytes.Repeat([]byte("x"), 1000))
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
-	defer cancel()
 	start := time.Now()
-	if err := ck.release(ctx); err == nil {
+	ck.hold(start.Add(50 * time.Millisecond))
+	ck.text(bytes.Repeat([]byte("x"), 1000))
+	if err := ck.release(); err == nil {
 		t.Fatal("release to a peer that never reads succeeded")
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("release took %v to give up", d)
 	}
-	if _, err := a.Write([]byte("y")); err == nil || err == io.ErrShortWrite {
+	if _, err := a.Write([]byte("y")); !errors.Is(err, io.ErrClosedPipe) {
 		t.Fatalf("the connection is still open after the timed-out release (write: %v)", err)
 	}
 }
@@ -87,27 +100,79 @@ func TestCorkHoldsNoMoreThanItsBufferMax(t *testing.T) {
 	got := make(chan int64)
 	go func() { n, _ := io.Copy(io.Discard, b); got <- n }()
 	ck := &cork{nc: a}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	ck.hold(ctx)
+	ck.hold(time.Now().Add(10 * time.Second))
 	piece := bytes.Repeat([]byte("x"), 4<<10)
 	const pieces = 64 // 256 KiB
 	for range pieces {
-		if _, err := ck.Write(piece); err != nil {
+		if err := ck.text(piece); err != nil {
 			t.Fatal(err)
 		}
 		ck.mu.Lock()
 		n := len(*ck.buf)
 		ck.mu.Unlock()
-		if n > corkBufferMax+len(piece) {
-			t.Fatalf("the cork holds %d bytes, over its %d and the write in hand", n, corkBufferMax)
+		if n > corkBufferMax+len(piece)+4 {
+			t.Fatalf("the cork holds %d bytes, over its %d and the frame in hand", n, corkBufferMax)
 		}
 	}
-	if err := ck.release(ctx); err != nil {
+	if err := ck.release(); err != nil {
 		t.Fatal(err)
 	}
 	a.Close()
-	if n := <-got; n != pieces*int64(len(piece)) {
-		t.Fatalf("%d bytes arrived, want %d", n, pieces*len(piece))
+	if n := <-got; n != pieces*int64(4+len(piece)) {
+		t.Fatalf("%d bytes arrived, want %d", n, pieces*(4+len(piece)))
+	}
+}
+
+// The cork's frames are what a WebSocket client reads, at each of the
+// three sizes of length (RFC 6455, 5.2), and none follows the WebSocket's
+// close frame.
+func TestCorkFramesReadByAWebSocketClient(t *testing.T) {
+	sizes := []int{0, 125, 126, 65535, 65536, 300 << 10}
+	after := make(chan error, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sb := &smallBuffers{ResponseWriter: w}
+		ws, err := websocket.Accept(sb, r, nil)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		sb.cork.hold(time.Now().Add(10 * time.Second))
+		for _, n := range sizes {
+			if err := sb.cork.text([]byte(strings.Repeat("a", n))); err != nil {
+				t.Error(err)
+			}
+		}
+		sb.cork.ctl(pingFrame)
+		if err := sb.cork.release(); err != nil {
+			t.Error(err)
+		}
+		ws.Close(websocket.StatusNormalClosure, "bye")
+		sb.cork.hold(time.Now().Add(10 * time.Second))
+		after <- sb.cork.text([]byte("too late"))
+		sb.cork.release()
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, srv.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadLimit(1 << 20)
+	for _, n := range sizes {
+		typ, p, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("reading the frame of %d bytes: %v", n, err)
+		}
+		if typ != websocket.MessageText || len(p) != n || strings.Trim(string(p), "a") != "" {
+			t.Fatalf("read %v of %d bytes, want text of %d", typ, len(p), n)
+		}
+	}
+	_, _, err = c.Read(ctx) // answers the ping, then reads the close
+	if s := websocket.CloseStatus(err); s != websocket.StatusNormalClosure {
+		t.Fatalf("after the frames: %v, want the close frame", err)
+	}
+	if err := <-after; !errors.Is(err, errCorkClosed) {
+		t.Fatalf("a frame after the close frame: %v, want %v", err, errCorkClosed)
 	}
 }
