@@ -65,6 +65,7 @@ type Redis struct {
 	cfg    RedisConfig
 
 	noSetNXGet atomic.Bool // the server rejected SET NX GET (Redis < 7.0)
+	states     cursorBatch // CursorState calls in shared round trips
 }
 
 // NewRedis returns a store on client, which may be a single node or a

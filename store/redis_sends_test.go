@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -127,6 +129,83 @@ func testCursorState(t *testing.T, c redis.UniversalClient) {
 	want := CursorState{Member: Membership{State: MemberJoined, JoinedAt: 2}, Head: 9, Ack: 5, Read: 4}
 	if err != nil || st != want {
 		t.Fatalf("CursorState = %+v, %v; want %+v", st, err, want)
+	}
+}
+
+// testCursorStatesShareRoundTrips: CursorState calls made while another's
+// round trip is under way share the next one, each with its own answer,
+// and one that gives up while queued leaves the others theirs.
+func testCursorStatesShareRoundTrips(t *testing.T, c redis.UniversalClient) {
+	r := newTestRedis(t, c, RedisConfig{})
+	const n = 40
+	appendAll(t, r, msg("g", "s", "a", 100, t0))
+	for i := range n {
+		uid := fmt.Sprintf("u%d", i)
+		applyMembers(t, r, join("g", uid, int64(i)))
+		advanceAcks(t, r, schema.Ack{Gid: "g", Uid: uid, Upto: int64(50 + i)})
+	}
+	gate := &pipelineGate{entered: make(chan struct{}), release: make(chan struct{})}
+	c.AddHook(gate)
+
+	type answer struct {
+		i   int
+		st  CursorState
+		err error
+	}
+	answers := make(chan answer, n+1)
+	ask := func(ctx context.Context, i int) {
+		st, err := r.CursorState(ctx, "g", fmt.Sprintf("u%d", i), nil)
+		answers <- answer{i, st, err}
+	}
+	go ask(context.Background(), 0) // its own round trip, held in the hook
+	<-gate.entered
+	for i := 1; i < n; i++ {
+		go ask(context.Background(), i)
+	}
+	quitter, quit := context.WithCancel(context.Background())
+	go ask(quitter, n) // not a member; gives up while queued
+	for queued, deadline := 0, time.Now().Add(10*time.Second); queued < n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls queued behind the first's round trip after 10 s; want %d", queued, n)
+		}
+		time.Sleep(time.Millisecond)
+		r.states.mu.Lock()
+		queued = len(r.states.queued)
+		r.states.mu.Unlock()
+	}
+	quit()
+	if a := <-answers; a.i != n || !errors.Is(a.err, context.Canceled) {
+		t.Fatalf("the call that gave up while queued answered %+v; want it first, with context.Canceled", a)
+	}
+	close(gate.release)
+	for range n {
+		a := <-answers
+		want := CursorState{Member: Membership{State: MemberJoined, JoinedAt: int64(a.i)}, Head: 100, Ack: int64(50 + a.i), Read: int64(a.i)} // a join reads up to where it joined
+		if a.err != nil || a.st != want {
+			t.Errorf("u%d: CursorState = %+v, %v; want %+v", a.i, a.st, a.err, want)
+		}
+	}
+	if got := gate.pipelines.Load(); got != 2 {
+		t.Errorf("%d calls made %d round trips; want 2 (the first alone, the %d that came during it together)", n+1, got, n)
+	}
+}
+
+// pipelineGate counts pipelines and holds the first until released.
+type pipelineGate struct {
+	pipelines atomic.Int64
+	entered   chan struct{}
+	release   chan struct{}
+}
+
+func (g *pipelineGate) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (g *pipelineGate) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (g *pipelineGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if g.pipelines.Add(1) == 1 {
+			close(g.entered)
+			<-g.release
+		}
+		return next(ctx, cmds)
 	}
 }
 

@@ -31,6 +31,7 @@ func runRedisSuite(t *testing.T, newClient func(t *testing.T) redis.UniversalCli
 		{"SendClaims", testSendClaims},
 		{"MembershipBuilt", testMembershipBuilt},
 		{"CursorState", testCursorState},
+		{"CursorStatesShareRoundTrips", testCursorStatesShareRoundTrips},
 		{"WindowTrimFloor", testWindowTrimFloor},
 		{"WindowPaging", testWindowPaging},
 		{"WindowBefore", testWindowBefore},

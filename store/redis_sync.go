@@ -87,40 +87,64 @@ type CursorState struct {
 
 // CursorState returns uid's CursorState in gid in one round trip, with a
 // leave noted by MarkLeaving taken as projected, and checked against
-// built's replay mark as Membership does.
+// built's replay mark as Membership does. Calls made while another's round
+// trip is under way share the next one (see cursorBatch): when every
+// member of a group acks the same message at once, the acks cost a few
+// round trips, not one each.
 func (r *Redis) CursorState(ctx context.Context, gid, uid string, built *Fence) (CursorState, error) {
-	var (
-		marked    *redis.BoolCmd
-		member    *redis.StringCmd
-		leaving   *redis.StringCmd
-		head      *redis.StringCmd
-		ack, read *redis.FloatCmd
-	)
-	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		marked = built.checkReplayed(ctx, p)
-		member = p.HGet(ctx, membersKey(gid), uid)
-		leaving = p.Get(ctx, leavingKey(gid, uid))
-		head = p.Get(ctx, headKey(gid))
-		ack = p.ZScore(ctx, ackKey(gid), uid)
-		read = p.ZScore(ctx, readKey(gid), uid)
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return CursorState{}, fmt.Errorf("store: cursors of %q in %q: %w", uid, gid, err)
+	return r.states.do(ctx, r, &cursorQuery{gid: gid, uid: uid, built: built})
+}
+
+// cursorQuery is one CursorState call: its commands, then its answer.
+type cursorQuery struct {
+	gid, uid string
+	built    *Fence
+
+	marked    *redis.BoolCmd
+	member    *redis.StringCmd
+	leaving   *redis.StringCmd
+	head      *redis.StringCmd
+	ack, read *redis.FloatCmd
+
+	st   CursorState
+	err  error
+	done chan struct{} // closed once st and err are set; nil for the caller's own round trip
+}
+
+// queue adds q's commands to p.
+func (q *cursorQuery) queue(ctx context.Context, p redis.Pipeliner) {
+	q.marked = q.built.checkReplayed(ctx, p)
+	q.member = p.HGet(ctx, membersKey(q.gid), q.uid)
+	q.leaving = p.Get(ctx, leavingKey(q.gid, q.uid))
+	q.head = p.Get(ctx, headKey(q.gid))
+	q.ack = p.ZScore(ctx, ackKey(q.gid), q.uid)
+	q.read = p.ZScore(ctx, readKey(q.gid), q.uid)
+}
+
+// answer sets q's answer from its commands, once the round trip is done.
+func (q *cursorQuery) answer() {
+	q.st, q.err = q.result()
+}
+
+func (q *cursorQuery) result() (CursorState, error) {
+	for _, c := range []redis.Cmder{q.member, q.leaving, q.head, q.ack, q.read} {
+		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return CursorState{}, fmt.Errorf("store: cursors of %q in %q: %w", q.uid, q.gid, err)
+		}
 	}
-	if err := built.replayed(marked); err != nil {
+	if err := q.built.replayed(q.marked); err != nil {
 		return CursorState{}, err
 	}
-	st := CursorState{Member: Membership{State: MemberNone}, Head: -1, Ack: scoreOr(ack, -1), Read: scoreOr(read, -1)}
-	if v, err := member.Result(); err == nil {
+	st := CursorState{Member: Membership{State: MemberNone}, Head: -1, Ack: scoreOr(q.ack, -1), Read: scoreOr(q.read, -1)}
+	if v, err := q.member.Result(); err == nil {
 		if st.Member, err = parseMembership(v); err != nil {
-			return CursorState{}, fmt.Errorf("store: membership of %q in %q: %w", uid, gid, err)
+			return CursorState{}, fmt.Errorf("store: membership of %q in %q: %w", q.uid, q.gid, err)
 		}
-		st.Member = st.Member.withLeave(leaving.Val())
+		st.Member = st.Member.withLeave(q.leaving.Val())
 	}
-	h, ok, err := optionalMsgID(head)
+	h, ok, err := optionalMsgID(q.head)
 	if err != nil {
-		return CursorState{}, fmt.Errorf("store: head of %q: %w", gid, err)
+		return CursorState{}, fmt.Errorf("store: head of %q: %w", q.gid, err)
 	}
 	if ok {
 		st.Head = h
