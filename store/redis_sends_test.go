@@ -157,10 +157,12 @@ func testCursorStatesShareRoundTrips(t *testing.T, c redis.UniversalClient) {
 		st, err := r.CursorState(ctx, "g", fmt.Sprintf("u%d", i), nil)
 		answers <- answer{i, st, err}
 	}
-	go ask(context.Background(), 0) // its own round trip, held in the hook
+	bounded, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	go ask(bounded, 0) // its own round trip, held in the hook
 	<-gate.entered
 	for i := 1; i < n; i++ {
-		go ask(context.Background(), i)
+		go ask(bounded, i)
 	}
 	quitter, quit := context.WithCancel(context.Background())
 	go ask(quitter, n) // not a member; gives up while queued
@@ -169,9 +171,7 @@ func testCursorStatesShareRoundTrips(t *testing.T, c redis.UniversalClient) {
 			t.Fatalf("%d calls queued behind the first's round trip after 10 s; want %d", queued, n)
 		}
 		time.Sleep(time.Millisecond)
-		r.states.mu.Lock()
-		queued = len(r.states.queued)
-		r.states.mu.Unlock()
+		queued = queuedIn(r, "g")
 	}
 	quit()
 	if a := <-answers; a.i != n || !errors.Is(a.err, context.Canceled) {
@@ -190,11 +190,73 @@ func testCursorStatesShareRoundTrips(t *testing.T, c redis.UniversalClient) {
 	}
 }
 
-// pipelineGate counts pipelines and holds the first until released.
+// testCursorStatesFailTogether: when a shared round trip fails before any
+// command runs (a connection refused at its handshake), every call in it
+// says why, and a group in another lane is not held up meanwhile.
+func testCursorStatesFailTogether(t *testing.T, c redis.UniversalClient) {
+	r := newTestRedis(t, c, RedisConfig{})
+	other := ""
+	for i := 0; i < 1000 && other == ""; i++ {
+		if h := fmt.Sprintf("h%d", i); r.states.lane(h) != r.states.lane("g") {
+			other = h
+		}
+	}
+	if other == "" {
+		t.Fatal("no group of 1000 in another lane than g's")
+	}
+	applyMembers(t, r, join(other, "u", 3))
+	down := errors.New("refused at the handshake")
+	gate := &pipelineGate{entered: make(chan struct{}), release: make(chan struct{}), fail: down}
+	c.AddHook(gate)
+
+	const n = 4
+	errs := make(chan error, n)
+	bounded, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	ask := func() {
+		_, err := r.CursorState(bounded, "g", "u", nil)
+		errs <- err
+	}
+	go ask()
+	<-gate.entered
+	for range n - 1 {
+		go ask()
+	}
+	for deadline := time.Now().Add(10 * time.Second); queuedIn(r, "g") < n-1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d calls queued after 10 s; want %d", queuedIn(r, "g"), n-1)
+		}
+	}
+	gate.fail = nil // the other lane's round trip runs
+	quick, cancelQuick := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancelQuick()
+	st, err := r.CursorState(quick, other, "u", nil)
+	if err != nil || st.Member.State != MemberJoined {
+		t.Fatalf("%s while g's round trip is held: %+v, %v; want joined, at once", other, st, err)
+	}
+	gate.fail = down
+	close(gate.release)
+	for range n {
+		if err := <-errs; !errors.Is(err, down) {
+			t.Errorf("a call in the failed round trip answered %v; want %v", err, down)
+		}
+	}
+}
+
+func queuedIn(r *Redis, gid string) int {
+	l := r.states.lane(gid)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.queued)
+}
+
+// pipelineGate counts pipelines and holds the first until released; with
+// fail set, pipelines fail with it before any command runs.
 type pipelineGate struct {
 	pipelines atomic.Int64
 	entered   chan struct{}
 	release   chan struct{}
+	fail      error
 }
 
 func (g *pipelineGate) DialHook(next redis.DialHook) redis.DialHook          { return next }
@@ -204,6 +266,9 @@ func (g *pipelineGate) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 		if g.pipelines.Add(1) == 1 {
 			close(g.entered)
 			<-g.release
+		}
+		if g.fail != nil {
+			return g.fail
 		}
 		return next(ctx, cmds)
 	}

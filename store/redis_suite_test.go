@@ -32,6 +32,7 @@ func runRedisSuite(t *testing.T, newClient func(t *testing.T) redis.UniversalCli
 		{"MembershipBuilt", testMembershipBuilt},
 		{"CursorState", testCursorState},
 		{"CursorStatesShareRoundTrips", testCursorStatesShareRoundTrips},
+		{"CursorStatesFailTogether", testCursorStatesFailTogether},
 		{"WindowTrimFloor", testWindowTrimFloor},
 		{"WindowPaging", testWindowPaging},
 		{"WindowBefore", testWindowBefore},
