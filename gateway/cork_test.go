@@ -70,6 +70,37 @@ func TestCorkGathersFramesUntilReleasedAndPassesTheWebSocketsStraightThrough(t *
 	}
 }
 
+// The WebSocket's close frame, written while a batch holds the cork, goes
+// out after the frames gathered before it, and none follows it.
+func TestCorkWritesNothingAfterTheCloseFrame(t *testing.T) {
+	a, b := net.Pipe()
+	defer b.Close()
+	got := make(chan []byte)
+	go func() { w, _ := io.ReadAll(b); got <- w }()
+	ck := &cork{nc: a}
+	ck.hold(time.Now().Add(10 * time.Second))
+	if err := ck.text([]byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	closeFrame := []byte{finClose, 2, 0x03, 0xe8} // 1000, normal closure
+	if _, err := ck.Write(closeFrame); err != nil {
+		t.Fatal(err)
+	}
+	if err := ck.text([]byte("after")); !errors.Is(err, errCorkClosed) {
+		t.Errorf("a text frame after the close frame: %v, want %v", err, errCorkClosed)
+	}
+	if err := ck.ctl(pingFrame); !errors.Is(err, errCorkClosed) {
+		t.Errorf("a ping after the close frame: %v, want %v", err, errCorkClosed)
+	}
+	if err := ck.release(); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	if w, want := <-got, "\x81\x06before"+string(closeFrame); string(w) != want {
+		t.Fatalf("the connection carried %q, want %q", w, want)
+	}
+}
+
 // A client that does not read makes release fail once hold's deadline
 // passes, with the connection closed, rather than block the writer.
 func TestCorkReleaseGivesUpAtItsDeadline(t *testing.T) {
