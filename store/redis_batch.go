@@ -119,7 +119,7 @@ func roundTrip(ctx context.Context, r *Redis, qs []*cursorQuery) {
 		}
 	}
 	for _, q := range qs {
-		q.answer()
+		q.st, q.err = q.result()
 	}
 }
 

@@ -121,11 +121,7 @@ func (q *cursorQuery) queue(ctx context.Context, p redis.Pipeliner) {
 	q.read = p.ZScore(ctx, readKey(q.gid), q.uid)
 }
 
-// answer sets q's answer from its commands, once the round trip is done.
-func (q *cursorQuery) answer() {
-	q.st, q.err = q.result()
-}
-
+// result is q's answer, from its commands, once the round trip is done.
 func (q *cursorQuery) result() (CursorState, error) {
 	for _, c := range []redis.Cmder{q.member, q.leaving, q.head, q.ack, q.read} {
 		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
