@@ -3,10 +3,11 @@ package store
 import (
 	"context"
 	"errors"
-	"hash/fnv"
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/groupchat/chatd/topics"
 )
 
 // cursorBatchMax is the most CursorState calls one round trip carries.
@@ -38,11 +39,9 @@ func (b *cursorBatch) do(ctx context.Context, r *Redis, q *cursorQuery) (CursorS
 	return b.lane(q.gid).do(ctx, r, q)
 }
 
-// lane is gid's lane.
+// lane is gid's lane, by the hash that places a group's records.
 func (b *cursorBatch) lane(gid string) *cursorLane {
-	h := fnv.New32a()
-	h.Write([]byte(gid))
-	return &b.lanes[h.Sum32()%cursorLanes]
+	return &b.lanes[topics.Partition(gid, cursorLanes)]
 }
 
 func (l *cursorLane) do(ctx context.Context, r *Redis, q *cursorQuery) (CursorState, error) {
