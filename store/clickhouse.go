@@ -206,11 +206,7 @@ func checkPosition(partition int32, offset int64) error {
 // one batch. MsgID is the record offset. Inserting a message again is
 // harmless.
 func (c *ClickHouse) InsertMessages(ctx context.Context, partition int32, msgs []schema.Message) error {
-	rows := make([]MessageRow, len(msgs))
-	for i := range msgs {
-		rows[i] = MessageRow{Message: msgs[i], Partition: partition}
-	}
-	return c.InsertMessageRows(ctx, rows)
+	return c.insertMessages(ctx, len(msgs), func(i int) (*schema.Message, int32) { return &msgs[i], partition })
 }
 
 // MessageRow is a message with the partition of its chat.messages record
@@ -223,20 +219,26 @@ type MessageRow struct {
 // InsertMessageRows inserts rows, from any partitions, in one batch.
 // Inserting a message again is harmless.
 func (c *ClickHouse) InsertMessageRows(ctx context.Context, rows []MessageRow) error {
-	if len(rows) == 0 {
+	return c.insertMessages(ctx, len(rows), func(i int) (*schema.Message, int32) { return &rows[i].Message, rows[i].Partition })
+}
+
+// insertMessages inserts the n messages that row returns, each with the
+// partition of its record, in one batch: the columns are built straight
+// from the caller's messages, with no copy of them between.
+func (c *ClickHouse) insertMessages(ctx context.Context, n int, row func(i int) (*schema.Message, int32)) error {
+	if n == 0 {
 		return nil
 	}
-	n := len(rows)
 	gids, senders, clientIDs := make([]string, n), make([]string, n), make([]string, n)
 	msgids, sentAts := make([]uint64, n), make([]int64, n)
 	bodies, parts := make([][]byte, n), make([]uint16, n)
-	for i := range rows {
-		m := &rows[i]
-		if err := checkPosition(m.Partition, m.MsgID); err != nil {
+	for i := range n {
+		m, part := row(i)
+		if err := checkPosition(part, m.MsgID); err != nil {
 			return fmt.Errorf("clickhouse: insert messages: message %d of %s: %w", i, m.Gid, err)
 		}
 		gids[i], msgids[i], senders[i], clientIDs[i] = m.Gid, uint64(m.MsgID), m.Sender, m.ClientMsgID
-		sentAts[i], bodies[i], parts[i] = m.SentAt, m.Body, uint16(m.Partition)
+		sentAts[i], bodies[i], parts[i] = m.SentAt, m.Body, uint16(part)
 	}
 	ctx, cancel := c.timeout(ctx)
 	defer cancel()

@@ -140,9 +140,9 @@ func filler(ch *store.ClickHouse, table string, dedupWin time.Duration, stderr i
 			if err != nil {
 				return err
 			}
-			keep := all[:0]
+			keep, pc := all[:0], claims.part(part)
 			for i := range all {
-				if claims.dup(part, &all[i]) {
+				if pc.dup(&all[i], claims.win) {
 					f.dups.Add(1)
 					continue
 				}
@@ -268,21 +268,22 @@ func (c *claims) part(p int) *partClaims {
 	return pc
 }
 
-// dup is called from the one goroutine that reads partition part.
-func (c *claims) dup(part int, m *schema.Message) bool {
+// dup reports whether m is a duplicate send within win (ms) of its claim;
+// if not, m becomes its key's claim. It is called from the one goroutine
+// that reads the partition.
+func (pc *partClaims) dup(m *schema.Message, win int64) bool {
 	if m.ClientMsgID == "" {
 		return false
 	}
-	pc := c.part(part)
 	key := claimKey{m.Gid, m.Sender, m.ClientMsgID}
-	if cl, ok := pc.last[key]; ok && cl.msgid < m.MsgID && abs(m.SentAt-cl.sentAt) <= c.win {
+	if cl, ok := pc.last[key]; ok && cl.msgid < m.MsgID && abs(m.SentAt-cl.sentAt) <= win {
 		return true
 	}
 	pc.last[key] = claim{m.MsgID, m.SentAt}
 	pc.newest = max(pc.newest, m.SentAt)
 	if len(pc.last) > pc.limit {
 		for k, cl := range pc.last {
-			if cl.sentAt < pc.newest-2*c.win {
+			if cl.sentAt < pc.newest-2*win {
 				delete(pc.last, k)
 			}
 		}
