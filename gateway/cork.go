@@ -23,8 +23,9 @@ import (
 // each a select, and a timer for every frame. The WebSocket writes only
 // control frames of its own (its close frame, and a pong to a ping between
 // the pieces of a fragmented message), each in one Write (see
-// writeBuffer), which go straight through when the cork is not held. Once
-// its close frame is written, the cork refuses every frame after it. mu
+// writeBuffer), which go straight through when the cork is not held; its
+// close frame goes out at once even when the cork is held. Once its close
+// frame is written, the cork refuses every frame after it. mu
 // orders every write to the connection, so bytes never pass each other.
 type cork struct {
 	nc       net.Conn
@@ -72,6 +73,14 @@ func (w *cork) Write(p []byte) (int, error) {
 	if err := w.gather(p); err != nil {
 		return 0, err
 	}
+	if w.closed {
+		// The WebSocket may close the connection as soon as its close
+		// frame is written (it does when it answers the client's close):
+		// the frame goes out now, after what gathered before it.
+		if err := w.flush(); err != nil {
+			return 0, err
+		}
+	}
 	return len(p), nil
 }
 
@@ -102,6 +111,14 @@ func (w *cork) frame(head, p []byte) error {
 func (w *cork) gather(p []byte) error {
 	*w.buf = append(*w.buf, p...)
 	if len(*w.buf) < corkBufferMax {
+		return nil
+	}
+	return w.flush()
+}
+
+// flush writes what gathered, if anything.
+func (w *cork) flush() error {
+	if len(*w.buf) == 0 {
 		return nil
 	}
 	err := w.send(*w.buf)
@@ -151,11 +168,7 @@ func (w *cork) release() error {
 	if !w.corked {
 		return nil
 	}
-	buf := w.buf
-	var err error
-	if len(*buf) > 0 {
-		err = w.send(*buf)
-	}
+	buf, err := w.buf, w.flush()
 	w.corked, w.buf = false, nil
 	if cap(*buf) <= corkBufferMax {
 		*buf = (*buf)[:0]

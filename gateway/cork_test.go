@@ -207,3 +207,42 @@ func TestCorkFramesReadByAWebSocketClient(t *testing.T) {
 		t.Fatalf("a frame after the close frame: %v, want %v", err, errCorkClosed)
 	}
 }
+
+// A client's close that comes while a batch holds the cork is answered:
+// the WebSocket closes the connection as soon as it has written its close
+// frame, so the frame (and what gathered before it) cannot wait for the
+// batch's end.
+func TestCorkAnswersAClientsCloseWhileABatchHoldsIt(t *testing.T) {
+	ready := make(chan struct{})
+	released := make(chan error, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sb := &smallBuffers{ResponseWriter: w}
+		ws, err := websocket.Accept(sb, r, nil)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		sb.cork.hold(time.Now().Add(10 * time.Second)) // a batch under way
+		sb.cork.text([]byte("pushed"))
+		close(ready)
+		_, _, err = ws.Read(context.Background()) // takes the client's close and answers it
+		if websocket.CloseStatus(err) != websocket.StatusNormalClosure {
+			t.Errorf("server read: %v, want the client's close", err)
+		}
+		released <- sb.cork.release() // the batch ends
+	}))
+	defer srv.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, srv.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ready
+	if err := c.Close(websocket.StatusNormalClosure, "bye"); err != nil {
+		t.Errorf("the client's close was not answered: %v", err)
+	}
+	if err := <-released; err != nil {
+		t.Errorf("release after the close handshake: %v", err)
+	}
+}
