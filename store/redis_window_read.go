@@ -105,6 +105,11 @@ func (r *Redis) windowRange(ctx context.Context, gid string, args redis.ZRangeAr
 	if wr.Messages, err = decodeWindowMembers(rng.Val()); err != nil {
 		return WindowRange{}, err
 	}
+	// A late append (an old owner of the partition that stalled between
+	// reading the floor and writing) adds messages the window has trimmed
+	// since, and its trim removes them one command later: they are not the
+	// window's, and a page built on them would repeat or skip messages.
+	wr.Messages = slices.DeleteFunc(wr.Messages, func(m schema.Message) bool { return m.MsgID <= wr.Floor })
 	return wr, nil
 }
 
@@ -163,7 +168,7 @@ func (r *Redis) PersistedPrevs(ctx context.Context, consumer, topic string, part
 	}
 	type q struct {
 		win   *redis.ZSliceCmd
-		floor *redis.IntCmd
+		floor *redis.StringCmd
 	}
 	pipe := r.client.Pipeline()
 	pos := pipe.HGet(ctx, offsetsKey(consumer), offsetField(topic, part))
@@ -173,7 +178,7 @@ func (r *Redis) PersistedPrevs(ctx context.Context, consumer, topic string, part
 		qs[gid] = q{
 			win: pipe.ZRevRangeByScoreWithScores(ctx, windowKey(gid),
 				&redis.ZRangeBy{Max: "(" + strconv.FormatInt(id, 10), Min: "-inf", Count: 1}),
-			floor: pipe.Exists(ctx, floorKey(gid)),
+			floor: pipe.Get(ctx, floorKey(gid)),
 		}
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
@@ -202,11 +207,18 @@ func (r *Redis) PersistedPrevs(ctx context.Context, consumer, topic string, part
 		if next < min(id, seenFrom) {
 			continue
 		}
-		win, floor := qs[gid].win.Val(), qs[gid].floor.Val()
+		win := qs[gid].win.Val()
+		floor, trimmed, err := optionalMsgID(qs[gid].floor)
+		if err != nil {
+			return nil, fmt.Errorf("store: persisted prevs: floor of %q: %w", gid, err)
+		}
 		switch {
-		case len(win) > 0:
+		case len(win) > 0 && (!trimmed || int64(win[0].Score) > floor):
 			out[gid] = int64(win[0].Score)
-		case floor == 0 && whole:
+		case len(win) > 0:
+			// At or below the floor: a late append's message that its
+			// trim has yet to remove (see windowRange), not the window's.
+		case !trimmed && whole:
 			out[gid] = -1
 		}
 	}

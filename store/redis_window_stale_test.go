@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"math"
 	"sync"
 	"testing"
 
@@ -63,5 +64,62 @@ func TestALateAppendOfTrimmedMessagesKeepsTheFloor(t *testing.T) {
 	}
 	if !slicesEqual(ids, span(10, 14)) {
 		t.Errorf("Window(after 4) = %v, want 10..14", ids)
+	}
+}
+
+// Between a late append's ZADD and the trim that follows it, the window
+// holds messages below its floor that are not its own. A reader must not
+// take them: a pull joining ClickHouse's messages up to the floor with
+// them would repeat messages, a page scrolling up would skip from them to
+// the floor, and a fan-out taking one for a group's prev would let a
+// client accept the next message over the gap.
+func TestAWindowReadDuringALateAppendSeesNothingBelowTheFloor(t *testing.T) {
+	srv := testserver.NewRedis(t)
+	ctx := context.Background()
+	cfg := RedisConfig{WindowSize: 5}
+	reader := newTestRedis(t, newServerClient(t, srv), cfg)
+	owner := newTestRedis(t, newServerClient(t, srv), cfg)
+	lc := newServerClient(t, srv)
+	late := newTestRedis(t, lc, cfg)
+	if err := owner.SaveOffsets(ctx, "persister", "chat.messages", map[int]int64{0: 15}); err != nil {
+		t.Fatal(err)
+	}
+
+	checked := false
+	read := func(done redis.Cmder) {
+		if done.Name() != "zadd" {
+			return
+		}
+		checked = true
+		wr, err := reader.Window(ctx, "g1", -1, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if wr.Floor != 9 || !slicesEqual(msgIDs(wr.Messages), span(10, 14)) {
+			t.Errorf("Window(after -1) between the late ZADD and its trim = %v with floor %d, want 10..14 with floor 9", msgIDs(wr.Messages), wr.Floor)
+		}
+		wb, err := reader.WindowBefore(ctx, "g1", -1, 10, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(wb.Messages) > 0 {
+			t.Errorf("WindowBefore(after -1, before 10) = %v with floor %d: a page of these skips to the floor", msgIDs(wb.Messages), wb.Floor)
+		}
+		prevs, err := reader.PersistedPrevs(ctx, "persister", "chat.messages", 0, math.MaxInt64, map[string]int64{"g1": 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p, ok := prevs["g1"]; ok && p != 9 {
+			t.Errorf("PersistedPrevs before 10 = %d, want 9 or unknown: a client holding %d would take 10 over the gap", p, p)
+		}
+	}
+	lc.AddHook(afterFloorsRead{once: &sync.Once{}, run: func() {
+		appendAll(t, owner, batchOf("g1", span(0, 4)...)...)
+		appendAll(t, owner, batchOf("g1", span(5, 14)...)...) // window 10..14, floor 9
+		lc.AddHook(splitPipelines{between: read})
+	}})
+	appendAll(t, late, batchOf("g1", span(0, 4)...)...)
+	if !checked {
+		t.Fatal("the late append made no ZADD of its own; the test no longer reads between its ZADD and its trim")
 	}
 }
