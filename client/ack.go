@@ -37,9 +37,13 @@ func (c *Client) deliverLoop() {
 			if len(c.queue) == c.cfg.MaxQueued/2 {
 				c.resumePullsLocked()
 			}
+			again := c.groups[m.Gid].sentBefore(m)
+			if again {
+				c.stats.Duplicates++
+			}
 			c.mu.Unlock()
 
-			if c.cfg.OnMessage != nil {
+			if c.cfg.OnMessage != nil && !again {
 				c.cfg.OnMessage(m)
 			}
 

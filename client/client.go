@@ -118,7 +118,7 @@ func (c *Config) Validate() error {
 type Stats struct {
 	Pushes        int64 // messages received by push
 	Pulled        int64 // messages received in pull pages
-	Duplicates    int64 // messages dropped because their msgid was already received
+	Duplicates    int64 // messages dropped because their msgid was already received, or their send was (sender and client_msg_id)
 	Gaps          int64 // pushes whose prev was not the contiguous cursor, or unknown (outside a pull)
 	Pulls         int64 // pull requests sent
 	Delivered     int64 // OnMessage calls

@@ -14,7 +14,10 @@
 // A gap that a complete pull does not close (the server's store lags behind
 // its pushes) is pulled again with back-off. Messages are deduplicated by
 // msgid, so re-deliveries after a lost ack, a resend or a reconnect never
-// reach the application twice within the life of a Client.
+// reach the application twice within the life of a Client; and by sender
+// and client_msg_id among a group's last 1,000 messages, so a resend that
+// was written twice (the server stores it once, but may push both) is shown
+// once.
 //
 // Acks carry the newest msgid the application has been handed (OnMessage has
 // returned for it and every predecessor), never more: they are sent per group

@@ -41,6 +41,9 @@ type group struct {
 	pullDue bool // a pull is due from the group's puller
 	puller  bool // the group's puller runs (pullLaterLocked)
 
+	sends     map[string]int64 // sender and cmid of the newest messages handed to OnMessage → msgid
+	sendOrder []string         // their keys, oldest first, at most maxSends
+
 	retaken    int     // retakes in a row (retake.go), until a cursor of the group is accepted
 	retakeBo   backoff // the wait before the sync of a retake in a row
 	retakeWait bool    // a retake's sync waits
@@ -55,6 +58,32 @@ func newGroup(gid string, cursor int64) *group {
 		lock:     make(chan struct{}, 1),
 		retakeBo: backoff{min: retakeMin, max: retakeMax},
 	}
+}
+
+// maxSends bounds the (sender, cmid) keys a group remembers.
+const maxSends = 1000
+
+// sentBefore reports whether m is a second record of a send already handed
+// to OnMessage (same sender and cmid, another msgid: a resend the gateway
+// produced twice, which the fan-out may push), and remembers m's send.
+func (g *group) sentBefore(m protocol.Message) bool {
+	if m.Cmid == "" {
+		return false
+	}
+	key := m.Sender + "\x00" + m.Cmid
+	if id, ok := g.sends[key]; ok {
+		return id != m.MsgID
+	}
+	if g.sends == nil {
+		g.sends = make(map[string]int64)
+	}
+	if len(g.sendOrder) == maxSends {
+		delete(g.sends, g.sendOrder[0])
+		g.sendOrder = g.sendOrder[1:]
+	}
+	g.sends[key] = m.MsgID
+	g.sendOrder = append(g.sendOrder, key)
+	return false
 }
 
 // Open pulls what is missing of group gid (everything after the client's

@@ -346,3 +346,35 @@ func TestPushesOfAGroupNoSyncNamedAreHeldUpToMaxUnnamedHeld(t *testing.T) {
 		t.Fatalf("delivered %q, want the 100 in order", got)
 	}
 }
+
+// A resend the gateway wrote twice is two records of one send. The
+// persister keeps the first only; the fan-out drops the second only while
+// it remembers the first (not across a new assignment), and may push it:
+// the application must see the send once, and the group go on past it.
+func TestASendWrittenTwiceIsHandedOnce(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	c, rec := dial(t, p, "alice", nil)
+	send := func(cmid, body string) protocol.Message {
+		p.pushMu.Lock()
+		defer p.pushMu.Unlock()
+		p.mu.Lock()
+		m := p.appendLocked("g1", "bob", body, cmid)
+		p.mu.Unlock()
+		p.push(m)
+		return m
+	}
+	send("b-1", "hello")
+	send("b-1", "hello") // the second record of the same send
+	last := send("b-2", "later")
+	waitFor(t, "later", func() bool { return slices.Contains(rec.bodies("g1"), "later") })
+	if got, want := rec.bodies("g1"), []string{"hello", "later"}; !slices.Equal(got, want) {
+		t.Fatalf("handed %q, want %q: one send shown twice", got, want)
+	}
+	if s := c.Stats(); s.Duplicates != 1 {
+		t.Errorf("Stats().Duplicates = %d, want 1", s.Duplicates)
+	}
+	waitFor(t, "the ack past both records", func() bool {
+		acks := p.requests(protocol.OpAck)
+		return len(acks) > 0 && *acks[len(acks)-1].Upto == last.MsgID
+	})
+}
