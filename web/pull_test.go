@@ -83,3 +83,35 @@ func TestAGroupPushedBeforeItsSyncListsItIsSyncedAgain(t *testing.T) {
 		map[string]any{"gid": "g2", "head": 8, "ack": 4, "read": 4, "unread": 4, "unread_exact": true}}})
 	b.WaitUntil("g2 listed", `document.querySelector('#groups li[data-gid=g2] .badge')?.textContent === '4'`)
 }
+
+// A resend the server wrote twice comes as two pushes of one send (same
+// sender and cmid, two msgids): the history keeps the first only. The page
+// shows the send once, and goes on past the second record: the next
+// message is shown and acked.
+func TestASendWrittenTwiceIsShownOnce(t *testing.T) {
+	p, b, c := listed(t, 10, 10, 10)
+	f := openG(b, c)
+	c.answer(f, page(f, false, 10))
+	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 11.0 })
+	c.answer(f, page(f, false, 10, msg(10, noPrev, "v", "m10")))
+	b.WaitUntil("the history shown", `document.querySelectorAll('#messages .msg').length === 1`)
+
+	first, second := msg(11, 10, "v", "hello"), msg(12, 11, "v", "hello")
+	second["cmid"] = first["cmid"]
+	c.write(map[string]any{"op": "push", "msgs": []any{first}})
+	c.write(map[string]any{"op": "push", "msgs": []any{second, msg(13, 12, "v", "later")}})
+	b.WaitUntil("later shown", `chat.group('g').contig === 13 && document.querySelectorAll('#messages .msg').length >= 3`)
+	if got, want := b.Bodies(), []string{"m10", "hello", "later"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("the page shows %q, want %q: one send shown twice", got, want)
+	}
+	if n := browsertest.Eval[int](b, `chat.stats.duplicates`); n != 1 {
+		t.Errorf("the page counted %d duplicates, want 1", n)
+	}
+	flushCursors(t, b)
+	if top := p.maxCursor("ack"); top != 13 {
+		t.Errorf("the page acked up to %d, want 13: past the second record of the send", top)
+	}
+	if pr := b.TakeProblems(); len(pr) > 0 {
+		t.Errorf("the page logged errors: %v", pr)
+	}
+}

@@ -23,7 +23,7 @@ import { Outbox } from './outbox.js';
 import * as frames from './frames.js';
 import { recovery } from './recovery.js';
 import { receipts, MAX_COUNTS } from './receipts.js';
-import { groups, insertSorted, MAX_BUF } from './groups.js';
+import { groups, insertSorted, MAX_BUF, sentBefore } from './groups.js';
 
 const PAGE = 100; // a forward pull page
 const OLDER_PAGE = 50; // a page when scrolling up
@@ -295,15 +295,21 @@ export class Chat extends EventTarget {
   accept(g, msgs) {
     if (msgs.length === 0) return;
     let outbox = false;
+    const shown = [];
     for (const m of msgs) {
-      g.msgs.set(m.msgid, m);
-      insertSorted(g.order, m.msgid);
       g.contig = Math.max(g.contig, m.msgid);
       g.head = Math.max(g.head, m.msgid);
+      if (sentBefore(g, m)) {
+        this.stats.duplicates++;
+        continue;
+      }
+      g.msgs.set(m.msgid, m);
+      insertSorted(g.order, m.msgid);
       if (m.sender === this.uid && g.pending.delete(m.cmid)) outbox = true;
+      shown.push(m);
     }
     this.cursors.received(g, msgs.length);
-    this.emit('messages', { gid: g.gid, msgs, older: false });
+    if (shown.length > 0) this.emit('messages', { gid: g.gid, msgs: shown, older: false });
     if (outbox) this.outbox.changed(g);
     if (!g.opened) this.forgetOld(g, KEEP_CLOSED);
   }

@@ -33,7 +33,25 @@ export function newGroup(gid) {
     unacked: 0, ackDue: 0, readWant: -1, readDue: 0,
     counts: new Map(), // msgid -> {read, audience}, for my messages
     pending: new Map(), // cmid -> outgoing message not yet shown
+    sends: new Map(), // sender + cmid -> msgid of the last MAX_SENDS shown, oldest first
   };
+}
+
+// MAX_SENDS: the sends a group remembers, to show a resend written twice
+// (two msgids, one send) once.
+export const MAX_SENDS = 1000;
+
+// sentBefore reports whether m repeats a send shown under another msgid
+// (a resend the server wrote twice: its history keeps the first, but both
+// may be pushed), and remembers m's send.
+export function sentBefore(g, m) {
+  if (!m.cmid) return false;
+  const key = `${m.sender}\u0000${m.cmid}`;
+  const id = g.sends.get(key);
+  if (id !== undefined) return id !== m.msgid;
+  if (g.sends.size >= MAX_SENDS) g.sends.delete(g.sends.keys().next().value);
+  g.sends.set(key, m.msgid);
+  return false;
 }
 
 export function insertSorted(arr, v) {
