@@ -160,35 +160,21 @@ func TestCorkHoldsNoMoreThanItsBufferMax(t *testing.T) {
 func TestCorkFramesReadByAWebSocketClient(t *testing.T) {
 	sizes := []int{0, 125, 126, 65535, 65536, 300 << 10}
 	after := make(chan error, 1)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sb := &smallBuffers{ResponseWriter: w}
-		ws, err := websocket.Accept(sb, r, nil)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		sb.cork.hold(time.Now().Add(10 * time.Second))
+	c, ctx := corkedServer(t, func(ws *websocket.Conn, ck *cork) {
 		for _, n := range sizes {
-			if err := sb.cork.text([]byte(strings.Repeat("a", n))); err != nil {
+			if err := ck.text([]byte(strings.Repeat("a", n))); err != nil {
 				t.Error(err)
 			}
 		}
-		sb.cork.ctl(pingFrame)
-		if err := sb.cork.release(); err != nil {
+		ck.ctl(pingFrame)
+		if err := ck.release(); err != nil {
 			t.Error(err)
 		}
 		ws.Close(websocket.StatusNormalClosure, "bye")
-		sb.cork.hold(time.Now().Add(10 * time.Second))
-		after <- sb.cork.text([]byte("too late"))
-		sb.cork.release()
-	}))
-	defer srv.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, _, err := websocket.Dial(ctx, srv.URL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+		ck.hold(time.Now().Add(10 * time.Second))
+		after <- ck.text([]byte("too late"))
+		ck.release()
+	})
 	c.SetReadLimit(1 << 20)
 	for _, n := range sizes {
 		typ, p, err := c.Read(ctx)
@@ -199,7 +185,7 @@ func TestCorkFramesReadByAWebSocketClient(t *testing.T) {
 			t.Fatalf("read %v of %d bytes, want text of %d", typ, len(p), n)
 		}
 	}
-	_, _, err = c.Read(ctx) // answers the ping, then reads the close
+	_, _, err := c.Read(ctx) // answers the ping, then reads the close
 	if s := websocket.CloseStatus(err); s != websocket.StatusNormalClosure {
 		t.Fatalf("after the frames: %v, want the close frame", err)
 	}
@@ -215,29 +201,15 @@ func TestCorkFramesReadByAWebSocketClient(t *testing.T) {
 func TestCorkAnswersAClientsCloseWhileABatchHoldsIt(t *testing.T) {
 	ready := make(chan struct{})
 	released := make(chan error, 1)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sb := &smallBuffers{ResponseWriter: w}
-		ws, err := websocket.Accept(sb, r, nil)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		sb.cork.hold(time.Now().Add(10 * time.Second)) // a batch under way
-		sb.cork.text([]byte("pushed"))
+	c, _ := corkedServer(t, func(ws *websocket.Conn, ck *cork) { // a batch under way
+		ck.text([]byte("pushed"))
 		close(ready)
-		_, _, err = ws.Read(context.Background()) // takes the client's close and answers it
+		_, _, err := ws.Read(context.Background()) // takes the client's close and answers it
 		if websocket.CloseStatus(err) != websocket.StatusNormalClosure {
 			t.Errorf("server read: %v, want the client's close", err)
 		}
-		released <- sb.cork.release() // the batch ends
-	}))
-	defer srv.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, _, err := websocket.Dial(ctx, srv.URL, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+		released <- ck.release() // the batch ends
+	})
 	<-ready
 	if err := c.Close(websocket.StatusNormalClosure, "bye"); err != nil {
 		t.Errorf("the client's close was not answered: %v", err)
@@ -245,4 +217,28 @@ func TestCorkAnswersAClientsCloseWhileABatchHoldsIt(t *testing.T) {
 	if err := <-released; err != nil {
 		t.Errorf("release after the close handshake: %v", err)
 	}
+}
+
+// corkedServer serves one WebSocket whose frames go through a cork, held
+// for a batch when serve begins, and returns a client connected to it.
+func corkedServer(t *testing.T, serve func(ws *websocket.Conn, ck *cork)) (*websocket.Conn, context.Context) {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sb := &smallBuffers{ResponseWriter: w}
+		ws, err := websocket.Accept(sb, r, nil)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		sb.cork.hold(time.Now().Add(10 * time.Second))
+		serve(ws, sb.cork)
+	}))
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	c, _, err := websocket.Dial(ctx, srv.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, ctx
 }
