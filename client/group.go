@@ -41,8 +41,8 @@ type group struct {
 	pullDue bool // a pull is due from the group's puller
 	puller  bool // the group's puller runs (pullLaterLocked)
 
-	sends     map[string]int64 // sender and cmid of the newest messages handed to OnMessage → msgid
-	sendOrder []string         // their keys, oldest first, at most maxSends
+	sends     map[sendKey]int64 // the sends of the newest messages handed to OnMessage → msgid
+	sendOrder []sendKey         // their keys, oldest first, at most maxSends
 
 	retaken    int     // retakes in a row (retake.go), until a cursor of the group is accepted
 	retakeBo   backoff // the wait before the sync of a retake in a row
@@ -60,8 +60,12 @@ func newGroup(gid string, cursor int64) *group {
 	}
 }
 
-// maxSends bounds the (sender, cmid) keys a group remembers.
+// maxSends bounds the sends a group remembers.
 const maxSends = 1000
+
+// sendKey is a send: its sender and client_msg_id (the strings the message
+// holds already; no key built per message).
+type sendKey struct{ sender, cmid string }
 
 // sentBefore reports whether m is a second record of a send already handed
 // to OnMessage (same sender and cmid, another msgid: a resend the gateway
@@ -70,12 +74,12 @@ func (g *group) sentBefore(m protocol.Message) bool {
 	if m.Cmid == "" {
 		return false
 	}
-	key := m.Sender + "\x00" + m.Cmid
+	key := sendKey{m.Sender, m.Cmid}
 	if id, ok := g.sends[key]; ok {
 		return id != m.MsgID
 	}
 	if g.sends == nil {
-		g.sends = make(map[string]int64)
+		g.sends = make(map[sendKey]int64)
 	}
 	if len(g.sendOrder) == maxSends {
 		delete(g.sends, g.sendOrder[0])
