@@ -287,7 +287,13 @@ func (f *Fanout) Handle(ctx context.Context, part int, recs []Record[schema.Mess
 				c, ok = p.claims.get(key, now)
 			}
 			if ok && c.msgid < msgid && store.SameSend(m.SentAt, c.sentAt, f.dedupWin) {
+				// Not pushed, but still the group's last record: the
+				// persister decides the send against a claim that expires
+				// by its own clock, and may keep it. The next message
+				// names it as prev, so a client without it pulls and
+				// gets what the persister kept.
 				dups++
+				prev[m.Gid] = msgid
 				continue
 			}
 			claims[key] = claim{msgid: msgid, sentAt: m.SentAt}
