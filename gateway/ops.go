@@ -98,8 +98,11 @@ func (g *Gateway) send(ctx context.Context, uid string, r *protocol.Request) (an
 		}
 	}
 	msg := schema.Message{Gid: r.Gid, Sender: uid, ClientMsgID: r.Cmid, SentAt: time.Now().UnixMilli(), Body: []byte(r.Body)}
+	// Once claimed, the send runs to its end even if the client goes away:
+	// a produce cut short may still be written, and a claim given back for
+	// it would let the resend write the message again.
 	stop := g.holdSend(ctx, r.Gid, uid, r.Cmid)
-	id, err := g.cfg.Producer.SendMessage(ctx, &msg)
+	id, err := g.cfg.Producer.SendMessage(context.WithoutCancel(ctx), &msg)
 	stop()
 	if err != nil {
 		if aerr := g.cfg.Redis.AbortSend(context.WithoutCancel(ctx), r.Gid, uid, r.Cmid); aerr != nil {
@@ -174,7 +177,8 @@ func (g *Gateway) cursor(ctx context.Context, uid string, r *protocol.Request) (
 	}
 	upto := *r.Upto
 	if m.State == store.MemberLeft && upto > m.LeftAt {
-		return nil, protocol.Errorf(protocol.CodeLeft, "you left %s at msgid %d; you cannot %s past it", r.Gid, m.LeftAt, r.Op)
+		return nil, g.unlessJoining(ctx, r.Gid, uid, "added back to",
+			protocol.Errorf(protocol.CodeLeft, "you left %s at msgid %d; you cannot %s past it", r.Gid, m.LeftAt, r.Op))
 	}
 	if perr := g.checkHead(ctx, r.Gid, cur.Head, upto, r.Op); perr != nil {
 		return nil, perr

@@ -1,0 +1,113 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/groupchat/chatd/protocol"
+	"github.com/groupchat/chatd/topics"
+)
+
+// holdMessageProduce holds the next produce request to chat.messages until
+// the returned release is called; held is closed once it is being held.
+func holdMessageProduce(e *env) (held chan struct{}, release func()) {
+	c := e.broker.Cluster()
+	held = make(chan struct{})
+	rel := make(chan struct{})
+	var once sync.Once
+	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		for _, tp := range req.(*kmsg.ProduceRequest).Topics {
+			if tp.Topic != topics.Messages {
+				continue
+			}
+			first := false
+			once.Do(func() { first = true })
+			if first {
+				close(held)
+				c.SleepControl(func() { <-rel })
+			}
+		}
+		return nil, nil, false
+	})
+	var ronce sync.Once
+	return held, func() { ronce.Do(func() { close(rel) }) }
+}
+
+// A client of the HTTP API that goes away while its send is being
+// produced (its request's context ends) resends with the same cmid: the
+// record was written after all, so the resend is answered with its msgid
+// and writes nothing. (Over WebSocket a connection's context ends only
+// after the requests in flight on it return.)
+func TestAnHTTPSendWhoseClientWentAwayIsResentOnce(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g1", "alice", "bob")
+	e.parts["persister"].stop() // the persister lags behind (as under load)
+	held, release := holdMessageProduce(e)
+	defer release()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		req, _ := http.NewRequestWithContext(ctx, "POST", e.gws[0].srv.URL+"/v1/groups/g1/messages",
+			strings.NewReader(`{"cmid":"c1","body":"hi"}`))
+		req.Header.Set("Authorization", "Bearer "+e.token("alice"))
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the send's produce never reached the broker")
+	}
+	cancel() // the client goes away mid-send
+	<-done
+	time.Sleep(500 * time.Millisecond)
+	release() // the record is written after all
+	waitFor(t, "the first record", 10*time.Second, func() bool { return e.topicEndsOf(topics.Messages) >= 1 })
+
+	st, f := e.http("POST", "/v1/groups/g1/messages", e.token("alice"), map[string]any{"cmid": "c1", "body": "hi"})
+	n := e.topicEndsOf(topics.Messages)
+	t.Logf("resend answered %d %v; chat.messages holds %d records", st, f, n)
+	if f["op"] != "accepted" {
+		t.Fatalf("resend: %d %v", st, f)
+	}
+	if n != 1 || f["msgid"] != float64(0) {
+		t.Fatalf("resend after a disconnect mid-send: %d records written and answered msgid %v; want 1 record, answered with its msgid 0", n, f["msgid"])
+	}
+}
+
+// A member added back, whose join is written but not yet projected, acks
+// a message sent after the join (the fan-out, which reads chat.members
+// itself, pushed it to them). The send path answers unavailable then
+// (retry); an ack must not be told left_group, which clients give up on.
+func TestAnAckOfAMemberBeingAddedBackIsNotLeftGroup(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g1", "alice", "bob")
+	e.removeMember("g1", "alice")
+	e.parts["members"].stop() // the member projector lags behind
+	if st, out := e.http("POST", "/v1/admin/groups/g1/members", adminToken, map[string]any{"uid": "alice"}); st != 200 {
+		t.Fatalf("add alice back: %d %v", st, out)
+	}
+	st, f := e.http("POST", "/v1/groups/g1/messages", e.token("bob"), map[string]any{"cmid": "b1", "body": "welcome back"})
+	if f["op"] != "accepted" {
+		t.Fatalf("bob's send: %d %v", st, f)
+	}
+	msgid := int64(f["msgid"].(float64))
+	_, send := e.http("POST", "/v1/groups/g1/messages", e.token("alice"), map[string]any{"cmid": "a1", "body": "hi"})
+	for _, op := range []string{"ack", "read"} {
+		st, f = e.http("POST", "/v1/groups/g1/"+op, e.token("alice"), map[string]any{"upto": msgid})
+		t.Logf("%s upto %d while alice's join is being applied: %d %v (a send: %v)", op, msgid, st, f, send)
+		if code(f) == string(protocol.CodeLeft) {
+			t.Errorf("%s of a member being added back: %d %v, want ok or unavailable, as a send gets (%v)", op, st, f, code(send))
+		}
+	}
+}
