@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"maps"
 	"slices"
 	"strconv"
@@ -41,8 +42,9 @@ type group struct {
 	pullDue bool // a pull is due from the group's puller
 	puller  bool // the group's puller runs (pullLaterLocked)
 
-	sends     map[sendKey]int64 // the sends of the newest messages handed to OnMessage → msgid
-	sendOrder []sendKey         // their keys, oldest first, at most maxSends
+	sends     map[uint64]int64 // the sends (sendHash) of the newest messages handed to OnMessage → msgid
+	sendOrder []uint64         // their keys, a ring of at most maxSends
+	sendNext  int              // the oldest key in sendOrder once it is full
 
 	retaken    int     // retakes in a row (retake.go), until a cursor of the group is accepted
 	retakeBo   backoff // the wait before the sync of a retake in a row
@@ -63,9 +65,22 @@ func newGroup(gid string, cursor int64) *group {
 // maxSends bounds the sends a group remembers.
 const maxSends = 1000
 
-// sendKey is a send: its sender and client_msg_id (the strings the message
-// holds already; no key built per message).
-type sendKey struct{ sender, cmid string }
+// sendSeed keys the hashes of sends: a different one in every process, so
+// that nothing outside can aim two sends at one hash.
+var sendSeed = maphash.MakeSeed()
+
+// sendHash is a send's key: a hash of its sender and client_msg_id. A
+// group remembers hashes, not the strings: its memory of sends holds no
+// pointer for the collector to follow, and two sends share a hash about
+// once in 2^64 tries.
+func sendHash(sender, cmid string) uint64 {
+	var h maphash.Hash
+	h.SetSeed(sendSeed)
+	h.WriteString(sender)
+	h.WriteByte(0)
+	h.WriteString(cmid)
+	return h.Sum64()
+}
 
 // sentBefore reports whether m is a second record of a send already handed
 // to OnMessage (same sender and cmid, another msgid: a resend the gateway
@@ -74,19 +89,21 @@ func (g *group) sentBefore(m protocol.Message) bool {
 	if m.Cmid == "" {
 		return false
 	}
-	key := sendKey{m.Sender, m.Cmid}
+	key := sendHash(m.Sender, m.Cmid)
 	if id, ok := g.sends[key]; ok {
 		return id != m.MsgID
 	}
 	if g.sends == nil {
-		g.sends = make(map[sendKey]int64)
+		g.sends = make(map[uint64]int64)
 	}
-	if len(g.sendOrder) == maxSends {
-		delete(g.sends, g.sendOrder[0])
-		g.sendOrder = g.sendOrder[1:]
+	if len(g.sendOrder) < maxSends {
+		g.sendOrder = append(g.sendOrder, key)
+	} else {
+		delete(g.sends, g.sendOrder[g.sendNext])
+		g.sendOrder[g.sendNext] = key
+		g.sendNext = (g.sendNext + 1) % maxSends
 	}
 	g.sends[key] = m.MsgID
-	g.sendOrder = append(g.sendOrder, key)
 	return false
 }
 

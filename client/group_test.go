@@ -378,3 +378,39 @@ func TestASendWrittenTwiceIsHandedOnce(t *testing.T) {
 		return len(acks) > 0 && *acks[len(acks)-1].Upto == last.MsgID
 	})
 }
+
+// A group remembers the sends of its last maxSends messages: a second
+// record of one of them is a duplicate, the same record again (a retake)
+// or another sender's cmid is not, and the oldest is forgotten first.
+func TestAGroupRemembersItsLastSends(t *testing.T) {
+	g := newGroup("g1", -1)
+	msg := func(id int64, sender, cmid string) protocol.Message {
+		return protocol.Message{Gid: "g1", MsgID: id, Sender: sender, Cmid: cmid}
+	}
+	for i := range int64(maxSends) {
+		if g.sentBefore(msg(i, "bob", fmt.Sprint("c", i))) {
+			t.Fatalf("message %d taken for a second record", i)
+		}
+	}
+	cases := []struct {
+		m    protocol.Message
+		want bool
+	}{
+		{msg(5, "bob", "c5"), false},           // the same record again
+		{msg(maxSends, "alice", "c5"), false},  // another sender's cmid
+		{msg(maxSends+1, "bob", "c6"), true},   // a second record of c6
+		{msg(maxSends+2, "bob", ""), false},    // no cmid
+		{msg(maxSends+3, "bob", "new"), false}, // remembered; the oldest (c0, c1) forgotten
+		{msg(maxSends+4, "bob", "c0"), false},  // forgotten
+		{msg(maxSends+5, "bob", "c3"), true},   // still remembered
+		{msg(maxSends+6, "bob", "new"), true},  // a second record of new
+	}
+	for _, c := range cases {
+		if got := g.sentBefore(c.m); got != c.want {
+			t.Errorf("sentBefore(msgid %d, %s, %q) = %v, want %v", c.m.MsgID, c.m.Sender, c.m.Cmid, got, c.want)
+		}
+	}
+	if len(g.sends) != maxSends || len(g.sendOrder) != maxSends {
+		t.Errorf("a group remembers %d sends (%d in order), want %d", len(g.sends), len(g.sendOrder), maxSends)
+	}
+}
