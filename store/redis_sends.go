@@ -165,10 +165,20 @@ func (r *Redis) ExtendSend(ctx context.Context, gid, uid, cmid string, inflight 
 	return nil
 }
 
+// abortSendScript drops a claim that is still pending. One that holds a
+// msgid is another attempt's answer: its claim was taken after this one's
+// lapsed, and it finished.
+var abortSendScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == 'pending' then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+`)
+
 // AbortSend drops a pending claim after a failed produce, so a retry can
-// produce at once.
+// produce at once. A send answered meanwhile keeps its answer.
 func (r *Redis) AbortSend(ctx context.Context, gid, uid, cmid string) error {
-	if err := r.client.Del(ctx, sendKey(gid, uid, cmid)).Err(); err != nil {
+	if err := abortSendScript.Run(ctx, r.client, []string{sendKey(gid, uid, cmid)}).Err(); err != nil {
 		return fmt.Errorf("store: abort send: %w", err)
 	}
 	return nil

@@ -88,6 +88,28 @@ func testSendClaims(t *testing.T, c redis.UniversalClient) {
 		t.Fatalf("resend answered %d, want the first record 10", id)
 	}
 
+	// The claim lapsed, the resend produced msgid 12 and finished, and
+	// then the first attempt failed: its abort leaves the answer alone, or
+	// a third resend would produce again.
+	begin("aborted", SendClaimed)
+	if err := c.Del(ctx, sendKey("g", "u", "aborted")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	begin("aborted", SendClaimed)
+	finish("aborted", 12, 12)
+	if err := r.AbortSend(ctx, "g", "u", "aborted"); err != nil {
+		t.Fatal(err)
+	}
+	if id := begin("aborted", SendDone); id != 12 {
+		t.Fatalf("resend after a lapsed attempt's abort answered %d, want 12", id)
+	}
+	// A pending claim is dropped by its abort: the retry produces at once.
+	begin("failed", SendClaimed)
+	if err := r.AbortSend(ctx, "g", "u", "failed"); err != nil {
+		t.Fatal(err)
+	}
+	begin("failed", SendClaimed)
+
 	// The same, with the first record finishing first.
 	begin("twice-again", SendClaimed)
 	if err := c.Del(ctx, sendKey("g", "u", "twice-again")).Err(); err != nil {
