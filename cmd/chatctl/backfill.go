@@ -243,7 +243,7 @@ type partClaims struct {
 	start, first int64
 }
 
-type claim struct{ msgid, sentAt int64 }
+type claim struct{ msgid, sentAt int64 } // sentAt clamped as the persister's claims (store.ClaimSentAt)
 
 // claimKey is what a send is deduplicated by. A struct of the decoded
 // strings, not their concatenation: no allocation per message.
@@ -276,11 +276,11 @@ func (pc *partClaims) dup(m *schema.Message, win int64) bool {
 		return false
 	}
 	key := claimKey{m.Gid, m.Sender, m.ClientMsgID}
-	if cl, ok := pc.last[key]; ok && cl.msgid < m.MsgID && abs(m.SentAt-cl.sentAt) <= win {
+	if cl, ok := pc.last[key]; ok && cl.msgid < m.MsgID && store.SameSend(m.SentAt, cl.sentAt, win) {
 		return true
 	}
-	pc.last[key] = claim{m.MsgID, m.SentAt}
-	pc.newest = max(pc.newest, m.SentAt)
+	pc.last[key] = claim{m.MsgID, store.ClaimSentAt(m.SentAt)}
+	pc.newest = max(pc.newest, store.ClaimSentAt(m.SentAt))
 	if len(pc.last) > pc.limit {
 		for k, cl := range pc.last {
 			if cl.sentAt < pc.newest-2*win {
@@ -316,16 +316,9 @@ func (c *claims) claimOriginals(ctx context.Context, ch *store.ClickHouse, part 
 	for _, m := range found {
 		k := claimKey{m.Gid, m.Sender, m.ClientMsgID}
 		if cl, ok := pc.last[k]; !ok || (cl.msgid < pc.start && cl.msgid < m.MsgID) {
-			pc.last[k] = claim{m.MsgID, m.SentAt}
-			pc.newest = max(pc.newest, m.SentAt)
+			pc.last[k] = claim{m.MsgID, store.ClaimSentAt(m.SentAt)}
+			pc.newest = max(pc.newest, store.ClaimSentAt(m.SentAt))
 		}
 	}
 	return nil
-}
-
-func abs(v int64) int64 {
-	if v < 0 {
-		return -v
-	}
-	return v
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/groupchat/chatd/consumers"
 	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
 )
 
@@ -236,5 +237,28 @@ func TestABackfillCutShortSaysHowToGoOn(t *testing.T) {
 	}
 	if n, err := ch.CountMessages(context.Background(), "g"); err != nil || n != 1 {
 		t.Fatalf("messages of g after the backfill cut short: %d (%v), want 1", n, err)
+	}
+}
+
+// The backfill drops a resend as the persister does (store.SameSend): a
+// sent_at so far off that the difference of two overflows an int64 (a
+// broken clock, a poison record) must not make two sends one, or the
+// backfill leaves out a message the persister stored.
+func TestBackfillDecidesDuplicatesAsThePersisterDoes(t *testing.T) {
+	win := (24 * time.Hour).Milliseconds()
+	for _, c := range []struct{ first, resend int64 }{
+		{0, math.MinInt64}, {math.MaxInt64, math.MinInt64}, {math.MinInt64, math.MaxInt64},
+		{math.MaxInt64, math.MaxInt64 - 1}, {1700000000000, 1700000001000}, {1700000000000, 1700000000000 + win + 1},
+	} {
+		pc := newClaims(24 * time.Hour).part(0)
+		a := schema.Message{Gid: "g", Sender: "u", ClientMsgID: "c", MsgID: 1, SentAt: c.first}
+		b := a
+		b.MsgID, b.SentAt = 2, c.resend
+		if pc.dup(&a, win) {
+			t.Fatalf("the first send (sent_at %d) taken for a duplicate", c.first)
+		}
+		if got, want := pc.dup(&b, win), store.SameSend(c.resend, c.first, win); got != want {
+			t.Errorf("sent_at %d, then %d: the backfill says duplicate %v, the persister %v", c.first, c.resend, got, want)
+		}
 	}
 }
