@@ -202,13 +202,34 @@ func (n *ReceiptNotifier) flush(ctx context.Context, now time.Time) error {
 	return errors.Join(errs...)
 }
 
+// maxHeadWaits is how many flushes a span waits for the group's head to
+// reach the newest message read (see group).
+const maxHeadWaits = 20
+
 // group renders one receipts frame per sender of the messages in s. It
 // reports false, rendering nothing, while the receipt projection has not
-// yet applied the receipts that made s dirty.
+// yet applied the receipts that made s dirty, or the persister has not yet
+// added the newest message read to the window.
 func (n *ReceiptNotifier) group(ctx context.Context, gid string, s span, frames map[string][]byte) (bool, error) {
 	inRange, err := n.Redis.WindowUpTo(ctx, gid, s.lo, s.hi, n.Recent)
-	if err != nil || len(inRange) == 0 {
-		return true, err
+	if err != nil {
+		return false, err
+	}
+	if (len(inRange) == 0 || inRange[len(inRange)-1].MsgID < s.hi) && s.waits < maxHeadWaits {
+		// A member reads what the fan-out pushed, which runs ahead of the
+		// persister: the message read may not be in the window yet, and
+		// its count would be lost. Wait for the head to reach it (a few
+		// times only: the second record of a resend is never persisted).
+		head, err := n.Redis.Head(ctx, gid)
+		if err != nil {
+			return false, err
+		}
+		if head < s.hi {
+			return false, nil
+		}
+	}
+	if len(inRange) == 0 {
+		return true, nil
 	}
 	st, err := n.Redis.ReadState(ctx, gid)
 	if err != nil {

@@ -134,7 +134,15 @@ func TestReceiptNotifierForgetsQuietGroups(t *testing.T) {
 	if _, err := n.Runner(p.base); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.Handle(ctx, 0, []Record[schema.Receipt]{{Event: schema.Receipt{Gid: "q", Uid: "r", Upto: 3, At: 1}}}); err != nil {
+	// Message 3 of q is in the window, and r's read of it applied.
+	if err := p.redis.AppendWindow(ctx, nil, []schema.Message{{Gid: "q", Sender: "s", ClientMsgID: "c3", SentAt: 1, Body: []byte("x"), MsgID: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	read := schema.Receipt{Gid: "q", Uid: "r", Upto: 3, At: 1}
+	if err := p.redis.AdvanceReads(ctx, []schema.Receipt{read}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Handle(ctx, 0, []Record[schema.Receipt]{{Event: read}}); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now()
@@ -306,4 +314,53 @@ func senderAndReaders(t *testing.T, readers ...string) *pipeline {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// A member reads a message the fan-out pushed before the persister added
+// it to the window (the fan-out runs ahead of it). The read's count must
+// still reach the sender once the message is in the window, not be
+// rendered from the window without it and forgotten.
+func TestReceiptNotifierWaitsForTheMessageReadToBePersisted(t *testing.T) {
+	p := senderAndReaders(t, "r")
+	ctx := context.Background()
+	pushes := senderOnline(t, p)
+	n := &ReceiptNotifier{Redis: p.redis, Interval: time.Second}
+	if _, err := n.Runner(p.base); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	read := func(upto, offset int64) {
+		ev := schema.Receipt{Gid: "g", Uid: "r", Upto: upto, At: 1}
+		if err := p.redis.AdvanceReads(ctx, []schema.Receipt{ev}); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.Handle(ctx, 0, []Record[schema.Receipt]{{Offset: offset, Event: ev}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flush := func(times int) {
+		for range times {
+			now = now.Add(2 * time.Second)
+			if err := n.flush(ctx, now); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	read(2, 0)
+	flush(1)
+	<-pushes
+	read(3, 1) // 3 is in the log and was pushed to r; the persister has yet to add it
+	flush(3)
+	if err := p.redis.AppendWindow(ctx, nil, []schema.Message{{Gid: "g", Sender: "s", ClientMsgID: "c3", SentAt: 1, Body: []byte("x"), MsgID: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	flush(3)
+	select {
+	case b := <-pushes:
+		if got := string(b.Items[0].Msg); !strings.Contains(got, `{"msgid":3,"read":1,"audience":1}`) {
+			t.Fatalf("the sender was pushed %s, want message 3 read by 1", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the sender was never told that message 3 was read")
+	}
 }
