@@ -1,6 +1,7 @@
 package web
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -76,5 +77,26 @@ func TestAnOlderPageLostToADisconnectIsAskedAgain(t *testing.T) {
 	}
 	if f == nil || f["before"] != 91.0 {
 		t.Fatalf("back online with the view at the top, the page pulled %v, want the older page before 91 again; page %s", f, b.State())
+	}
+}
+
+// A resend written twice (50 and 51, one cmid): the history keeps 50, and
+// 51 was pushed. Scrolling up to 50 must not show the message twice.
+func TestASendWrittenTwiceIsShownOnceWhenPagedUp(t *testing.T) {
+	_, b, c := listed(t, 50, 50, 50)
+	dup := msg(51, 50, "v", "once")
+	dup["cmid"] = "dup"
+	c.write(map[string]any{"op": "push", "msgs": []any{dup}})
+	b.WaitUntil("51 taken", `chat.group('g').contig === 51`)
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 51.0 })
+	c.answer(f, page(f, false, 51))
+	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 51.0 })
+	first := msg(50, -2, "v", "once")
+	first["cmid"] = "dup"
+	c.answer(f, page(f, false, 51, msg(49, -2, "v", "m49"), first))
+	b.WaitUntil("the older page shown", `document.querySelector('#messages .msg[data-msgid="49"]')`)
+	if got := b.Bodies(); slices.Equal(got, []string{"m49", "once", "once"}) {
+		t.Fatalf("the page shows %q: one send, twice", got)
 	}
 }

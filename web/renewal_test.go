@@ -104,3 +104,19 @@ func watchTokenAnswer(b *browsertest.Tab) func() {
 	})()`)
 	return func() { b.WaitUntil("the token's answer handled", `window.tokenAnswered === true`) }
 }
+
+// A dev server whose every token is refused as bad_token: the page renews
+// the token and dials again, but the redials must back off.
+func TestARefusedRenewedTokenBacksOff(t *testing.T) {
+	var calls atomic.Int32
+	p := newPeerTokens(t, func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.Write([]byte(`{"uid":"u","token":"refused"}`))
+	})
+	b := browsertest.NewTab(t, browsertest.Start(t), "u")
+	signIn(t, p, b)
+	time.Sleep(4 * time.Second)
+	if n := calls.Load(); n > 8 {
+		t.Fatalf("in 4 s the page asked for %d tokens and dialled as often: the redials after bad_token do not back off", n)
+	}
+}

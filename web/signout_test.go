@@ -1,6 +1,7 @@
 package web
 
 import (
+	"net/http"
 	"testing"
 
 	"github.com/chromedp/chromedp"
@@ -29,5 +30,27 @@ func TestTheNextSignInDoesNotShowTheLastUsersGroup(t *testing.T) {
 	shown = append(shown, browsertest.Eval[string](b, `document.getElementById('composer').body.value`))
 	if len(shown) > 1 || shown[0] != "" {
 		t.Fatalf("after signing out and in again the page shows the last user's %q", shown)
+	}
+}
+
+// On a server that hands out no dev tokens the user pastes one. Signing
+// out must not leave it in the form for the next person at this browser,
+// shown in clear and signing them in as the last user at a click.
+func TestSigningOutLeavesNoTokenInTheForm(t *testing.T) {
+	p := newPeerTokens(t, http.NotFound)
+	b := browsertest.NewTab(t, browsertest.Start(t), "u")
+	b.Run(chromedp.Navigate(p.srv.URL+"/"),
+		chromedp.SendKeys(chromedp.CSS(`#signin-form input[name=uid]`), "u"),
+		chromedp.Click(chromedp.CSS(`#signin-form button[type=submit]`)))
+	b.WaitUntil("the token field", `!document.getElementById('token-field').hidden`)
+	b.Run(chromedp.SendKeys(chromedp.CSS(`#signin-form input[name=token]`), "t"),
+		chromedp.Click(chromedp.CSS(`#signin-form button[type=submit]`)))
+	c := p.nextConn()
+	synced(c, c.expect("sync", nil), 10, 10, 10)
+	b.WaitUntil("online", `document.getElementById('status').textContent === 'online'`)
+	b.Run(chromedp.Click(chromedp.CSS(`#signout`)))
+	b.WaitUntil("the sign-in form", `!document.getElementById('signin').hidden`)
+	if tok := browsertest.Eval[string](b, `document.querySelector('#signin-form input[name=token]').value`); tok != "" {
+		t.Fatalf("after signing out the sign-in form still holds the last user's token %q", tok)
 	}
 }

@@ -64,6 +64,7 @@ function signOut(message) {
   $('groups').replaceChildren();
   $('chat-title').textContent = '';
   $('composer').body.value = ''; // a draft
+  $('signin-form').token.value = ''; // the last user's token
   document.title = 'chatd';
   for (const id of ['chat-head', 'scroller', 'composer', 'jump', 'readers']) $(id).hidden = true;
   $('pick').hidden = false;

@@ -114,7 +114,7 @@ export class Chat extends EventTarget {
     if (this.conn.stopped) return; // signed out meanwhile: the page is another session's now
     if (token) {
       this.token = token;
-      this.conn.retryNow();
+      this.conn.redial();
       return;
     }
     this.emit('status', { state: 'signed-out', reason });
@@ -365,7 +365,9 @@ export class Chat extends EventTarget {
       // Closing the group meanwhile forgot the messages the page joined
       // onto: taken, it would leave a hole. Scrolling up asks again.
       if ((g.order.length ? g.order[0] : g.contig + 1) !== before) return 0;
-      const fresh = p.msgs.filter((m) => m.msgid < before && !g.msgs.has(m.msgid));
+      // A resend written twice whose later record is shown already.
+      const shownAs = (m) => m.cmid && g.sends.get(`${m.sender}\u0000${m.cmid}`);
+      const fresh = p.msgs.filter((m) => m.msgid < before && !g.msgs.has(m.msgid) && !g.msgs.has(shownAs(m)));
       let outbox = false;
       for (const m of fresh) {
         g.msgs.set(m.msgid, m);

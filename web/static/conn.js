@@ -103,6 +103,14 @@ export class Conn {
     }
   }
 
+  // redial dials again after the backoff's next delay: a token renewed
+  // after a 4001 that the server refuses again must not be redialled at once.
+  redial() {
+    if (this.ws || this.stopped) return;
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => this.dial(), this.backoff.next());
+  }
+
   // healthy says the session did its first work (chat.js: the sync): the
   // next redial starts from the shortest delay again. Being let in is not
   // enough: a server that accepts the token and then refuses every sync

@@ -92,6 +92,7 @@ export class Cursors {
       } else {
         chat.stats.reads++;
         g.read = Math.max(g.read, upto);
+        if (!g.opened) chat.syncSoon(); // its badge counted what this read
       }
     } catch (e) {
       if (e.code === 'beyond_head') {
