@@ -23,7 +23,7 @@ import { Outbox } from './outbox.js';
 import * as frames from './frames.js';
 import { recovery } from './recovery.js';
 import { receipts, MAX_COUNTS } from './receipts.js';
-import { groups, insertSorted, MAX_BUF, sentBefore } from './groups.js';
+import { groups, insertSorted, MAX_BUF, sentBefore, shownAs } from './groups.js';
 
 const PAGE = 100; // a forward pull page
 const OLDER_PAGE = 50; // a page when scrolling up
@@ -366,8 +366,7 @@ export class Chat extends EventTarget {
       // onto: taken, it would leave a hole. Scrolling up asks again.
       if ((g.order.length ? g.order[0] : g.contig + 1) !== before) return 0;
       // A resend written twice whose later record is shown already.
-      const shownAs = (m) => m.cmid && g.sends.get(`${m.sender}\u0000${m.cmid}`);
-      const fresh = p.msgs.filter((m) => m.msgid < before && !g.msgs.has(m.msgid) && !g.msgs.has(shownAs(m)));
+      const fresh = p.msgs.filter((m) => m.msgid < before && !g.msgs.has(m.msgid) && !g.msgs.has(shownAs(g, m)));
       let outbox = false;
       for (const m of fresh) {
         g.msgs.set(m.msgid, m);

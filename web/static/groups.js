@@ -41,12 +41,18 @@ export function newGroup(gid) {
 // (two msgids, one send) once.
 export const MAX_SENDS = 1000;
 
+// sendKey is what g.sends knows a send by: its sender and cmid.
+const sendKey = (m) => `${m.sender}\u0000${m.cmid}`;
+
+// shownAs is the msgid under which m's send is shown in g, if it is.
+export const shownAs = (g, m) => (m.cmid ? g.sends.get(sendKey(m)) : undefined);
+
 // sentBefore reports whether m repeats a send shown under another msgid
 // (a resend the server wrote twice: its history keeps the first, but both
 // may be pushed), and remembers m's send.
 export function sentBefore(g, m) {
   if (!m.cmid) return false;
-  const key = `${m.sender}\u0000${m.cmid}`;
+  const key = sendKey(m);
   const id = g.sends.get(key);
   if (id !== undefined) return id !== m.msgid;
   if (g.sends.size >= MAX_SENDS) g.sends.delete(g.sends.keys().next().value);
