@@ -238,14 +238,17 @@ func TestResendWaitsForTheSendInFlight(t *testing.T) {
 	alice := e.login(0, "alice")
 	ctx := context.Background()
 	// Another gateway took the claims and is producing.
+	attempts := map[string]string{}
 	for _, cmid := range []string{"c-slow", "c-stuck"} {
-		if c, err := e.redis.BeginSend(ctx, "g1", "alice", cmid, time.Minute, nil); err != nil || c.State != store.SendClaimed {
+		c, err := e.redis.BeginSend(ctx, "g1", "alice", cmid, time.Minute, nil)
+		if err != nil || c.State != store.SendClaimed {
 			t.Fatalf("claim %s: %+v, %v", cmid, c, err)
 		}
+		attempts[cmid] = c.Attempt
 	}
 	go func() {
 		time.Sleep(300 * time.Millisecond)
-		e.redis.FinishSend(ctx, "g1", "alice", "c-slow", 4242, time.Hour)
+		e.redis.FinishSend(ctx, "g1", "alice", "c-slow", attempts["c-slow"], 4242, time.Hour)
 	}()
 	start := time.Now()
 	f := alice.call(map[string]any{"op": "send", "id": "1", "gid": "g1", "cmid": "c-slow", "body": "hi"})

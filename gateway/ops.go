@@ -59,6 +59,7 @@ func (g *Gateway) send(ctx context.Context, uid string, r *protocol.Request) (an
 	if perr != nil {
 		return nil, perr
 	}
+	var claim store.SendClaim
 	for wait := 0; ; wait++ {
 		c, err := g.cfg.Redis.BeginSend(ctx, r.Gid, uid, r.Cmid, sendInflight, built)
 		if err != nil {
@@ -75,7 +76,11 @@ func (g *Gateway) send(ctx context.Context, uid string, r *protocol.Request) (an
 		if c.Member.State != store.MemberJoined {
 			return nil, g.leftSender(ctx, r.Gid, uid)
 		}
+		if c.State == store.SendRemoving {
+			return nil, protocol.Errorf(protocol.CodeUnavailable, "you are being removed from %s; retry in a second", r.Gid)
+		}
 		if c.State == store.SendClaimed {
+			claim = c
 			break
 		}
 		// Another send with this cmid is in flight (the client resent it):
@@ -101,18 +106,18 @@ func (g *Gateway) send(ctx context.Context, uid string, r *protocol.Request) (an
 	// Once claimed, the send runs to its end even if the client goes away:
 	// a produce cut short may still be written, and a claim given back for
 	// it would let the resend write the message again.
-	stop := g.holdSend(ctx, r.Gid, uid, r.Cmid)
+	stop := g.holdSend(ctx, r.Gid, uid, r.Cmid, claim.Attempt)
 	id, err := g.cfg.Producer.SendMessage(context.WithoutCancel(ctx), &msg)
 	stop()
 	if err != nil {
-		if aerr := g.cfg.Redis.AbortSend(context.WithoutCancel(ctx), r.Gid, uid, r.Cmid); aerr != nil {
+		if aerr := g.cfg.Redis.AbortSend(context.WithoutCancel(ctx), r.Gid, uid, r.Cmid, claim.Attempt); aerr != nil {
 			g.log.Warn("cannot release a send claim; a resend waits for it to expire", "err", aerr)
 		}
 		return nil, g.unavailable("send", err)
 	}
 	g.cfg.Metrics.Sent(1)
 	g.metrics.sends.Add(1)
-	first, err := g.cfg.Redis.FinishSend(context.WithoutCancel(ctx), r.Gid, uid, r.Cmid, id, sendKeep)
+	first, err := g.cfg.Redis.FinishSend(context.WithoutCancel(ctx), r.Gid, uid, r.Cmid, claim.Attempt, id, sendKeep)
 	if err != nil {
 		// The message is accepted; only a resend's answer is affected, and
 		// the persister drops the duplicate a resend would produce.
@@ -132,17 +137,17 @@ func (g *Gateway) leftSender(ctx context.Context, gid, uid string) *protocol.Err
 		protocol.Errorf(protocol.CodeLeft, "you left %s; you cannot send to it", gid))
 }
 
-// holdSend renews the send claim of (gid, uid, cmid) every third of
+// holdSend renews attempt's send claim of (gid, uid, cmid) every third of
 // sendInflight until the returned stop is called, so that a produce slower
 // than the claim does not let a resend produce a second record.
-func (g *Gateway) holdSend(ctx context.Context, gid, uid, cmid string) (stop func()) {
+func (g *Gateway) holdSend(ctx context.Context, gid, uid, cmid, attempt string) (stop func()) {
 	var (
 		mu      sync.Mutex
 		stopped bool
 		t       *time.Timer
 	)
 	t = time.AfterFunc(sendInflight/3, func() {
-		if err := g.cfg.Redis.ExtendSend(context.WithoutCancel(ctx), gid, uid, cmid, sendInflight); err != nil {
+		if err := g.cfg.Redis.ExtendSend(context.WithoutCancel(ctx), gid, uid, cmid, attempt, sendInflight); err != nil {
 			g.log.Warn("cannot renew a send claim", "gid", gid, "cmid", cmid, "err", err)
 		}
 		mu.Lock()

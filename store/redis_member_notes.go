@@ -312,15 +312,16 @@ func (r *Redis) Leaving(ctx context.Context, gid string, uids []string) (map[str
 	return out, nil
 }
 
-// ClearLeaving drops the notes of MarkLeaving: a join was written after the
-// leave.
+// ClearLeaving drops the notes of MarkLeaving and MarkRemoving: a join was
+// written after the leave (one at the same position would otherwise find
+// the removal's note its own).
 func (r *Redis) ClearLeaving(ctx context.Context, gid string, uids ...string) error {
 	if len(uids) == 0 {
 		return nil
 	}
-	keys := make([]string, len(uids))
-	for i, uid := range uids {
-		keys[i] = leavingKey(gid, uid)
+	keys := make([]string, 0, 2*len(uids))
+	for _, uid := range uids {
+		keys = append(keys, leavingKey(gid, uid), removingKey(gid, uid))
 	}
 	err := r.execPipe(ctx, func(p redis.Pipeliner) {
 		p.Del(ctx, keys...) // one slot: the keys of a group share its hash tag

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -15,24 +17,30 @@ type SendState uint8
 
 // The states of a send claim.
 const (
-	SendClaimed SendState = iota // new: the caller produces the message
-	SendPending                  // another send with these ids is in flight
-	SendDone                     // accepted before, with the returned msgid
+	SendClaimed  SendState = iota // new: the caller produces the message
+	SendPending                   // another send with these ids is in flight
+	SendDone                      // accepted before, with the returned msgid
+	SendRemoving                  // the sender is being removed (MarkRemoving): no claim taken
 )
 
 // SendClaim is what BeginSend found.
 type SendClaim struct {
-	Member Membership // the sender's membership; no claim is taken unless joined
-	State  SendState  // SendDone whatever the membership; else meaningful only if joined
-	MsgID  int64      // SendDone: the msgid of the first send; else -1
+	Member  Membership // the sender's membership; no claim is taken unless joined
+	State   SendState  // SendDone whatever the membership; else meaningful only if joined
+	MsgID   int64      // SendDone: the msgid of the first send; else -1
+	Attempt string     // SendClaimed: this attempt's claim, for ExtendSend, AbortSend and FinishSend
 }
 
 // The gateway's send claims make a resend answer with the msgid of the
 // first send instead of producing again. They are a fast path: the
 // persister's claims (ClaimSends) remain the authority on duplicates.
 // KEYS: send claim, the group's members, the note of uid's leave
-// (MarkLeaving); ARGV: inflight (ms), uid. A leave noted but not yet
-// projected ends the stretch it names.
+// (MarkLeaving), the note of uid's removal (MarkRemoving), uid's sends in
+// flight; ARGV: inflight (ms), uid, now (unix ms), the attempt. A leave
+// noted but not yet projected ends the stretch it names; a removal noted
+// refuses new claims of the stretch it names. A claim is
+// "pending:<attempt>" in the send claim and the attempt, scored by its
+// expiry, in the sends in flight, whose lapsed entries go with each claim.
 var beginSendScript = redis.NewScript(`
 local m = redis.call('HGET', KEYS[2], ARGV[2])
 local l = redis.call('GET', KEYS[3])
@@ -41,7 +49,12 @@ if m and j and m == 'j:' .. j then m = 'l:' .. l end
 local v = redis.call('GET', KEYS[1])
 if not m or string.sub(m, 1, 1) ~= 'j' then return {m or '', v or ''} end
 if v then return {m, v} end
-redis.call('SET', KEYS[1], 'pending', 'PX', ARGV[1])
+if m == 'j:' .. (redis.call('GET', KEYS[4]) or '') then return {m, 'removing'} end
+local now = tonumber(ARGV[3])
+redis.call('SET', KEYS[1], 'pending:' .. ARGV[4], 'PX', ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
+redis.call('ZADD', KEYS[5], now + tonumber(ARGV[1]), ARGV[4])
+redis.call('PEXPIRE', KEYS[5], ARGV[1])
 return {m, ''}
 `)
 
@@ -50,27 +63,33 @@ return {m, ''}
 // claim expires after inflight unless ExtendSend renews it or FinishSend or
 // AbortSend ends it. A send accepted before is SendDone also when uid has
 // left since: its resend is answered with the first send's msgid. A leave
-// noted by MarkLeaving counts as projected.
+// noted by MarkLeaving counts as projected; while a removal of uid is
+// noted (MarkRemoving), no claim is taken (SendRemoving).
 //
 // When built is not nil, the membership is checked against its replay
 // mark as Membership does; while it is missing, BeginSend claims nothing
 // and fails with ErrReplaying.
 func (r *Redis) BeginSend(ctx context.Context, gid, uid, cmid string, inflight time.Duration, built *Fence) (SendClaim, error) {
 	out := SendClaim{Member: Membership{State: MemberNone}, MsgID: -1}
+	attempt := strconv.FormatUint(rand.Uint64(), 36)
 	var marked *redis.BoolCmd
-	keys := []string{sendKey(gid, uid, cmid), membersKey(gid), leavingKey(gid, uid)}
+	keys := []string{sendKey(gid, uid, cmid), membersKey(gid), leavingKey(gid, uid), removingKey(gid, uid), sendingKey(gid, uid)}
+	args := []any{inflight.Milliseconds(), uid, time.Now().UnixMilli(), attempt}
 	cmds, err := r.runScriptAfter(ctx, func(p redis.Pipeliner) { marked = built.checkReplayed(ctx, p) },
-		beginSendScript, []scriptCall{{keys: keys, args: []any{inflight.Milliseconds(), uid}}})
+		beginSendScript, []scriptCall{{keys: keys, args: args}})
 	if err != nil {
 		return out, fmt.Errorf("store: begin send: %w", err)
 	}
 	if out, err = beginSendResult(out, cmds[0]); err != nil {
 		return out, fmt.Errorf("store: membership of %q in %q: %w", uid, gid, err)
 	}
+	if out.State == SendClaimed {
+		out.Attempt = attempt
+	}
 	if err := built.replayed(marked); err != nil {
 		if out.State == SendClaimed {
 			// The script ran beside the check: give back its claim.
-			if aerr := r.AbortSend(ctx, gid, uid, cmid); aerr != nil {
+			if aerr := r.AbortSend(ctx, gid, uid, cmid, attempt); aerr != nil {
 				err = errors.Join(err, aerr)
 			}
 		}
@@ -93,8 +112,9 @@ func beginSendResult(out SendClaim, cmd *redis.Cmd) (SendClaim, error) {
 			return out, err
 		}
 	}
+	pending := strings.HasPrefix(v[1], "pending")
 	switch {
-	case v[1] != "" && v[1] != "pending":
+	case v[1] != "" && v[1] != "removing" && !pending:
 		if out.MsgID, err = strconv.ParseInt(v[1], 10, 64); err != nil {
 			return out, fmt.Errorf("%w: send claim %q", ErrCorruptValue, v[1])
 		}
@@ -102,16 +122,19 @@ func beginSendResult(out SendClaim, cmd *redis.Cmd) (SendClaim, error) {
 	case out.Member.State != MemberJoined:
 	case v[1] == "":
 		out.State = SendClaimed
-	default:
+	case pending:
 		out.State = SendPending
+	default:
+		out.State = SendRemoving
 	}
 	return out, nil
 }
 
 // finishSendScript records the msgid a send is answered with. KEYS[1] is
 // the gateway's send claim, KEYS[2] the persister's claim of the same
-// (gid, sender, cmid); ARGV is msgid, keep (ms), the oldest sent_at (ms) a
-// persister claim may have to be this send's.
+// (gid, sender, cmid), KEYS[3] the sender's sends in flight; ARGV is
+// msgid, keep (ms), the oldest sent_at (ms) a persister claim may have to
+// be this send's, the attempt.
 //
 // Two records of one send exist when a claim expired while its produce was
 // still in flight (the gateway died, or Kafka took longer than the claim):
@@ -131,57 +154,123 @@ if c then
   if id and at and at >= tonumber(ARGV[3]) and id < best then best = id end
 end
 redis.call('SET', KEYS[1], best, 'PX', ARGV[2])
+redis.call('ZREM', KEYS[3], ARGV[4])
 return best
 `)
 
-// FinishSend records the msgid of an accepted send for keep and returns the
+// FinishSend records the msgid of an accepted send for keep, ends the
+// attempt's claim and returns the
 // msgid to answer with: msgid, or the lower msgid of an earlier record of the
 // same send (see finishSendScript).
-func (r *Redis) FinishSend(ctx context.Context, gid, uid, cmid string, msgid int64, keep time.Duration) (int64, error) {
+func (r *Redis) FinishSend(ctx context.Context, gid, uid, cmid, attempt string, msgid int64, keep time.Duration) (int64, error) {
 	oldest := time.Now().Add(-r.cfg.DedupWindow).UnixMilli()
-	keys := []string{sendKey(gid, uid, cmid), claimKey(gid, uid, cmid)}
-	id, err := finishSendScript.Run(ctx, r.client, keys, msgid, keep.Milliseconds(), oldest).Int64()
+	keys := []string{sendKey(gid, uid, cmid), claimKey(gid, uid, cmid), sendingKey(gid, uid)}
+	id, err := finishSendScript.Run(ctx, r.client, keys, msgid, keep.Milliseconds(), oldest, attempt).Int64()
 	if err != nil {
 		return msgid, fmt.Errorf("store: finish send: %w", err)
 	}
 	return id, nil
 }
 
-// extendSendScript keeps a pending claim alive; a claim already finished
-// or taken over is left alone.
+// extendSendScript keeps an attempt's pending claim alive, in the send
+// claim and in the sender's sends in flight; a claim already finished or
+// taken over by another attempt is left alone. KEYS: send claim, sends in
+// flight; ARGV: inflight (ms), now (unix ms), the attempt.
 var extendSendScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == 'pending' then
+if redis.call('GET', KEYS[1]) == 'pending:' .. ARGV[3] then
+  redis.call('ZADD', KEYS[2], 'XX', tonumber(ARGV[2]) + tonumber(ARGV[1]), ARGV[3])
+  redis.call('PEXPIRE', KEYS[2], ARGV[1])
   return redis.call('PEXPIRE', KEYS[1], ARGV[1])
 end
 return 0
 `)
 
-// ExtendSend renews a pending claim for another inflight while its produce
-// is still running, so that a slow produce is not mistaken for a lost one.
-func (r *Redis) ExtendSend(ctx context.Context, gid, uid, cmid string, inflight time.Duration) error {
-	if err := extendSendScript.Run(ctx, r.client, []string{sendKey(gid, uid, cmid)}, inflight.Milliseconds()).Err(); err != nil {
+// ExtendSend renews an attempt's pending claim for another inflight while
+// its produce is still running, so that a slow produce is not mistaken
+// for a lost one.
+func (r *Redis) ExtendSend(ctx context.Context, gid, uid, cmid, attempt string, inflight time.Duration) error {
+	keys := []string{sendKey(gid, uid, cmid), sendingKey(gid, uid)}
+	if err := extendSendScript.Run(ctx, r.client, keys, inflight.Milliseconds(), time.Now().UnixMilli(), attempt).Err(); err != nil {
 		return fmt.Errorf("store: extend send: %w", err)
 	}
 	return nil
 }
 
-// abortSendScript drops a claim that is still pending. One that holds a
-// msgid is another attempt's answer: its claim was taken after this one's
-// lapsed, and it finished.
+// abortSendScript drops an attempt's claim while it is still pending. One
+// that holds a msgid, or another attempt's, was taken after this one's
+// lapsed. KEYS: send claim, sends in flight; ARGV: the attempt.
 var abortSendScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == 'pending' then
+redis.call('ZREM', KEYS[2], ARGV[1])
+if redis.call('GET', KEYS[1]) == 'pending:' .. ARGV[1] then
   return redis.call('DEL', KEYS[1])
 end
 return 0
 `)
 
-// AbortSend drops a pending claim after a failed produce, so a retry can
-// produce at once. A send answered meanwhile keeps its answer.
-func (r *Redis) AbortSend(ctx context.Context, gid, uid, cmid string) error {
-	if err := abortSendScript.Run(ctx, r.client, []string{sendKey(gid, uid, cmid)}).Err(); err != nil {
+// AbortSend drops an attempt's pending claim after a failed produce, so a
+// retry can produce at once. A send answered meanwhile keeps its answer,
+// and another attempt its claim.
+func (r *Redis) AbortSend(ctx context.Context, gid, uid, cmid, attempt string) error {
+	if err := abortSendScript.Run(ctx, r.client, []string{sendKey(gid, uid, cmid), sendingKey(gid, uid)}, attempt).Err(); err != nil {
 		return fmt.Errorf("store: abort send: %w", err)
 	}
 	return nil
 }
 
+// removeScript notes a removal. KEYS: the note of uid's removal, uid's
+// sends in flight; ARGV: the join position of the stretch being ended,
+// hold (ms), now (unix ms). It returns the sends in flight.
+var removeScript = redis.NewScript(`
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return redis.call('ZCOUNT', KEYS[2], '(' .. ARGV[3], '+inf')
+`)
+
+// MarkRemoving notes, for hold, that uid, a member of gid since joined, is
+// being removed: BeginSend takes no claim of theirs meanwhile
+// (SendRemoving), unless they join gid again. It returns how many sends
+// of uid to gid were claimed before and are still in flight, neither
+// finished, aborted nor lapsed; WaitSends waits for them.
+func (r *Redis) MarkRemoving(ctx context.Context, gid, uid string, joined int64, hold time.Duration) (int, error) {
+	keys := []string{removingKey(gid, uid), sendingKey(gid, uid)}
+	n, err := removeScript.Run(ctx, r.client, keys, joined, max(hold.Milliseconds(), 1), time.Now().UnixMilli()).Int()
+	if err != nil {
+		return 0, fmt.Errorf("store: note the removal of %s from %s: %w", uid, gid, err)
+	}
+	return n, nil
+}
+
+// SendsInFlight returns how many sends of uid to gid are claimed and
+// neither finished, aborted nor lapsed.
+func (r *Redis) SendsInFlight(ctx context.Context, gid, uid string) (int, error) {
+	n, err := r.client.ZCount(ctx, sendingKey(gid, uid), "("+strconv.FormatInt(time.Now().UnixMilli(), 10), "+inf").Result()
+	if err != nil {
+		return 0, fmt.Errorf("store: sends of %s to %s in flight: %w", uid, gid, err)
+	}
+	return int(n), nil
+}
+
+// WaitSends waits until no send of uid to gid is in flight (SendsInFlight),
+// or wait has passed, and returns how many still are. It looks every 5 ms
+// at first, less often as it takes longer.
+func (r *Redis) WaitSends(ctx context.Context, gid, uid string, wait time.Duration) (int, error) {
+	deadline := time.Now().Add(wait)
+	for d := 5 * time.Millisecond; ; d = min(2*d, 200*time.Millisecond) {
+		n, err := r.SendsInFlight(ctx, gid, uid)
+		if err != nil || n == 0 || !time.Now().Before(deadline) {
+			return n, err
+		}
+		t := time.NewTimer(min(d, time.Until(deadline)))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return n, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
 func sendKey(gid, uid, cmid string) string { return groupPrefix(gid) + "sent:" + uid + "/" + cmid }
+
+func sendingKey(gid, uid string) string { return groupPrefix(gid) + "sending:" + uid }
+
+func removingKey(gid, uid string) string { return groupPrefix(gid) + "removing:" + uid }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,18 +22,22 @@ func testSendClaims(t *testing.T, c redis.UniversalClient) {
 	r := newTestRedis(t, c, RedisConfig{})
 	ctx := context.Background()
 	applyMembers(t, r, join("g", "u", -1), join("g", "leaver", -1), leave("g", "leaver", 3))
+	attempts := map[string]string{} // cmid -> its newest claim's attempt
 	begin := func(cmid string, want SendState) int64 {
 		t.Helper()
 		c, err := r.BeginSend(ctx, "g", "u", cmid, time.Second, nil)
-		if err != nil || c.State != want || c.Member.State != MemberJoined {
+		if err != nil || c.State != want || c.Member.State != MemberJoined || (c.Attempt != "") != (want == SendClaimed) {
 			t.Fatalf("BeginSend(%s) = %+v, %v; want a joined member, state %v", cmid, c, err, want)
+		}
+		if c.Attempt != "" {
+			attempts[cmid] = c.Attempt
 		}
 		return c.MsgID
 	}
 
 	finish := func(cmid string, msgid, want int64) {
 		t.Helper()
-		got, err := r.FinishSend(ctx, "g", "u", cmid, msgid, time.Hour)
+		got, err := r.FinishSend(ctx, "g", "u", cmid, attempts[cmid], msgid, time.Hour)
 		if err != nil || got != want {
 			t.Fatalf("FinishSend(%s, %d) = %d, %v; want %d", cmid, msgid, got, err, want)
 		}
@@ -51,7 +56,7 @@ func testSendClaims(t *testing.T, c redis.UniversalClient) {
 
 	// A send accepted before its sender left is still done: a resend of it
 	// gets the first send's msgid, not a refusal.
-	if _, err := r.FinishSend(ctx, "g", "leaver", "before", 2, time.Hour); err != nil {
+	if _, err := r.FinishSend(ctx, "g", "leaver", "before", "a1", 2, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if cl, err := r.BeginSend(ctx, "g", "leaver", "before", time.Second, nil); err != nil || cl.State != SendDone || cl.MsgID != 2 || cl.Member.State != MemberLeft {
@@ -60,7 +65,7 @@ func testSendClaims(t *testing.T, c redis.UniversalClient) {
 
 	// A slow produce keeps its claim: a resend waits instead of producing.
 	begin("slow", SendClaimed)
-	if err := r.ExtendSend(ctx, "g", "u", "slow", time.Hour); err != nil {
+	if err := r.ExtendSend(ctx, "g", "u", "slow", attempts["slow"], time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if ttl := c.PTTL(ctx, sendKey("g", "u", "slow")).Val(); ttl < 59*time.Minute {
@@ -68,7 +73,7 @@ func testSendClaims(t *testing.T, c redis.UniversalClient) {
 	}
 	begin("slow", SendPending)
 	finish("slow", 7, 7)
-	if err := r.ExtendSend(ctx, "g", "u", "slow", time.Hour); err != nil {
+	if err := r.ExtendSend(ctx, "g", "u", "slow", attempts["slow"], time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if id := begin("slow", SendDone); id != 7 {
@@ -92,12 +97,25 @@ func testSendClaims(t *testing.T, c redis.UniversalClient) {
 	// then the first attempt failed: its abort leaves the answer alone, or
 	// a third resend would produce again.
 	begin("aborted", SendClaimed)
+	lapsed := attempts["aborted"]
 	if err := c.Del(ctx, sendKey("g", "u", "aborted")).Err(); err != nil {
 		t.Fatal(err)
 	}
 	begin("aborted", SendClaimed)
+	// While the second attempt is pending, the first's renewal and abort
+	// leave its claim alone: a third resend waits for it.
+	if err := r.ExtendSend(ctx, "g", "u", "aborted", lapsed, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := c.PTTL(ctx, sendKey("g", "u", "aborted")).Val(); ttl > time.Second {
+		t.Fatalf("a lapsed attempt's ExtendSend renewed another's claim: TTL %v", ttl)
+	}
+	if err := r.AbortSend(ctx, "g", "u", "aborted", lapsed); err != nil {
+		t.Fatal(err)
+	}
+	begin("aborted", SendPending)
 	finish("aborted", 12, 12)
-	if err := r.AbortSend(ctx, "g", "u", "aborted"); err != nil {
+	if err := r.AbortSend(ctx, "g", "u", "aborted", lapsed); err != nil {
 		t.Fatal(err)
 	}
 	if id := begin("aborted", SendDone); id != 12 {
@@ -105,7 +123,7 @@ func testSendClaims(t *testing.T, c redis.UniversalClient) {
 	}
 	// A pending claim is dropped by its abort: the retry produces at once.
 	begin("failed", SendClaimed)
-	if err := r.AbortSend(ctx, "g", "u", "failed"); err != nil {
+	if err := r.AbortSend(ctx, "g", "u", "failed", attempts["failed"]); err != nil {
 		t.Fatal(err)
 	}
 	begin("failed", SendClaimed)
@@ -131,6 +149,99 @@ func testSendClaims(t *testing.T, c redis.UniversalClient) {
 	claim(t, r, msg("g", "u", "reused", 5, t0))
 	begin("reused", SendClaimed)
 	finish("reused", 50, 50)
+}
+
+// testSendsOfAMemberBeingRemoved: a removal (MarkRemoving) refuses the
+// member's new sends and counts those claimed before it until each is
+// finished, aborted or lapses; resends of sends accepted before are still
+// answered. The note is of one stretch: a member who joined again, or
+// whose join was written after it (ClearLeaving), sends.
+func testSendsOfAMemberBeingRemoved(t *testing.T, c redis.UniversalClient) {
+	r := newTestRedis(t, c, RedisConfig{})
+	ctx := context.Background()
+	applyMembers(t, r, join("g", "u", 3), join("g", "other", 3))
+	claimed := func(cmid string) SendClaim {
+		t.Helper()
+		cl, err := r.BeginSend(ctx, "g", "u", cmid, time.Minute, nil)
+		if err != nil || cl.State != SendClaimed || cl.Attempt == "" {
+			t.Fatalf("BeginSend(%s) = %+v, %v; want claimed", cmid, cl, err)
+		}
+		return cl
+	}
+	inFlight := func(want int) {
+		t.Helper()
+		if n, err := r.SendsInFlight(ctx, "g", "u"); err != nil || n != want {
+			t.Fatalf("SendsInFlight = %d, %v; want %d", n, err, want)
+		}
+	}
+	done := claimed("done")
+	if _, err := r.FinishSend(ctx, "g", "u", "done", done.Attempt, 5, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	a, b, lapsing := claimed("a"), claimed("b"), claimed("lapsing")
+	// The third lapses: its gateway died mid-produce.
+	if err := c.ZAdd(ctx, sendingKey("g", "u"), redis.Z{Score: float64(time.Now().Add(-time.Second).UnixMilli()), Member: lapsing.Attempt}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	inFlight(2)
+
+	if n, err := r.MarkRemoving(ctx, "g", "u", 4, time.Minute); err != nil || n != 2 {
+		t.Fatalf("MarkRemoving of another stretch = %d, %v; want 2 in flight", n, err)
+	}
+	claimed("not-this-stretch") // the note names another stretch
+	n, err := r.MarkRemoving(ctx, "g", "u", 3, time.Minute)
+	if err != nil || n != 3 {
+		t.Fatalf("MarkRemoving = %d, %v; want 3 sends in flight", n, err)
+	}
+	if cl, err := r.BeginSend(ctx, "g", "u", "new", time.Minute, nil); err != nil || cl.State != SendRemoving || cl.Attempt != "" {
+		t.Fatalf("BeginSend during a removal = %+v, %v; want refused (removing), nothing claimed", cl, err)
+	}
+	if n := c.Exists(ctx, sendKey("g", "u", "new")).Val(); n != 0 {
+		t.Fatal("a send refused during a removal left a claim")
+	}
+	if cl, err := r.BeginSend(ctx, "g", "u", "done", time.Minute, nil); err != nil || cl.State != SendDone || cl.MsgID != 5 {
+		t.Fatalf("resend of a send accepted before the removal = %+v, %v; want done, msgid 5", cl, err)
+	}
+	if cl, err := r.BeginSend(ctx, "g", "other", "o1", time.Minute, nil); err != nil || cl.State != SendClaimed {
+		t.Fatalf("another member's send during the removal = %+v, %v; want claimed", cl, err)
+	}
+
+	if _, err := r.FinishSend(ctx, "g", "u", "a", a.Attempt, 6, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.AbortSend(ctx, "g", "u", "b", b.Attempt); err != nil {
+		t.Fatal(err)
+	}
+	inFlight(1)
+	start := time.Now()
+	if n, err := r.WaitSends(ctx, "g", "u", 200*time.Millisecond); err != nil || n != 1 {
+		t.Fatalf("WaitSends with a send still in flight = %d, %v; want 1 left", n, err)
+	}
+	if d := time.Since(start); d < 200*time.Millisecond {
+		t.Fatalf("WaitSends gave up after %v, before its wait of 200ms", d)
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		r.FinishSend(ctx, "g", "u", "not-this-stretch", lastAttempt(t, c, "not-this-stretch"), 7, time.Hour)
+	}()
+	if n, err := r.WaitSends(ctx, "g", "u", time.Minute); err != nil || n != 0 {
+		t.Fatalf("WaitSends = %d, %v; want 0 once the last send finished", n, err)
+	}
+
+	// Joined again (a join written, its notes cleared): sends go through.
+	if err := r.ClearLeaving(ctx, "g", "u"); err != nil {
+		t.Fatal(err)
+	}
+	claimed("after-join")
+}
+
+// lastAttempt returns the attempt of the pending claim of (g, u, cmid).
+func lastAttempt(t *testing.T, c redis.UniversalClient, cmid string) string {
+	v, err := c.Get(context.Background(), sendKey("g", "u", cmid)).Result()
+	if err != nil {
+		t.Errorf("claim of %s: %v", cmid, err)
+	}
+	return strings.TrimPrefix(v, "pending:")
 }
 
 // testCursorState: the state an ack or read is decided on, in one call.
@@ -325,10 +436,11 @@ func testMembershipBuilt(t *testing.T, c redis.UniversalClient) {
 	}
 	check("before the projector replayed", ErrReplaying)
 	// Nothing claimed: the same cmid, unchecked, is new.
-	if cl, err := r.BeginSend(ctx, "g", "u", "c1", time.Minute, nil); err != nil || cl.State != SendClaimed {
+	cl, err := r.BeginSend(ctx, "g", "u", "c1", time.Minute, nil)
+	if err != nil || cl.State != SendClaimed {
 		t.Fatalf("BeginSend after a refused one = %+v, %v; want claimed (nothing held)", cl, err)
 	}
-	if err := r.AbortSend(ctx, "g", "u", "c1"); err != nil {
+	if err := r.AbortSend(ctx, "g", "u", "c1", cl.Attempt); err != nil {
 		t.Fatal(err)
 	}
 

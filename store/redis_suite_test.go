@@ -29,6 +29,7 @@ func runRedisSuite(t *testing.T, newClient func(t *testing.T) redis.UniversalCli
 		{"ClaimSendsExpiry", testClaimSendsExpiry},
 		{"ClaimSendsAbsurdSentAt", testClaimSendsAbsurdSentAt},
 		{"SendClaims", testSendClaims},
+		{"SendsOfAMemberBeingRemoved", testSendsOfAMemberBeingRemoved},
 		{"MembershipBuilt", testMembershipBuilt},
 		{"CursorState", testCursorState},
 		{"CursorStatesShareRoundTrips", testCursorStatesShareRoundTrips},
