@@ -68,6 +68,15 @@ func (t *memberTable) apply(m kafka.Message, log *slog.Logger) {
 		if g := t.groups[string(gid)]; g != nil {
 			delete(g, string(uid))
 		}
+	case ev.Op == schema.OpLeaving:
+		// A leave is being written at a position at least ev.Pos
+		// (producers.Remove): the member sees nothing past ev.Pos from
+		// here, and the leave, once read, leaves that as it is (a leave
+		// while left changes nothing).
+		if m := t.groups[ev.Gid][ev.Uid]; m.State == store.MemberJoined && ev.HasJoined && ev.Joined == m.JoinedAt {
+			t.groups[ev.Gid][ev.Uid] = store.Membership{State: store.MemberLeft, JoinedAt: m.JoinedAt, LeftAt: max(ev.Pos, m.JoinedAt)}
+		}
+		t.records++
 	default:
 		g := t.groups[ev.Gid]
 		if g == nil {

@@ -264,6 +264,41 @@ func TestFanoutPushesToOnlineMembersInOrderWithPrev(t *testing.T) {
 	}
 }
 
+// A removal writes a leaving before it reads the group's head for the
+// leave (producers.Remove): a message sent between the two lies before
+// the leave, but the fan-out may handle it only after the leave is
+// written, and must not push it to the leaver then. From the leaving on,
+// the member gets nothing past the leaving's position; a leaving of
+// another stretch (a member who joined again since) changes nothing.
+func TestFanoutHoldsBackFromAMemberBeingRemovedWhatFollowsTheLeaving(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 1})
+	const g = "g"
+	for _, uid := range []string{"alice", "dave", "erin"} {
+		p.member(t, g, uid, schema.OpJoin)
+	}
+	n1 := subscribeNode(t, p.redis, "n1")
+	p.online(t, "n1", "alice", "dave", "erin")
+	p.fanout(t, &Fanout{})
+	p.probe(t, n1)
+
+	ctx, now := context.Background(), time.Now()
+	m1 := p.say(t, g, "alice", "", now)
+	if _, err := p.prod.Leaving(ctx, g, "dave", p.joins[g+"/dave"], "test"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.prod.Leaving(ctx, g, "erin", p.joins[g+"/erin"]+1, "test"); err != nil { // another stretch's
+		t.Fatal(err)
+	}
+	m2 := p.say(t, g, "alice", "", now) // sent before dave's leave is written
+	p.member(t, g, "dave", schema.OpLeave)
+	m3 := p.say(t, g, "alice", "", now)
+	waitFor(t, "the pushes of m3", 20*time.Second, func() bool { return n1.has("erin", g, m3) })
+
+	wantPushes(t, n1, "alice", g, []int64{m1, m2, m3}, nil)
+	wantPushes(t, n1, "erin", g, []int64{m1, m2, m3}, nil)
+	wantPushes(t, n1, "dave", g, []int64{m1}, nil)
+}
+
 func TestFanoutSkipsDuplicatesStaleMessagesAndWhatCameBeforeIt(t *testing.T) {
 	p, n1 := aliceAndBobOnline(t)
 	now := time.Now()

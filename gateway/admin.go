@@ -195,6 +195,10 @@ func unjoined(join []string, fresh []bool, i int) []string {
 	return out
 }
 
+// removeWait bounds a removal's wait for the member's sends in flight: as
+// long as an unrenewed send claim lasts.
+const removeWait = sendInflight
+
 func (g *Gateway) removeMember(ctx context.Context, r *http.Request) (any, *protocol.Error) {
 	gid, uid := r.PathValue("gid"), r.PathValue("uid")
 	for _, id := range []string{gid, uid} {
@@ -223,11 +227,19 @@ func (g *Gateway) removeMember(ctx context.Context, r *http.Request) (any, *prot
 	}
 	// Once it writes, the removal runs to its end even if the caller goes
 	// away: a retry before the projection finds the leave noted, where a
-	// leave written but not noted would have it write a second one.
+	// leave written but not noted would have it write a second one. It
+	// refuses the member's new sends and waits for those in flight first
+	// (producers.Remove).
 	wctx := context.WithoutCancel(ctx)
-	ev, err := g.cfg.Producer.Leave(wctx, gid, uid, m.JoinedAt, "admin")
+	ev, pending, err := g.cfg.Producer.Remove(wctx, gid, uid, m.JoinedAt, "admin", g.cfg.Redis, g.cfg.JoinHold, removeWait)
 	if err != nil {
-		return nil, g.unavailable("membership change", err)
+		g.log.Warn("a removal failed", "gid", gid, "uid", uid, "err", err)
+		return nil, protocol.Errorf(protocol.CodeUnavailable,
+			"the removal of %s from %s did not finish (the broker or Redis is unavailable); %s may get no pushes of %s until it does: retry it shortly", uid, gid, uid, gid)
+	}
+	if pending > 0 {
+		g.log.Warn("a removal waited for the member's sends in flight and gave up; their messages may follow the leave",
+			"gid", gid, "uid", uid, "sends", pending, "waited", removeWait)
 	}
 	// A join after this leave is a new one, however soon it comes.
 	if err := g.cfg.Redis.MarkLeaving(wctx, gid, uid, m.JoinedAt, ev.Pos, g.cfg.JoinHold); err != nil {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/groupchat/chatd/protocol"
+	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/topics"
 )
 
@@ -109,5 +111,65 @@ func TestAnAckOfAMemberBeingAddedBackIsNotLeftGroup(t *testing.T) {
 		if code(f) == string(protocol.CodeLeft) {
 			t.Errorf("%s of a member being added back: %d %v, want ok or unavailable, as a send gets (%v)", op, st, f, code(send))
 		}
+	}
+}
+
+// A removal waits for the member's sends in flight and refuses new ones
+// before it reads the group's head for the leave: a send claimed before
+// the removal lies at or before the leave (its sender can pull it, no one
+// sees a message from one who had left), and one after it is refused with
+// unavailable, which the client retries until it learns it has left.
+func TestARemovalWaitsForTheMembersSendsInFlight(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g1", "alice", "bob")
+	held, release := holdMessageProduce(e)
+	defer release()
+
+	sent := make(chan map[string]any, 1)
+	go func() {
+		_, f := e.http("POST", "/v1/groups/g1/messages", e.token("alice"), map[string]any{"cmid": "c1", "body": "last words"})
+		sent <- f
+	}()
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the send's produce never reached the broker")
+	}
+	members := e.topicEndsOf(topics.Members)
+	removed := make(chan error, 1)
+	go func() {
+		st, out := e.http("DELETE", "/v1/admin/groups/g1/members/alice", adminToken, nil)
+		if st != 200 {
+			removed <- fmt.Errorf("removal answered %d %v", st, out)
+			return
+		}
+		removed <- nil
+	}()
+	waitFor(t, "the removal's leaving record", 10*time.Second, func() bool { return e.topicEndsOf(topics.Members) > members })
+
+	st, f := e.http("POST", "/v1/groups/g1/messages", e.token("alice"), map[string]any{"cmid": "c2", "body": "too late"})
+	if st != 503 || f["code"] != "unavailable" || !strings.Contains(fmt.Sprint(f["message"]), "being removed") {
+		t.Errorf("a send during the removal answered %d %v; want 503 unavailable, being removed", st, f)
+	}
+	select {
+	case err := <-removed:
+		t.Fatalf("the removal finished while the member's send was in flight (%v)", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+
+	release()
+	f = <-sent
+	if f["op"] != "accepted" {
+		t.Fatalf("the send in flight answered %v", f)
+	}
+	if err := <-removed; err != nil {
+		t.Fatal(err)
+	}
+	leave := e.lastMemberEvent("g1", "alice")
+	if msgid := int64(f["msgid"].(float64)); leave.Op != schema.OpLeave || leave.Pos < msgid {
+		t.Fatalf("alice's last member record: %+v; want a leave at or after her message %d", leave, msgid)
+	}
+	if n := e.topicEndsOf(topics.Messages); n != 1 {
+		t.Errorf("chat.messages holds %d records, want the one sent before the removal", n)
 	}
 }

@@ -28,6 +28,69 @@ func (p *Producer) Leave(ctx context.Context, gid, uid string, joined int64, by 
 	return p.changeMember(ctx, schema.Member{Gid: gid, Uid: uid, Op: schema.OpLeave, By: by, HasJoined: true, Joined: joined})
 }
 
+// Leaving records that a leave of uid from gid (the stretch that began at
+// joined) is about to be written: the fan-out pushes nothing of gid after
+// the group's current position to uid from the moment it reads it. Remove
+// writes it; it changes no membership.
+func (p *Producer) Leaving(ctx context.Context, gid, uid string, joined int64, by string) (schema.Member, error) {
+	return p.changeMember(ctx, schema.Member{Gid: gid, Uid: uid, Op: schema.OpLeaving, By: by, HasJoined: true, Joined: joined})
+}
+
+// SendGate is what Remove needs of the gateways' send claims
+// (store.Redis).
+type SendGate interface {
+	// MarkRemoving refuses the sends of uid to gid (a member since joined)
+	// claimed from now on, for hold, and returns how many claimed before
+	// are still being produced.
+	MarkRemoving(ctx context.Context, gid, uid string, joined int64, hold time.Duration) (int, error)
+	// WaitSends waits, at most wait, until no send of uid to gid is being
+	// produced, and returns how many still are.
+	WaitSends(ctx context.Context, gid, uid string, wait time.Duration) (int, error)
+}
+
+// Remove writes the leave of uid from gid, a member since joined, so that
+// the leaver sees nothing sent after their leave and sends nothing past
+// it. A leave's position is the group's head when it is written, and
+// neither the sends nor the fan-out order themselves against a record of
+// another topic, so before it reads the head Remove
+//
+//   - refuses the member's new sends and waits, at most wait, for those
+//     being produced (gate; nil: no gateway claims to wait for), whose
+//     messages then lie at or before the leave;
+//   - writes a Leaving record, after which the fan-out holds back from
+//     uid every message past the head read for it: a message past the
+//     leave is written after the Leaving, read by the fan-out after that
+//     again, and the fan-out catches up with chat.members before it pushes
+//     (messages between the two positions stay to be pulled).
+//
+// It returns the leave written and how many sends were still being
+// produced when the wait ended (their messages may lie past the leave).
+// A Remove that fails after the Leaving leaves the member without pushes
+// until a Remove of them succeeds or they join again: the caller says to
+// retry.
+func (p *Producer) Remove(ctx context.Context, gid, uid string, joined int64, by string, gate SendGate, hold, wait time.Duration) (schema.Member, int, error) {
+	pending := 0
+	if gate != nil {
+		n, err := gate.MarkRemoving(ctx, gid, uid, joined, hold)
+		if err != nil {
+			return schema.Member{}, 0, err
+		}
+		pending = n
+	}
+	if _, err := p.Leaving(ctx, gid, uid, joined, by); err != nil {
+		return schema.Member{}, 0, err
+	}
+	if pending > 0 {
+		n, err := gate.WaitSends(ctx, gid, uid, wait)
+		if err != nil {
+			return schema.Member{}, 0, err
+		}
+		pending = n
+	}
+	ev, err := p.Leave(ctx, gid, uid, joined, by)
+	return ev, pending, err
+}
+
 func (p *Producer) changeMember(ctx context.Context, m schema.Member) (schema.Member, error) {
 	for _, id := range []string{m.Gid, m.Uid} {
 		if err := schema.ValidID(id); err != nil {

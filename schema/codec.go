@@ -91,7 +91,7 @@ func DecodeMember(b []byte) (Member, error) {
 	m.Gid = d.id("gid")
 	m.Uid = d.id("uid")
 	m.Op = MemberOp(d.byte("op"))
-	if d.err == nil && m.Op != OpJoin && m.Op != OpLeave {
+	if d.err == nil && m.Op != OpJoin && m.Op != OpLeave && m.Op != OpLeaving {
 		d.fail(fmt.Sprintf("unknown member op %d", uint8(m.Op)))
 	}
 	m.Pos = d.position("pos") // a join raises the member's cursors to it; Joined is at most Pos
@@ -101,7 +101,7 @@ func DecodeMember(b []byte) (Member, error) {
 		m.HasJoined, m.Joined = true, d.varint("joined")
 		switch {
 		case d.err != nil:
-		case m.Op != OpLeave:
+		case m.Op == OpJoin:
 			d.fail(fmt.Sprintf("a %s carries a join position", m.Op))
 		case m.Joined < -1 || m.Joined > m.Pos:
 			d.fail(fmt.Sprintf("joined %d is outside -1 to pos %d", m.Joined, m.Pos))

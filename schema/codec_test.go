@@ -201,6 +201,7 @@ func TestMemberRoundTrip(t *testing.T) {
 		{"leave with join", goldenMemberJoined()},
 		{"leave of a member who joined an empty group", Member{Gid: "g", Uid: "u", Op: OpLeave, Pos: 3, HasJoined: true, Joined: -1}},
 		{"leave at the join", Member{Gid: "g", Uid: "u", Op: OpLeave, Pos: 7, HasJoined: true, Joined: 7}},
+		{"leaving", Member{Gid: "g", Uid: "u", Op: OpLeaving, Pos: 9, At: 5, By: "admin", HasJoined: true, Joined: 2}},
 		{"extremes", Member{Gid: maxID, Uid: allID, Op: OpJoin, Pos: MaxCursor, At: math.MinInt64, By: maxID}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -324,7 +325,7 @@ func TestDecodeErrors(t *testing.T) {
 	}
 
 	// Members.
-	for _, op := range []byte{0, 3, 255} {
+	for _, op := range []byte{0, 4, 255} {
 		add("unknown op", KindMember, rawMember("g", "u", op, 1, 1, ""), fmt.Sprintf("event: unknown member op %d", op))
 	}
 	add("pos padded", KindMember, cat(hdr(Version, KindMember), lp("g"), lp("u"), []byte{byte(OpJoin)}, padded, zz(1), lp("")),

@@ -93,6 +93,11 @@ type MemberOp uint8
 const (
 	OpJoin  MemberOp = 1
 	OpLeave MemberOp = 2
+	// OpLeaving announces a leave about to be written: the fan-out stops
+	// pushing the group's messages after its Pos to the member (the leave's
+	// Pos, read after it, is at least as far). It changes no membership;
+	// projections skip it.
+	OpLeaving MemberOp = 3
 )
 
 func (o MemberOp) String() string {
@@ -101,6 +106,8 @@ func (o MemberOp) String() string {
 		return "join"
 	case OpLeave:
 		return "leave"
+	case OpLeaving:
+		return "leaving"
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
@@ -123,7 +130,7 @@ type Member struct {
 	Pos       int64
 	At        int64  // unix milliseconds
 	By        string // who made the change (an admin or the member), may be empty
-	HasJoined bool   // only on a leave
+	HasJoined bool   // only on a leave or a leaving
 	Joined    int64  // when HasJoined: -1 <= Joined <= Pos
 }
 

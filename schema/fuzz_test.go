@@ -133,13 +133,13 @@ func checkMember(m Member) error {
 	if err := checkIDs(m.Gid, m.Uid); err != nil {
 		return err
 	}
-	if m.Op != OpJoin && m.Op != OpLeave {
+	if m.Op != OpJoin && m.Op != OpLeave && m.Op != OpLeaving {
 		return fmt.Errorf("op %v", m.Op)
 	}
 	if m.Pos < -1 || m.Pos > MaxCursor {
 		return fmt.Errorf("pos %d", m.Pos)
 	}
-	if m.HasJoined && (m.Op != OpLeave || m.Joined < -1 || m.Joined > m.Pos) {
+	if m.HasJoined && (m.Op == OpJoin || m.Joined < -1 || m.Joined > m.Pos) {
 		return fmt.Errorf("%v at pos %d with joined %d", m.Op, m.Pos, m.Joined)
 	}
 	return checkOptionalID(m.By)

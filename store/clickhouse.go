@@ -253,30 +253,38 @@ func (c *ClickHouse) insertMessages(ctx context.Context, n int, row func(i int) 
 // NoJoin is member_events.joined of a row whose record names no join.
 const NoJoin = -2
 
-// InsertMembers appends rows to member_events. Inserting rows again is
+// InsertMembers appends rows to member_events, but for leavings
+// (schema.OpLeaving), which change no membership. Inserting rows again is
 // harmless.
 func (c *ClickHouse) InsertMembers(ctx context.Context, rows []MemberRow) error {
 	if len(rows) == 0 {
 		return nil
 	}
 	n := len(rows)
-	gids, uids, bys := make([]string, n), make([]string, n), make([]string, n)
-	ops, poss, ats, joineds := make([]int8, n), make([]int64, n), make([]int64, n), make([]int64, n)
-	parts, offsets := make([]uint16, n), make([]uint64, n)
+	gids, uids, bys := make([]string, 0, n), make([]string, 0, n), make([]string, 0, n)
+	ops, poss, ats, joineds := make([]int8, 0, n), make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
+	parts, offsets := make([]uint16, 0, n), make([]uint64, 0, n)
 	for i := range rows {
 		r := &rows[i]
 		if err := checkPosition(r.Partition, r.Offset); err != nil {
 			return fmt.Errorf("clickhouse: insert members: row %d: %w", i, err)
 		}
-		if r.Op != schema.OpJoin && r.Op != schema.OpLeave {
+		switch r.Op {
+		case schema.OpLeaving:
+			continue // announces a leave; changes no membership
+		case schema.OpJoin, schema.OpLeave:
+		default:
 			return fmt.Errorf("clickhouse: insert members: row %d: unknown op %v", i, r.Op)
 		}
-		gids[i], uids[i], ops[i], poss[i], ats[i], bys[i] = r.Gid, r.Uid, int8(r.Op), r.Pos, r.At, r.By
-		joineds[i] = NoJoin
+		joined := int64(NoJoin)
 		if r.HasJoined {
-			joineds[i] = r.Joined
+			joined = r.Joined
 		}
-		parts[i], offsets[i] = uint16(r.Partition), uint64(r.Offset)
+		gids, uids, ops, poss, ats, bys = append(gids, r.Gid), append(uids, r.Uid), append(ops, int8(r.Op)), append(poss, r.Pos), append(ats, r.At), append(bys, r.By)
+		joineds, parts, offsets = append(joineds, joined), append(parts, uint16(r.Partition)), append(offsets, uint64(r.Offset))
+	}
+	if len(gids) == 0 {
+		return nil
 	}
 	ctx, cancel := c.timeout(ctx)
 	defer cancel()

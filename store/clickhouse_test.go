@@ -291,7 +291,8 @@ func TestClickHouseReplay(t *testing.T) {
 	members := []MemberRow{
 		{schema.Member{Gid: "g", Uid: "a", Op: schema.OpJoin, Pos: -1, At: 1, By: "admin"}, 3, 10},
 		{schema.Member{Gid: "g", Uid: "b", Op: schema.OpJoin, Pos: 99, At: 2}, 3, 11},
-		{schema.Member{Gid: "g", Uid: "b", Op: schema.OpLeave, Pos: 120, At: 3, By: "b"}, 3, 12},
+		{schema.Member{Gid: "g", Uid: "b", Op: schema.OpLeaving, Pos: 119, At: 3, HasJoined: true, Joined: 99}, 3, 12}, // no row
+		{schema.Member{Gid: "g", Uid: "b", Op: schema.OpLeave, Pos: 120, At: 3, By: "b"}, 3, 13},
 	}
 	for range 2 {
 		if err := c.InsertMessages(ctx, 3, msgs); err != nil {

@@ -216,7 +216,9 @@ func (r *Redis) ApplyMembersAt(ctx context.Context, ms []schema.Member, offsets 
 		args[0] = replays
 		for _, i := range idx {
 			op, from, off := "l", "", ""
-			if ms[i].Op == schema.OpJoin {
+			if ms[i].Op == schema.OpLeaving {
+				continue // announces a leave; changes no membership
+			} else if ms[i].Op == schema.OpJoin {
 				op = "j"
 			} else if ms[i].Op != schema.OpLeave {
 				return fmt.Errorf("store: apply members: %v of %q in %q: unknown op", ms[i].Op, ms[i].Uid, ms[i].Gid)

@@ -35,17 +35,22 @@ func testMembershipFold(t *testing.T, c redis.UniversalClient) {
 				pos += rng.Int64N(3) // repeats when no message came between
 			}
 			e := join(fmt.Sprint("g", rng.IntN(groups)), fmt.Sprint("u", rng.IntN(users)), pos)
-			switch rng.IntN(4) {
+			switch rng.IntN(5) {
 			case 0:
 				e.Op = schema.OpLeave
 			case 1:
 				e = leaveJoined(e.Gid, e.Uid, pos, rng.Int64N(pos+2)-1)
+			case 2:
+				e = leaveJoined(e.Gid, e.Uid, pos, rng.Int64N(pos+2)-1)
+				e.Op = schema.OpLeaving
 			}
 			ms = append(ms, e)
 			if want[e.Gid] == nil {
 				want[e.Gid] = map[string]Membership{}
 			}
-			want[e.Gid][e.Uid] = want[e.Gid][e.Uid].Apply(e)
+			if m, ok := want[e.Gid][e.Uid]; ok || e.Op != schema.OpLeaving { // a leaving makes no membership
+				want[e.Gid][e.Uid] = m.Apply(e)
+			}
 		}
 		for rest := ms; len(rest) > 0; {
 			n := min(len(rest), 1+rng.IntN(10))
@@ -99,6 +104,7 @@ func TestMembershipApply(t *testing.T) {
 		{"leave naming its join, joined", joined(5), leaveJoined("g", "u", 9, 2), left(5, 9)},
 		{"leave naming its join, left", left(5, 9), leaveJoined("g", "u", 12, 10), left(5, 9)},
 		{"rejoin", left(5, 9), join("g", "u", 12), joined(12)},
+		{"leaving changes nothing", joined(5), schema.Member{Op: schema.OpLeaving, Pos: 12, HasJoined: true, Joined: 5}, joined(5)},
 		{"unknown op", joined(5), schema.Member{Op: 9, Pos: 12}, joined(5)},
 	} {
 		if got := tc.from.Apply(tc.ev); got != tc.want {

@@ -184,9 +184,12 @@ func filler(ch *store.ClickHouse, table string, dedupWin time.Duration, stderr i
 			rows := make([]store.MemberRow, 0, len(msgs))
 			for i := range msgs {
 				e, err := schema.DecodeMember(msgs[i].Value)
-				if err != nil || (e.Op != schema.OpJoin && e.Op != schema.OpLeave) {
+				if err != nil {
 					f.poison.Add(1)
 					continue
+				}
+				if e.Op == schema.OpLeaving {
+					continue // announces a leave; no membership change
 				}
 				rows = append(rows, store.MemberRow{Member: e, Partition: int32(part), Offset: msgs[i].Offset})
 			}

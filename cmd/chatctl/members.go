@@ -117,7 +117,19 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 		if op == schema.OpJoin {
 			m, err = prod.Join(ctx, gid, uid, "chatctl")
 		} else {
-			m, err = prod.Leave(ctx, gid, uid, current[uid].JoinedAt, "chatctl")
+			// Without Redis no gateway's sends are waited for: a send of
+			// uid claimed before may land past the leave.
+			var gate producers.SendGate
+			if rds != nil {
+				gate = rds
+			}
+			var pending int
+			m, pending, err = prod.Remove(ctx, gid, uid, current[uid].JoinedAt, "chatctl", gate, c.joinHold, removeWait)
+			if err != nil {
+				err = fmt.Errorf("the removal of %s from %s did not finish (%w); until it does, %s may get no pushes of %s: run it again", uid, gid, err, uid, gid)
+			} else if pending > 0 {
+				fmt.Fprintf(c.stderr, "warning: %d sends of %s to %s were still being produced after %v; their messages may follow the leave\n", pending, uid, gid, removeWait)
+			}
 		}
 		if err != nil {
 			clearJoins(ctx, c, rds, gid, fresh)
@@ -135,6 +147,10 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 	}
 	return nil
 }
+
+// removeWait bounds a removal's wait for the member's sends in flight: as
+// long as a gateway's unrenewed send claim lasts.
+const removeWait = 10 * time.Second
 
 // reserveJoins reserves a place in gid for each of uids not a member yet
 // (current, read from chat.members), and returns those this call reserved:

@@ -13,6 +13,7 @@ import (
 	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/protocol"
 	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
 )
 
@@ -195,5 +196,58 @@ func TestMembersAddHoldsItsPlacesWhileItsJoinsAreWritten(t *testing.T) {
 	}
 	if ok, err := e.rds.Joining(ctx, "g1", "bob"); !ok || err != nil {
 		t.Errorf("bob's join written: Joining = %v, %v; want its place held for the member projector", ok, err)
+	}
+}
+
+// chatctl's removal, as a gateway's, writes a leaving first (the fan-out
+// pushes the member nothing past it), refuses the member's new sends and
+// waits for those in flight before it reads the group's head for the
+// leave: the message of a send claimed before the removal lies at or
+// before the leave.
+func TestMembersRemoveWaitsForTheMembersSendsInFlight(t *testing.T) {
+	e := newEnv(t, 1)
+	const gid = "g"
+	ctx := context.Background()
+	join := schema.Member{Gid: gid, Uid: "alice", Op: schema.OpJoin, Pos: -1, At: 1}
+	if err := e.prod.SendMembers(ctx, join); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rds.ApplyMembers(ctx, []schema.Member{join}); err != nil { // as the member projector would
+		t.Fatal(err)
+	}
+	// A gateway has claimed a send of alice's and is producing it.
+	cl, err := e.rds.BeginSend(ctx, gid, "alice", "c1", time.Minute, nil)
+	if err != nil || cl.State != store.SendClaimed {
+		t.Fatalf("BeginSend = %+v, %v", cl, err)
+	}
+	removed := make(chan error, 1)
+	go func() { _, err := e.ctl("members", "remove", gid, "alice"); removed <- err }()
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(e.mustCtl("tail", topics.Members), `"op":"leaving"`); {
+		if time.Now().After(deadline) {
+			t.Fatal("the removal wrote no leaving record in 20s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if cl, err := e.rds.BeginSend(ctx, gid, "alice", "c2", time.Minute, nil); err != nil || cl.State != store.SendRemoving {
+		t.Errorf("a send during the removal: %+v, %v; want refused", cl, err)
+	}
+	select {
+	case err := <-removed:
+		t.Fatalf("the removal finished while the member's send was in flight (%v)", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	msgid, err := e.prod.SendMessage(ctx, &schema.Message{Gid: gid, Sender: "alice", ClientMsgID: "c1", SentAt: 1, Body: []byte("last words")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.rds.FinishSend(ctx, gid, "alice", "c1", cl.Attempt, msgid, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-removed; err != nil {
+		t.Fatal(err)
+	}
+	tail := e.mustCtl("tail", topics.Members)
+	if want := fmt.Sprintf(`"op":"leave","pos":%d`, msgid); !strings.Contains(tail, want) {
+		t.Fatalf("%s after the removal:\n%s\nwant a leave at the message sent before it (%s)", topics.Members, tail, want)
 	}
 }

@@ -69,11 +69,12 @@ func TestGroupAdministrationWritesMemberEvents(t *testing.T) {
 	if out := e.mustCtl("members", "remove", "team", "alice"); !strings.Contains(out, "alice: not a member of team") {
 		t.Fatalf("removing a non-member:\n%s", out)
 	}
-	// The leave names the join it ends; the joins name none.
+	// The leave, and the leaving before it, name the join it ends; the
+	// joins name none.
 	tail := e.mustCtl("tail", topics.Members)
-	if !strings.Contains(tail, `"uid":"alice","op":"leave","pos":-1,`) || !strings.Contains(tail, `"by":"chatctl","joined":-1}`) ||
-		strings.Count(tail, `"joined"`) != 1 {
-		t.Fatalf("tail of %s: want alice's leave, naming her join at -1, and nothing else naming one:\n%s", topics.Members, tail)
+	if !strings.Contains(tail, `"uid":"alice","op":"leaving","pos":-1,`) || !strings.Contains(tail, `"uid":"alice","op":"leave","pos":-1,`) ||
+		strings.Count(tail, `"by":"chatctl","joined":-1}`) != 2 || strings.Count(tail, `"joined"`) != 2 {
+		t.Fatalf("tail of %s: want alice's leaving and leave, naming her join at -1, and nothing else naming one:\n%s", topics.Members, tail)
 	}
 	show := strings.Join(strings.Fields(e.mustCtl("groups", "show", "team")), " ")
 	for _, want := range []string{"alice left -1 -1", "bob joined -1 -", "carol joined -1 -", "dave joined -1 -"} {
