@@ -40,7 +40,8 @@ type SendClaim struct {
 // noted but not yet projected ends the stretch it names; a removal noted
 // refuses new claims of the stretch it names. A claim is
 // "pending:<attempt>" in the send claim and the attempt, scored by its
-// expiry, in the sends in flight, whose lapsed entries go with each claim.
+// expiry, in the sends in flight (whose key expires with its newest
+// entry; MarkRemoving takes out the lapsed ones of a user still sending).
 var beginSendScript = redis.NewScript(`
 local m = redis.call('HGET', KEYS[2], ARGV[2])
 local l = redis.call('GET', KEYS[3])
@@ -52,7 +53,6 @@ if v then return {m, v} end
 if m == 'j:' .. (redis.call('GET', KEYS[4]) or '') then return {m, 'removing'} end
 local now = tonumber(ARGV[3])
 redis.call('SET', KEYS[1], 'pending:' .. ARGV[4], 'PX', ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
 redis.call('ZADD', KEYS[5], now + tonumber(ARGV[1]), ARGV[4])
 redis.call('PEXPIRE', KEYS[5], ARGV[1])
 return {m, ''}
@@ -219,10 +219,12 @@ func (r *Redis) AbortSend(ctx context.Context, gid, uid, cmid, attempt string) e
 
 // removeScript notes a removal. KEYS: the note of uid's removal, uid's
 // sends in flight; ARGV: the join position of the stretch being ended,
-// hold (ms), now (unix ms). It returns the sends in flight.
+// hold (ms), now (unix ms). It takes out the lapsed sends and returns those
+// still in flight.
 var removeScript = redis.NewScript(`
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return redis.call('ZCOUNT', KEYS[2], '(' .. ARGV[3], '+inf')
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
+return redis.call('ZCARD', KEYS[2])
 `)
 
 // MarkRemoving notes, for hold, that uid, a member of gid since joined, is
