@@ -73,8 +73,14 @@ func (t *memberTable) apply(m kafka.Message, log *slog.Logger) {
 		// (producers.Remove): the member sees nothing past ev.Pos from
 		// here, and the leave, once read, leaves that as it is (a leave
 		// while left changes nothing).
-		if m := t.groups[ev.Gid][ev.Uid]; m.State == store.MemberJoined && ev.HasJoined && ev.Joined == m.JoinedAt {
-			t.groups[ev.Gid][ev.Uid] = store.Membership{State: store.MemberLeft, JoinedAt: m.JoinedAt, LeftAt: max(ev.Pos, m.JoinedAt)}
+		// A member not known is one whose join compaction took.
+		g := t.groups[ev.Gid]
+		if m := g[ev.Uid]; ev.HasJoined && (m.State == store.MemberNone || m.State == store.MemberJoined && ev.Joined == m.JoinedAt) {
+			if g == nil {
+				g = map[string]store.Membership{}
+				t.groups[ev.Gid] = g
+			}
+			g[ev.Uid] = store.Membership{State: store.MemberLeft, JoinedAt: ev.Joined, LeftAt: max(ev.Pos, ev.Joined)}
 		}
 		t.records++
 	default:

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 
+	"github.com/groupchat/chatd/producers"
 	"github.com/groupchat/chatd/protocol"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
@@ -195,10 +196,6 @@ func unjoined(join []string, fresh []bool, i int) []string {
 	return out
 }
 
-// removeWait bounds a removal's wait for the member's sends in flight: as
-// long as an unrenewed send claim lasts.
-const removeWait = sendInflight
-
 func (g *Gateway) removeMember(ctx context.Context, r *http.Request) (any, *protocol.Error) {
 	gid, uid := r.PathValue("gid"), r.PathValue("uid")
 	for _, id := range []string{gid, uid} {
@@ -231,15 +228,20 @@ func (g *Gateway) removeMember(ctx context.Context, r *http.Request) (any, *prot
 	// refuses the member's new sends and waits for those in flight first
 	// (producers.Remove).
 	wctx := context.WithoutCancel(ctx)
-	ev, pending, err := g.cfg.Producer.Remove(wctx, gid, uid, m.JoinedAt, "admin", g.cfg.Redis, g.cfg.JoinHold, removeWait)
-	if err != nil {
-		g.log.Warn("a removal failed", "gid", gid, "uid", uid, "err", err)
+	ev, pending, err := g.cfg.Producer.Remove(wctx, gid, uid, m.JoinedAt, "admin", g.cfg.Redis, g.cfg.JoinHold, RemoveWait)
+	switch {
+	case errors.Is(err, store.ErrRemoving):
+		return nil, protocol.Errorf(protocol.CodeUnavailable, "%s is being removed from %s by another call; retry in a few seconds", uid, gid)
+	case errors.Is(err, producers.ErrLeaveUnfinished):
+		g.log.Warn("a removal failed after its leaving", "gid", gid, "uid", uid, "err", err)
 		return nil, protocol.Errorf(protocol.CodeUnavailable,
-			"the removal of %s from %s did not finish (the broker or Redis is unavailable); %s may get no pushes of %s until it does: retry it shortly", uid, gid, uid, gid)
+			"the removal of %s from %s did not finish (the broker or Redis is unavailable); %s gets no pushes of %s until it does: retry it shortly", uid, gid, uid, gid)
+	case err != nil:
+		return nil, g.unavailable("membership change", err)
 	}
 	if pending > 0 {
 		g.log.Warn("a removal waited for the member's sends in flight and gave up; their messages may follow the leave",
-			"gid", gid, "uid", uid, "sends", pending, "waited", removeWait)
+			"gid", gid, "uid", uid, "sends", pending, "waited", RemoveWait)
 	}
 	// A join after this leave is a new one, however soon it comes.
 	if err := g.cfg.Redis.MarkLeaving(wctx, gid, uid, m.JoinedAt, ev.Pos, g.cfg.JoinHold); err != nil {

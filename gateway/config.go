@@ -82,6 +82,11 @@ type Config struct {
 	Metrics *metrics.Set // optional: sends, pushes, end-to-end latency, connections
 }
 
+// RemoveWait bounds a removal's wait for the member's sends in flight (see
+// producers.Remove), the gateway's and chatctl's: as long as a send claim
+// lasts unless renewed.
+const RemoveWait = sendInflight
+
 // DefaultJoinHold is Config.JoinHold's default, and chatctl's hold of the
 // joins it writes.
 const DefaultJoinHold = 30 * time.Second

@@ -151,6 +151,12 @@ func TestARemovalWaitsForTheMembersSendsInFlight(t *testing.T) {
 	if st != 503 || f["code"] != "unavailable" || !strings.Contains(fmt.Sprint(f["message"]), "being removed") {
 		t.Errorf("a send during the removal answered %d %v; want 503 unavailable, being removed", st, f)
 	}
+	// A second removal meanwhile (the admin's retry) waits for the first:
+	// two at once could end a stretch joined again between their leaves.
+	if st, out := e.http("DELETE", "/v1/admin/groups/g1/members/alice", adminToken, nil); st != 503 ||
+		!strings.Contains(fmt.Sprint(out["message"]), "being removed from g1 by another call") {
+		t.Errorf("a second removal during the first answered %d %v; want 503, being removed by another call", st, out)
+	}
 	select {
 	case err := <-removed:
 		t.Fatalf("the removal finished while the member's send was in flight (%v)", err)

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -40,13 +42,21 @@ func (p *Producer) Leaving(ctx context.Context, gid, uid string, joined int64, b
 // (store.Redis).
 type SendGate interface {
 	// MarkRemoving refuses the sends of uid to gid (a member since joined)
-	// claimed from now on, for hold, and returns how many claimed before
-	// are still being produced.
-	MarkRemoving(ctx context.Context, gid, uid string, joined int64, hold time.Duration) (int, error)
+	// claimed from now on, for hold, on behalf of the removal token, and
+	// returns how many claimed before are still being produced. It fails
+	// while another removal of the stretch is under way.
+	MarkRemoving(ctx context.Context, gid, uid string, joined int64, token string, hold time.Duration) (int, error)
 	// WaitSends waits, at most wait, until no send of uid to gid is being
 	// produced, and returns how many still are.
 	WaitSends(ctx context.Context, gid, uid string, wait time.Duration) (int, error)
+	// EndRemoving drops the note of MarkRemoving when the removal fails.
+	EndRemoving(ctx context.Context, gid, uid, token string) error
 }
+
+// ErrLeaveUnfinished marks the error of a Remove that failed after it
+// wrote its Leaving: the member gets no pushes of the group until a Remove
+// of them succeeds.
+var ErrLeaveUnfinished = errors.New("the leave was not written")
 
 // Remove writes the leave of uid from gid, a member since joined, so that
 // the leaver sees nothing sent after their leave and sends nothing past
@@ -63,32 +73,39 @@ type SendGate interface {
 //     again, and the fan-out catches up with chat.members before it pushes
 //     (messages between the two positions stay to be pulled).
 //
-// It returns the leave written and how many sends were still being
-// produced when the wait ended (their messages may lie past the leave).
-// A Remove that fails after the Leaving leaves the member without pushes
-// until a Remove of them succeeds or they join again: the caller says to
-// retry.
-func (p *Producer) Remove(ctx context.Context, gid, uid string, joined int64, by string, gate SendGate, hold, wait time.Duration) (schema.Member, int, error) {
-	pending := 0
+// The refusal holds for hold and wait together, or until the caller notes
+// the leave (store.Redis.MarkLeaving drops it); a Remove that fails drops
+// it at once. It returns the leave written and how many sends were still
+// being produced when the wait ended (their messages may lie past the
+// leave). An error after the Leaving is ErrLeaveUnfinished: the caller
+// says to retry, as the member gets no pushes of the group until a Remove
+// of them succeeds.
+func (p *Producer) Remove(ctx context.Context, gid, uid string, joined int64, by string, gate SendGate, hold, wait time.Duration) (ev schema.Member, pending int, err error) {
 	if gate != nil {
-		n, err := gate.MarkRemoving(ctx, gid, uid, joined, hold)
-		if err != nil {
+		token := strconv.FormatUint(rand.Uint64(), 36)
+		if pending, err = gate.MarkRemoving(ctx, gid, uid, joined, token, hold+wait); err != nil {
 			return schema.Member{}, 0, err
 		}
-		pending = n
+		defer func() {
+			if err != nil {
+				if eerr := gate.EndRemoving(context.WithoutCancel(ctx), gid, uid, token); eerr != nil {
+					err = errors.Join(err, eerr)
+				}
+			}
+		}()
 	}
 	if _, err := p.Leaving(ctx, gid, uid, joined, by); err != nil {
 		return schema.Member{}, 0, err
 	}
 	if pending > 0 {
-		n, err := gate.WaitSends(ctx, gid, uid, wait)
-		if err != nil {
-			return schema.Member{}, 0, err
+		if pending, err = gate.WaitSends(ctx, gid, uid, wait); err != nil {
+			return schema.Member{}, 0, fmt.Errorf("%w: %w", ErrLeaveUnfinished, err)
 		}
-		pending = n
 	}
-	ev, err := p.Leave(ctx, gid, uid, joined, by)
-	return ev, pending, err
+	if ev, err = p.Leave(ctx, gid, uid, joined, by); err != nil {
+		return schema.Member{}, 0, fmt.Errorf("%w: %w", ErrLeaveUnfinished, err)
+	}
+	return ev, pending, nil
 }
 
 func (p *Producer) changeMember(ctx context.Context, m schema.Member) (schema.Member, error) {

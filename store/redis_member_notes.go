@@ -228,7 +228,7 @@ func (r *Redis) ClearJoining(ctx context.Context, gid string, uids ...string) er
 }
 
 // leaveScript notes a leave written. KEYS: joining, leaving:<uid>,
-// leaves. ARGV: uid, the note "<joinPos>:<leftPos>", joinPos, now and the
+// leaves, removing:<uid> (MarkRemoving's note, dropped). ARGV: uid, the note "<joinPos>:<leftPos>", joinPos, now and the
 // note's hold (ms). It drops uid's reservation, sets the note for the
 // hold, and puts the leave, "<joinPos>:<expiry>", in the group's leaves,
 // whose key expires with its last entry. Once the leaves are more than
@@ -240,6 +240,7 @@ func (r *Redis) ClearJoining(ctx context.Context, gid string, uids ...string) er
 var leaveScript = redis.NewScript(`
 local uid, now, hold = ARGV[1], tonumber(ARGV[4]), tonumber(ARGV[5])
 redis.call('ZREM', KEYS[1], uid)
+redis.call('DEL', KEYS[4])
 redis.call('SET', KEYS[2], ARGV[2], 'PX', hold)
 local left = redis.call('PTTL', KEYS[3])
 redis.call('HSET', KEYS[3], uid, ARGV[3] .. ':' .. (now + hold))
@@ -267,13 +268,14 @@ return 0
 // MarkLeaving notes, for ttl, that a leave of uid from gid was written,
 // ending their stretch that began at joined at the group position pos, and
 // drops the reservation of their join (ReserveJoins), after which a join is a new
-// one. Until the member projector has the leave, uid reads as a member from
+// one, and drops the note of the removal that wrote it (MarkRemoving).
+// Until the member projector has the leave, uid reads as a member from
 // joined: an add of uid then is a join all the same, a second removal
 // writes no second leave (Leaving), and a send is refused (BeginSend). A
 // join written after the leave drops the note (ClearLeaving). The notes
 // of the group's leaves past their ttl go with it, now and then.
 func (r *Redis) MarkLeaving(ctx context.Context, gid, uid string, joined, pos int64, ttl time.Duration) error {
-	keys := []string{joiningKey(gid), leavingKey(gid, uid), leavesKey(gid)}
+	keys := []string{joiningKey(gid), leavingKey(gid, uid), leavesKey(gid), removingKey(gid, uid)}
 	join := strconv.FormatInt(joined, 10)
 	err := leaveScript.Run(ctx, r.client, keys, uid, join+":"+strconv.FormatInt(pos, 10), join,
 		time.Now().UnixMilli(), max(ttl.Milliseconds(), 1)).Err()

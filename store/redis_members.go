@@ -60,12 +60,18 @@ func (m Membership) Sees(msgid int64) bool {
 // makes them left at Pos, keeping the join position; a leave while left
 // changes nothing; a leave with no known join makes them left from the
 // join the leave names (Joined) to Pos, or at Pos:Pos, which grants nothing,
-// when it names none. An event of another op changes nothing (ApplyMembers
-// refuses it). The event's gid and uid are not checked.
+// when it names none. A leaving changes nothing, but for a member not
+// known, whom it makes joined at the join it names (compaction left only
+// the leaving of a removal that never wrote its leave). An event of another
+// op changes nothing (ApplyMembers refuses it). The event's gid and uid are
+// not checked.
 func (m Membership) Apply(ev schema.Member) Membership {
 	switch {
 	case ev.Op == schema.OpJoin:
 		return Membership{State: MemberJoined, JoinedAt: ev.Pos}
+	case ev.Op == schema.OpLeaving && m.State == MemberNone && ev.HasJoined:
+		// All compaction left of a removal that never wrote its leave.
+		return Membership{State: MemberJoined, JoinedAt: ev.Joined}
 	case ev.Op != schema.OpLeave:
 		return m
 	case m.State == MemberJoined:
@@ -155,10 +161,13 @@ for i = 2, #ARGV, 5 do
       at[uid], moved[uid] = off, true
     end
     local state, joined = string.match(cur, '^(%a):(%-?%d+)')
-    if op == 'j' then
+    if op == 'j' or (op == 'g' and cur == '' and from ~= '') then
+      if op == 'g' then pos = from end
       cur = 'j:' .. pos
       redis.call('ZADD', KEYS[2], 'GT', pos, uid)
       redis.call('ZADD', KEYS[3], 'GT', pos, uid)
+    elseif op == 'g' then
+      -- a leaving of a known member changes nothing
     elseif state == 'j' then
       cur = 'l:' .. joined .. ':' .. pos
     elseif state ~= 'l' then
@@ -186,7 +195,8 @@ return out
 // member at Pos and raises their ack and read cursors to Pos (a joiner
 // starts at the group's head); a leave makes them left at Pos, keeping the
 // join position (or taking the leave's Joined when the join is not known);
-// a join after a leave makes them a member at the new Pos.
+// a join after a leave makes them a member at the new Pos; a leaving
+// changes nothing but for a member not known (see Membership.Apply).
 // A leave while left changes nothing. A join while joined moves the join
 // position to the new Pos, so producers must not re-join a member.
 //
@@ -217,7 +227,7 @@ func (r *Redis) ApplyMembersAt(ctx context.Context, ms []schema.Member, offsets 
 		for _, i := range idx {
 			op, from, off := "l", "", ""
 			if ms[i].Op == schema.OpLeaving {
-				continue // announces a leave; changes no membership
+				op = "g"
 			} else if ms[i].Op == schema.OpJoin {
 				op = "j"
 			} else if ms[i].Op != schema.OpLeave {

@@ -48,9 +48,7 @@ func testMembershipFold(t *testing.T, c redis.UniversalClient) {
 			if want[e.Gid] == nil {
 				want[e.Gid] = map[string]Membership{}
 			}
-			if m, ok := want[e.Gid][e.Uid]; ok || e.Op != schema.OpLeaving { // a leaving makes no membership
-				want[e.Gid][e.Uid] = m.Apply(e)
-			}
+			want[e.Gid][e.Uid] = want[e.Gid][e.Uid].Apply(e)
 		}
 		for rest := ms; len(rest) > 0; {
 			n := min(len(rest), 1+rng.IntN(10))
@@ -105,6 +103,8 @@ func TestMembershipApply(t *testing.T) {
 		{"leave naming its join, left", left(5, 9), leaveJoined("g", "u", 12, 10), left(5, 9)},
 		{"rejoin", left(5, 9), join("g", "u", 12), joined(12)},
 		{"leaving changes nothing", joined(5), schema.Member{Op: schema.OpLeaving, Pos: 12, HasJoined: true, Joined: 5}, joined(5)},
+		{"leaving while left", left(5, 9), schema.Member{Op: schema.OpLeaving, Pos: 12, HasJoined: true, Joined: 5}, left(5, 9)},
+		{"leaving of a member not known names their join", Membership{}, schema.Member{Op: schema.OpLeaving, Pos: 12, HasJoined: true, Joined: 3}, joined(3)},
 		{"unknown op", joined(5), schema.Member{Op: 9, Pos: 12}, joined(5)},
 	} {
 		if got := tc.from.Apply(tc.ev); got != tc.want {

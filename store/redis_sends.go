@@ -36,7 +36,9 @@ type SendClaim struct {
 // persister's claims (ClaimSends) remain the authority on duplicates.
 // KEYS: send claim, the group's members, the note of uid's leave
 // (MarkLeaving), the note of uid's removal (MarkRemoving), uid's sends in
-// flight; ARGV: inflight (ms), uid, now (unix ms), the attempt. A leave
+// flight; ARGV: inflight (ms), uid, the attempt. Times are Redis's own
+// (TIME), so that gateways and chatctl on hosts whose clocks differ agree
+// on what has lapsed. A leave
 // noted but not yet projected ends the stretch it names; a removal noted
 // refuses new claims of the stretch it names. A claim is
 // "pending:<attempt>" in the send claim and the attempt, scored by its
@@ -50,10 +52,13 @@ if m and j and m == 'j:' .. j then m = 'l:' .. l end
 local v = redis.call('GET', KEYS[1])
 if not m or string.sub(m, 1, 1) ~= 'j' then return {m or '', v or ''} end
 if v then return {m, v} end
-if m == 'j:' .. (redis.call('GET', KEYS[4]) or '') then return {m, 'removing'} end
-local now = tonumber(ARGV[3])
-redis.call('SET', KEYS[1], 'pending:' .. ARGV[4], 'PX', ARGV[1])
-redis.call('ZADD', KEYS[5], now + tonumber(ARGV[1]), ARGV[4])
+local r = redis.call('GET', KEYS[4])
+local rj = r and string.match(r, '^(%-?%d+):')
+if rj and m == 'j:' .. rj then return {m, 'removing'} end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('SET', KEYS[1], 'pending:' .. ARGV[3], 'PX', ARGV[1])
+redis.call('ZADD', KEYS[5], now + tonumber(ARGV[1]), ARGV[3])
 redis.call('PEXPIRE', KEYS[5], ARGV[1])
 return {m, ''}
 `)
@@ -74,7 +79,7 @@ func (r *Redis) BeginSend(ctx context.Context, gid, uid, cmid string, inflight t
 	attempt := strconv.FormatUint(rand.Uint64(), 36)
 	var marked *redis.BoolCmd
 	keys := []string{sendKey(gid, uid, cmid), membersKey(gid), leavingKey(gid, uid), removingKey(gid, uid), sendingKey(gid, uid)}
-	args := []any{inflight.Milliseconds(), uid, time.Now().UnixMilli(), attempt}
+	args := []any{inflight.Milliseconds(), uid, attempt}
 	cmds, err := r.runScriptAfter(ctx, func(p redis.Pipeliner) { marked = built.checkReplayed(ctx, p) },
 		beginSendScript, []scriptCall{{keys: keys, args: args}})
 	if err != nil {
@@ -175,10 +180,12 @@ func (r *Redis) FinishSend(ctx context.Context, gid, uid, cmid, attempt string, 
 // extendSendScript keeps an attempt's pending claim alive, in the send
 // claim and in the sender's sends in flight; a claim already finished or
 // taken over by another attempt is left alone. KEYS: send claim, sends in
-// flight; ARGV: inflight (ms), now (unix ms), the attempt.
+// flight; ARGV: inflight (ms), the attempt.
 var extendSendScript = redis.NewScript(`
-if redis.call('GET', KEYS[1]) == 'pending:' .. ARGV[3] then
-  redis.call('ZADD', KEYS[2], 'XX', tonumber(ARGV[2]) + tonumber(ARGV[1]), ARGV[3])
+if redis.call('GET', KEYS[1]) == 'pending:' .. ARGV[2] then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  redis.call('ZADD', KEYS[2], 'XX', now + tonumber(ARGV[1]), ARGV[2])
   redis.call('PEXPIRE', KEYS[2], ARGV[1])
   return redis.call('PEXPIRE', KEYS[1], ARGV[1])
 end
@@ -190,7 +197,7 @@ return 0
 // for a lost one.
 func (r *Redis) ExtendSend(ctx context.Context, gid, uid, cmid, attempt string, inflight time.Duration) error {
 	keys := []string{sendKey(gid, uid, cmid), sendingKey(gid, uid)}
-	if err := extendSendScript.Run(ctx, r.client, keys, inflight.Milliseconds(), time.Now().UnixMilli(), attempt).Err(); err != nil {
+	if err := extendSendScript.Run(ctx, r.client, keys, inflight.Milliseconds(), attempt).Err(); err != nil {
 		return fmt.Errorf("store: extend send: %w", err)
 	}
 	return nil
@@ -217,38 +224,79 @@ func (r *Redis) AbortSend(ctx context.Context, gid, uid, cmid, attempt string) e
 	return nil
 }
 
+// ErrRemoving says that another removal of the same member is under way
+// (MarkRemoving).
+var ErrRemoving = errors.New("store: a removal of the member is under way")
+
 // removeScript notes a removal. KEYS: the note of uid's removal, uid's
 // sends in flight; ARGV: the join position of the stretch being ended,
-// hold (ms), now (unix ms). It takes out the lapsed sends and returns those
-// still in flight.
+// hold (ms), the removal's token. It returns -1 when another removal of
+// the stretch holds the note; else it takes out the lapsed sends and
+// returns those still in flight.
 var removeScript = redis.NewScript(`
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[3])
+local cur = redis.call('GET', KEYS[1])
+if cur and string.match(cur, '^(%-?%d+):') == ARGV[1] and cur ~= ARGV[1] .. ':' .. ARGV[3] then
+  return -1
+end
+redis.call('SET', KEYS[1], ARGV[1] .. ':' .. ARGV[3], 'PX', ARGV[2])
+local t = redis.call('TIME')
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
 return redis.call('ZCARD', KEYS[2])
 `)
 
 // MarkRemoving notes, for hold, that uid, a member of gid since joined, is
-// being removed: BeginSend takes no claim of theirs meanwhile
-// (SendRemoving), unless they join gid again. It returns how many sends
-// of uid to gid were claimed before and are still in flight, neither
-// finished, aborted nor lapsed; WaitSends waits for them.
-func (r *Redis) MarkRemoving(ctx context.Context, gid, uid string, joined int64, hold time.Duration) (int, error) {
+// being removed by the removal token: BeginSend takes no claim of theirs
+// meanwhile (SendRemoving), unless they join gid again. It returns how
+// many sends of uid to gid were claimed before and are still in flight,
+// neither finished, aborted nor lapsed; WaitSends waits for them. While
+// another removal of the same stretch holds the note, it fails with
+// ErrRemoving: two at once could end a stretch joined again in between.
+// MarkLeaving and EndRemoving drop the note.
+func (r *Redis) MarkRemoving(ctx context.Context, gid, uid string, joined int64, token string, hold time.Duration) (int, error) {
 	keys := []string{removingKey(gid, uid), sendingKey(gid, uid)}
-	n, err := removeScript.Run(ctx, r.client, keys, joined, max(hold.Milliseconds(), 1), time.Now().UnixMilli()).Int()
-	if err != nil {
+	n, err := removeScript.Run(ctx, r.client, keys, joined, max(hold.Milliseconds(), 1), token).Int()
+	switch {
+	case err != nil:
 		return 0, fmt.Errorf("store: note the removal of %s from %s: %w", uid, gid, err)
+	case n < 0:
+		return 0, fmt.Errorf("%w: %s from %s", ErrRemoving, uid, gid)
 	}
 	return n, nil
 }
 
+// endRemovingScript drops the note of a removal if it is still the
+// token's. KEYS: the note; ARGV: the token.
+var endRemovingScript = redis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if cur and string.match(cur, ':(.*)$') == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)
+
+// EndRemoving drops the note of MarkRemoving of the removal token, which
+// failed: the member's sends go through again, and another removal may
+// start.
+func (r *Redis) EndRemoving(ctx context.Context, gid, uid, token string) error {
+	if err := endRemovingScript.Run(ctx, r.client, []string{removingKey(gid, uid)}, token).Err(); err != nil {
+		return fmt.Errorf("store: end the removal of %s from %s: %w", uid, gid, err)
+	}
+	return nil
+}
+
+// inFlightScript counts the sends in flight by Redis's clock. KEYS: the
+// sends in flight.
+var inFlightScript = redis.NewScript(`
+local t = redis.call('TIME')
+return redis.call('ZCOUNT', KEYS[1], '(' .. (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)), '+inf')
+`)
+
 // SendsInFlight returns how many sends of uid to gid are claimed and
 // neither finished, aborted nor lapsed.
 func (r *Redis) SendsInFlight(ctx context.Context, gid, uid string) (int, error) {
-	n, err := r.client.ZCount(ctx, sendingKey(gid, uid), "("+strconv.FormatInt(time.Now().UnixMilli(), 10), "+inf").Result()
+	n, err := inFlightScript.Run(ctx, r.client, []string{sendingKey(gid, uid)}).Int()
 	if err != nil {
 		return 0, fmt.Errorf("store: sends of %s to %s in flight: %w", uid, gid, err)
 	}
-	return int(n), nil
+	return n, nil
 }
 
 // WaitSends waits until no send of uid to gid is in flight (SendsInFlight),

@@ -185,13 +185,24 @@ func testSendsOfAMemberBeingRemoved(t *testing.T, c redis.UniversalClient) {
 	}
 	inFlight(2)
 
-	if n, err := r.MarkRemoving(ctx, "g", "u", 4, time.Minute); err != nil || n != 2 {
+	if n, err := r.MarkRemoving(ctx, "g", "u", 4, "old", time.Minute); err != nil || n != 2 {
 		t.Fatalf("MarkRemoving of another stretch = %d, %v; want 2 in flight", n, err)
 	}
 	claimed("not-this-stretch") // the note names another stretch
-	n, err := r.MarkRemoving(ctx, "g", "u", 3, time.Minute)
+	n, err := r.MarkRemoving(ctx, "g", "u", 3, "r1", time.Minute)
 	if err != nil || n != 3 {
 		t.Fatalf("MarkRemoving = %d, %v; want 3 sends in flight", n, err)
+	}
+	// One removal of a stretch at a time: a second could end a stretch
+	// joined again after the first. The first may note itself again.
+	if _, err := r.MarkRemoving(ctx, "g", "u", 3, "r2", time.Minute); !errors.Is(err, ErrRemoving) {
+		t.Fatalf("a second removal's MarkRemoving: %v; want ErrRemoving", err)
+	}
+	if err := r.EndRemoving(ctx, "g", "u", "r2"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := r.MarkRemoving(ctx, "g", "u", 3, "r1", time.Minute); err != nil || n != 3 {
+		t.Fatalf("MarkRemoving again by the same removal = %d, %v; want 3 (another's EndRemoving leaves the note)", n, err)
 	}
 	if cl, err := r.BeginSend(ctx, "g", "u", "new", time.Minute, nil); err != nil || cl.State != SendRemoving || cl.Attempt != "" {
 		t.Fatalf("BeginSend during a removal = %+v, %v; want refused (removing), nothing claimed", cl, err)
@@ -228,7 +239,16 @@ func testSendsOfAMemberBeingRemoved(t *testing.T, c redis.UniversalClient) {
 		t.Fatalf("WaitSends = %d, %v; want 0 once the last send finished", n, err)
 	}
 
+	// The removal failed: its end lets sends through.
+	if err := r.EndRemoving(ctx, "g", "u", "r1"); err != nil {
+		t.Fatal(err)
+	}
+	claimed("after-a-failed-removal")
+
 	// Joined again (a join written, its notes cleared): sends go through.
+	if _, err := r.MarkRemoving(ctx, "g", "u", 3, "r3", time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	if err := r.ClearLeaving(ctx, "g", "u"); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/groupchat/chatd/gateway"
 	"github.com/groupchat/chatd/producers"
 	"github.com/groupchat/chatd/protocol"
 	"github.com/groupchat/chatd/schema"
@@ -124,11 +125,14 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 				gate = rds
 			}
 			var pending int
-			m, pending, err = prod.Remove(ctx, gid, uid, current[uid].JoinedAt, "chatctl", gate, c.joinHold, removeWait)
-			if err != nil {
-				err = fmt.Errorf("the removal of %s from %s did not finish (%w); until it does, %s may get no pushes of %s: run it again", uid, gid, err, uid, gid)
-			} else if pending > 0 {
-				fmt.Fprintf(c.stderr, "warning: %d sends of %s to %s were still being produced after %v; their messages may follow the leave\n", pending, uid, gid, removeWait)
+			m, pending, err = prod.Remove(ctx, gid, uid, current[uid].JoinedAt, "chatctl", gate, c.joinHold, gateway.RemoveWait)
+			switch {
+			case errors.Is(err, store.ErrRemoving):
+				err = fmt.Errorf("%s is being removed from %s by a gateway or another chatctl; run this again in a few seconds", uid, gid)
+			case errors.Is(err, producers.ErrLeaveUnfinished):
+				err = fmt.Errorf("the removal of %s from %s did not finish (%w); until it does, %s gets no pushes of %s: run it again", uid, gid, err, uid, gid)
+			case err == nil && pending > 0:
+				fmt.Fprintf(c.stderr, "warning: %d sends of %s to %s were still being produced after %v; their messages may follow the leave\n", pending, uid, gid, gateway.RemoveWait)
 			}
 		}
 		if err != nil {
@@ -136,6 +140,14 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 			return err
 		}
 		delete(fresh, uid) // written: its place is held until the projector has it
+		if op == schema.OpJoin {
+			// The notes of a leave, and of its removal, before this join
+			// are of the stretch it ended: one at the same position
+			// would read as this one's.
+			if err := rds.ClearLeaving(context.WithoutCancel(ctx), gid, uid); err != nil {
+				fmt.Fprintf(c.stderr, "warning: cannot clear the notes of %s's leave in Redis (%v); their sends may be refused for %v\n", uid, err, c.joinHold)
+			}
+		}
 		if op == schema.OpLeave && rds != nil {
 			// The gateways take the leave as projected, and its place as free.
 			if err := rds.MarkLeaving(context.WithoutCancel(ctx), gid, uid, current[uid].JoinedAt, m.Pos, c.joinHold); err != nil {
@@ -147,10 +159,6 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 	}
 	return nil
 }
-
-// removeWait bounds a removal's wait for the member's sends in flight: as
-// long as a gateway's unrenewed send claim lasts.
-const removeWait = 10 * time.Second
 
 // reserveJoins reserves a place in gid for each of uids not a member yet
 // (current, read from chat.members), and returns those this call reserved:

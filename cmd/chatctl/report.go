@@ -148,7 +148,9 @@ func (e *expectation) memberRecords(n int, at func(int) schema.Member) {
 			g = map[string]store.Membership{}
 			e.members[ev.Gid] = g
 		}
-		g[ev.Uid] = g[ev.Uid].Apply(ev)
+		if m, ok := g[ev.Uid]; ok || m.Apply(ev).State != store.MemberNone {
+			g[ev.Uid] = m.Apply(ev)
+		}
 	}
 }
 
