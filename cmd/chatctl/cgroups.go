@@ -118,16 +118,18 @@ func groupTopics(ctx context.Context, a *admin, group string) ([]string, error) 
 }
 
 type resetOpts struct {
-	to     string
-	topic  string
-	dryRun bool
-	force  bool
+	to        string
+	topic     string
+	partition int
+	dryRun    bool
+	force     bool
 }
 
 func resetFlags(c *command) any {
 	o := &resetOpts{}
 	c.fs.StringVar(&o.to, "to", "", "earliest, latest, a time (RFC 3339, e.g. 2024-05-01T12:00:00Z) or an offset")
 	c.fs.StringVar(&o.topic, "topic", "", "the topic (default: the one the group reads)")
+	c.fs.IntVar(&o.partition, "partition", -1, "reset this partition only (default: every partition; an OFFSET is then the same number in each)")
 	c.fs.BoolVar(&o.dryRun, "dry-run", false, "print the plan, change nothing")
 	c.fs.BoolVar(&o.force, "force", false, "reset although the group has active members: only for groups that keep their position in Redis (the projectors, the persister), whose running consumers then go on from the new position")
 	return o
@@ -140,7 +142,7 @@ var ErrGroupActive = errors.New("the consumer group has active members")
 func consumerGroupsReset(ctx context.Context, c *command, opts any, args []string) error {
 	o := opts.(*resetOpts)
 	if len(args) != 1 || o.to == "" {
-		return errors.New("usage: chatctl consumer-groups reset GROUP -to earliest|latest|TIME|OFFSET [-topic T] [-dry-run] [-force]")
+		return errors.New("usage: chatctl consumer-groups reset GROUP -to earliest|latest|TIME|OFFSET [-topic T] [-partition P] [-dry-run] [-force]")
 	}
 	group := args[0]
 	brokers, err := c.s.brokers()
@@ -183,6 +185,12 @@ func consumerGroupsReset(ctx context.Context, c *command, opts any, args []strin
 	parts, err := a.partitions(ctx, topic)
 	if err != nil {
 		return err
+	}
+	if o.partition >= 0 {
+		if !slices.Contains(parts, o.partition) {
+			return fmt.Errorf("-partition %d: %s has partitions 0 to %d", o.partition, topic, len(parts)-1)
+		}
+		parts = []int{o.partition} // the others keep their positions
 	}
 	target, err := resetTarget(ctx, a, topic, parts, o.to)
 	if err != nil {

@@ -220,6 +220,17 @@ func TestResetTargets(t *testing.T) {
 	if !strings.Contains(all, fmt.Sprintf("chat.fanout Empty 0 chat.messages %d 10 10 0", part)) {
 		t.Fatalf("consumer-groups list does not show chat.fanout at the end of its partition: %s", all)
 	}
+	// One partition alone: the other keeps its position.
+	other := 1 - part
+	e.mustCtl("consumer-groups", "reset", consumers.GroupFanout, "-to", "earliest")
+	out := e.mustCtl("consumer-groups", "reset", consumers.GroupFanout, "-to", "3", "-partition", fmt.Sprint(part))
+	com, err := newAdmin(e.brokers).committed(ctx, consumers.GroupFanout, topics.Messages, []int{0, 1})
+	if err != nil || com[part] != 3 || com[other] != 0 {
+		t.Fatalf("-to 3 -partition %d: committed %v (%v), want %d at 3 and %d left at 0\n%s", part, com, err, part, other, out)
+	}
+	if _, err := e.ctl("consumer-groups", "reset", consumers.GroupFanout, "-to", "3", "-partition", "2"); err == nil || !strings.Contains(err.Error(), "partitions 0 to 1") {
+		t.Fatalf("-partition 2 of two: %v, want an error naming the partitions there are", err)
+	}
 	if _, err := e.ctl("consumer-groups", "reset", consumers.GroupFanout, "-to", "yesterday"); err == nil || !strings.Contains(err.Error(), "RFC") && !strings.Contains(err.Error(), "2024-05-01") {
 		t.Fatalf("-to yesterday: %v, want an error showing the accepted forms", err)
 	}

@@ -114,6 +114,7 @@ func rebuild(ctx context.Context, c *command, opts any, args []string) error {
 	}
 	prog := newProgress(c.stderr, "rebuild "+string(p), total)
 	cfg := scanConfig{brokers: brokers, batch: o.batch, parallel: o.parallel, onRecords: prog.add}
+	var joinRecords int64 // of chat.members, read for the joins' raises
 	if len(joins) > 0 {
 		cfg.topic = topics.Members
 		cfg.onSkip = skipNotice(c.stderr, topics.Members, "the rebuilt "+string(p))
@@ -121,6 +122,7 @@ func rebuild(ctx context.Context, c *command, opts any, args []string) error {
 			prog.finish()
 			return partly(fmt.Errorf("replaying the joins of %s: %w", topics.Members, err))
 		}
+		joinRecords = prog.records.Load()
 	}
 	cfg.topic = topic
 	cfg.onSkip = skipNotice(c.stderr, topic, "the rebuilt "+string(p))
@@ -142,8 +144,12 @@ func rebuild(ctx context.Context, c *command, opts any, args []string) error {
 	if err := a.commit(ctx, group, topic, ends); err != nil && !o.force {
 		return err
 	}
-	fmt.Fprintf(c.stdout, "replayed %d records in %v (%.0f records/s); %d did not decode (the live consumer dead-letters them)\n",
-		records, took.Round(time.Millisecond), float64(records)/took.Seconds(), r.poison.Load())
+	of := ""
+	if len(joins) > 0 {
+		of = fmt.Sprintf(" of %s and %d of %s (its joins raise cursors)", topic, joinRecords, topics.Members)
+	}
+	fmt.Fprintf(c.stdout, "replayed %d records%s in %v (%.0f records/s); %d did not decode (the live consumer dead-letters them)\n",
+		records-joinRecords, of, took.Round(time.Millisecond), float64(records)/took.Seconds(), r.poison.Load())
 	if n := r.corrected.Load(); n > 0 {
 		fmt.Fprintf(c.stdout, "appended %d cursors to %s whose last record was below them, so that compaction keeps them\n", n, topic)
 	}
@@ -155,6 +161,14 @@ func rebuild(ctx context.Context, c *command, opts any, args []string) error {
 	fmt.Fprint(c.stdout, rep)
 	if !rep.ok() {
 		return fmt.Errorf("the rebuilt %s differ from the topic; is a %s consumer still running? stop it and rebuild again", p, group)
+	}
+	// The state holds every record up to the saved positions, as the
+	// projector marks it once it has caught up: the gateways answer on it
+	// from now, not only once the projector runs again.
+	for part := range ends {
+		if _, err := rds.MarkReplayed(ctx, group, topic, part); err != nil {
+			return fmt.Errorf("%w; the gateways answer unavailable on what it holds until %s runs again and marks it", err, group)
+		}
 	}
 	return nil
 }

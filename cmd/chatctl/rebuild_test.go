@@ -14,6 +14,7 @@ import (
 	"github.com/groupchat/chatd/consumers"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
+	"github.com/groupchat/chatd/topics"
 )
 
 // workload writes groups, members (joins, a leave, a rejoin), messages,
@@ -200,10 +201,27 @@ func TestRebuildGivesTheLiveState(t *testing.T) {
 	must(e.rc.ZAdd(ctx, "chat:{g0}:ack", redisZ(1e9, "u0")).Err())
 	must(e.rc.ZAdd(ctx, "chat:{g2}:read", redisZ(1e9, "stranger")).Err())
 	must(e.rc.HDel(ctx, "chat:{g3}:members", "u0").Err())
+	replayed := map[string]string{ // nothing compacted yet: a record at every offset
+		"members":  fmt.Sprintf("replayed %d records in ", ends("chat.members")),
+		"acks":     fmt.Sprintf("replayed %d records of chat.acks and %d of chat.members (its joins raise cursors) in ", ends("chat.acks"), ends("chat.members")),
+		"receipts": fmt.Sprintf("replayed %d records of chat.receipts and %d of chat.members (its joins raise cursors) in ", ends("chat.receipts"), ends("chat.members")),
+	}
 	for _, p := range []string{"members", "acks", "receipts"} {
 		out, errOut, err := e.ctlBoth("rebuild", p)
 		if err != nil || !strings.Contains(out, "OK: Redis holds exactly what the topic says") {
 			t.Fatalf("rebuild %s: %v; report:\n%s", p, err, out)
+		}
+		if !strings.Contains(out, replayed[p]) {
+			t.Errorf("rebuild %s said:\n%s\nwant %q", p, out, replayed[p])
+		}
+		// Rebuilt whole and checked, the state is marked so: the
+		// gateways answer on the memberships before the projector runs.
+		if p == "members" {
+			for part := range 4 {
+				if err := e.rds.CheckReplayed(ctx, consumers.GroupMemberProjector, topics.Members, part); err != nil {
+					t.Errorf("after rebuild members, partition %d: %v; want marked replayed", part, err)
+				}
+			}
 		}
 		// The two walks of every key, which show no count, are said.
 		wipe, check := strings.Index(errOut, "wiping "+p), strings.Index(errOut, "checking the rebuilt "+p)
