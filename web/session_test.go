@@ -82,7 +82,15 @@ func TestOpeningReadsOnlyWhatIsOnScreenAfterLoading(t *testing.T) {
 	c.answer(f, page(f, false, 30, old...))
 	b.WaitUntil("loaded", `document.querySelector('#messages .first-unread')`)
 	time.Sleep(2 * time.Second) // past the read interval
-	onScreen := browsertest.Eval[int](b, `(() => {
+	if read, onScreen := p.maxCursor("read"), newestOnScreen(b); read > onScreen {
+		t.Fatalf("the page sent read upto %d; the newest message ever on screen after loading is %d", read, onScreen)
+	}
+}
+
+// newestOnScreen returns the msgid of the newest message on screen, -1
+// when none is.
+func newestOnScreen(b *browsertest.Tab) int64 {
+	return int64(browsertest.Eval[int](b, `(() => {
 		const r = document.getElementById('scroller').getBoundingClientRect();
 		let top = -1;
 		for (const li of document.querySelectorAll('#messages .msg')) {
@@ -90,9 +98,34 @@ func TestOpeningReadsOnlyWhatIsOnScreenAfterLoading(t *testing.T) {
 			if (e.bottom > r.top && e.top < r.bottom) top = Math.max(top, Number(li.dataset.msgid));
 		}
 		return top;
-	})()`)
-	if read := p.maxCursor("read"); read > int64(onScreen) {
-		t.Fatalf("the page sent read upto %d; the newest message ever on screen after loading is %d", read, onScreen)
+	})()`))
+}
+
+// Another device acked far past the read cursor (ack 100, read 10): the
+// page opened at the newest messages and read them, passing the 40 unread
+// ones above that were never on screen. It pages up to the first unread
+// message and opens there.
+func TestOpeningAfterAnotherDeviceAckedAheadReadsOnlyWhatIsOnScreen(t *testing.T) {
+	p, b, c := listed(t, 100, 100, 10)
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	long := strings.Repeat("a long line of text that wraps ", 40)
+	tall := func(from, to int64) []map[string]any {
+		var ms []map[string]any
+		for id := from; id <= to; id++ {
+			ms = append(ms, msg(id, -2, "v", fmt.Sprint("m", id, " ", long)))
+		}
+		return ms
+	}
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 100.0 })
+	c.answer(f, page(f, false, 100))
+	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 101.0 })
+	c.answer(f, page(f, true, 100, tall(51, 100)...))
+	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 51.0 })
+	c.answer(f, page(f, false, 100, tall(1, 50)...))
+	b.WaitUntil("loaded", `document.querySelector('#messages .first-unread')`)
+	time.Sleep(2 * time.Second) // past the read interval
+	if read, onScreen := p.maxCursor("read"), newestOnScreen(b); read > onScreen || onScreen > 20 {
+		t.Fatalf("the page sent read upto %d with message %d the newest on screen; want it opened at the first unread, 11", read, onScreen)
 	}
 }
 

@@ -28,6 +28,7 @@ import { groups, insertSorted, MAX_BUF, sentBefore, shownAs } from './groups.js'
 const PAGE = 100; // a forward pull page
 const OLDER_PAGE = 50; // a page when scrolling up
 const FILL = 30; // an opened group shows at least this many messages when it has them
+const UNREAD_PAGES = 20; // an opened group pages up at most this many older pages to its first unread message
 const HEARTBEAT = 25000;
 const RESYNC_RETRY = 2000; // a sync the server asked for, refused, is asked again after this
 const KEEP_CLOSED = 200; // messages kept of a group that is not open; older ones come back by scrolling up
@@ -394,10 +395,15 @@ export class Chat extends EventTarget {
   }
 
   // load pulls what follows the cursor of the open group g, pages up until
-  // the view has FILL messages, and asks the read counts of mine.
+  // the view has FILL messages and reaches back to the first unread one
+  // (another device may have acked far past the read cursor: opened at its
+  // newest, the view would be read past what was never on screen), at
+  // most UNREAD_PAGES pages, and asks the read counts of mine.
   async load(g) {
     await this.pullForward(g);
-    while (g.order.length < FILL && g.olderMore && g.opened) {
+    for (let pages = 0; g.olderMore && g.opened; pages++) {
+      const unreadAbove = g.order.length === 0 || g.order[0] > Math.max(g.read, g.readWant);
+      if (g.order.length >= FILL && !(unreadAbove && pages < UNREAD_PAGES)) break;
       if ((await this.loadOlder(g.gid)) === 0) break;
     }
     await this.refreshCounts(g, g.order, MAX_COUNTS);
