@@ -67,13 +67,21 @@ func (c *conn) authenticate(tok string) (uid, id string, _ *protocol.Error) {
 	}
 	// A read cut by a deadline closes the socket without a word, so the
 	// timeout answers and closes with 4001 itself; the read then fails.
+	answered := make(chan struct{})
 	timer := time.AfterFunc(c.g.cfg.AuthTimeout, func() {
+		defer close(answered)
+		if c.g.authTimedOut != nil {
+			c.g.authTimedOut()
+		}
 		perr := protocol.Errorf(protocol.CodeUnauthenticated, "no auth frame within %v; send {\"op\":\"auth\",\"token\":...} first", c.g.cfg.AuthTimeout)
 		c.writeNow(perr.Frame(""))
 		c.close(CloseUnauthenticated, string(perr.Code)+": "+perr.Message)
 	})
 	typ, data, err := c.ws.Read(context.Background()) // the timer above closes it
 	if !timer.Stop() {
+		// An auth frame read as the time ran out: the timeout's answer
+		// and close are the connection's, not the normal close of its end.
+		<-answered
 		return "", "", errAnswered
 	}
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -343,5 +344,31 @@ func TestACloseReasonCutShortIsStillUTF8(t *testing.T) {
 	}
 	if !utf8.ValidString(ce.Reason) || !strings.HasPrefix(ce.Reason, "unknown_op: unknown op") || len(ce.Reason) > 123 {
 		t.Fatalf("close reason %q (%d bytes): want the refusal, cut to valid UTF-8 of at most 123 bytes", ce.Reason, len(ce.Reason))
+	}
+}
+
+// An auth frame read just as the time to authenticate runs out: the
+// timeout has answered, and its close, 4001 with what was wrong, is the
+// one the client gets, not the normal close (1000) of the connection's end
+// racing it.
+func TestAnAuthFrameAsTheTimeRunsOutGetsTheTimeoutsClose(t *testing.T) {
+	e := newEnv(t, envOpts{gateways: 1, tune: func(c *Config) { c.AuthTimeout = 300 * time.Millisecond }})
+	timedOut, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	e.gws[0].g.authTimedOut = func() {
+		once.Do(func() { close(timedOut) })
+		<-release
+	}
+	r := e.dial(0, "")
+	<-timedOut
+	r.send(map[string]any{"op": "auth", "token": e.token("alice")}) // read while the timeout answers
+	time.Sleep(300 * time.Millisecond)                              // the read returns meanwhile
+	close(release)
+	var err error
+	for err == nil {
+		_, err = r.tryRead(5 * time.Second)
+	}
+	if websocket.CloseStatus(err) != CloseUnauthenticated {
+		t.Fatalf("close %v, want %d (the timeout's)", err, CloseUnauthenticated)
 	}
 }

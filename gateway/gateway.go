@@ -56,6 +56,9 @@ type Gateway struct {
 	// beforeOffline, when set, runs as a user's last connection here has
 	// gone, before their presence is cleared (tests of a reconnect racing it).
 	beforeOffline func(uid string)
+	// authTimedOut, when set, runs as the time to authenticate has run
+	// out, before the answer (tests of an auth frame racing it).
+	authTimedOut func()
 }
 
 // Metrics are the gateway's counters since start.
