@@ -66,13 +66,8 @@ func (c *peerConn) next(op string, d time.Duration) map[string]any {
 func TestOpeningReadsOnlyWhatIsOnScreenAfterLoading(t *testing.T) {
 	p, b, c := listed(t, 30, 10, 10)
 	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
-	long := strings.Repeat("a long line of text that wraps ", 40)
-	var unread []map[string]any
-	for id := int64(11); id <= 30; id++ {
-		unread = append(unread, msg(id, -2, "v", fmt.Sprint("m", id, " ", long)))
-	}
 	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
-	c.answer(f, page(f, false, 30, unread...))
+	c.answer(f, page(f, false, 30, tallMsgs(11, 30)...))
 	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 11.0 })
 	time.Sleep(700 * time.Millisecond) // the older page takes a moment
 	var old []map[string]any
@@ -101,31 +96,77 @@ func newestOnScreen(b *browsertest.Tab) int64 {
 	})()`))
 }
 
-// Another device acked far past the read cursor (ack 100, read 10): the
-// page opened at the newest messages and read them, passing the 40 unread
-// ones above that were never on screen. It pages up to the first unread
-// message and opens there.
-func TestOpeningAfterAnotherDeviceAckedAheadReadsOnlyWhatIsOnScreen(t *testing.T) {
+// tallMsgs returns messages from..to of g, each taller than a line.
+func tallMsgs(from, to int64) []map[string]any {
+	long := strings.Repeat("a long line of text that wraps ", 40)
+	var ms []map[string]any
+	for id := from; id <= to; id++ {
+		ms = append(ms, msg(id, -2, "v", fmt.Sprint("m", id, " ", long)))
+	}
+	return ms
+}
+
+// openAckedAhead opens g, listed with ack and head 100 and read 10 (another
+// device acked far past the read cursor), and answers its first pulls: the
+// forward one finds nothing, the first older one brings 51..100 and says
+// there is more. It returns the next older pull, unanswered.
+func openAckedAhead(t *testing.T, during func(c *peerConn)) (*peer, *browsertest.Tab, *peerConn, map[string]any) {
 	p, b, c := listed(t, 100, 100, 10)
 	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
-	long := strings.Repeat("a long line of text that wraps ", 40)
-	tall := func(from, to int64) []map[string]any {
-		var ms []map[string]any
-		for id := from; id <= to; id++ {
-			ms = append(ms, msg(id, -2, "v", fmt.Sprint("m", id, " ", long)))
-		}
-		return ms
-	}
 	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 100.0 })
 	c.answer(f, page(f, false, 100))
 	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 101.0 })
-	c.answer(f, page(f, true, 100, tall(51, 100)...))
-	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 51.0 })
-	c.answer(f, page(f, false, 100, tall(1, 50)...))
+	if during != nil {
+		during(c)
+	}
+	c.answer(f, page(f, true, 100, tallMsgs(51, 100)...))
+	return p, b, c, c.expect("pull", func(f map[string]any) bool { return f["before"] == 51.0 })
+}
+
+// Another device acked far past the read cursor (ack 100, read 10): the
+// page opened at the newest messages and read them, passing the 40 unread
+// ones above that were never on screen. It pages up to the first unread
+// message, no further, and opens there.
+func TestOpeningAfterAnotherDeviceAckedAheadReadsOnlyWhatIsOnScreen(t *testing.T) {
+	p, b, c, f := openAckedAhead(t, nil)
+	c.answer(f, page(f, true, 100, tallMsgs(1, 50)...))
+	b.WaitUntil("loaded", `document.querySelector('#messages .first-unread')`)
+	time.Sleep(2 * time.Second) // past the read interval
+	read, onScreen := p.maxCursor("read"), newestOnScreen(b)
+	if read > onScreen || read < 11 || onScreen > 20 {
+		t.Fatalf("the page sent read upto %d with message %d the newest on screen; want it opened at the first unread, 11, and read from there", read, onScreen)
+	}
+	if f := c.next("pull", 500*time.Millisecond); f != nil {
+		t.Fatalf("the page pulled %v after its view reached the first unread message", f)
+	}
+}
+
+// A message pushed while the opening's first older page is out joins on
+// above it: the page is still taken, and the paging goes on to the first
+// unread message.
+func TestAPushWhileOpeningKeepsThePagingToTheFirstUnread(t *testing.T) {
+	p, b, c, f := openAckedAhead(t, func(c *peerConn) {
+		c.write(map[string]any{"op": "push", "msgs": []any{msg(120, 100, "v", "m120")}})
+	})
+	c.answer(f, page(f, false, 120, tallMsgs(1, 50)...))
 	b.WaitUntil("loaded", `document.querySelector('#messages .first-unread')`)
 	time.Sleep(2 * time.Second) // past the read interval
 	if read, onScreen := p.maxCursor("read"), newestOnScreen(b); read > onScreen || onScreen > 20 {
 		t.Fatalf("the page sent read upto %d with message %d the newest on screen; want it opened at the first unread, 11", read, onScreen)
+	}
+}
+
+// An opening cut short before its view reaches the first unread message
+// (here, an older page refused) reads nothing: a read of what is on
+// screen would pass the unread messages above it, never shown.
+func TestAnOpeningCutShortReadsNothing(t *testing.T) {
+	p, b, c, f := openAckedAhead(t, nil)
+	c.answer(f, map[string]any{"op": "error", "code": "unavailable", "message": "history is unavailable right now; retry shortly"})
+	b.WaitUntil("shown", `document.querySelectorAll('#messages .msg').length === 50`)
+	time.Sleep(2500 * time.Millisecond) // past the read interval
+	flushCursors(t, b)
+	if read := p.maxCursor("read"); read > 10 {
+		t.Fatalf("the page sent read upto %d with messages 11..50 never loaded", read)
 	}
 }
 

@@ -319,6 +319,7 @@ export class Chat extends EventTarget {
   // contiguous cursor, and scrolling up pulls it again.
   forgetOld(g, keep) {
     if (g.order.length <= keep) return;
+    g.dropped++;
     for (const id of g.order.splice(0, g.order.length - keep)) {
       g.msgs.delete(id);
       g.counts.delete(id);
@@ -361,11 +362,13 @@ export class Chat extends EventTarget {
     g.loadingOlder = true;
     try {
       const before = g.order.length ? g.order[0] : g.contig + 1;
+      const dropped = g.dropped;
       this.stats.olderPulls++;
       const p = frames.page(await this.conn.request({ op: 'pull', gid, before, limit: OLDER_PAGE }), gid);
-      // Closing the group meanwhile forgot the messages the page joined
-      // onto: taken, it would leave a hole. Scrolling up asks again.
-      if ((g.order.length ? g.order[0] : g.contig + 1) !== before) return 0;
+      // Closing the group meanwhile (or a retake) forgot messages the page
+      // may join onto: taken, it could leave a hole. Scrolling up asks
+      // again. Pushes taken meanwhile join on above.
+      if (g.dropped !== dropped) return 0;
       // A resend written twice whose later record is shown already.
       const fresh = p.msgs.filter((m) => m.msgid < before && !g.msgs.has(m.msgid) && !g.msgs.has(shownAs(g, m)));
       let outbox = false;
@@ -400,12 +403,15 @@ export class Chat extends EventTarget {
   // newest, the view would be read past what was never on screen), at
   // most UNREAD_PAGES pages, and asks the read counts of mine.
   async load(g) {
+    g.reachedRead = false;
     await this.pullForward(g);
-    for (let pages = 0; g.olderMore && g.opened; pages++) {
-      const unreadAbove = g.order.length === 0 || g.order[0] > Math.max(g.read, g.readWant);
-      if (g.order.length >= FILL && !(unreadAbove && pages < UNREAD_PAGES)) break;
+    let pages = 0;
+    for (; g.olderMore && g.opened; pages++) {
+      if (g.order.length >= FILL && (this.reachesRead(g) || pages >= UNREAD_PAGES)) break;
       if ((await this.loadOlder(g.gid)) === 0) break;
     }
+    // Past the pages of an opening, the view is read as it is.
+    if (pages >= UNREAD_PAGES) g.reachedRead = true;
     await this.refreshCounts(g, g.order, MAX_COUNTS);
   }
 
@@ -417,8 +423,20 @@ export class Chat extends EventTarget {
     this.cursors.flush(true).then(() => this.syncSoon());
   }
 
-  // seen is called for a message the user has on screen.
-  seen(gid, msgid) { this.cursors.seen(this.group(gid), msgid); }
+  // reachesRead reports whether g holds every message after its read
+  // cursor (or nothing older is left to hold).
+  reachesRead(g) {
+    return !g.olderMore || (g.order.length > 0 && g.order[0] <= Math.max(g.read, g.readWant));
+  }
+
+  // seen is called for a message the user has on screen. Until the view
+  // reaches back to the read cursor (a load cut short by a disconnect or a
+  // failed page), a read would pass unread messages never shown: none is
+  // made; scrolling up, or the next load, pages back to them.
+  seen(gid, msgid) {
+    const g = this.group(gid);
+    if (g.reachedRead || this.reachesRead(g)) this.cursors.seen(g, msgid);
+  }
 
   failed(what, e) {
     if (e instanceof Disconnected) return; // the next session redoes it

@@ -28,6 +28,8 @@ export function newGroup(gid) {
     msgs: new Map(), order: [], // held messages, msgids ascending
     buf: new Map(), // pushes waiting for their predecessors, at most MAX_BUF
     olderMore: true, loadingOlder: false,
+    dropped: 0, // held messages were forgotten this many times (an older page joins onto what it was asked against)
+    reachedRead: false, // the open view reaches back to the read cursor, or gave up trying (see Chat.load)
     opened: false, pulling: null, gapping: false,
     retaking: false, retakeAgain: false, retaken: 0, retakeBackoff: retakeBackoff(), // see recovery.js
     unacked: 0, ackDue: 0, readWant: -1, readDue: 0,

@@ -23,6 +23,7 @@ export const recovery = {
     if (gone.length === 0) return;
     console.warn(`chatd: ${g.gid}: ${gone.join(', ')} taken off: the group's message after ${prev} is ${msgid}`);
     g.order.splice(g.order.length - gone.length);
+    g.dropped++;
     for (const id of gone) {
       g.msgs.delete(id);
       g.counts.delete(id);
@@ -56,6 +57,7 @@ export const recovery = {
         while (g.pulling) await g.pulling.catch(() => {});
         const gone = g.order.filter((id) => id > g.ack);
         g.order.splice(g.order.length - gone.length);
+        if (gone.length > 0) g.dropped++;
         for (const id of gone) {
           g.msgs.delete(id);
           g.counts.delete(id);
