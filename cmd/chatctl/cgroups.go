@@ -186,11 +186,15 @@ func consumerGroupsReset(ctx context.Context, c *command, opts any, args []strin
 	if err != nil {
 		return err
 	}
-	if o.partition >= 0 {
+	where := fmt.Sprintf("%d partitions", len(parts))
+	switch {
+	case o.partition >= 0 || o.partition < -1:
 		if !slices.Contains(parts, o.partition) {
 			return fmt.Errorf("-partition %d: %s has partitions 0 to %d", o.partition, topic, len(parts)-1)
 		}
-		parts = []int{o.partition} // the others keep their positions
+		parts, where = []int{o.partition}, fmt.Sprintf("partition %d", o.partition) // the others keep their positions
+	case len(parts) > 1 && isOffset(o.to):
+		fmt.Fprintf(c.stderr, "note: offset %s is a position within one partition; it is taken for each of the %d partitions of %s (-partition P resets one alone)\n", o.to, len(parts), topic)
 	}
 	target, err := resetTarget(ctx, a, topic, parts, o.to)
 	if err != nil {
@@ -250,8 +254,8 @@ func consumerGroupsReset(ctx context.Context, c *command, opts any, args []strin
 		// Forced, with the position in Redis: the running consumers see it
 		// moved within seconds and go on from there; they mirror it to the
 		// group's offsets with their next commit.
-		fmt.Fprintf(c.stdout, "reset %s on %s: %d partitions, in Redis; its %d running consumers go on from there within seconds (the group's committed offsets follow with their next commit)\n",
-			group, topic, len(parts), len(info.Members))
+		fmt.Fprintf(c.stdout, "reset %s on %s: %s, in Redis; its %d running consumers go on from there within seconds (the group's committed offsets follow with their next commit)\n",
+			group, topic, where, len(info.Members))
 		return nil
 	}
 	if err := a.commit(ctx, group, topic, target); err != nil {
@@ -260,7 +264,7 @@ func consumerGroupsReset(ctx context.Context, c *command, opts any, args []strin
 		}
 		return err
 	}
-	fmt.Fprintf(c.stdout, "reset %s on %s: %d partitions; start the group's consumers to read from there\n", group, topic, len(parts))
+	fmt.Fprintf(c.stdout, "reset %s on %s: %s; start the group's consumers to read from there\n", group, topic, where)
 	return nil
 }
 
@@ -280,6 +284,12 @@ func checkInactive(ctx context.Context, a *admin, group string, force bool) erro
 func activeErr(group string, info groupInfo) error {
 	return fmt.Errorf("%w: %s is %s with %d members; stop its consumers (e.g. the chatd role that runs it) and retry, or pass -force",
 		ErrGroupActive, group, info.State, len(info.Members))
+}
+
+// isOffset reports whether -to names an offset.
+func isOffset(to string) bool {
+	_, err := strconv.ParseInt(to, 10, 64)
+	return err == nil
 }
 
 // resetTarget turns -to into an offset per partition, within the log.

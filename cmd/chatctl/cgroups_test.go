@@ -228,8 +228,13 @@ func TestResetTargets(t *testing.T) {
 	if err != nil || com[part] != 3 || com[other] != 0 {
 		t.Fatalf("-to 3 -partition %d: committed %v (%v), want %d at 3 and %d left at 0\n%s", part, com, err, part, other, out)
 	}
-	if _, err := e.ctl("consumer-groups", "reset", consumers.GroupFanout, "-to", "3", "-partition", "2"); err == nil || !strings.Contains(err.Error(), "partitions 0 to 1") {
-		t.Fatalf("-partition 2 of two: %v, want an error naming the partitions there are", err)
+	if !strings.Contains(out, fmt.Sprintf("partition %d;", part)) {
+		t.Errorf("the reset of one partition said:\n%s\nwant it named", out)
+	}
+	for _, bad := range []string{"2", "-2"} {
+		if _, err := e.ctl("consumer-groups", "reset", consumers.GroupFanout, "-to", "3", "-partition", bad); err == nil || !strings.Contains(err.Error(), "partitions 0 to 1") {
+			t.Fatalf("-partition %s of two: %v, want an error naming the partitions there are", bad, err)
+		}
 	}
 	if _, err := e.ctl("consumer-groups", "reset", consumers.GroupFanout, "-to", "yesterday"); err == nil || !strings.Contains(err.Error(), "RFC") && !strings.Contains(err.Error(), "2024-05-01") {
 		t.Fatalf("-to yesterday: %v, want an error showing the accepted forms", err)
