@@ -1,6 +1,7 @@
 package web
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -99,4 +100,41 @@ func TestASendWrittenTwiceIsShownOnceWhenPagedUp(t *testing.T) {
 	if got := b.Bodies(); slices.Equal(got, []string{"m49", "once", "once"}) {
 		t.Fatalf("the page shows %q: one send, twice", got)
 	}
+}
+
+// A group left open while messages keep coming, the view at the newest:
+// the page keeps its newest 1,000 and lets the older go (a tab open all
+// day held everything it was handed), and scrolling up pulls them again.
+func TestAGroupLeftOpenKeepsItsNewestThousand(t *testing.T) {
+	_, b, c := listed(t, 10, 10, 10)
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	c.answer(f, page(f, false, 10))
+	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 11.0 })
+	var first []map[string]any
+	for id := int64(1); id <= 10; id++ {
+		first = append(first, msg(id, -2, "v", "m"))
+	}
+	c.answer(f, page(f, false, 10, first...))
+	b.WaitUntil("opened", `chat.group('g').order.length === 10 && !document.getElementById('scroller').hidden`)
+	for from := int64(11); from <= 1210; from += 100 {
+		var ms []any
+		for id := from; id < from+100; id++ {
+			ms = append(ms, msg(id, id-1, "v", "m"))
+		}
+		c.write(map[string]any{"op": "push", "msgs": ms})
+	}
+	b.WaitUntil("every push taken", `chat.group('g').contig === 1210`)
+	got := browsertest.Eval[[]int](b, `[chat.group('g').order.length, chat.group('g').order[0], document.querySelectorAll('#messages .msg').length]`)
+	if got[0] > 1000 || got[2] > 1000 || got[1] <= 10 {
+		t.Fatalf("after 1,200 pushes into the open group it holds %d messages from %d, and shows %d; want at most the newest 1,000", got[0], got[1], got[2])
+	}
+	browsertest.Eval[bool](b, `(document.getElementById('scroller').scrollTop = 0, true)`)
+	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == float64(got[1]) })
+	var older []map[string]any
+	for id := int64(got[1]) - 50; id < int64(got[1]); id++ {
+		older = append(older, msg(id, -2, "v", "m"))
+	}
+	c.answer(f, page(f, true, 1210, older...))
+	b.WaitUntil("the older page shown", fmt.Sprintf(`chat.group('g').order[0] === %d`, got[1]-50))
 }

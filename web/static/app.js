@@ -315,6 +315,13 @@ function onMessages({ gid, msgs, older }) {
   } else if (!view.loading) {
     $('jump').hidden = false;
   }
+  if (!older && !view.loading && scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 60) {
+    // At the newest: what lies far above goes (chat.trim), the view kept
+    // where it is from the bottom.
+    const keep = scroller.scrollHeight - scroller.scrollTop;
+    chat.trim(gid);
+    scroller.scrollTop = scroller.scrollHeight - keep;
+  }
   olderStatus();
 }
 

@@ -32,6 +32,7 @@ const UNREAD_PAGES = 20; // an opened group pages up at most this many older pag
 const HEARTBEAT = 25000;
 const RESYNC_RETRY = 2000; // a sync the server asked for, refused, is asked again after this
 const KEEP_CLOSED = 200; // messages kept of a group that is not open; older ones come back by scrolling up
+const KEEP_OPEN = 1000; // messages kept of the open group while its view is at the newest (see trim)
 
 export class Chat extends EventTarget {
   constructor({ uid, token, dev, renew }) {
@@ -320,11 +321,22 @@ export class Chat extends EventTarget {
   forgetOld(g, keep) {
     if (g.order.length <= keep) return;
     g.dropped++;
-    for (const id of g.order.splice(0, g.order.length - keep)) {
+    const gone = g.order.splice(0, g.order.length - keep);
+    for (const id of gone) {
       g.msgs.delete(id);
       g.counts.delete(id);
     }
     g.olderMore = true;
+    this.emit('forgotten', { gid: g.gid, msgids: gone });
+  }
+
+  // trim forgets the oldest messages of the open group past KEEP_OPEN: the
+  // page calls it while its view is at the newest, so that a group left
+  // open all day does not hold all it was handed. Scrolling up pulls them
+  // again.
+  trim(gid) {
+    const g = this.group(gid);
+    if (!g.loadingOlder) this.forgetOld(g, KEEP_OPEN);
   }
 
   // pullForward pulls everything after the contiguous cursor, page by page.
