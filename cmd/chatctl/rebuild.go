@@ -170,6 +170,7 @@ func rebuild(ctx context.Context, c *command, opts any, args []string) error {
 			return fmt.Errorf("%w; the gateways answer unavailable on what it holds until %s runs again and marks it", err, group)
 		}
 	}
+	fmt.Fprintf(c.stdout, "marked %s ready: the gateways answer on it now; start %s to apply what %s gets from here\n", p, group, topic)
 	return nil
 }
 
