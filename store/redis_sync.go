@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -28,7 +27,6 @@ func (r *Redis) MemberCursors(ctx context.Context, uid string, gids []string) (m
 	heads := make([]*redis.StringCmd, len(gids))
 	acks := make([]*redis.FloatCmd, len(gids))
 	reads := make([]*redis.FloatCmd, len(gids))
-	floors := make([]*redis.StringCmd, len(gids))
 	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, g := range gids {
 			heads[i] = p.Get(ctx, headKey(g))
@@ -40,18 +38,13 @@ func (r *Redis) MemberCursors(ctx context.Context, uid string, gids []string) (m
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("store: cursors of %q: %w", uid, err)
 	}
-	// Each floor is read after its count: a trim between the two then shows
-	// in the floor, and the count is called exact only if it was.
-	counts := make([]*redis.IntCmd, len(gids))
-	_, err = r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, g := range gids {
-			read := scoreOr(reads[i], -1)
-			counts[i] = p.ZCount(ctx, windowKey(g), "("+strconv.FormatInt(read, 10), "+inf")
-			floors[i] = p.Get(ctx, floorKey(g))
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
+	// Each count is taken with its floor, in one script (see Unread).
+	calls := make([]scriptCall, len(gids))
+	for i, g := range gids {
+		calls[i] = unreadCall(g, scoreOr(reads[i], -1))
+	}
+	counts, err := r.runScript(ctx, unreadScript, calls)
+	if err != nil {
 		return nil, fmt.Errorf("store: unread counts of %q: %w", uid, err)
 	}
 	for i, g := range gids {
@@ -62,16 +55,12 @@ func (r *Redis) MemberCursors(ctx context.Context, uid string, gids []string) (m
 		if !ok {
 			head = -1
 		}
-		floor, trimmed, err := optionalMsgID(floors[i])
+		read := scoreOr(reads[i], -1)
+		n, exact, err := unreadResult(counts[i], read)
 		if err != nil {
-			return nil, fmt.Errorf("store: floor of %q: %w", g, err)
-		}
-		if err := counts[i].Err(); err != nil { // hidden behind a floor's redis.Nil
 			return nil, fmt.Errorf("store: unread count of %q in %q: %w", uid, g, err)
 		}
-		read := scoreOr(reads[i], -1)
-		out[g] = MemberCursors{Head: head, Ack: scoreOr(acks[i], -1), Read: read,
-			Unread: counts[i].Val(), UnreadExact: !trimmed || read >= floor}
+		out[g] = MemberCursors{Head: head, Ack: scoreOr(acks[i], -1), Read: read, Unread: n, UnreadExact: exact}
 	}
 	return out, nil
 }

@@ -354,25 +354,59 @@ func (r *Redis) Heads(ctx context.Context, gids []string) (map[string]int64, err
 	return heads, nil
 }
 
+// unreadScript counts a group's messages in the window above a cursor and
+// its floor, and returns the floor ('' when none). KEYS: window, floor;
+// ARGV: the cursor. A late append (see windowRange) puts messages below the
+// floor back for one command: they are not the window's, and not counted.
+var unreadScript = redis.NewScript(`
+local f = redis.call('GET', KEYS[2])
+local lo = tonumber(ARGV[1])
+if f and tonumber(f) > lo then lo = tonumber(f) end
+return {redis.call('ZCOUNT', KEYS[1], '(' .. string.format('%d', lo), '+inf'), f or ''}
+`)
+
+// unreadCall is one unreadScript call for gid's messages after cursor.
+func unreadCall(gid string, cursor int64) scriptCall {
+	return scriptCall{keys: []string{windowKey(gid), floorKey(gid)}, args: []any{cursor}}
+}
+
+// unreadResult reads an unreadScript answer for a cursor: the count, and
+// whether it is exact (the window was not trimmed above the cursor).
+func unreadResult(cmd *redis.Cmd, cursor int64) (n int64, exact bool, err error) {
+	v, err := cmd.Slice()
+	if err != nil {
+		return 0, false, err
+	}
+	if len(v) != 2 {
+		return 0, false, fmt.Errorf("%w: unread answered %v", ErrCorruptValue, v)
+	}
+	n, ok := v[0].(int64)
+	f, ok2 := v[1].(string)
+	if !ok || !ok2 {
+		return 0, false, fmt.Errorf("%w: unread answered %v", ErrCorruptValue, v)
+	}
+	if f == "" {
+		return n, true, nil
+	}
+	floor, err := strconv.ParseInt(f, 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("%w: floor %q", ErrCorruptValue, f)
+	}
+	return n, cursor >= floor, nil
+}
+
 // Unread counts the group's messages in the window with msgid > cursor.
 // exact is false when the window was trimmed above the cursor: then there
 // are more, shown as "N+".
 func (r *Redis) Unread(ctx context.Context, gid string, cursor int64) (n int64, exact bool, err error) {
-	var count *redis.IntCmd
-	var floor *redis.StringCmd
-	_, err = r.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		count = p.ZCount(ctx, windowKey(gid), "("+strconv.FormatInt(cursor, 10), "+inf")
-		floor = p.Get(ctx, floorKey(gid))
-		return nil
-	})
-	if err = cmp.Or(count.Err(), floor.Err(), err); err != nil && !errors.Is(err, redis.Nil) {
+	cmds, err := r.runScript(ctx, unreadScript, []scriptCall{unreadCall(gid, cursor)})
+	if err == nil {
+		n, exact, err = unreadResult(cmds[0], cursor)
+	}
+	if err != nil {
 		return 0, false, fmt.Errorf("store: unread of %q: %w", gid, err)
 	}
-	fl, trimmed, err := optionalMsgID(floor)
-	if err != nil {
-		return 0, false, fmt.Errorf("store: unread of %q: floor: %w", gid, err)
-	}
-	return count.Val(), !trimmed || cursor >= fl, nil
+	return n, exact, nil
 }
 
 // optionalMsgID reads a msgid string; ok is false when the key is absent.

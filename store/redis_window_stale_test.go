@@ -72,7 +72,8 @@ func TestALateAppendOfTrimmedMessagesKeepsTheFloor(t *testing.T) {
 // take them: a pull joining ClickHouse's messages up to the floor with
 // them would repeat messages, a page scrolling up would skip from them to
 // the floor, and a fan-out taking one for a group's prev would let a
-// client accept the next message over the gap.
+// client accept the next message over the gap, and an unread count would
+// count them.
 func TestAWindowReadDuringALateAppendSeesNothingBelowTheFloor(t *testing.T) {
 	srv := testserver.NewRedis(t)
 	ctx := context.Background()
@@ -111,6 +112,13 @@ func TestAWindowReadDuringALateAppendSeesNothingBelowTheFloor(t *testing.T) {
 		}
 		if p, ok := prevs["g1"]; ok && p != 9 {
 			t.Errorf("PersistedPrevs before 10 = %d, want 9 or unknown: a client holding %d would take 10 over the gap", p, p)
+		}
+		if n, exact, err := reader.Unread(ctx, "g1", -1); err != nil || n != 5 || exact {
+			t.Errorf("Unread(after -1) = %d, %v, %v; want 5 and more (5+)", n, exact, err)
+		}
+		cs, err := reader.MemberCursors(ctx, "u", []string{"g1"})
+		if c := cs["g1"]; err != nil || c.Unread != 5 || c.UnreadExact {
+			t.Errorf("MemberCursors: unread %d, exact %v (%v); want 5 and more (5+)", c.Unread, c.UnreadExact, err)
 		}
 	}
 	lc.AddHook(afterFloorsRead{once: &sync.Once{}, run: func() {
