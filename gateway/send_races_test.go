@@ -3,7 +3,9 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -177,5 +179,78 @@ func TestARemovalWaitsForTheMembersSendsInFlight(t *testing.T) {
 	}
 	if n := e.topicEndsOf(topics.Messages); n != 1 {
 		t.Errorf("chat.messages holds %d records, want the one sent before the removal", n)
+	}
+}
+
+// A member removed while they and others keep sending: every message of
+// theirs that was accepted lies at or before their leave, and they are
+// handed nothing past it, by push or by pull; the others get everything.
+func TestARemovalUnderLoadKeepsTheLeaverBeforeTheirLeave(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g1", "alice", "bob", "carol")
+	alice, bob, carol := e.connect(0, "alice", nil), e.connect(0, "bob", nil), e.connect(0, "carol", nil)
+	e.online(0, "alice", "bob", "carol")
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	accepted := map[string][]int64{}
+	for _, m := range []*member{alice, bob, alice, bob, alice, bob, alice, bob} { // four senders each
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				id, err := m.c.Send(ctx, "g1", fmt.Sprint(m.uid, " ", i, " ", rand.Uint64()))
+				cancel()
+				if err == nil {
+					mu.Lock()
+					accepted[m.uid] = append(accepted[m.uid], id)
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	e.removeMember("g1", "alice")
+	time.Sleep(500 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+
+	leave := e.lastMemberEvent("g1", "alice")
+	if leave.Op != schema.OpLeave {
+		t.Fatalf("alice's last member record: %+v, want her leave", leave)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	var after int
+	for _, id := range accepted["bob"] {
+		if id > leave.Pos {
+			after++
+		}
+	}
+	if len(accepted["alice"]) == 0 || after == 0 {
+		t.Fatalf("alice had %d sends accepted, bob %d after her leave at %d: the test no longer sends across the removal", len(accepted["alice"]), after, leave.Pos)
+	}
+	for _, id := range accepted["alice"] {
+		if id > leave.Pos {
+			t.Errorf("alice's message %d was accepted past her leave at %d", id, leave.Pos)
+		}
+	}
+	last := slices.Max(accepted["bob"])
+	waitFor(t, "carol to get bob's last message", 10*time.Second, func() bool { return slices.Contains(carol.delivered("g1"), last) })
+	time.Sleep(300 * time.Millisecond) // anything still on its way to alice
+	for _, id := range alice.delivered("g1") {
+		if id > leave.Pos {
+			t.Errorf("alice was handed message %d, past her leave at %d", id, leave.Pos)
+		}
+	}
+	if n, want := len(carol.delivered("g1")), len(accepted["alice"])+len(accepted["bob"]); n != want {
+		t.Errorf("carol got %d messages, want the %d accepted", n, want)
 	}
 }
