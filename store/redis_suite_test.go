@@ -411,4 +411,15 @@ func testUnread(t *testing.T, c redis.UniversalClient) {
 	if n, exact, err := r.Unread(ctx, "empty", -1); err != nil || n != 0 || !exact {
 		t.Errorf("Unread of an empty group = %d exact=%v %v; want 0 exact", n, exact, err)
 	}
+	// A floor in a score's form, as miniredis writes a trim's at 10^8.
+	appendAll(t, r, batchOf("big", 1e8+1, 1e8+2)...)
+	if err := c.Set(ctx, floorKey("big"), "1e+08", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n, exact, err := r.Unread(ctx, "big", 1e8); err != nil || n != 2 || !exact {
+		t.Errorf("Unread above a floor of 1e+08 = %d exact=%v %v; want 2 exact", n, exact, err)
+	}
+	if cs, err := r.MemberCursors(ctx, "u", []string{"big"}); err != nil || cs["big"].Unread != 2 || cs["big"].UnreadExact {
+		t.Errorf("MemberCursors above a floor of 1e+08 = %+v, %v; want 2 and more", cs["big"], err)
+	}
 }

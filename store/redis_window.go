@@ -361,7 +361,8 @@ func (r *Redis) Heads(ctx context.Context, gids []string) (map[string]int64, err
 var unreadScript = redis.NewScript(`
 local f = redis.call('GET', KEYS[2])
 local lo = tonumber(ARGV[1])
-if f and tonumber(f) > lo then lo = tonumber(f) end
+local fl = f and tonumber(f) -- nil for a form this Lua does not read; the caller parses f
+if fl and fl > lo then lo = fl end
 return {redis.call('ZCOUNT', KEYS[1], '(' .. string.format('%d', lo), '+inf'), f or ''}
 `)
 
@@ -388,9 +389,9 @@ func unreadResult(cmd *redis.Cmd, cursor int64) (n int64, exact bool, err error)
 	if f == "" {
 		return n, true, nil
 	}
-	floor, err := strconv.ParseInt(f, 10, 64)
+	floor, err := parseMsgID(f) // a score's form: miniredis writes 1e+08
 	if err != nil {
-		return 0, false, fmt.Errorf("%w: floor %q", ErrCorruptValue, f)
+		return 0, false, fmt.Errorf("floor: %w", err)
 	}
 	return n, cursor >= floor, nil
 }
