@@ -143,6 +143,17 @@ func (c *Client) Open(ctx context.Context, gid string) error {
 				return fmt.Errorf("client: open %s: %w", gid, err)
 			}
 		default:
+			var pe *protocol.Error
+			if errors.As(err, &pe) && !retryable(pe.Code) {
+				// Refused for good (not a member): not pulled again on
+				// every reconnect, and forgotten unless a sync names it.
+				c.mu.Lock()
+				g.opened = false
+				if c.groups[gid] == g && !c.named[gid] && g.idle() {
+					delete(c.groups, gid)
+				}
+				c.mu.Unlock()
+			}
 			return fmt.Errorf("client: open %s: %w", gid, err)
 		}
 	}

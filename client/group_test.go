@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/groupchat/chatd/protocol"
 )
@@ -412,5 +415,34 @@ func TestAGroupRemembersItsLastSends(t *testing.T) {
 	}
 	if len(g.sends) != maxSends || len(g.sendOrder) != maxSends {
 		t.Errorf("a group remembers %d sends (%d in order), want %d", len(g.sends), len(g.sendOrder), maxSends)
+	}
+}
+
+// An Open the server refuses for good (a group the user is not in: a typo,
+// or one they were removed from) fails and leaves nothing behind: the
+// group was kept opened, pulled again (and refused again) on every
+// reconnect, never forgotten, and counted among the groups no sync named.
+func TestAnOpenRefusedForGoodIsForgotten(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	c, _ := dial(t, p, "alice", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Open(ctx, "typo"); err == nil || !strings.Contains(err.Error(), string(protocol.CodeNotMember)) {
+		t.Fatalf("Open of a group alice is not in: %v, want not_member", err)
+	}
+	c.mu.Lock()
+	_, held := c.groups["typo"]
+	c.mu.Unlock()
+	if held {
+		t.Fatal("the group refused for good is still held")
+	}
+	pulls := len(p.requests(protocol.OpPull))
+	p.cut(websocket.StatusGoingAway, "test: reconnect")
+	waitFor(t, "a new sync", func() bool { return len(p.requests(protocol.OpSync)) >= 2 })
+	time.Sleep(300 * time.Millisecond) // the resync's pulls, had there been any
+	for _, r := range p.requests(protocol.OpPull)[pulls:] {
+		if r.Gid == "typo" {
+			t.Fatal("the group refused for good was pulled again after the reconnect")
+		}
 	}
 }
