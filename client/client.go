@@ -153,6 +153,7 @@ type Client struct {
 	named      map[string]bool    // the gids of lastSync
 	dropWarned bool               // a push was dropped for MaxUnnamedGroups since the last sync: logged
 	queue      []protocol.Message // accepted, not yet handed to OnMessage
+	held       int                // pushes held behind gaps, in every group's buf
 	stats      Stats
 	sending    *window
 

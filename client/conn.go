@@ -61,7 +61,11 @@ type session struct {
 
 	synced bool               // guarded by c.mu: the sync answer was applied
 	early  []protocol.Message // guarded by c.mu: pushes that arrived before it
-	ended  bool               // guarded by c.mu: the session ended (detach ran)
+	// earlyOwed, guarded by c.mu, has the newest msgid of each group
+	// pushed before the sync answer past the pushes early keeps (see
+	// Client.pushBudget): pulled once synced.
+	earlyOwed map[string]int64
+	ended     bool // guarded by c.mu: the session ended (detach ran)
 }
 
 // connect dials, authenticates and syncs. The session lives on c.ctx; ctx
@@ -307,6 +311,13 @@ func (c *Client) applySync(s *session, groups []protocol.GroupState) error {
 		c.pushLocked(m)
 	}
 	s.early = nil
+	for gid, id := range s.earlyOwed {
+		if g := c.groups[gid]; g != nil && id > g.contig {
+			g.owed = max(g.owed, id)
+			c.drainLocked(g)
+		}
+	}
+	s.earlyOwed = nil
 	c.sess = s
 	close(c.ready)
 	return nil

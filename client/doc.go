@@ -97,8 +97,9 @@
 // connection (or a Send for its turn among the sends in flight, or backing
 // off before a resend), and a ReadCounts or WhoRead waiting for its answer,
 // end with ErrClosed, so an OnMessage blocked in one returns. A slow OnMessage delays acks, not the connection:
-// messages wait in memory, and pulls stop while MaxQueued of them wait
-// (pushes, which come at the pace of the conversation, do not).
+// messages wait in memory, and pulls stop while MaxQueued of them wait;
+// pushes, which come at the pace of the conversation, wait up to twice
+// MaxQueued, past which a group's pushes are pulled once it catches up.
 //
 // OnError receives asynchronous errors (connection lost, reconnect failed,
 // a pull or an ack refused). Calls are serialised; they come from the

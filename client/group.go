@@ -165,7 +165,18 @@ func (c *Client) onPush(s *session, msgs []protocol.Message) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !s.synced {
-		s.early = append(s.early, msgs...)
+		for _, m := range msgs {
+			if len(s.early) < c.pushBudget() {
+				s.early = append(s.early, m)
+			} else if id, ok := s.earlyOwed[m.Gid]; !ok || m.MsgID > id {
+				// More than memory should hold before the sync: pulled
+				// after it (see applySync).
+				if s.earlyOwed == nil {
+					s.earlyOwed = map[string]int64{}
+				}
+				s.earlyOwed[m.Gid] = m.MsgID
+			}
+		}
 		return
 	}
 	for _, m := range msgs {
@@ -195,7 +206,11 @@ func (c *Client) pushLocked(m protocol.Message) {
 		return
 	}
 	if m.Prev != nil && *m.Prev == g.contig {
-		c.acceptLocked(g, m)
+		if len(c.queue) < c.pushBudget() {
+			c.acceptLocked(g, m)
+		} else {
+			g.owed = max(g.owed, m.MsgID) // OnMessage is far behind: pulled once it catches up
+		}
 		c.drainLocked(g)
 		return
 	}
@@ -207,8 +222,9 @@ func (c *Client) pushLocked(m protocol.Message) {
 		}
 		c.log.Debug("chat client: gap", "gid", m.Gid, "msgid", m.MsgID, "prev", prev, "contig", g.contig)
 	}
-	if len(g.buf) < c.heldLocked(g) {
+	if len(g.buf) < c.heldLocked(g) && c.held < c.pushBudget() {
 		g.buf[m.MsgID] = m
+		c.held++
 	} else {
 		g.owed = max(g.owed, m.MsgID) // held, a gap this long would fill memory
 	}
@@ -241,12 +257,14 @@ func (c *Client) drainLocked(g *group) {
 		for _, id := range slices.Sorted(maps.Keys(g.buf)) {
 			if m := g.buf[id]; id > g.contig && m.Prev != nil && *m.Prev == g.contig {
 				delete(g.buf, id)
+				c.held--
 				c.acceptLocked(g, m)
 			}
 		}
 		for id := range g.buf {
 			if id <= g.contig {
 				delete(g.buf, id)
+				c.held--
 				c.stats.Duplicates++
 			}
 		}
@@ -381,6 +399,7 @@ func (c *Client) puller(g *group, backOff bool) {
 			}
 		case errors.As(err, &pe) && !retryable(pe.Code):
 			c.mu.Lock()
+			c.held -= len(g.buf)
 			clear(g.buf) // pushes the member may not have; the group is gone for it
 			g.owed = -1
 			g.pullDue = false

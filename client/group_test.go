@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -444,5 +445,42 @@ func TestAnOpenRefusedForGoodIsForgotten(t *testing.T) {
 		if r.Gid == "typo" {
 			t.Fatal("the group refused for good was pulled again after the reconnect")
 		}
+	}
+}
+
+// Pushes that come while OnMessage is stuck wait in memory up to twice
+// MaxQueued; the rest are pulled once it catches up. A server pushing
+// faster than OnMessage takes them (or a flood) grew the client's queue
+// without bound: pulls stop at MaxQueued, pushes did not.
+func TestPushesWhileOnMessageIsStuckWaitUpToABound(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	release := make(chan struct{})
+	c, rec := dial(t, p, "alice", func(cfg *Config) {
+		cfg.MaxQueued = 10
+		on := cfg.OnMessage
+		cfg.OnMessage = func(m protocol.Message) {
+			<-release
+			on(m)
+		}
+	})
+	var once sync.Once
+	unstick := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unstick) // before the client's Close, which waits for OnMessage
+	var want []string
+	for i := range 100 {
+		p.post("g1", "bob", fmt.Sprint(i))
+		want = append(want, fmt.Sprint(i))
+	}
+	waitFor(t, "the pushes taken", func() bool { return c.Stats().Pushes >= 100 })
+	c.mu.Lock()
+	queued, held := len(c.queue), c.held
+	c.mu.Unlock()
+	if queued > 20 || held > 20 {
+		t.Fatalf("with OnMessage stuck, 100 pushes left %d queued and %d held; want at most 2 × MaxQueued (20) each", queued, held)
+	}
+	unstick()
+	waitFor(t, "every message", func() bool { return rec.len() == 100 })
+	if got := rec.bodies("g1"); !slices.Equal(got, want) {
+		t.Fatalf("delivered %v, want the 100 in order", got)
 	}
 }

@@ -42,6 +42,7 @@ func (c *Client) retake(s *session, g *group, upto int64) string {
 	g.head = g.acked                                   // the sync says the server's; a page may have raised it
 	g.readWant = max(g.read, min(g.readWant, g.acked)) // marked read past a message that is not
 	g.unacked, g.ackDue = 0, time.Time{}
+	c.held -= len(g.buf)
 	clear(g.buf)
 	g.owed = -1
 	c.stats.Retakes++
