@@ -175,3 +175,51 @@ func lagHeadHistory(t *testing.T) *History {
 	}
 	return h
 }
+
+// A window seeded with only its floor (a group silent since before the
+// log's start, whose window was rebuilt) and the persister's next messages
+// in ClickHouse before the window takes them: a page scrolling up before
+// the newest is served from ClickHouse, not refused as if ClickHouse
+// lacked the floor (which told operators to run a backfill).
+func TestPullBeforeAboveASeededFloorIsServedFromClickHouse(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, 10, true)
+	if err := f.ch.InsertMessages(ctx, 0, gapMsgs("g", span(0, 34)...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.redis.SeedWindows(ctx, nil, map[string]int64{"g": 29}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(Config{Redis: f.redis, ClickHouse: f.ch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		before, limit int
+		want          string
+	}{
+		{35, 5, "[30 31 32 33 34]"}, // stops above the floor
+		{35, 6, "[29 30 31 32 33 34]"},
+		{32, 5, "[27 28 29 30 31]"},
+	} {
+		p, err := h.PullBefore(ctx, "g", -1, int64(tc.before), tc.limit)
+		if got := fmt.Sprint(msgIDs(p.Messages)); err != nil || got != tc.want || !p.More {
+			t.Errorf("PullBefore(before %d, limit %d) = %s (more %v), %v; want %s, more", tc.before, tc.limit, got, p.More, err, tc.want)
+		}
+	}
+	// ClickHouse lacking the floor is still refused.
+	f2 := newFixture(t, 10, true)
+	if err := f2.ch.InsertMessages(ctx, 0, gapMsgs("g", append(span(0, 28), span(30, 34)...)...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f2.redis.SeedWindows(ctx, nil, map[string]int64{"g": 29}); err != nil {
+		t.Fatal(err)
+	}
+	h2, err := New(Config{Redis: f2.redis, ClickHouse: f2.ch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, err := h2.PullBefore(ctx, "g", -1, 35, 10); !errors.Is(err, ErrIncomplete) {
+		t.Errorf("PullBefore(before 35) over a ClickHouse without the floor = %v, %v; want ErrIncomplete", msgIDs(p.Messages), err)
+	}
+}

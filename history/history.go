@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
@@ -169,8 +170,11 @@ func (h *History) PullBefore(ctx context.Context, gid string, after, before int6
 			return Page{}, fmt.Errorf("history: %s from ClickHouse: %w", gid, err)
 		}
 		// The window holds nothing of the range: when the floor is in it,
-		// it is the range's newest message, and ClickHouse must have it.
-		if n := len(msgs); before > wr.Floor && (n == 0 || msgs[n-1].MsgID != wr.Floor) {
+		// ClickHouse must have it, unless the page stops above it. (Above
+		// the floor ClickHouse may hold messages the window is about to
+		// take: the persister writes ClickHouse first.)
+		if before > wr.Floor && !slices.ContainsFunc(msgs, func(m schema.Message) bool { return m.MsgID == wr.Floor }) &&
+			(len(msgs) <= limit || msgs[0].MsgID < wr.Floor) {
 			return Page{}, fmt.Errorf("%w (group %s before %d: ClickHouse lacks %d, the newest message the window dropped)",
 				ErrIncomplete, gid, before, wr.Floor)
 		}
