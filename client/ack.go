@@ -71,6 +71,25 @@ func (c *Client) deliverLoop() {
 	}
 }
 
+// withoutDisconnects is err less the failures of a connection that ended
+// (ErrDisconnected), which the next connection's flush makes good; a
+// joined error keeps its other failures.
+func withoutDisconnects(err error) error {
+	if errs, ok := err.(interface{ Unwrap() []error }); ok {
+		var rest []error
+		for _, e := range errs.Unwrap() {
+			if e = withoutDisconnects(e); e != nil {
+				rest = append(rest, e)
+			}
+		}
+		return errors.Join(rest...)
+	}
+	if errors.Is(err, ErrDisconnected) {
+		return nil
+	}
+	return err
+}
+
 func (c *Client) kickAck() {
 	select {
 	case c.ackKick <- struct{}{}:
@@ -84,7 +103,7 @@ func (c *Client) ackLoop() {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
-		if err := c.flush(c.ackCtx, false); err != nil && c.ackCtx.Err() == nil && !errors.Is(err, ErrDisconnected) {
+		if err := withoutDisconnects(c.flush(c.ackCtx, false)); err != nil && c.ackCtx.Err() == nil {
 			c.reportError(err)
 		}
 		t.Reset(c.nextDue())
@@ -199,6 +218,17 @@ func (c *Client) sendCursors(ctx context.Context, s *session, ups []cursorUpdate
 				err = fmt.Errorf("%w; %s", err, how)
 			case !errors.As(err, &pe) || retryable(pe.Code) || pe.Code == protocol.CodeBeyondHead:
 				failed = append(failed, u) // else left to the next delivery or MarkRead
+			default:
+				// Refused for good (not a member): reported once, and not
+				// owed, or the group would never be idle and forgotten, and
+				// every Close would report it again.
+				c.mu.Lock()
+				if u.op == protocol.OpAck {
+					u.g.acked = max(u.g.acked, u.upto)
+				} else {
+					u.g.read = max(u.g.read, u.upto)
+				}
+				c.mu.Unlock()
 			}
 			all = append(all, fmt.Errorf("client: %s %s upto %d: %w", u.op, u.g.gid, u.upto, err))
 			continue

@@ -343,3 +343,39 @@ func TestAMsgidFarAheadOfTheHeadIsTakenUpAgainAtItsFirstRefusal(t *testing.T) {
 		t.Fatalf("%d acks refused, %d retakes, %d reconnects; want 1, 1 and 0", refused.Load(), st.Retakes, st.Reconnects)
 	}
 }
+
+// An ack the server refuses for good (the member was removed meanwhile) is
+// reported once and not owed: the group could never be forgotten, and
+// every Close reported the refusal again. Failures of a connection that
+// ended hide no such refusal reported with them.
+func TestAnAckRefusedForGoodIsReportedOnceAndNotOwed(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	c, rec := dial(t, p, "alice", func(cfg *Config) {
+		cfg.AckEvery, cfg.AckInterval = 1000, time.Hour // acked only when flushed
+	})
+	p.post("g1", "bob", "hi")
+	waitFor(t, "the push", func() bool { return rec.len() == 1 })
+	p.set(func(p *peer) { delete(p.groups["g1"].members, "alice") }) // removed before the ack goes out
+	if err := c.flush(context.Background(), true); err == nil || !strings.Contains(err.Error(), string(protocol.CodeNotMember)) {
+		t.Fatalf("flush: %v, want the not_member refusal", err)
+	}
+	c.mu.Lock()
+	g := c.groups["g1"]
+	owed := g.acked < g.delivered
+	c.mu.Unlock()
+	if owed {
+		t.Fatal("the ack refused for good is still owed")
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close after the refusal was reported: %v, want nil (nothing owed)", err)
+	}
+
+	refused := fmt.Errorf("client: ack g2 upto 5: %w", &protocol.Error{Code: protocol.CodeNotMember, Message: "not a member"})
+	err := withoutDisconnects(errors.Join(fmt.Errorf("client: ack g1 upto 3: %w", ErrDisconnected), refused))
+	if !errors.Is(err, refused) || errors.Is(err, ErrDisconnected) {
+		t.Fatalf("an ack refused beside one lost to a disconnect: %v; want the refusal alone", err)
+	}
+	if err := withoutDisconnects(fmt.Errorf("client: flush: %w", ErrDisconnected)); err != nil {
+		t.Fatalf("acks lost to a disconnect alone: %v, want nothing to report", err)
+	}
+}
