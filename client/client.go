@@ -251,7 +251,7 @@ func (c *Client) Close() error {
 	c.wg.Wait()
 	close(c.closed)
 	if err != nil {
-		return fmt.Errorf("client: close: %w", err)
+		return fmt.Errorf("client: close: not every ack and read was sent; the server keeps the cursors it had, so this user's next client gets the messages after them again: %w", err)
 	}
 	return nil
 }

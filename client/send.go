@@ -101,7 +101,7 @@ func (c *Client) sendOnce(ctx context.Context, req *protocol.Request, attempt, e
 		accepted = true
 		return f.MsgID, false, nil
 	case err == nil:
-		return 0, false, fmt.Errorf("unexpected answer %q (cmid %q)", f.Op, f.Cmid)
+		return 0, false, fmt.Errorf("the server answered the send with %q (cmid %q), not accepted: a server fault; send again with the same cmid, which cannot write it twice", f.Op, f.Cmid)
 	case ctx.Err() != nil:
 		return 0, false, ctx.Err()
 	}
