@@ -106,7 +106,25 @@ func TestASendWrittenTwiceIsShownOnceWhenPagedUp(t *testing.T) {
 // the page keeps its newest 1,000 and lets the older go (a tab open all
 // day held everything it was handed), and scrolling up pulls them again.
 func TestAGroupLeftOpenKeepsItsNewestThousand(t *testing.T) {
-	_, b, c := listed(t, 10, 10, 10)
+	_, b, c := openAndPush1200(t, nil)
+	got := browsertest.Eval[[]int](b, `[chat.group('g').order.length, chat.group('g').order[0], document.querySelectorAll('#messages .msg').length]`)
+	if got[0] > 1000 || got[2] > 1000 || got[1] <= 10 {
+		t.Fatalf("after 1,200 pushes into the open group it holds %d messages from %d, and shows %d; want at most the newest 1,000", got[0], got[1], got[2])
+	}
+	browsertest.Eval[bool](b, `(document.getElementById('scroller').scrollTop = 0, true)`)
+	f := c.expect("pull", func(f map[string]any) bool { return f["before"] == float64(got[1]) })
+	var older []map[string]any
+	for id := int64(got[1]) - 50; id < int64(got[1]); id++ {
+		older = append(older, msg(id, -2, "v", "m"))
+	}
+	c.answer(f, page(f, true, 1210, older...))
+	b.WaitUntil("the older page shown", fmt.Sprintf(`chat.group('g').order[0] === %d`, got[1]-50))
+}
+
+// openAndPush1200 opens g (cursors at 10, messages 1..10), runs before (if
+// any), and pushes 1,200 more, 11..1210, waiting until the page has them.
+func openAndPush1200(t *testing.T, before func(b *browsertest.Tab)) (*peer, *browsertest.Tab, *peerConn) {
+	p, b, c := listed(t, 10, 10, 10)
 	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
 	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
 	c.answer(f, page(f, false, 10))
@@ -117,6 +135,9 @@ func TestAGroupLeftOpenKeepsItsNewestThousand(t *testing.T) {
 	}
 	c.answer(f, page(f, false, 10, first...))
 	b.WaitUntil("opened", `chat.group('g').order.length === 10 && !document.getElementById('scroller').hidden`)
+	if before != nil {
+		before(b)
+	}
 	for from := int64(11); from <= 1210; from += 100 {
 		var ms []any
 		for id := from; id < from+100; id++ {
@@ -125,16 +146,22 @@ func TestAGroupLeftOpenKeepsItsNewestThousand(t *testing.T) {
 		c.write(map[string]any{"op": "push", "msgs": ms})
 	}
 	b.WaitUntil("every push taken", `chat.group('g').contig === 1210`)
-	got := browsertest.Eval[[]int](b, `[chat.group('g').order.length, chat.group('g').order[0], document.querySelectorAll('#messages .msg').length]`)
-	if got[0] > 1000 || got[2] > 1000 || got[1] <= 10 {
-		t.Fatalf("after 1,200 pushes into the open group it holds %d messages from %d, and shows %d; want at most the newest 1,000", got[0], got[1], got[2])
+	return p, b, c
+}
+
+// A busy group left open in a tab in the background: its messages go by
+// unseen, and the oldest are let go (trimmed) while still unread. Back in
+// front, the page reads what is on screen: it held every read for the rest
+// of the session, its view no longer reaching back to the read cursor.
+func TestAGroupTrimmedInTheBackgroundIsReadWhenBackInFront(t *testing.T) {
+	p, b, _ := openAndPush1200(t, func(b *browsertest.Tab) {
+		browsertest.Eval[bool](b, `(Object.defineProperty(document, 'visibilityState', { value: 'hidden', configurable: true }), true)`)
+	})
+	browsertest.Eval[bool](b, `(Object.defineProperty(document, 'visibilityState', { value: 'visible', configurable: true }),
+		document.dispatchEvent(new Event('visibilitychange')), true)`)
+	time.Sleep(2500 * time.Millisecond) // past the read interval
+	flushCursors(t, b)
+	if read := p.maxCursor("read"); read < 1200 {
+		t.Fatalf("back in front at the newest messages, the page sent read upto %d; want the newest on screen (about 1210)", read)
 	}
-	browsertest.Eval[bool](b, `(document.getElementById('scroller').scrollTop = 0, true)`)
-	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == float64(got[1]) })
-	var older []map[string]any
-	for id := int64(got[1]) - 50; id < int64(got[1]); id++ {
-		older = append(older, msg(id, -2, "v", "m"))
-	}
-	c.answer(f, page(f, true, 1210, older...))
-	b.WaitUntil("the older page shown", fmt.Sprintf(`chat.group('g').order[0] === %d`, got[1]-50))
 }

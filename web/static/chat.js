@@ -336,7 +336,12 @@ export class Chat extends EventTarget {
   // again.
   trim(gid) {
     const g = this.group(gid);
-    if (!g.loadingOlder) this.forgetOld(g, KEEP_OPEN);
+    if (g.loadingOlder || g.order.length <= KEEP_OPEN) return;
+    // Unread messages among those forgotten (the tab in the background
+    // all day): the view no longer reaches back to them, as past the
+    // pages of an opening, and is read as it is.
+    if (g.order[g.order.length - KEEP_OPEN - 1] > Math.max(g.read, g.readWant)) g.gaveUpRead = true;
+    this.forgetOld(g, KEEP_OPEN);
   }
 
   // pullForward pulls everything after the contiguous cursor, page by page.
@@ -367,36 +372,40 @@ export class Chat extends EventTarget {
     return g.pulling;
   }
 
-  // loadOlder pulls the page right before the oldest message held.
-  async loadOlder(gid) {
+  // loadOlder pulls the page right before the oldest message held, and
+  // returns how many messages it added: 0 while another is under way
+  // (g.loadingOlder, which load waits for).
+  loadOlder(gid) {
     const g = this.group(gid);
-    if (g.loadingOlder || !g.olderMore || !this.online) return 0;
-    g.loadingOlder = true;
-    try {
-      const before = g.order.length ? g.order[0] : g.contig + 1;
-      const dropped = g.dropped;
-      this.stats.olderPulls++;
-      const p = frames.page(await this.conn.request({ op: 'pull', gid, before, limit: OLDER_PAGE }), gid);
-      // Closing the group meanwhile (or a retake) forgot messages the page
-      // may join onto: taken, it could leave a hole. Scrolling up asks
-      // again. Pushes taken meanwhile join on above.
-      if (g.dropped !== dropped) return 0;
-      // A resend written twice whose later record is shown already.
-      const fresh = p.msgs.filter((m) => m.msgid < before && !g.msgs.has(m.msgid) && !g.msgs.has(shownAs(g, m)));
-      let outbox = false;
-      for (const m of fresh) {
-        g.msgs.set(m.msgid, m);
-        insertSorted(g.order, m.msgid);
-        if (m.sender === this.uid && g.pending.delete(m.cmid)) outbox = true;
-      }
-      if (outbox) this.outbox.changed(g);
-      g.olderMore = p.more;
-      this.emit('messages', { gid, msgs: fresh, older: true });
-      this.refreshCounts(g, fresh.map((m) => m.msgid));
-      return fresh.length;
-    } finally {
-      g.loadingOlder = false;
+    if (g.loadingOlder || !g.olderMore || !this.online) return Promise.resolve(0);
+    g.loadingOlder = this.pullOlder(g).finally(() => { g.loadingOlder = null; });
+    return g.loadingOlder;
+  }
+
+  async pullOlder(g) {
+    const gid = g.gid;
+    const before = g.order.length ? g.order[0] : g.contig + 1;
+    const dropped = g.dropped;
+    this.stats.olderPulls++;
+    const p = frames.page(await this.conn.request({ op: 'pull', gid, before, limit: OLDER_PAGE }), gid);
+    // Closing the group meanwhile (or a retake) forgot messages the page
+    // may join onto: taken, it could leave a hole. Scrolling up asks
+    // again. Pushes taken meanwhile join on above.
+    if (g.dropped !== dropped) return 0;
+    // A resend written twice whose later record is shown already.
+    const fresh = p.msgs.filter((m) => m.msgid < before && !g.msgs.has(m.msgid) && !g.msgs.has(shownAs(g, m)));
+    let outbox = false;
+    for (const m of fresh) {
+      g.msgs.set(m.msgid, m);
+      insertSorted(g.order, m.msgid);
+      if (m.sender === this.uid && g.pending.delete(m.cmid)) outbox = true;
     }
+    if (outbox) this.outbox.changed(g);
+    g.olderMore = p.more;
+    if (fresh.length > 0) g.olderPages++;
+    this.emit('messages', { gid, msgs: fresh, older: true });
+    this.refreshCounts(g, fresh.map((m) => m.msgid));
+    return fresh.length;
   }
 
   async open(gid) {
@@ -415,15 +424,17 @@ export class Chat extends EventTarget {
   // newest, the view would be read past what was never on screen), at
   // most UNREAD_PAGES pages, and asks the read counts of mine.
   async load(g) {
-    g.reachedRead = false;
+    g.gaveUpRead = false;
+    g.olderPages = 0;
     await this.pullForward(g);
-    let pages = 0;
-    for (; g.olderMore && g.opened; pages++) {
-      if (g.order.length >= FILL && (this.reachesRead(g) || pages >= UNREAD_PAGES)) break;
+    while (g.olderMore && g.opened) {
+      if (g.order.length >= FILL && (this.reachesRead(g) || g.olderPages >= UNREAD_PAGES)) break;
+      if (g.loadingOlder) { // one the user's scrolling (or reconnect) started
+        await g.loadingOlder.catch(() => {});
+        continue;
+      }
       if ((await this.loadOlder(g.gid)) === 0) break;
     }
-    // Past the pages of an opening, the view is read as it is.
-    if (pages >= UNREAD_PAGES) g.reachedRead = true;
     await this.refreshCounts(g, g.order, MAX_COUNTS);
   }
 
@@ -444,10 +455,12 @@ export class Chat extends EventTarget {
   // seen is called for a message the user has on screen. Until the view
   // reaches back to the read cursor (a load cut short by a disconnect or a
   // failed page), a read would pass unread messages never shown: none is
-  // made; scrolling up, or the next load, pages back to them.
+  // made; scrolling up, or the next load, pages back to them. Past
+  // UNREAD_PAGES older pages since the opening, or once unread messages
+  // were trimmed, the view is read as it is.
   seen(gid, msgid) {
     const g = this.group(gid);
-    if (g.reachedRead || this.reachesRead(g)) this.cursors.seen(g, msgid);
+    if (g.gaveUpRead || g.olderPages >= UNREAD_PAGES || this.reachesRead(g)) this.cursors.seen(g, msgid);
   }
 
   failed(what, e) {

@@ -27,9 +27,9 @@ export function newGroup(gid) {
     contig: -1, // every message up to it received (or loadable by scrolling up)
     msgs: new Map(), order: [], // held messages, msgids ascending
     buf: new Map(), // pushes waiting for their predecessors, at most MAX_BUF
-    olderMore: true, loadingOlder: false,
+    olderMore: true, loadingOlder: null, // the older page under way (a promise of how many it added)
     dropped: 0, // held messages were forgotten this many times (an older page joins onto what it was asked against)
-    reachedRead: false, // the open view reaches back to the read cursor, or gave up trying (see Chat.load)
+    olderPages: 0, gaveUpRead: false, // older pages since the opening; unread messages trimmed (see Chat.seen)
     opened: false, pulling: null, gapping: false,
     retaking: false, retakeAgain: false, retaken: 0, retakeBackoff: retakeBackoff(), // see recovery.js
     unacked: 0, ackDue: 0, readWant: -1, readDue: 0,
