@@ -493,3 +493,28 @@ func TestAPullStoppedForAFullQueueBehindAGapResumesAtOnce(t *testing.T) {
 	}
 	rec.check(t)
 }
+
+// Pushes before the sync answer past what memory holds (twice MaxQueued),
+// of a group the sync does not name yet (the user was added just before
+// and the answer lags): the group is pulled once synced, not left until
+// its next push.
+func TestPushesBeforeTheSyncPastTheBudgetArePulledAfterIt(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}, "j": {"alice", "bob"}})
+	var want []string
+	p.set(func(p *peer) {
+		for i := range 4 { // what memory holds before the sync: g1's
+			p.earlyPush = append(p.earlyPush, p.appendLocked("g1", "bob", fmt.Sprint(i), ""))
+		}
+		for i := range 10 {
+			m := p.appendLocked("j", "bob", fmt.Sprint(i), "")
+			p.earlyPush = append(p.earlyPush, m) // pushed between authed and synced
+			want = append(want, fmt.Sprint(i))
+		}
+		p.syncGroups = `[{"gid":"g1","head":-1,"ack":-1,"read":-1,"unread":0,"unread_exact":true}]` // j not yet
+	})
+	_, rec := dial(t, p, "alice", func(cfg *Config) { cfg.MaxQueued = 2 }) // 4 kept before the sync
+	waitFor(t, "j's messages", func() bool { return len(rec.bodies("j")) == 10 })
+	if got := rec.bodies("j"); !slices.Equal(got, want) {
+		t.Fatalf("delivered %q, want %q", got, want)
+	}
+}

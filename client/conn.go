@@ -12,6 +12,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/groupchat/chatd/protocol"
+	"github.com/groupchat/chatd/schema"
 )
 
 // maxFrame bounds one server frame: a full page of large messages fits.
@@ -312,7 +313,11 @@ func (c *Client) applySync(s *session, groups []protocol.GroupState) error {
 	}
 	s.early = nil
 	for gid, id := range s.earlyOwed {
-		if g := c.groups[gid]; g != nil && id > g.contig {
+		if schema.ValidID(gid) != nil || c.groups[gid] == nil && c.unnamedLocked() >= MaxUnnamedGroups {
+			continue // as pushLocked drops them
+		}
+		if g := c.groupLocked(gid); id > g.contig {
+			g.seen = true
 			g.owed = max(g.owed, id)
 			c.drainLocked(g)
 		}

@@ -149,7 +149,7 @@ func (c *Client) Open(ctx context.Context, gid string) error {
 				// every reconnect, and forgotten unless a sync names it.
 				c.mu.Lock()
 				g.opened = false
-				if c.groups[gid] == g && !c.named[gid] && g.idle() {
+				if c.groups[gid] == g && !c.named[gid] && g.idle() && !g.puller {
 					delete(c.groups, gid)
 				}
 				c.mu.Unlock()
@@ -168,9 +168,11 @@ func (c *Client) onPush(s *session, msgs []protocol.Message) {
 		for _, m := range msgs {
 			if len(s.early) < c.pushBudget() {
 				s.early = append(s.early, m)
-			} else if id, ok := s.earlyOwed[m.Gid]; !ok || m.MsgID > id {
+			} else if id, ok := s.earlyOwed[m.Gid]; ok && m.MsgID > id || !ok && len(s.earlyOwed) < c.pushBudget() {
 				// More than memory should hold before the sync: pulled
-				// after it (see applySync).
+				// after it (see applySync). Past as many groups again,
+				// a flood: their pushes are dropped, and their next
+				// push or sync brings them.
 				if s.earlyOwed == nil {
 					s.earlyOwed = map[string]int64{}
 				}
