@@ -139,6 +139,16 @@ type cursorUpdate struct {
 	ans  chan *frame
 }
 
+// settle records u as sent: its cursor owes nothing up to u.upto. c.mu
+// must be held.
+func (u cursorUpdate) settle() {
+	if u.op == protocol.OpAck {
+		u.g.acked = max(u.g.acked, u.upto)
+	} else {
+		u.g.read = max(u.g.read, u.upto)
+	}
+}
+
 // flush sends the acks (then the reads) that are due, or all pending ones
 // if all, and waits for their answers. Only one flush runs at a time: the
 // ack loop's, or Close's after the loop ended.
@@ -223,11 +233,7 @@ func (c *Client) sendCursors(ctx context.Context, s *session, ups []cursorUpdate
 				// owed, or the group would never be idle and forgotten, and
 				// every Close would report it again.
 				c.mu.Lock()
-				if u.op == protocol.OpAck {
-					u.g.acked = max(u.g.acked, u.upto)
-				} else {
-					u.g.read = max(u.g.read, u.upto)
-				}
+				u.settle()
 				c.mu.Unlock()
 			}
 			all = append(all, fmt.Errorf("client: %s %s upto %d: %w", u.op, u.g.gid, u.upto, err))
@@ -235,11 +241,7 @@ func (c *Client) sendCursors(ctx context.Context, s *session, ups []cursorUpdate
 		}
 		c.mu.Lock()
 		u.g.retakeEnded()
-		if u.op == protocol.OpAck {
-			u.g.acked = max(u.g.acked, u.upto)
-		} else {
-			u.g.read = max(u.g.read, u.upto)
-		}
+		u.settle()
 		c.mu.Unlock()
 	}
 	c.retryLater(failed)

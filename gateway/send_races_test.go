@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"net/http"
 	"slices"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/protocol"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/topics"
@@ -191,36 +191,23 @@ func TestARemovalUnderLoadKeepsTheLeaverBeforeTheirLeave(t *testing.T) {
 	alice, bob, carol := e.connect(0, "alice", nil), e.connect(0, "bob", nil), e.connect(0, "carol", nil)
 	e.online(0, "alice", "bob", "carol")
 
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
 	var mu sync.Mutex
 	accepted := map[string][]int64{}
-	for _, m := range []*member{alice, bob, alice, bob, alice, bob, alice, bob} { // four senders each
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				id, err := m.c.Send(ctx, "g1", fmt.Sprint(m.uid, " ", i, " ", rand.Uint64()))
-				cancel()
-				if err == nil {
-					mu.Lock()
-					accepted[m.uid] = append(accepted[m.uid], id)
-					mu.Unlock()
-				}
-			}
-		}()
-	}
+	stop := testserver.Load(8, func(w, i int) { // four senders each
+		m := []*member{alice, bob}[w%2]
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		id, err := m.c.Send(ctx, "g1", fmt.Sprint(m.uid, " ", w, " ", i))
+		cancel()
+		if err == nil {
+			mu.Lock()
+			accepted[m.uid] = append(accepted[m.uid], id)
+			mu.Unlock()
+		}
+	})
 	time.Sleep(500 * time.Millisecond)
 	e.removeMember("g1", "alice")
 	time.Sleep(500 * time.Millisecond)
-	close(stop)
-	wg.Wait()
+	stop()
 
 	leave := e.lastMemberEvent("g1", "alice")
 	if leave.Op != schema.OpLeave {

@@ -355,7 +355,7 @@ func (r *Redis) Heads(ctx context.Context, gids []string) (map[string]int64, err
 }
 
 // unreadScript counts a group's messages in the window above a cursor and
-// its floor, and returns the floor ('' when none). KEYS: window, floor;
+// its floor, and returns the floor (empty when none). KEYS: window, floor;
 // ARGV: the cursor. A late append (see windowRange) puts messages below the
 // floor back for one command: they are not the window's, and not counted.
 var unreadScript = redis.NewScript(`

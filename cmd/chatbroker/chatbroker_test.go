@@ -123,38 +123,24 @@ func TestKill9KeepsEveryAcknowledgedRecord(t *testing.T) {
 	defer prod.Close()
 	var mu sync.Mutex
 	acked := map[int64]string{} // msgid -> gid, acknowledged to the producer
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := 0; w < 4; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				gid := fmt.Sprintf("g%d", w)
-				sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				id, err := prod.SendMessage(sctx, &schema.Message{Gid: gid, Sender: "u", ClientMsgID: fmt.Sprintf("c%d-%d", w, i), SentAt: time.Now().UnixMilli(), Body: []byte("x")})
-				cancel()
-				if err != nil {
-					continue // after the kill: not acknowledged, no promise
-				}
-				mu.Lock()
-				if prev, dup := acked[id]; dup && topics.Partition(prev, 2) == topics.Partition(gid, 2) {
-					t.Errorf("msgid %d acknowledged twice in one partition", id)
-				}
-				acked[id] = gid
-				mu.Unlock()
-			}
-		}()
-	}
+	stop := testserver.Load(4, func(w, i int) {
+		gid := fmt.Sprintf("g%d", w)
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		id, err := prod.SendMessage(sctx, &schema.Message{Gid: gid, Sender: "u", ClientMsgID: fmt.Sprintf("c%d-%d", w, i), SentAt: time.Now().UnixMilli(), Body: []byte("x")})
+		cancel()
+		if err != nil {
+			return // after the kill: not acknowledged, no promise
+		}
+		mu.Lock()
+		if prev, dup := acked[id]; dup && topics.Partition(prev, 2) == topics.Partition(gid, 2) {
+			t.Errorf("msgid %d acknowledged twice in one partition", id)
+		}
+		acked[id] = gid
+		mu.Unlock()
+	})
 	time.Sleep(1500 * time.Millisecond)
 	b.kill9()
-	close(stop)
-	wg.Wait()
+	stop()
 	mu.Lock()
 	n := len(acked)
 	mu.Unlock()
