@@ -183,17 +183,7 @@ func lagHeadHistory(t *testing.T) *History {
 // lacked the floor (which told operators to run a backfill).
 func TestPullBeforeAboveASeededFloorIsServedFromClickHouse(t *testing.T) {
 	ctx := context.Background()
-	f := newFixture(t, 10, true)
-	if err := f.ch.InsertMessages(ctx, 0, gapMsgs("g", span(0, 34)...)); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.redis.SeedWindows(ctx, nil, map[string]int64{"g": 29}); err != nil {
-		t.Fatal(err)
-	}
-	h, err := New(Config{Redis: f.redis, ClickHouse: f.ch})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := seededAt29(t, span(0, 34)...)
 	for _, tc := range []struct {
 		before, limit int
 		want          string
@@ -208,18 +198,27 @@ func TestPullBeforeAboveASeededFloorIsServedFromClickHouse(t *testing.T) {
 		}
 	}
 	// ClickHouse lacking the floor is still refused.
-	f2 := newFixture(t, 10, true)
-	if err := f2.ch.InsertMessages(ctx, 0, gapMsgs("g", append(span(0, 28), span(30, 34)...)...)); err != nil {
-		t.Fatal(err)
-	}
-	if err := f2.redis.SeedWindows(ctx, nil, map[string]int64{"g": 29}); err != nil {
-		t.Fatal(err)
-	}
-	h2, err := New(Config{Redis: f2.redis, ClickHouse: f2.ch})
-	if err != nil {
-		t.Fatal(err)
-	}
+	h2 := seededAt29(t, append(span(0, 28), span(30, 34)...)...)
 	if p, err := h2.PullBefore(ctx, "g", -1, 35, 10); !errors.Is(err, ErrIncomplete) {
 		t.Errorf("PullBefore(before 35) over a ClickHouse without the floor = %v, %v; want ErrIncomplete", msgIDs(p.Messages), err)
 	}
+}
+
+// seededAt29 stores the messages inCH of group g in ClickHouse and seeds
+// g's window with only its floor, 29, and returns a History over both.
+func seededAt29(t *testing.T, inCH ...int64) *History {
+	t.Helper()
+	ctx := context.Background()
+	f := newFixture(t, 10, true)
+	if err := f.ch.InsertMessages(ctx, 0, gapMsgs("g", inCH...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.redis.SeedWindows(ctx, nil, map[string]int64{"g": 29}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(Config{Redis: f.redis, ClickHouse: f.ch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
