@@ -31,14 +31,6 @@ func (c *Client) groupLocked(gid string) *group {
 // named group has a state, and none is dropped while named.
 func (c *Client) unnamedLocked() int { return len(c.groups) - len(c.named) }
 
-// pushBudget bounds the pushes that wait in memory, each of: those queued
-// for OnMessage, those held behind gaps in all groups together, and those
-// that came before a session's sync answer. Pushes past it are not kept;
-// the groups' pulls bring them (a pull stops while MaxQueued wait). Pushes
-// come at the pace of the conversation, but a server may push faster than
-// OnMessage takes them, or flood.
-func (c *Client) pushBudget() int { return 2 * c.cfg.MaxQueued }
-
 // heldLocked is the most pushes g holds behind a gap.
 func (c *Client) heldLocked(g *group) int {
 	if !c.named[g.gid] {
