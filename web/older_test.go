@@ -125,8 +125,7 @@ func TestAGroupLeftOpenKeepsItsNewestThousand(t *testing.T) {
 // any), and pushes 1,200 more, 11..1210, waiting until the page has them.
 func openAndPush1200(t *testing.T, before func(b *browsertest.Tab)) (*peer, *browsertest.Tab, *peerConn) {
 	p, b, c := listed(t, 10, 10, 10)
-	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
-	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	f := openG(b, c)
 	c.answer(f, page(f, false, 10))
 	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 11.0 })
 	var first []map[string]any

@@ -34,6 +34,10 @@ const RESYNC_RETRY = 2000; // a sync the server asked for, refused, is asked aga
 const KEEP_CLOSED = 200; // messages kept of a group that is not open; older ones come back by scrolling up
 const KEEP_OPEN = 1000; // messages kept of the open group while its view is at the newest (see trim)
 
+// readMark is how far g is read: the server's read cursor, or what the user
+// has seen since, if further.
+const readMark = (g) => Math.max(g.read, g.readWant);
+
 export class Chat extends EventTarget {
   constructor({ uid, token, dev, renew }) {
     super();
@@ -340,7 +344,7 @@ export class Chat extends EventTarget {
     // Unread messages among those forgotten (the tab in the background
     // all day): the view no longer reaches back to them, as past the
     // pages of an opening, and is read as it is.
-    if (g.order[g.order.length - KEEP_OPEN - 1] > Math.max(g.read, g.readWant)) g.gaveUpRead = true;
+    if (g.order[g.order.length - KEEP_OPEN - 1] > readMark(g)) g.gaveUpRead = true;
     this.forgetOld(g, KEEP_OPEN);
   }
 
@@ -449,7 +453,7 @@ export class Chat extends EventTarget {
   // reachesRead reports whether g holds every message after its read
   // cursor (or nothing older is left to hold).
   reachesRead(g) {
-    return !g.olderMore || (g.order.length > 0 && g.order[0] <= Math.max(g.read, g.readWant));
+    return !g.olderMore || (g.order.length > 0 && g.order[0] <= readMark(g));
   }
 
   // seen is called for a message the user has on screen. Until the view
