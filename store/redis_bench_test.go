@@ -229,3 +229,27 @@ func BenchmarkRedisBeginSend(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRedisMemberCursors is a login's sync: one member's head,
+// cursors and unread count in each of 50 groups of 200 messages.
+func BenchmarkRedisMemberCursors(b *testing.B) {
+	r, c := benchRedisServer(b, RedisConfig{})
+	ctx := context.Background()
+	gids := make([]string, 50)
+	for i := range gids {
+		gids[i] = "g" + strconv.Itoa(i)
+		appendAll(b, r, batchOf(gids[i], span(0, 199)...)...)
+		if err := r.AdvanceReads(ctx, []schema.Receipt{{Gid: gids[i], Uid: "u", Upto: int64(i)}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpu0 := redisCPU(b, c)
+	b.ReportAllocs()
+	for b.Loop() {
+		cur, err := r.MemberCursors(ctx, "u", gids)
+		if err != nil || cur["g1"].Unread != 198 {
+			b.Fatal(cur["g1"], err)
+		}
+	}
+	reportRedis(b, c, cpu0, b.N, "syncs")
+}

@@ -195,7 +195,7 @@ func testClaimSendsExpiry(t *testing.T, c redis.UniversalClient) {
 }
 
 // appendAll appends and fails the test on error.
-func appendAll(t *testing.T, r *Redis, msgs ...schema.Message) {
+func appendAll(t testing.TB, r *Redis, msgs ...schema.Message) {
 	t.Helper()
 	if err := r.AppendWindow(context.Background(), nil, msgs); err != nil {
 		t.Fatalf("AppendWindow: %v", err)

@@ -17,52 +17,81 @@ type MemberCursors struct {
 	UnreadExact bool  // false: the window ends above Read; Unread is a lower bound
 }
 
-// MemberCursors returns uid's cursors in each of gids, in two round trips
-// whatever the number of groups (a login syncs every group at once).
+// MemberCursors returns uid's cursors in each of gids in one round trip
+// whatever the number of groups (a login syncs every group at once). Each
+// group's head, cursors and count are read in one script, so they are of
+// one moment: the count is of the messages after the read cursor up to the
+// head, never of one appended after the head was read.
 func (r *Redis) MemberCursors(ctx context.Context, uid string, gids []string) (map[string]MemberCursors, error) {
 	out := make(map[string]MemberCursors, len(gids))
 	if len(gids) == 0 {
 		return out, nil
 	}
-	heads := make([]*redis.StringCmd, len(gids))
-	acks := make([]*redis.FloatCmd, len(gids))
-	reads := make([]*redis.FloatCmd, len(gids))
-	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, g := range gids {
-			heads[i] = p.Get(ctx, headKey(g))
-			acks[i] = p.ZScore(ctx, ackKey(g), uid)
-			reads[i] = p.ZScore(ctx, readKey(g), uid)
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("store: cursors of %q: %w", uid, err)
-	}
-	// Each count is taken with its floor, in one script (see Unread).
 	calls := make([]scriptCall, len(gids))
 	for i, g := range gids {
-		calls[i] = unreadCall(g, scoreOr(reads[i], -1))
+		calls[i] = scriptCall{keys: []string{headKey(g), ackKey(g), readKey(g), windowKey(g), floorKey(g)}, args: []any{uid}}
 	}
-	counts, err := r.runScript(ctx, unreadScript, calls)
+	cmds, err := r.runScript(ctx, syncScript, calls)
 	if err != nil {
-		return nil, fmt.Errorf("store: unread counts of %q: %w", uid, err)
+		return nil, fmt.Errorf("store: cursors of %q: %w", uid, err)
 	}
 	for i, g := range gids {
-		head, ok, err := optionalMsgID(heads[i])
+		c, err := syncResult(cmds[i])
 		if err != nil {
-			return nil, fmt.Errorf("store: head of %q: %w", g, err)
+			return nil, fmt.Errorf("store: cursors of %q in %q: %w", uid, g, err)
 		}
-		if !ok {
-			head = -1
-		}
-		read := scoreOr(reads[i], -1)
-		n, exact, err := unreadResult(counts[i], read)
-		if err != nil {
-			return nil, fmt.Errorf("store: unread count of %q in %q: %w", uid, g, err)
-		}
-		out[g] = MemberCursors{Head: head, Ack: scoreOr(acks[i], -1), Read: read, Unread: n, UnreadExact: exact}
+		out[g] = c
 	}
 	return out, nil
+}
+
+// syncScript reads one member's position in one group. KEYS: head, ack,
+// read, win, floor. ARGV: uid. It answers {head, ack, read, count, floor},
+// "" for what is absent; count is of the window's messages above the read
+// cursor and the floor, up to the head.
+var syncScript = redis.NewScript(`
+local head = redis.call('GET', KEYS[1])
+local ack = redis.call('ZSCORE', KEYS[2], ARGV[1])
+local read = redis.call('ZSCORE', KEYS[3], ARGV[1])
+local f = redis.call('GET', KEYS[5])
+local lo = tonumber(read or '-1')
+local fl = f and tonumber(f) -- nil for a form this Lua does not read; the caller parses f
+if fl and fl > lo then lo = fl end
+local hi = head and tonumber(head)
+local n = 0
+if hi and lo and hi > lo then
+  n = redis.call('ZCOUNT', KEYS[4], '(' .. string.format('%d', lo), string.format('%d', hi))
+end
+return {head or '', ack or '', read or '', n, f or ''}
+`)
+
+// syncResult reads a syncScript answer.
+func syncResult(cmd *redis.Cmd) (MemberCursors, error) {
+	v, err := cmd.Slice()
+	if err != nil {
+		return MemberCursors{}, err
+	}
+	if len(v) != 5 {
+		return MemberCursors{}, fmt.Errorf("%w: sync answered %v", ErrCorruptValue, v)
+	}
+	var ids [3]int64
+	for i, name := range []string{"head", "ack", "read"} {
+		s, ok := v[i].(string)
+		if !ok {
+			return MemberCursors{}, fmt.Errorf("%w: sync answered %v", ErrCorruptValue, v)
+		}
+		ids[i] = -1
+		if s != "" {
+			if ids[i], err = parseMsgID(s); err != nil {
+				return MemberCursors{}, fmt.Errorf("%s: %w", name, err)
+			}
+		}
+	}
+	c := MemberCursors{Head: ids[0], Ack: ids[1], Read: ids[2]}
+	if c.Unread, c.UnreadExact, err = unreadResult(v[3:], c.Read); err != nil {
+		return MemberCursors{}, err
+	}
+	return c, nil
 }
 
 // CursorState is what deciding on one ack or read needs: the member's

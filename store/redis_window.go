@@ -371,13 +371,9 @@ func unreadCall(gid string, cursor int64) scriptCall {
 	return scriptCall{keys: []string{windowKey(gid), floorKey(gid)}, args: []any{cursor}}
 }
 
-// unreadResult reads an unreadScript answer for a cursor: the count, and
-// whether it is exact (the window was not trimmed above the cursor).
-func unreadResult(cmd *redis.Cmd, cursor int64) (n int64, exact bool, err error) {
-	v, err := cmd.Slice()
-	if err != nil {
-		return 0, false, err
-	}
+// unreadResult reads an unreadScript answer (or syncScript's last two
+// values) for a cursor: the count, and whether it is exact (the window was not trimmed above the cursor).
+func unreadResult(v []any, cursor int64) (n int64, exact bool, err error) {
 	if len(v) != 2 {
 		return 0, false, fmt.Errorf("%w: unread answered %v", ErrCorruptValue, v)
 	}
@@ -402,7 +398,10 @@ func unreadResult(cmd *redis.Cmd, cursor int64) (n int64, exact bool, err error)
 func (r *Redis) Unread(ctx context.Context, gid string, cursor int64) (n int64, exact bool, err error) {
 	cmds, err := r.runScript(ctx, unreadScript, []scriptCall{unreadCall(gid, cursor)})
 	if err == nil {
-		n, exact, err = unreadResult(cmds[0], cursor)
+		var v []any
+		if v, err = cmds[0].Slice(); err == nil {
+			n, exact, err = unreadResult(v, cursor)
+		}
 	}
 	if err != nil {
 		return 0, false, fmt.Errorf("store: unread of %q: %w", gid, err)
