@@ -18,7 +18,8 @@ import (
 // Migrate applies the files of schema.ClickHouseDDL that are not yet
 // recorded in schema_migrations, in name order, and records each. Running it
 // again is a no-op. Concurrent runs are harmless: every statement is
-// idempotent.
+// idempotent, and an ADD COLUMN that fails because another run added the
+// column is taken as done.
 func (c *ClickHouse) Migrate(ctx context.Context) error {
 	return c.migrate(ctx, schema.ClickHouseDDL, "clickhouse")
 }
@@ -52,7 +53,13 @@ func (c *ClickHouse) migrate(ctx context.Context, fsys fs.FS, dir string) error 
 		for i, stmt := range splitStatements(string(text)) {
 			done, err := c.columnAdded(ctx, stmt)
 			if err == nil && !done {
-				err = c.conn.Exec(ctx, stmt)
+				if err = c.conn.Exec(ctx, stmt); err != nil {
+					// A run beside this one may have added it between the
+					// look and the ALTER (chatd's roles start together).
+					if added, lerr := c.columnAdded(ctx, stmt); lerr == nil && added {
+						err = nil
+					}
+				}
 			}
 			if err != nil {
 				return fmt.Errorf("clickhouse: migrate %s: statement %d: %w", version, i+1, err)

@@ -186,6 +186,33 @@ func TestClickHouseMigrateAddColumnRunsAgain(t *testing.T) {
 	}
 }
 
+// Processes that start together migrate together: each looks for the
+// column, finds none, and ALTERs; all but the first ALTER find the column
+// there ("column with this name already exists"), which is not a failure.
+func TestClickHouseMigrateAddColumnConcurrently(t *testing.T) {
+	c := testClickHouse(t)
+	fsys := fstest.MapFS{
+		"m/0001_t.sql":   {Data: []byte("CREATE TABLE IF NOT EXISTS t (a UInt8) ENGINE = MergeTree ORDER BY a;")},
+		"m/0002_add.sql": {Data: []byte("ALTER TABLE t ADD COLUMN b Int64 DEFAULT -2;\nALTER TABLE t ADD COLUMN c String")},
+	}
+	if err := c.migrate(t.Context(), fsys, "m"); err != nil {
+		t.Fatal(err)
+	}
+	for round := range 5 {
+		add := fmt.Sprintf("m/%04d_add.sql", round+3)
+		fsys[add] = &fstest.MapFile{Data: []byte(fmt.Sprintf("ALTER TABLE t ADD COLUMN r%d Int64 DEFAULT 0", round))}
+		errs := make(chan error, 8)
+		for range cap(errs) {
+			go func() { errs <- c.migrate(t.Context(), fsys, "m") }()
+		}
+		for range cap(errs) {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: one of %d migrations started together failed: %v", round, cap(errs), err)
+			}
+		}
+	}
+}
+
 func TestClickHouseMigrateFailingFile(t *testing.T) {
 	c := testClickHouse(t)
 	fsys := fstest.MapFS{
