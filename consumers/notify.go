@@ -21,7 +21,8 @@ const GroupReceiptNotifier = "chat.receipt-notifier"
 // messages that read receipts touched, coalesced: at most one "receipts"
 // frame per group per sender per Interval, whatever the number of readers.
 // Groups whose audience is larger than PollOnlyAbove get no pushes: their
-// senders poll with read_counts.
+// senders poll with read_counts. The audience is of the messages the update
+// covers: members who left before them, or joined after, do not count.
 //
 // It reads chat.receipts from its end (a new group starts there: old
 // receipts need no live update) and keeps nothing durable. Handle only
@@ -235,7 +236,7 @@ func (n *ReceiptNotifier) group(ctx context.Context, gid string, s span, frames 
 	if err != nil {
 		return false, err
 	}
-	if len(st.Members) > n.PollOnlyAbove {
+	if st.Seeing(inRange[0].MsgID, inRange[len(inRange)-1].MsgID) > n.PollOnlyAbove {
 		return true, nil // poll-only group
 	}
 	for uid, upto := range s.need {

@@ -364,3 +364,51 @@ func TestReceiptNotifierWaitsForTheMessageReadToBePersisted(t *testing.T) {
 		t.Fatal("the sender was never told that message 3 was read")
 	}
 }
+
+// A group's former members are no audience of what is sent after they
+// left: a group of a sender and two readers that once had many more
+// members still gets its receipts pushed.
+func TestReceiptNotifierCountsOnlyTheAudienceForPollOnly(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 1, window: 1000})
+	ctx := context.Background()
+	var members []schema.Member
+	for i := range 5 {
+		uid := fmt.Sprint("former", i)
+		members = append(members, schema.Member{Gid: "g", Uid: uid, Op: schema.OpJoin, Pos: -1},
+			schema.Member{Gid: "g", Uid: uid, Op: schema.OpLeave, Pos: 0, HasJoined: true, Joined: -1})
+	}
+	for _, uid := range []string{"s", "r0", "r1"} {
+		members = append(members, schema.Member{Gid: "g", Uid: uid, Op: schema.OpJoin, Pos: 0})
+	}
+	if err := p.redis.ApplyMembers(ctx, members); err != nil {
+		t.Fatal(err)
+	}
+	msgs := []schema.Message{{Gid: "g", Sender: "s", ClientMsgID: "c1", SentAt: 1, Body: []byte("x"), MsgID: 1}}
+	if err := p.redis.AppendWindow(ctx, nil, msgs); err != nil {
+		t.Fatal(err)
+	}
+	reads := []schema.Receipt{{Gid: "g", Uid: "r0", Upto: 1, At: 1}}
+	if err := p.redis.AdvanceReads(ctx, reads); err != nil {
+		t.Fatal(err)
+	}
+	pushes := senderOnline(t, p)
+	n := &ReceiptNotifier{Redis: p.redis, PollOnlyAbove: 3}
+	if _, err := n.Runner(p.base); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Handle(ctx, 0, []Record[schema.Receipt]{{Offset: 0, Event: reads[0]}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.flush(ctx, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case b := <-pushes:
+		want := `{"op":"receipts","gid":"g","counts":[{"msgid":1,"read":1,"audience":2}]}`
+		if len(b.Items) != 1 || string(b.Items[0].Msg) != want {
+			t.Fatalf("pushed %+v; want %s", b, want)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no receipts frame for a group of 3 with 5 former members, under a poll-only size of 3")
+	}
+}

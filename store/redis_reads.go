@@ -118,6 +118,26 @@ func (s *ReadState) Count(msgid int64, sender string) (read, audience int) {
 	return read, audience
 }
 
+// Seeing counts the members who see at least one of the messages from lo
+// to hi: the most any of them has in its audience (the sender included).
+// Former members outside that span are not counted.
+func (s *ReadState) Seeing(lo, hi int64) int {
+	n := 0
+	for _, m := range s.Members {
+		switch m.State {
+		case MemberJoined:
+			if hi > m.JoinedAt {
+				n++
+			}
+		case MemberLeft:
+			if max(lo, m.JoinedAt+1) <= min(hi, m.LeftAt) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // Who splits the audience of msgid into those who have read it and those
 // who have not, each sorted.
 func (s *ReadState) Who(msgid int64, sender string) (read, unread []string) {
