@@ -40,6 +40,7 @@ type Gateway struct {
 	storedRead sharedRead  // the persister's position, for the syncs that check
 	stored     storedWatch // the persister's position, for connections waiting on it
 	reads      coverReads  // what the checks read; tests replace them
+	leftHeads  leftHeadCache
 
 	presenceLag  time.Duration // see presenceLag; tests shorten it
 	presenceLost atomic.Bool   // presence set again after a Redis reconnect failed: the next refresh announces it (refreshPresence)

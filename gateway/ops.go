@@ -268,7 +268,7 @@ func (g *Gateway) pull(ctx context.Context, uid string, r *protocol.Request) (an
 		out.Msgs, out.More = cut, true
 	}
 	if m.State == store.MemberLeft {
-		out.Head = min(out.Head, m.LeftAt)
+		out.Head = g.leftHead(ctx, r.Gid, m, out.Head)
 		if n := len(out.Msgs); r.Before == nil && n > 0 && out.Msgs[n-1].MsgID >= out.Head {
 			out.More = false
 		}
@@ -334,7 +334,7 @@ func (g *Gateway) sync(ctx context.Context, uid string, r *protocol.Request) (an
 			Unread: c.Unread, UnreadExact: c.UnreadExact}
 		if m.State == store.MemberLeft {
 			st.Left = true
-			st.Head = min(st.Head, m.LeftAt)
+			st.Head = g.leftHead(ctx, gid, m, st.Head)
 			// Not counted for a group one has left: 0 is a lower bound ("0+").
 			st.Unread, st.UnreadExact = 0, st.Head <= st.Read
 		}
