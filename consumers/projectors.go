@@ -28,7 +28,8 @@ import (
 // record is below the member's cursor (two devices acked 100, then 90,
 // before the first was projected), a replay of the compacted topic would
 // move the cursor back; so Handle appends the cursor again, as a
-// correction, and a member's last record is their highest.
+// correction, and a member's last record is their highest. A replay of
+// what it had handled before a reset appends none (see replays).
 type AckProjector struct {
 	Redis      *store.Redis      // required
 	ClickHouse *store.ClickHouse // optional
@@ -36,11 +37,13 @@ type AckProjector struct {
 	producer *producers.Producer // Base.DeadLetter's: writes corrections
 
 	lazyRows[store.AckRow] // Flusher
+	replays                // Starter
 }
 
 var (
 	_ Handler[schema.Ack] = (*AckProjector)(nil)
 	_ Flusher             = (*AckProjector)(nil)
+	_ Starter             = (*AckProjector)(nil)
 )
 
 // Runner returns the ack projector's runner on chat.acks.
@@ -54,7 +57,11 @@ func (a *AckProjector) Runner(b Base) (*Runner[schema.Ack], error) {
 
 // Handle implements Handler.
 func (a *AckProjector) Handle(ctx context.Context, part int, recs []Record[schema.Ack]) error {
-	apply := correcting(a.Redis.AdvanceAcksBehind, a.producer, (*producers.Producer).SendAcks, "ack",
+	p, err := a.producerFor(ctx, a.Redis, GroupAckProjector, topics.Acks, part, recs[len(recs)-1].Offset, a.producer)
+	if err != nil {
+		return err
+	}
+	apply := correcting(a.Redis.AdvanceAcksBehind, p, (*producers.Producer).SendAcks, "ack",
 		func(c store.Cursor, at int64) schema.Ack {
 			return schema.Ack{Gid: c.Gid, Uid: c.Uid, Upto: c.Upto, At: at}
 		})
@@ -163,9 +170,55 @@ func (l *lazyRows[R]) Durable(part int) int64 { return l.buf.Load().Durable(part
 // project is a projector's Handle: apply the batch's events to Redis, then
 // buffer their ClickHouse rows (when there is a buffer), after making room
 // in it first so that a failure leaves nothing half done.
+// replays tells a cursor projector which batches are replays of records
+// it had handled before its position was set back (a consumer-group
+// reset): their corrections were appended when they were first handled,
+// and the log holds them after the records, so a replay appends none (it
+// would add a receipt of the replay's day for every member with a higher
+// record further on, at every batch's end). A Handler is a Starter for it.
+type replays struct {
+	mu      sync.Mutex
+	handled map[int]int64 // per partition, store.Redis.Handled, once read
+}
+
+// Start implements Starter: the position may have been set back since the
+// partition was last started.
+func (r *replays) Start(part int, _ int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.handled, part)
+}
+
+// producerFor returns p, or nil (no corrections) when the batch of part
+// ending at last is a replay.
+func (r *replays) producerFor(ctx context.Context, rds *store.Redis, group, topic string, part int, last int64, p *producers.Producer) (*producers.Producer, error) {
+	if p == nil {
+		return nil, nil
+	}
+	r.mu.Lock()
+	handled, ok := r.handled[part]
+	r.mu.Unlock()
+	if !ok {
+		var err error
+		if handled, err = rds.Handled(ctx, group, topic, part); err != nil {
+			return nil, err
+		}
+		r.mu.Lock()
+		if r.handled == nil {
+			r.handled = map[int]int64{}
+		}
+		r.handled[part] = handled
+		r.mu.Unlock()
+	}
+	if last < handled {
+		return nil, nil
+	}
+	return p, nil
+}
+
 // correcting returns an apply for project that raises the cursors with
 // advance and appends again, with send, each cursor that the batch's last
-// record of its member left behind (see AckProjector).
+// record of its member left behind (see AckProjector); none without p.
 func correcting[E any](advance func(context.Context, []E) ([]store.Cursor, error), p *producers.Producer,
 	send func(*producers.Producer, context.Context, ...E) error, what string, mk func(c store.Cursor, at int64) E) func(context.Context, []E) error {
 	return func(ctx context.Context, events []E) error {

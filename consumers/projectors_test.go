@@ -229,6 +229,64 @@ func TestACursorLeftBehindInTheLogIsAppendedAgainAndSurvivesCompaction(t *testin
 	}
 }
 
+// A replay after a reset, over the cursors it had built, appends no
+// corrections: the records it hands over again are each below the cursor
+// their member's later records raised, and the log holds those. Appending
+// them added a receipt of the replay's day for every member at every
+// batch's end (two here, for u1's three receipts), which the analysts'
+// receipt_events then counted. Records past what was handled before the
+// reset are still corrected.
+func TestAReplayAfterAResetAppendsNoCorrections(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 1, window: 1000})
+	ctx := context.Background()
+	base := p.base
+	tune := base.Tune
+	base.Tune = func(r *RunnerTuning) { tune(r); r.BatchSize = 1 } // a batch's end after each record
+	send := func(uptos ...int64) {
+		t.Helper()
+		for _, upto := range uptos {
+			if err := p.prod.SendReceipts(ctx, schema.Receipt{Gid: "g1", Uid: "u1", Upto: upto, At: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	run := func() (stop func()) {
+		rr, err := (&ReceiptProjector{Redis: p.redis}).Runner(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return start(t, rr.Run)
+	}
+	saved := func() int64 {
+		off, err := p.redis.Offsets(ctx, GroupReceiptProjector, topics.Receipts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return off[0]
+	}
+	send(10, 20, 30)
+	stop := run()
+	waitFor(t, "the three receipts handled", 20*time.Second, func() bool { return saved() == 3 })
+	stop()
+	// chatctl consumer-groups reset chat.receipt-projector -to earliest
+	if err := p.redis.SaveOffsets(ctx, GroupReceiptProjector, topics.Receipts, map[int]int64{0: kafka.FirstOffset}); err != nil {
+		t.Fatal(err)
+	}
+	stop = run()
+	defer func() { stop() }()
+	waitFor(t, "the replay at the log's end", 20*time.Second, func() bool { return saved() >= 3 })
+	if end := p.topicEnd(t, topics.Receipts); end != 3 {
+		t.Fatalf("after a replay of u1's 3 receipts over the cursors they built, chat.receipts holds %d records; want 3", end)
+	}
+	// Two devices, out of order, after the replay: corrected as ever.
+	send(50, 40)
+	waitFor(t, "the correction of 40 by 50", 20*time.Second, func() bool { return p.topicEnd(t, topics.Receipts) == 6 })
+	waitFor(t, "everything handled", 20*time.Second, func() bool { return saved() == 6 })
+	if end := p.topicEnd(t, topics.Receipts); end != 6 {
+		t.Fatalf("chat.receipts holds %d records after 50 then 40; want 6 (one correction)", end)
+	}
+}
+
 // topicEnd is the end offset of partition 0 of topic.
 func (p *pipeline) topicEnd(t *testing.T, topic string) int64 {
 	t.Helper()

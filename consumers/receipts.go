@@ -31,11 +31,13 @@ type ReceiptProjector struct {
 	producer *producers.Producer // Base.DeadLetter's: writes corrections
 
 	lazyRows[store.ReceiptRow] // Flusher
+	replays                    // Starter
 }
 
 var (
 	_ Handler[schema.Receipt] = (*ReceiptProjector)(nil)
 	_ Flusher                 = (*ReceiptProjector)(nil)
+	_ Starter                 = (*ReceiptProjector)(nil)
 )
 
 // Runner returns the receipt projector's runner on chat.receipts.
@@ -49,7 +51,11 @@ func (p *ReceiptProjector) Runner(b Base) (*Runner[schema.Receipt], error) {
 
 // Handle implements Handler.
 func (p *ReceiptProjector) Handle(ctx context.Context, part int, recs []Record[schema.Receipt]) error {
-	apply := correcting(p.Redis.AdvanceReadsBehind, p.producer, (*producers.Producer).SendReceipts, "read",
+	prod, err := p.producerFor(ctx, p.Redis, GroupReceiptProjector, topics.Receipts, part, recs[len(recs)-1].Offset, p.producer)
+	if err != nil {
+		return err
+	}
+	apply := correcting(p.Redis.AdvanceReadsBehind, prod, (*producers.Producer).SendReceipts, "read",
 		func(c store.Cursor, at int64) schema.Receipt {
 			return schema.Receipt{Gid: c.Gid, Uid: c.Uid, Upto: c.Upto, At: at}
 		})

@@ -31,7 +31,8 @@ import "strconv"
 //	chat:{u:<uid>}:groups                  HASH    gid -> the same membership value: the user's groups
 //	chat:offsets:<consumer>                HASH    "<topic>/<partition>" -> next offset to read;
 //	                                               "<topic>/<partition>/replayed" -> "1" (MarkReplayed);
-//	                                               "<topic>/<partition>/origin" -> "<offset>:<sent_at_ms>" (SaveOrigin), or "next"
+//	                                               "<topic>/<partition>/origin" -> "<offset>:<sent_at_ms>" (SaveOrigin), or "next";
+//	                                               "<topic>/<partition>/handled" -> the position before it was last set back (Handled)
 //	chat:{u:<uid>}:nodes                   ZSET    member gateway node id, score expiry (unix ms): where the
 //	                                               user is online (one entry per node, several devices)
 //	chat:node:<node>                       STRING  the gateway instance that holds the node's name, expiring
@@ -89,6 +90,12 @@ func offsetField(topic string, partition int) string {
 // beside its position; Offsets skips it (its partition is no number).
 func replayedField(topic string, partition int) string {
 	return offsetField(topic, partition) + "/replayed"
+}
+
+// handledField is the field of the end of what a consumer had handled of a
+// partition when its position was last set back (SaveOffsets, Handled).
+func handledField(topic string, partition int) string {
+	return offsetField(topic, partition) + "/handled"
 }
 
 // originField is the field of a partition's origin (SaveOrigin), beside

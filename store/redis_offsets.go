@@ -2,7 +2,10 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -42,19 +45,68 @@ func (r *Redis) Offsets(ctx context.Context, consumer, topic string) (map[int]in
 // topic; other partitions keep theirs. Call it only after the effect of
 // every record before those offsets is durable. A position set by hand
 // starts its partition's state afresh: the next record handled is its
-// origin (see Origin).
+// origin (see Origin). A position set back keeps, as Handled, the highest
+// one it had before.
 func (r *Redis) SaveOffsets(ctx context.Context, consumer, topic string, next map[int]int64) error {
 	if len(next) == 0 {
 		return nil
 	}
-	fields := make([]any, 0, 4*len(next))
-	for part, off := range next {
+	parts := slices.Sorted(maps.Keys(next))
+	names := make([]string, 0, 2*len(parts))
+	for _, part := range parts {
+		names = append(names, offsetField(topic, part), handledField(topic, part))
+	}
+	was, err := r.client.HMGet(ctx, offsetsKey(consumer), names...).Result()
+	if err != nil {
+		return fmt.Errorf("store: save offsets of %q on %q: %w", consumer, topic, err)
+	}
+	fields := make([]any, 0, 6*len(next))
+	for i, part := range parts {
+		off := next[part]
 		fields = append(fields, offsetField(topic, part), off, originField(topic, part), originNext)
+		cur, handled := savedNumber(was[2*i]), savedNumber(was[2*i+1])
+		if cur > off && cur > handled {
+			fields = append(fields, handledField(topic, part), cur)
+		}
 	}
 	if err := r.client.HSet(ctx, offsetsKey(consumer), fields...).Err(); err != nil {
 		return fmt.Errorf("store: save offsets of %q on %q: %w", consumer, topic, err)
 	}
 	return nil
+}
+
+// savedNumber reads a field of HMGET as a number; -1 when absent or not
+// one.
+func savedNumber(v any) int64 {
+	s, ok := v.(string)
+	if !ok {
+		return -1
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// Handled returns the position consumer had reached in partition part of
+// topic before its position was last set back (SaveOffsets), -1 when it
+// never was: the records below it were handled once already, so a
+// replay's second handling of them may leave out what their first did
+// once for good (the projectors' corrections).
+func (r *Redis) Handled(ctx context.Context, consumer, topic string, part int) (int64, error) {
+	v, err := r.client.HGet(ctx, offsetsKey(consumer), handledField(topic, part)).Result()
+	if errors.Is(err, redis.Nil) {
+		return -1, nil
+	}
+	if err != nil {
+		return -1, fmt.Errorf("store: handled of %q on %s/%d: %w", consumer, topic, part, err)
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return -1, fmt.Errorf("store: handled of %q on %s/%d: %w: %q", consumer, topic, part, ErrCorruptValue, v)
+	}
+	return n, nil
 }
 
 // advanceOffsetScript sets a saved position only if it still holds what the
