@@ -185,15 +185,25 @@ type replay struct {
 
 // joins returns the scan function that folds the cursor raise of every
 // join; flushCursors writes them with the cursor records of the partition.
+// A leaving of a member no earlier record names is their join, at the
+// position it names, as the member projector applies it (what compaction
+// leaves of a removal that failed after its leaving).
 func (r *replay) joins(p store.Projection) func(context.Context, int, []kafka.Message) error {
 	return func(ctx context.Context, part int, msgs []kafka.Message) error {
 		f := r.expect.fold(part)
 		for i := range msgs {
 			ev, err := schema.DecodeMember(msgs[i].Value)
-			if err != nil || ev.Op != schema.OpJoin {
+			if err != nil {
 				continue
 			}
-			f.addJoin(ev.Gid, ev.Uid, ev.Pos)
+			switch {
+			case ev.Op == schema.OpJoin:
+				f.addJoin(ev.Gid, ev.Uid, ev.Pos)
+			case ev.Op == schema.OpLeaving && ev.HasJoined && !f.named(ev.Gid, ev.Uid):
+				f.addJoin(ev.Gid, ev.Uid, ev.Joined)
+			case ev.Op == schema.OpLeave:
+				f.name(ev.Gid, ev.Uid)
+			}
 		}
 		return nil
 	}

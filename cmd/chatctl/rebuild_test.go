@@ -404,3 +404,51 @@ func TestARebuildCutShortSaysToRunItAgain(t *testing.T) {
 		t.Fatalf("rebuild cut short after the wipe: %v\n%s; want an error saying to run it again", err, out.String())
 	}
 }
+
+// What compaction leaves of a removal that failed after its leaving is the
+// leaving alone, which the member projector applies as the member's join
+// at the position it names, raising their cursors to it. A rebuild of the
+// cursors folds it the same way: before, bob's read cursor, 4 after the
+// member projector's replay, was gone after `rebuild receipts`, and his
+// sync counted messages from before he joined as unread.
+func TestRebuildOfCursorsTakesALoneLeavingForTheJoin(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx := context.Background()
+	e.mustCtl("groups", "create", "g", "alice")
+	for i := range 5 {
+		e.sendMessages(schema.Message{Gid: "g", Sender: "alice", SentAt: time.Now().UnixMilli(), Body: []byte(fmt.Sprint(i))})
+	}
+	e.mustCtl("members", "add", "g", "bob")
+	ms, err := membership(ctx, newAdmin(e.brokers), "g", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.prod.Leaving(ctx, "g", "bob", ms["bob"].JoinedAt, "chatctl"); err != nil { // then the removal failed
+		t.Fatal(err)
+	}
+	e.mustCtl("members", "add", "g", "carol") // bob's records leave the active segment
+	e.broker.Cluster().Compact()
+	e.mustCtl("rebuild", "members")
+	live, err := e.rds.ReadCursors(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if live["bob"] != ms["bob"].JoinedAt {
+		t.Fatalf("after rebuild members, bob's read cursor is %d; want his join's %d (is his join compacted away?)", live["bob"], ms["bob"].JoinedAt)
+	}
+	for _, p := range []string{"receipts", "acks"} {
+		e.mustCtl("rebuild", p)
+	}
+	reads, err := e.rds.ReadCursors(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, _, err := e.rds.AckCursor(ctx, "g", "bob")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reads["bob"] != live["bob"] || ack != live["bob"] {
+		t.Fatalf("after rebuilding the cursors, bob's read cursor is %d (read cursors %v) and his ack cursor %d; want %d, as the member projector's replay left them",
+			reads["bob"], reads, ack, live["bob"])
+	}
+}

@@ -46,6 +46,9 @@ type cursorFold struct {
 	groups map[string]map[string]cursor // gid -> uid -> cursor
 	dirty  int                          // cursors not written yet
 	next   int64                        // offset after the last record folded
+	// "gid/uid" of every member chat.members has named so far (ids hold
+	// no "/").
+	members map[string]bool
 }
 
 type cursor struct {
@@ -72,7 +75,20 @@ func (f *cursorFold) add(gid, uid string, upto int64) {
 // addJoin folds the cursor raise of a join.
 func (f *cursorFold) addJoin(gid, uid string, pos int64) {
 	f.groups[gid][uid] = f.raise(gid, uid, pos)
+	f.name(gid, uid)
 }
+
+// name notes that a member event named uid in gid: the member projector
+// knows them from then on.
+func (f *cursorFold) name(gid, uid string) {
+	if f.members == nil {
+		f.members = map[string]bool{}
+	}
+	f.members[gid+"/"+uid] = true
+}
+
+// named reports whether a member event named uid in gid.
+func (f *cursorFold) named(gid, uid string) bool { return f.members[gid+"/"+uid] }
 
 // raise returns uid's cursor in gid raised to at least v, counting it as
 // unwritten when it moved.
