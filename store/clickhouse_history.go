@@ -3,7 +3,6 @@ package store
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
@@ -23,12 +22,17 @@ func (c *ClickHouse) MessagesBefore(ctx context.Context, gid string, after, befo
 		return nil, nil
 	}
 	// As Messages, newest first.
-	msgs, err := c.queryMessages(ctx, gid, "PREWHERE gid = ? AND msgid >= ? AND msgid < ? GROUP BY msgid ORDER BY msgid DESC LIMIT ?",
-		gid, firstAfter(after), uint64(before), limit)
+	msgs, rows, err := c.queryMessages(ctx, gid, false, "msgid >= ? AND msgid < ? ORDER BY msgid DESC LIMIT ?",
+		firstAfter(after), uint64(before), limit)
+	if n := len(msgs); err == nil && n < limit && rows >= limit {
+		var rest []schema.Message
+		rest, _, err = c.queryMessages(ctx, gid, true, "msgid >= ? AND msgid < ? ORDER BY msgid DESC LIMIT ?",
+			firstAfter(after), uint64(msgs[0].MsgID), limit-n)
+		msgs = append(rest, msgs...)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: messages of %s before %d: %w", gid, before, err)
 	}
-	slices.Reverse(msgs)
 	return msgs, nil
 }
 

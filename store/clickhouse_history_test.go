@@ -62,3 +62,52 @@ func TestClickHouseMessagesBefore(t *testing.T) {
 		t.Error("MessagesBefore with limit 0: no error")
 	}
 }
+
+// TestClickHouseMessagesCopiesInPage pages both ways through a group whose
+// older messages were inserted three times and newer ones once: copies
+// must not shorten a page or reorder it.
+func TestClickHouseMessagesCopiesInPage(t *testing.T) {
+	c := testClickHouse(t)
+	ctx := t.Context()
+	g := testMessages("g", 0, 1, 40)
+	stopMerges(t, c, "messages")
+	for _, run := range [][]schema.Message{g[:25], g, g[:25]} {
+		if err := c.InsertMessages(ctx, 0, run); err != nil {
+			t.Fatalf("InsertMessages: %v", err)
+		}
+	}
+	for _, limit := range []int{1, 7, 30, 40, 41} {
+		var up, down []schema.Message
+		for after := int64(-1); ; {
+			msgs, err := c.Messages(ctx, "g", after, 39, limit)
+			if err != nil {
+				t.Fatalf("Messages(after %d, limit %d): %v", after, limit, err)
+			}
+			if want := min(limit, len(g)-len(up)); len(msgs) != want {
+				t.Fatalf("Messages(after %d, limit %d): %v, want %d", after, limit, msgids(msgs), want)
+			}
+			if len(msgs) == 0 {
+				break
+			}
+			up, after = append(up, msgs...), msgs[len(msgs)-1].MsgID
+		}
+		for before := int64(40); ; {
+			msgs, err := c.MessagesBefore(ctx, "g", -1, before, limit)
+			if err != nil {
+				t.Fatalf("MessagesBefore(before %d, limit %d): %v", before, limit, err)
+			}
+			if want := min(limit, len(g)-len(down)); len(msgs) != want {
+				t.Fatalf("MessagesBefore(before %d, limit %d): %v, want %d", before, limit, msgids(msgs), want)
+			}
+			if len(msgs) == 0 {
+				break
+			}
+			down, before = append(slices.Clone(msgs), down...), msgs[0].MsgID
+		}
+		for i := range g {
+			if !equalMessage(up[i], g[i]) || !equalMessage(down[i], g[i]) {
+				t.Fatalf("limit %d, message %d: up %+v, down %+v, want %+v", limit, i, up[i], down[i], g[i])
+			}
+		}
+	}
+}
