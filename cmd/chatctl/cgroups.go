@@ -24,15 +24,19 @@ import (
 type knownGroup struct {
 	topic   string
 	inRedis bool
+	// lost is what records the group is moved past without reading them
+	// leave out of its stores, and refill how to write them there later;
+	// both are empty for a group whose effect is transient.
+	lost, refill string
 }
 
 var knownGroups = map[string]knownGroup{
-	consumers.GroupPersister:        {topics.Messages, true},
-	consumers.GroupFanout:           {topics.Messages, false},
-	consumers.GroupAckProjector:     {topics.Acks, true},
-	consumers.GroupReceiptProjector: {topics.Receipts, true},
-	consumers.GroupReceiptNotifier:  {topics.Receipts, false},
-	consumers.GroupMemberProjector:  {topics.Members, true},
+	consumers.GroupPersister:        {topics.Messages, true, "messages never written to Redis or ClickHouse", "`chatctl backfill -tables messages` writes them to ClickHouse later"},
+	consumers.GroupFanout:           {topics.Messages, false, "", ""},
+	consumers.GroupAckProjector:     {topics.Acks, true, "acks never applied to the cursors", "`chatctl rebuild acks` applies them later"},
+	consumers.GroupReceiptProjector: {topics.Receipts, true, "reads never applied to the read cursors and counts", "`chatctl rebuild receipts` applies them later"},
+	consumers.GroupReceiptNotifier:  {topics.Receipts, false, "", ""},
+	consumers.GroupMemberProjector:  {topics.Members, true, "joins and leaves never applied to the membership", "`chatctl rebuild members` applies them later"},
 }
 
 var chatTopics = []string{topics.Messages, topics.Acks, topics.Receipts, topics.Members, topics.DeadLetter}
@@ -118,11 +122,12 @@ func groupTopics(ctx context.Context, a *admin, group string) ([]string, error) 
 }
 
 type resetOpts struct {
-	to        string
-	topic     string
-	partition int
-	dryRun    bool
-	force     bool
+	to         string
+	topic      string
+	partition  int
+	dryRun     bool
+	force      bool
+	skipUnread bool
 }
 
 func resetFlags(c *command) any {
@@ -132,6 +137,7 @@ func resetFlags(c *command) any {
 	c.fs.IntVar(&o.partition, "partition", -1, "reset this partition only (default: every partition; an OFFSET is then the same number in each)")
 	c.fs.BoolVar(&o.dryRun, "dry-run", false, "print the plan, change nothing")
 	c.fs.BoolVar(&o.force, "force", false, "reset although the group has active members: only for groups that keep their position in Redis (the projectors, the persister), whose running consumers then go on from the new position")
+	c.fs.BoolVar(&o.skipUnread, "skip-unread", false, "move the persister or a projector past records it has not read: their effects (messages, cursors, membership) never reach its stores")
 	return o
 }
 
@@ -142,7 +148,7 @@ var ErrGroupActive = errors.New("the consumer group has active members")
 func consumerGroupsReset(ctx context.Context, c *command, opts any, args []string) error {
 	o := opts.(*resetOpts)
 	if len(args) != 1 || o.to == "" {
-		return errors.New("usage: chatctl consumer-groups reset GROUP -to earliest|latest|TIME|OFFSET [-topic T] [-partition P] [-dry-run] [-force]")
+		return errors.New("usage: chatctl consumer-groups reset GROUP -to earliest|latest|TIME|OFFSET [-topic T] [-partition P] [-dry-run] [-force] [-skip-unread]")
 	}
 	group := args[0]
 	brokers, err := c.s.brokers()
@@ -224,20 +230,45 @@ func consumerGroupsReset(ctx context.Context, c *command, opts any, args []strin
 		}
 	}
 
+	b, err := a.bounds(ctx, topic, parts)
+	if err != nil {
+		return err
+	}
+	cur := current(k, com, pos, b)
+	var skips []move
 	tw := tabwriter.NewWriter(c.stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GROUP\tTOPIC\tPARTITION\tCOMMITTED\tREDIS_POSITION\tNEW")
+	fmt.Fprintln(tw, "GROUP\tTOPIC\tPARTITION\tCOMMITTED\tREDIS_POSITION\tNEW\tMOVE")
 	for _, p := range parts {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\n", group, topic, p, offStr(com, p), offStr(pos, p), target[p])
+		m := "-" // where the group goes on from is not known
+		if from, ok := cur[p]; ok {
+			switch n := target[p] - from; {
+			case n > 0:
+				m = fmt.Sprintf("forward: skips %d unread", n)
+				skips = append(skips, move{p, from, target[p]})
+			case n < 0:
+				m = fmt.Sprintf("back: replays %d", -n)
+			default:
+				m = "none"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%d\t%s\n", group, topic, p, offStr(com, p), offStr(pos, p), target[p], m)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	refuse := k.lost != "" && len(skips) > 0 && !o.skipUnread
 	if o.dryRun {
 		fmt.Fprintln(c.stdout, "dry run: nothing changed")
 		if active {
 			fmt.Fprintf(c.stdout, "%s has %d members now: stop its consumers before the reset itself\n", group, len(info.Members))
 		}
+		if refuse {
+			fmt.Fprintf(c.stdout, "the reset itself would be refused: %v\n", skipErr(group, topic, k, skips))
+		}
 		return nil
+	}
+	if refuse {
+		return skipErr(group, topic, k, skips)
 	}
 	if rds != nil {
 		// The runner reads its position from Redis: write it there first,
@@ -266,6 +297,57 @@ func consumerGroupsReset(ctx context.Context, c *command, opts any, args []strin
 	}
 	fmt.Fprintf(c.stdout, "reset %s on %s: %s; start the group's consumers to read from there\n", group, topic, where)
 	return nil
+}
+
+// ErrSkipsUnread is returned when a reset would move a group that builds
+// state past records it has not read.
+var ErrSkipsUnread = errors.New("the reset skips records the group has not read")
+
+// move is a partition's position moving from one offset to another.
+type move struct {
+	part     int
+	from, to int64
+}
+
+// current is where the group goes on from in each partition: for a group
+// that keeps its position in Redis, the position there (none saved, or
+// one below the log start, is the log start: the runner replays from
+// there); for another, its committed offset, when it has one.
+func current(k knownGroup, com, pos map[int]int64, b map[int]bounds) map[int]int64 {
+	out := make(map[int]int64, len(b))
+	for p, bp := range b {
+		if !k.inRedis {
+			if o, ok := com[p]; ok {
+				out[p] = o
+			}
+			continue
+		}
+		o, ok := pos[p]
+		if !ok || o < bp.first {
+			o = bp.first
+		}
+		out[p] = o
+	}
+	return out
+}
+
+// skipErr refuses a reset that moves a group that builds state past
+// records it has not read, saying where and how many.
+func skipErr(group, topic string, k knownGroup, skips []move) error {
+	var total int64
+	where := make([]string, len(skips))
+	for i, s := range skips {
+		total += s.to - s.from
+		where[i] = fmt.Sprintf("partition %d from %d to %d (%d)", s.part, s.from, s.to, s.to-s.from)
+	}
+	n := fmt.Sprintf("%d records", total)
+	if topic != topics.Messages {
+		n = fmt.Sprintf("up to %d records (compaction may have removed some)", total)
+	}
+	return fmt.Errorf("%w: %s would skip %s of %s it has not read: %s; they would be %s. "+
+		"To replay, pick a -to at or before its position; to have it read them, start its consumers and reset once `chatctl consumer-groups list %s` shows it past them; "+
+		"to skip them anyway, pass -skip-unread (%s)",
+		ErrSkipsUnread, group, n, topic, strings.Join(where, ", "), k.lost, group, k.refill)
 }
 
 // checkInactive refuses when the group has members, unless forced.
