@@ -90,20 +90,40 @@ func backfill(ctx context.Context, c *command, opts any, args []string) error {
 // stayed down) after the tables done were filled: with the rest only, so
 // that a long run does not start over, and the other flags as they were
 // set (a -dedup-window other than the persister's would write resends as
-// messages). Rows written again are copies that every query collapses, so
-// the table cut short is simply filled again.
+// messages), quoted for a shell. Secrets are left out of the command,
+// which ends up in logs: it says to give them again. Rows written again
+// are copies that every query collapses, so the table cut short is simply
+// filled again.
 func goOn(c *command, done, rest []string) string {
-	args := []string{"-tables " + strings.Join(rest, ",")}
+	args := []string{"-tables", shellQuote(strings.Join(rest, ","))}
+	var again []string
 	c.fs.Visit(func(f *flag.Flag) {
-		if f.Name != "tables" {
-			args = append(args, "-"+f.Name+" "+f.Value.String())
+		switch {
+		case f.Name == "tables":
+		case secret(f.Name):
+			again = append(again, fmt.Sprintf("-%s (or %s)", f.Name, envOf(f.Name)))
+		default:
+			args = append(args, "-"+f.Name, shellQuote(f.Value.String()))
 		}
 	})
-	again := fmt.Sprintf("go on with `chatctl backfill %s` (rows written again are harmless)", strings.Join(args, " "))
-	if len(done) == 0 {
-		return again
+	next := fmt.Sprintf("go on with `chatctl backfill %s` (rows written again are harmless)", strings.Join(args, " "))
+	if len(again) > 0 {
+		next += fmt.Sprintf("; it leaves the secrets out, give them again: %s", strings.Join(again, ", "))
 	}
-	return fmt.Sprintf("%s filled already; %s", strings.Join(done, ", "), again)
+	if len(done) == 0 {
+		return next
+	}
+	return fmt.Sprintf("%s filled already; %s", strings.Join(done, ", "), next)
+}
+
+// shellQuote returns s as one word of a POSIX shell: as it is when it
+// holds nothing the shell would read otherwise, else in single quotes.
+func shellQuote(s string) string {
+	plain := s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./_-") == ""
+	if plain {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // fill writes one table's rows from batches of records.

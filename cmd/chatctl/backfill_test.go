@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -237,6 +239,52 @@ func TestABackfillCutShortSaysHowToGoOn(t *testing.T) {
 	}
 	if n, err := ch.CountMessages(context.Background(), "g"); err != nil || n != 1 {
 		t.Fatalf("messages of g after the backfill cut short: %d (%v), want 1", n, err)
+	}
+}
+
+// The command a backfill cut short prints goes to logs and is pasted into
+// a shell: it leaves the passwords out, saying to give them again, and
+// quotes each value so that the shell reads back what the run was given.
+// Before, it repeated the passwords and broke on an empty value or one
+// with spaces.
+func TestABackfillsGoOnCommandKeepsSecretsOutAndQuotesValues(t *testing.T) {
+	c := newCommand("backfill", func(string) string { return "" }, io.Discard, io.Discard)
+	backfillFlags(c)
+	given := []string{"-clickhouse-password", "s3cret pass", "-redis-password", "r3dis",
+		"-clickhouse-database", "", "-clickhouse-user", "ops team", "-kafka-brokers", "k1:9092,k2:9092", "-dedup-window", "48h"}
+	if _, err := c.parse(given); err != nil {
+		t.Fatal(err)
+	}
+	msg := goOn(c, []string{"messages"}, []string{"acks", "receipts"})
+	for _, s := range []string{"s3cret", "r3dis"} {
+		if strings.Contains(msg, s) {
+			t.Errorf("the go-on line shows the password %q: %s", s, msg)
+		}
+	}
+	for _, s := range []string{"-clickhouse-password", "CHAT_CLICKHOUSE_PASSWORD", "-redis-password", "CHAT_REDIS_PASSWORD"} {
+		if !strings.Contains(msg, s) {
+			t.Errorf("the go-on line does not say to give %s again: %s", s, msg)
+		}
+	}
+	_, line, ok := strings.Cut(msg, "`chatctl backfill ")
+	if !ok {
+		t.Fatalf("no command in %q", msg)
+	}
+	line, _, _ = strings.Cut(line, "`")
+	// The shell reads the line back into the flags the run was given.
+	out, err := exec.Command("sh", "-c", "eval \"set -- $1\"; for w in \"$@\"; do printf '%s\\0' \"$w\"; done", "sh", line).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
+	again := newCommand("backfill", func(string) string { return "" }, io.Discard, io.Discard)
+	o := backfillFlags(again).(*backfillOpts)
+	if _, err := again.parse(args); err != nil {
+		t.Fatalf("the go-on command %q does not parse back: %v", line, err)
+	}
+	got := fmt.Sprintf("%q %q %q %q %v", o.tables, again.s.ClickHouseDB, again.s.ClickHouseUser, again.s.KafkaBrokers, o.dedup)
+	if want := `"acks,receipts" "" "ops team" "k1:9092,k2:9092" 48h0m0s`; got != want {
+		t.Errorf("the shell reads the go-on command %q as %s, want %s", line, got, want)
 	}
 }
 

@@ -50,6 +50,23 @@ var allSettings = []setting{
 	{"clickhouse-password", "CHAT_CLICKHOUSE_PASSWORD", "", "ClickHouse password", strVar(func(s *settings) *string { return &s.ClickHousePass })},
 }
 
+// secret reports whether the setting named flag is a secret: a command
+// that chatctl prints for an operator to run leaves it out, as logs and
+// terminal scrollback keep what it prints.
+func secret(flag string) bool {
+	return flag == "redis-password" || flag == "clickhouse-password"
+}
+
+// envOf returns the CHAT_* variable of the setting named flag.
+func envOf(flag string) string {
+	for _, st := range allSettings {
+		if st.flag == flag {
+			return st.env
+		}
+	}
+	return ""
+}
+
 func strVar(f func(*settings) *string) func(*settings, *flag.FlagSet, string, string, string) {
 	return func(s *settings, fs *flag.FlagSet, n, d, u string) { fs.StringVar(f(s), n, d, u) }
 }
