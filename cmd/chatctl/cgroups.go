@@ -48,10 +48,19 @@ func consumerGroupsList(ctx context.Context, c *command, _ any, args []string) e
 	}
 	a := newAdmin(brokers)
 	defer a.close()
+	cluster, err := a.groups(ctx)
+	if err != nil {
+		return err
+	}
 	names := args
 	if len(names) == 0 {
-		if names, err = a.groups(ctx); err != nil {
-			return err
+		names = cluster
+	}
+	for _, g := range names {
+		// A name nobody knows would list as an empty Dead group, which
+		// reads as the "MEMBERS 0" a reset waits for.
+		if _, ok := knownGroups[g]; !ok && !slices.Contains(cluster, g) {
+			return unknownGroupErr(g)
 		}
 	}
 	var rds *store.Redis
@@ -183,6 +192,9 @@ func consumerGroupsReset(ctx context.Context, c *command, opts any, args []strin
 		if err != nil {
 			return err
 		}
+		if len(ts) == 0 && info.State == "Dead" {
+			return unknownGroupErr(group)
+		}
 		if len(ts) != 1 {
 			return fmt.Errorf("group %s: cannot tell its topic (it has offsets on %v); name it with -topic", group, ts)
 		}
@@ -213,8 +225,7 @@ func consumerGroupsReset(ctx context.Context, c *command, opts any, args []strin
 	if _, ok := knownGroups[group]; !ok && info.State == "Dead" && len(com) == 0 {
 		// Committed, the offsets would make a new group and leave the
 		// one meant where it was.
-		return fmt.Errorf("consumer group %s is unknown to the cluster (no members, no committed offsets) and is none of chatd's (%s); check the name: `chatctl consumer-groups list` shows the groups there are",
-			group, strings.Join(slices.Sorted(maps.Keys(knownGroups)), ", "))
+		return unknownGroupErr(group)
 	}
 	var rds *store.Redis
 	var pos map[int]int64
@@ -348,6 +359,13 @@ func skipErr(group, topic string, k knownGroup, skips []move) error {
 		"To replay, pick a -to at or before its position; to have it read them, start its consumers and reset once `chatctl consumer-groups list %s` shows it past them; "+
 		"to skip them anyway, pass -skip-unread (%s)",
 		ErrSkipsUnread, group, n, topic, strings.Join(where, ", "), k.lost, group, k.refill)
+}
+
+// unknownGroupErr refuses a group the cluster does not know (no members,
+// no committed offsets) that is none of chatd's: most likely a typo.
+func unknownGroupErr(group string) error {
+	return fmt.Errorf("consumer group %s is unknown to the cluster (no members, no committed offsets) and is none of chatd's (%s); check the name: `chatctl consumer-groups list` shows the groups there are",
+		group, strings.Join(slices.Sorted(maps.Keys(knownGroups)), ", "))
 }
 
 // checkInactive refuses when the group has members, unless forced.

@@ -239,8 +239,15 @@ func TestResetTargets(t *testing.T) {
 	if _, err := e.ctl("consumer-groups", "reset", consumers.GroupFanout, "-to", "yesterday"); err == nil || !strings.Contains(err.Error(), "RFC") && !strings.Contains(err.Error(), "2024-05-01") {
 		t.Fatalf("-to yesterday: %v, want an error showing the accepted forms", err)
 	}
+	// A group with offsets on two topics is reset on the one named.
+	a := newAdmin(e.brokers)
+	for _, topic := range []string{topics.Messages, topics.Acks} {
+		if err := a.commit(ctx, "someone.else", topic, map[int]int64{0: 0}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if _, err := e.ctl("consumer-groups", "reset", "someone.else", "-to", "earliest"); err == nil || !strings.Contains(err.Error(), "-topic") {
-		t.Fatalf("reset of an unknown group without -topic: %v", err)
+		t.Fatalf("reset of a group with offsets on two topics without -topic: %v, want it to ask for -topic", err)
 	}
 }
 
@@ -348,6 +355,21 @@ func TestResetOfAGroupNobodyKnowsIsRefused(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), consumers.GroupFanout) {
 		t.Fatalf("reset of a group nobody knows: %v, want a refusal naming chatd's groups\n%s", err, out)
 	}
+	// Without -topic too: it has offsets on no topic because it is unknown.
+	out, err = e.ctl("consumer-groups", "reset", "chat.persistr", "-to", "latest")
+	if err == nil || !strings.Contains(err.Error(), "unknown") || !strings.Contains(err.Error(), consumers.GroupPersister) {
+		t.Fatalf("reset of a group nobody knows, without -topic: %v, want a refusal saying it is unknown and naming chatd's groups\n%s", err, out)
+	}
+	// A list of it would show an empty group, which reads as the
+	// "MEMBERS 0" that a reset waits for.
+	out, err = e.ctl("consumer-groups", "list", "chat.persistr")
+	if err == nil || !strings.Contains(err.Error(), "unknown") || !strings.Contains(err.Error(), consumers.GroupPersister) {
+		t.Fatalf("list of a group nobody knows: %v, want a refusal saying it is unknown and naming chatd's groups\n%s", err, out)
+	}
+	// chatd's groups list before they ever ran.
+	if out := e.mustCtl("consumer-groups", "list", consumers.GroupPersister); !strings.Contains(out, consumers.GroupPersister) {
+		t.Fatalf("list of the persister before it ran:\n%s", out)
+	}
 	if names, err := newAdmin(e.brokers).groups(ctx); err != nil || len(names) != 0 {
 		t.Fatalf("the cluster's groups after the refused reset: %v (%v), want none", names, err)
 	}
@@ -356,6 +378,9 @@ func TestResetOfAGroupNobodyKnowsIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.mustCtl("consumer-groups", "reset", "analytics", "-to", "latest", "-topic", topics.Messages)
+	if out := e.mustCtl("consumer-groups", "list", "analytics"); !strings.Contains(out, "analytics") {
+		t.Fatalf("list of analytics, which has offsets:\n%s", out)
+	}
 	if com, err := newAdmin(e.brokers).committed(ctx, "analytics", topics.Messages, []int{0}); err != nil || com[0] != 1 {
 		t.Fatalf("analytics after its reset to latest: %v (%v), want offset 1", com, err)
 	}
