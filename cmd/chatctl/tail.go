@@ -29,7 +29,7 @@ func tailFlags(c *command) any {
 	c.fs.StringVar(&o.from, "from", "beginning", "beginning, end (only new records; implies -follow) or an offset")
 	c.fs.IntVar(&o.n, "n", 0, "stop after this many records (0: no limit)")
 	c.fs.BoolVar(&o.follow, "follow", false, "keep printing new records until interrupted")
-	c.fs.IntVar(&o.partition, "partition", -1, "only this partition (default: all)")
+	c.fs.IntVar(&o.partition, "partition", -1, "only this partition (-1: all)")
 	return o
 }
 
@@ -40,6 +40,12 @@ func tail(ctx context.Context, c *command, opts any, args []string) error {
 	o := opts.(*tailOpts)
 	if len(args) != 1 {
 		return errors.New("usage: chatctl tail TOPIC [-from beginning|end|OFFSET] [-n N] [-follow] [-partition P]")
+	}
+	if o.n < 0 {
+		return fmt.Errorf("-n %d: want how many records to print, 0 for no limit", o.n)
+	}
+	if o.partition < -1 {
+		return fmt.Errorf("-partition %d: want a partition (0, 1, ...), or -1 for all", o.partition)
 	}
 	topic := args[0]
 	brokers, err := c.s.brokers()

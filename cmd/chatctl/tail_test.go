@@ -180,3 +180,17 @@ func TestTailOfAMissingTopicSaysWhatToDo(t *testing.T) {
 		t.Errorf("tail of a misspelled topic: %v; want it called no topic of chatd's, with their names", err)
 	}
 }
+
+// A negative -n or a -partition below -1 (all) is a mistake, not a wish
+// for everything: it is refused before anything is read. Before, tail
+// printed every record of every partition.
+func TestTailRefusesANegativeCountOrPartition(t *testing.T) {
+	e := newEnv(t, 2)
+	e.sendMessages(schema.Message{Gid: "g", Sender: "u", SentAt: 1, Body: []byte("b")})
+	for _, c := range []struct{ flag, value string }{{"-n", "-1"}, {"-partition", "-3"}} {
+		out, err := e.ctl("tail", "chat.messages", c.flag, c.value)
+		if err == nil || !strings.HasPrefix(err.Error(), c.flag+" "+c.value+":") || out != "" {
+			t.Errorf("tail %s %s: %v, printed %q; want a refusal naming the flag and nothing printed", c.flag, c.value, err, out)
+		}
+	}
+}
