@@ -54,6 +54,9 @@ func backfill(ctx context.Context, c *command, opts any, args []string) error {
 		}
 		todo = append(todo, t)
 	}
+	if len(todo) == 0 {
+		return fmt.Errorf("-tables %q: name at least one of messages, acks, receipts, members (the default is all four)", o.tables)
+	}
 	if o.dedup < time.Millisecond {
 		// The persister refuses such a window: with it, every resend would
 		// be written as a message of its own.

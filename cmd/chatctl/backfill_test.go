@@ -217,6 +217,22 @@ func TestBackfillRefusesADedupWindowThatKeepsEveryResend(t *testing.T) {
 	}
 }
 
+// A backfill of no table is a mistake (an unset variable in a script):
+// it is refused, naming the tables, rather than doing nothing and
+// exiting 0 as though the tables were filled.
+func TestBackfillRefusesNoTables(t *testing.T) {
+	for _, tables := range []string{"", " , "} {
+		err := run(context.Background(), []string{"backfill", "-tables", tables},
+			func(k string) string {
+				return map[string]string{"CHAT_KAFKA_BROKERS": "127.0.0.1:1", "CHAT_CLICKHOUSE_ADDRS": "127.0.0.1:1"}[k]
+			},
+			&strings.Builder{}, &strings.Builder{})
+		if err == nil || !strings.HasPrefix(err.Error(), "-tables ") || !strings.Contains(err.Error(), "messages, acks, receipts, members") {
+			t.Errorf("backfill -tables %q: %v; want a refusal naming the tables", tables, err)
+		}
+	}
+}
+
 // A backfill cut short (Ctrl-C) after some tables were filled says how to
 // go on with the rest, so that hours of history are not read again.
 func TestABackfillCutShortSaysHowToGoOn(t *testing.T) {
