@@ -40,7 +40,9 @@ type compose struct {
 type service struct {
 	Image       string            `yaml:"image"`
 	Build       any               `yaml:"build"`
+	Entrypoint  []string          `yaml:"entrypoint"`
 	Command     []string          `yaml:"command"`
+	Profiles    []string          `yaml:"profiles"`
 	Environment map[string]string `yaml:"environment"`
 	DependsOn   map[string]struct {
 		Condition string `yaml:"condition"`
@@ -73,6 +75,9 @@ func loadCompose(t *testing.T) compose {
 	}
 	return c
 }
+
+// argv is what a service runs: its entrypoint, then its command.
+func (s service) argv() []string { return append(slices.Clone(s.Entrypoint), s.Command...) }
 
 // chatdSettings builds chatd and reads its flags and variables from
 // `chatd help`.
@@ -157,17 +162,18 @@ func TestComposeFileUsesOnlyWhatChatdAndChatctlAccept(t *testing.T) {
 			}
 			continue
 		}
-		if len(s.Command) < 2 {
-			t.Errorf("%s: command %v, want chatd ROLE or chatctl COMMAND", name, s.Command)
+		argv := s.argv()
+		if len(argv) < 2 {
+			t.Errorf("%s: entrypoint and command %v, want chatd ROLE or chatctl COMMAND", name, argv)
 			continue
 		}
-		switch s.Command[0] {
+		switch argv[0] {
 		case "chatd":
-			if !slices.Contains(roles, s.Command[1]) || s.Command[1] == "dev" || s.Command[1] == "help" {
-				t.Errorf("%s: chatd role %q, want one of the production roles %v", name, s.Command[1], roles)
+			if !slices.Contains(roles, argv[1]) || argv[1] == "dev" || argv[1] == "help" {
+				t.Errorf("%s: chatd role %q, want one of the production roles %v", name, argv[1], roles)
 			}
-			if err := checkArgs(s.Command[2:], chatdFlags, nil); err != nil {
-				t.Errorf("%s: chatd %v: %v", name, s.Command[1:], err)
+			if err := checkArgs(argv[2:], chatdFlags, nil); err != nil {
+				t.Errorf("%s: chatd %v: %v", name, argv[1:], err)
 			}
 			for k := range s.Environment {
 				if !chatdEnvs[k] {
@@ -186,7 +192,7 @@ func TestComposeFileUsesOnlyWhatChatdAndChatctlAccept(t *testing.T) {
 				t.Errorf("%s must start after the topics are created", name)
 			}
 		case "chatctl":
-			cmd := strings.Join(s.Command[1:min(3, len(s.Command))], " ")
+			cmd := strings.Join(argv[1:min(3, len(argv))], " ")
 			fl, ok := flagNames(cmd)
 			if !ok {
 				t.Errorf("%s: chatctl has no command %q", name, cmd)
@@ -196,7 +202,7 @@ func TestComposeFileUsesOnlyWhatChatdAndChatctlAccept(t *testing.T) {
 			for _, f := range fl {
 				known[f] = true
 			}
-			if err := checkArgs(s.Command[3:], known, map[string]bool{"dry-run": true, "force": true, "follow": true}); err != nil {
+			if err := checkArgs(argv[3:], known, map[string]bool{"dry-run": true, "force": true, "follow": true, "skip-unread": true}); err != nil {
 				t.Errorf("%s: chatctl %s: %v", name, cmd, err)
 			}
 			for k := range s.Environment {
@@ -205,7 +211,7 @@ func TestComposeFileUsesOnlyWhatChatdAndChatctlAccept(t *testing.T) {
 				}
 			}
 		default:
-			t.Errorf("%s: the repository's image runs chatd or chatctl, not %q", name, s.Command[0])
+			t.Errorf("%s: the repository's image runs chatd or chatctl, not %q", name, argv[0])
 		}
 	}
 	if t.Failed() {
@@ -352,6 +358,115 @@ func composeUp(t *testing.T, c compose, bin string) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// The recipes of docs/operations.md run chatctl on the compose stack,
+// whose Kafka, Redis and ClickHouse the host cannot reach: through a
+// service that has the settings of the roles, that `up` does not start,
+// and that the recipes name. Before, the only way in was the topics
+// service, which knew Kafka alone: rebuild, backfill and a reset of the
+// persister failed for want of Redis or ClickHouse.
+func TestComposeRunsChatctlWithTheSettingsOfTheRoles(t *testing.T) {
+	c := loadCompose(t)
+	name, ctl := "", service{}
+	for n, s := range c.Services {
+		if argv := s.argv(); len(s.Profiles) > 0 && len(argv) > 0 && argv[0] == "chatctl" {
+			name, ctl = n, s
+		}
+	}
+	if name == "" {
+		t.Fatal("docker-compose.yml has no chatctl service in a profile of its own (one that `up` does not start)")
+	}
+	if len(ctl.Entrypoint) != 1 || ctl.Entrypoint[0] != "chatctl" {
+		t.Errorf("%s: entrypoint %v, want [chatctl], so that `docker compose run --rm %s COMMAND` runs chatctl COMMAND", name, ctl.Entrypoint, name)
+	}
+	roles := c.Services["persister"].Environment
+	for _, k := range []string{"CHAT_KAFKA_BROKERS", "CHAT_REDIS_ADDRS", "CHAT_CLICKHOUSE_ADDRS", "CHAT_PARTITIONS", "CHAT_MESSAGE_RETENTION"} {
+		if ctl.Environment[k] == "" || ctl.Environment[k] != roles[k] {
+			t.Errorf("%s: %s is %q, want the roles' %q", name, k, ctl.Environment[k], roles[k])
+		}
+	}
+	for _, k := range []string{"CHAT_REDIS_PASSWORD", "CHAT_CLICKHOUSE_DATABASE", "CHAT_CLICKHOUSE_USER", "CHAT_CLICKHOUSE_PASSWORD"} {
+		if ctl.Environment[k] != roles[k] {
+			t.Errorf("%s: %s is %q, the roles' %q", name, k, ctl.Environment[k], roles[k])
+		}
+	}
+	for _, dep := range []string{"kafka", "redis", "clickhouse"} {
+		if ctl.DependsOn[dep].Condition != "service_healthy" {
+			t.Errorf("%s must wait for %s to be healthy", name, dep)
+		}
+	}
+	raw, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The recipes' command lines: each chatctl in a shell block runs
+	// through the service.
+	prefix := "docker compose run --rm " + name + " "
+	var recipes int
+	for _, block := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(string(raw), -1) {
+		for _, line := range strings.Split(block[1], "\n") {
+			switch {
+			case strings.HasPrefix(line, "chatctl "):
+				t.Errorf("docs/operations.md runs %q, which the compose stack cannot serve from the host; want %s...", line, prefix)
+			case strings.HasPrefix(line, prefix):
+				recipes++
+				args := strings.Fields(strings.TrimPrefix(line, prefix))
+				if i := slices.Index(args, "#"); i >= 0 {
+					args = args[:i]
+				}
+				if _, err := parseArgs(args); err != nil {
+					t.Errorf("docs/operations.md: %q: %v", line, err)
+				}
+			}
+		}
+	}
+	if recipes < 5 {
+		t.Errorf("docs/operations.md runs chatctl through %q %d times, want the recipes to", prefix, recipes)
+	}
+
+	// The service's settings, the hosts pointed at local servers, serve
+	// the commands that need Redis and ClickHouse.
+	b := testserver.NewBroker(t)
+	rs := testserver.NewRedis(t)
+	ch := testserver.SharedClickHouse(t)
+	env := map[string]string{"CHAT_CLICKHOUSE_DATABASE": fmt.Sprintf("ctl_compose_%d", time.Now().UnixNano()%1e6)}
+	for k, v := range ctl.Environment {
+		v = strings.NewReplacer("kafka:9092", b.Addr(), "redis:6379", rs.Addr, "clickhouse:9000", ch.Addr).Replace(v)
+		env[k] = v
+	}
+	for _, args := range [][]string{
+		{"topics", "create"},
+		ctl.Command,
+		{"rebuild", "acks"},
+		{"backfill", "-tables", "acks"},
+		{"consumer-groups", "reset", "chat.persister", "-to", "earliest"},
+	} {
+		var out bytes.Buffer
+		if err := run(context.Background(), args, func(k string) string { return env[k] }, &out, &out); err != nil {
+			t.Errorf("%s with the settings of the %s service: %v\n%s", strings.Join(args, " "), name, err, out.String())
+		}
+	}
+}
+
+// parseArgs parses args as chatctl would, without running the command.
+func parseArgs(args []string) ([]string, error) {
+	if len(args) == 0 {
+		return nil, fmt.Errorf("no command")
+	}
+	name, rest := args[0], args[1:]
+	if _, ok := commands[name]; !ok && len(rest) > 0 {
+		name, rest = name+" "+rest[0], rest[1:]
+	}
+	cmd, ok := commands[name]
+	if !ok {
+		return nil, fmt.Errorf("chatctl has no command %q", name)
+	}
+	c := newCommand(name, func(string) string { return "" }, io.Discard, io.Discard)
+	if cmd.flags != nil {
+		cmd.flags(c)
+	}
+	return c.parse(rest)
 }
 
 func waitReady(t *testing.T, name, url string) {
