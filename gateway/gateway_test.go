@@ -317,6 +317,16 @@ func samePartition(t *testing.T, gid string) string {
 	return ""
 }
 
+// sendHi sends "hi" to gid on r and returns its msgid.
+func sendHi(t *testing.T, r *raw, gid, cmid string) int64 {
+	t.Helper()
+	f := r.call(map[string]any{"op": "send", "gid": gid, "cmid": cmid, "body": "hi"})
+	if f["op"] != "accepted" {
+		t.Fatalf("send to %s: %v", gid, f)
+	}
+	return int64(f["msgid"].(float64))
+}
+
 // An ack or read beyond the group's newest message is refused, also when
 // another group of its partition has messages past it (msgids are offsets
 // of the partition), whether or not the persister has caught up; one up to
@@ -327,14 +337,6 @@ func TestACursorIsCheckedAgainstTheGroupsOwnMessages(t *testing.T) {
 	e.group("g1", "alice")
 	e.group(other, "bob")
 	alice, bob := e.login(0, "alice"), e.login(0, "bob")
-	send := func(r *raw, gid, cmid string) int64 {
-		t.Helper()
-		f := r.call(map[string]any{"op": "send", "gid": gid, "cmid": cmid, "body": "hi"})
-		if f["op"] != "accepted" {
-			t.Fatalf("send to %s: %v", gid, f)
-		}
-		return int64(f["msgid"].(float64))
-	}
 	refused := func(when string, upto int64) {
 		t.Helper()
 		ends := e.topicEndsOf(topics.Acks, topics.Receipts)
@@ -348,10 +350,10 @@ func TestACursorIsCheckedAgainstTheGroupsOwnMessages(t *testing.T) {
 		}
 	}
 
-	head := send(alice, "g1", "a1")
+	head := sendHi(t, alice, "g1", "a1")
 	var otherLast int64
 	for i := range 5 {
-		otherLast = send(bob, other, fmt.Sprint("b", i))
+		otherLast = sendHi(t, bob, other, fmt.Sprint("b", i))
 	}
 	waitFor(t, "persisted", 10*time.Second, func() bool {
 		h1, _ := e.redis.Head(context.Background(), "g1")
@@ -361,8 +363,8 @@ func TestACursorIsCheckedAgainstTheGroupsOwnMessages(t *testing.T) {
 	refused("persisted", otherLast)
 
 	e.parts["persister"].stop() // the heads in Redis lag the log from here
-	pushed := send(alice, "g1", "a2")
-	refused("the persister behind", send(bob, other, "b5"))
+	pushed := sendHi(t, alice, "g1", "a2")
+	refused("the persister behind", sendHi(t, bob, other, "b5"))
 	for _, op := range []string{"ack", "read"} {
 		if f := alice.call(map[string]any{"op": op, "gid": "g1", "upto": pushed}); f["op"] != "ok" {
 			t.Errorf("%s of g1 upto its message %d, not persisted yet: %v, want ok", op, pushed, f)

@@ -17,18 +17,10 @@ func TestAMemberWhoLeftIsGivenTheirLastMessageAsTheHead(t *testing.T) {
 	e.group("g1", "alice", "dave")
 	e.group(other, "bob")
 	alice, bob := e.login(0, "alice"), e.login(0, "bob")
-	send := func(r *raw, gid, cmid string) int64 {
-		t.Helper()
-		f := r.call(map[string]any{"op": "send", "gid": gid, "cmid": cmid, "body": "hi"})
-		if f["op"] != "accepted" {
-			t.Fatalf("send to %s: %v", gid, f)
-		}
-		return int64(f["msgid"].(float64))
-	}
-	last := send(alice, "g1", "a1")
-	send(bob, other, "b1") // the leave's position is past it
+	last := sendHi(t, alice, "g1", "a1")
+	sendHi(t, bob, other, "b1") // the leave's position is past it
 	e.removeMember("g1", "dave")
-	after := send(alice, "g1", "a2")
+	after := sendHi(t, alice, "g1", "a2")
 	waitFor(t, "g1 persisted", 10*time.Second, func() bool { h, _ := e.redis.Head(ctx, "g1"); return h == after })
 	dave := e.login(0, "dave")
 	if f := dave.call(map[string]any{"op": "read", "id": "r", "gid": "g1", "upto": last}); f["op"] != "ok" {
