@@ -167,15 +167,13 @@ func (l *lazyRows[R]) Flush(ctx context.Context, force bool) error {
 // Durable implements Flusher.
 func (l *lazyRows[R]) Durable(part int) int64 { return l.buf.Load().Durable(part) }
 
-// project is a projector's Handle: apply the batch's events to Redis, then
-// buffer their ClickHouse rows (when there is a buffer), after making room
-// in it first so that a failure leaves nothing half done.
 // replays tells a cursor projector which batches are replays of records
 // it had handled before its position was set back (a consumer-group
 // reset): their corrections were appended when they were first handled,
 // and the log holds them after the records, so a replay appends none (it
 // would add a receipt of the replay's day for every member with a higher
-// record further on, at every batch's end). A Handler is a Starter for it.
+// record further on, at every batch's end). The cursor projectors embed
+// it, which makes them Starters.
 type replays struct {
 	mu      sync.Mutex
 	handled map[int]int64 // per partition, store.Redis.Handled, once read
@@ -238,6 +236,9 @@ func correcting[E any](advance func(context.Context, []E) ([]store.Cursor, error
 	}
 }
 
+// project is a projector's Handle: apply the batch's events to Redis, then
+// buffer their ClickHouse rows (when there is a buffer), after making room
+// in it first so that a failure leaves nothing half done.
 func project[E, R any](ctx context.Context, buf *rowBuffer[R], part int, recs []Record[E],
 	apply func(context.Context, []E) error, row func(*Record[E]) R) error {
 	if err := buf.makeRoom(ctx); err != nil {
