@@ -274,7 +274,7 @@ func checkPersisted(b *testing.B, e *benchEnv, ch *store.ClickHouse, per map[str
 	ctx := context.Background()
 	for g := 0; g < benchGroups; g += 97 {
 		gid := "g" + strconv.Itoa(g)
-		wr, err := e.redis.Window(ctx, gid, -1, 2*benchWindow)
+		wr, err := e.redis.Window(ctx, gid, -1, 2*benchWindow, 0)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -130,7 +130,7 @@ func TestPersisterRebuildingAfterRetentionDropsAResendOfARemovedSend(t *testing.
 		t.Fatalf("after the replay ClickHouse holds g0 msgids %v: the resend %d of %d (client_msg_id c-1) is now a second visible message",
 			ids, resend, orig)
 	}
-	wr, err := p.redis.Window(ctx, "g0", -1, 100)
+	wr, err := p.redis.Window(ctx, "g0", -1, 100, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -287,7 +287,7 @@ func (g *Gateway) missedBelow(c *conn, late []behind) (bool, error) {
 		if heads[b.gid] <= b.head {
 			continue
 		}
-		w, err := g.cfg.Redis.Window(ctx, b.gid, b.head, 1)
+		w, err := g.cfg.Redis.Window(ctx, b.gid, b.head, 1, 0)
 		if err != nil {
 			return false, err
 		}

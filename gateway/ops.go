@@ -280,7 +280,8 @@ func (g *Gateway) pull(ctx context.Context, uid string, r *protocol.Request) (an
 // maxPageBytes bounds the bodies of one page: a page of a thousand large
 // messages would be tens of megabytes to hold in a connection's queue and
 // for a client to read in one frame. A client asks again for the rest.
-const maxPageBytes = 1 << 20
+// (What the page reads from the window is bounded alike, in history.)
+const maxPageBytes = history.PageBytes
 
 // pageCut returns msgs cut to maxPageBytes of bodies (one message at
 // least), or nil if they fit. A page after a cursor keeps its oldest

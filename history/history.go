@@ -34,7 +34,15 @@ type Config struct {
 	MaxLimit int
 	// DefaultLimit is used when a caller asks for 0 or fewer. Default 100.
 	DefaultLimit int
+	// MaxPageBytes caps what a page reads from the window, in encoded
+	// messages (one message at least): a page of a thousand large messages
+	// is not read whole to be cut afterwards. Default PageBytes.
+	MaxPageBytes int
 }
+
+// PageBytes is the default MaxPageBytes, and about what a gateway sends
+// of a page: 1 MiB.
+const PageBytes = 1 << 20
 
 func (c *Config) setDefaults() {
 	if c.MaxLimit == 0 {
@@ -43,6 +51,9 @@ func (c *Config) setDefaults() {
 	if c.DefaultLimit == 0 {
 		c.DefaultLimit = min(100, c.MaxLimit)
 	}
+	if c.MaxPageBytes == 0 {
+		c.MaxPageBytes = PageBytes
+	}
 }
 
 // Validate reports the first setting that cannot work.
@@ -50,7 +61,7 @@ func (c Config) Validate() error {
 	if c.Redis == nil {
 		return errors.New("history: Redis is required")
 	}
-	if c.MaxLimit < 0 || c.DefaultLimit < 0 {
+	if c.MaxLimit < 0 || c.DefaultLimit < 0 || c.MaxPageBytes < 0 {
 		return errors.New("history: limits must not be negative")
 	}
 	return nil
@@ -103,7 +114,7 @@ func (h *History) Pull(ctx context.Context, gid string, after int64, limit int) 
 	// One more than the page, to know whether messages follow it: the head
 	// cannot tell, since the persister adds a batch to the window just
 	// before it raises the head.
-	wr, err := h.cfg.Redis.Window(ctx, gid, after, limit+1)
+	wr, err := h.cfg.Redis.Window(ctx, gid, after, limit+1, h.cfg.MaxPageBytes)
 	if err != nil {
 		return Page{}, fmt.Errorf("history: %w", err)
 	}
@@ -130,7 +141,7 @@ func (h *History) Pull(ctx context.Context, gid string, after int64, limit int) 
 	}
 	page.Messages = msgs
 	if n := len(msgs); n > 0 {
-		page.More = page.More || msgs[n-1].MsgID < wr.Head
+		page.More = page.More || wr.Cut || msgs[n-1].MsgID < wr.Head
 		page.Head = max(wr.Head, msgs[n-1].MsgID)
 	}
 	return page, nil
@@ -152,7 +163,7 @@ func (h *History) PullBefore(ctx context.Context, gid string, after, before int6
 	after = max(after, -1)
 	limit = h.limit(limit)
 	// One more than the page, to know whether older messages precede it.
-	wr, err := h.cfg.Redis.WindowBefore(ctx, gid, after, before, limit+1)
+	wr, err := h.cfg.Redis.WindowBefore(ctx, gid, after, before, limit+1, h.cfg.MaxPageBytes)
 	if err != nil {
 		return Page{}, fmt.Errorf("history: %w", err)
 	}
@@ -162,7 +173,7 @@ func (h *History) PullBefore(ctx context.Context, gid string, after, before int6
 	case len(msgs) > 0 || after >= wr.Floor:
 		// The newest of the range, all above the floor; older ones follow
 		// when the page is cut or the floor is in the range.
-		page.More = len(msgs) > limit || len(msgs) > 0 && after < wr.Floor
+		page.More = len(msgs) > limit || wr.Cut || len(msgs) > 0 && after < wr.Floor
 	case h.cfg.ClickHouse == nil:
 		return Page{}, ErrNoHistory
 	default:

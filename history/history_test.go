@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +21,7 @@ var dbSeq atomic.Int64
 
 type fixture struct {
 	redis *store.Redis
+	rc    *redis.Client
 	ch    *store.ClickHouse
 }
 
@@ -31,7 +34,7 @@ func newFixture(tb testing.TB, window int, withCH bool) *fixture {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	f := &fixture{redis: r}
+	f := &fixture{redis: r, rc: rc}
 	if withCH {
 		chs := testserver.SharedClickHouse(tb)
 		db := fmt.Sprintf("hist%d_%d", time.Now().UnixNano()%1e6, dbSeq.Add(1))
@@ -134,6 +137,56 @@ func TestPullFallsBackToClickHouseAndStaysContiguous(t *testing.T) {
 	}
 	if u, _ := h.Unread(context.Background(), "g0", -1); u.Exact || u.String() != "100+" {
 		t.Fatalf("unread from the start = %v, want 100+", u)
+	}
+}
+
+// A page of large messages reads from Redis about what a gateway sends of
+// it (history.PageBytes), not the whole page asked for: a member could
+// otherwise fill a group with 16 KiB messages and have each pull of 1,000
+// copy 16 MiB out of Redis to send 1 MiB. Pages both ways are cut by bytes,
+// say that more follow, and together give every message once.
+func TestAPageOfLargeMessagesReadsOnlyWhatItSends(t *testing.T) {
+	f := newFixture(t, 1000, false)
+	ids := f.seed(t, 1, 1000, 16<<10)["g0"]
+	h, err := New(Config{Redis: f.redis})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	sent := func() int64 {
+		t.Helper()
+		info, err := f.rc.Info(ctx, "stats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "total_net_output_bytes:"); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+		t.Fatal("INFO stats has no total_net_output_bytes")
+		return 0
+	}
+	for _, dir := range []string{"after", "before"} {
+		before := sent()
+		var p Page
+		if dir == "after" {
+			p, err = h.Pull(ctx, "g0", -1, 1000)
+		} else {
+			p, err = h.PullBefore(ctx, "g0", -1, ids[len(ids)-1]+1, 1000)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		read := sent() - before
+		if n := len(p.Messages); n == 0 || n > PageBytes/(16<<10) || !p.More || read > 2*PageBytes {
+			t.Errorf("a page %s of 1,000 messages of 16 KiB: %d messages, more %v, %d KiB read from Redis; want at most %d, more, at most %d KiB read",
+				dir, n, p.More, read>>10, PageBytes/(16<<10), 2*PageBytes>>10)
+		}
+	}
+	if n, _ := pullAll(t, h, "g0", 1000); n != len(ids) {
+		t.Fatalf("paging through the group gave %d messages; want %d", n, len(ids))
 	}
 }
 

@@ -319,7 +319,7 @@ func checkProjections(t *testing.T, c *ClickHouse, r *Redis, tr *analyticsTruth)
 	ctx := t.Context()
 	var agree, differ int
 	for _, gid := range tr.gids() {
-		wr, err := r.Window(ctx, gid, -1, 1_000_000)
+		wr, err := r.Window(ctx, gid, -1, 1_000_000, 0)
 		window := wr.Messages
 		if err != nil || wr.Floor != -1 || len(window) != len(tr.msgs[gid]) {
 			t.Fatalf("window of %s: %d messages, floor %d, err %v; want %d, never trimmed", gid, len(window), wr.Floor, err, len(tr.msgs[gid]))

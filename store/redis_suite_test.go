@@ -39,6 +39,7 @@ func runRedisSuite(t *testing.T, newClient func(t *testing.T) redis.UniversalCli
 		{"WindowBefore", testWindowBefore},
 		{"WindowReplay", testWindowReplay},
 		{"WindowBigBatch", testWindowBigBatch},
+		{"WindowBytes", testWindowBytes},
 		{"Head", testHead},
 		{"Unread", testUnread},
 		{"Acks", testAcks},
@@ -204,7 +205,7 @@ func appendAll(t testing.TB, r *Redis, msgs ...schema.Message) {
 
 func window(t *testing.T, r *Redis, gid string, after int64, limit int) ([]int64, bool) {
 	t.Helper()
-	wr, err := r.Window(context.Background(), gid, after, limit)
+	wr, err := r.Window(context.Background(), gid, after, limit, 0)
 	if err != nil {
 		t.Fatalf("Window(%q, %d, %d): %v", gid, after, limit, err)
 	}
@@ -259,7 +260,7 @@ func testWindowTrimFloor(t *testing.T, c redis.UniversalClient) {
 		}
 	}
 	// The messages come back whole.
-	wr, err := r.Window(ctx, "g1", 6, 1)
+	wr, err := r.Window(ctx, "g1", 6, 1, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +273,7 @@ func testWindowTrimFloor(t *testing.T, c redis.UniversalClient) {
 	if ids, complete := window(t, r, "nobody", -1, 10); len(ids) != 0 || !complete {
 		t.Errorf("unknown group: %v complete=%v, want nothing, complete", ids, complete)
 	}
-	if _, err := r.Window(ctx, "g1", -1, 0); !errors.Is(err, ErrInvalidLimit) {
+	if _, err := r.Window(ctx, "g1", -1, 0, 0); !errors.Is(err, ErrInvalidLimit) {
 		t.Errorf("limit 0: err = %v, want ErrInvalidLimit", err)
 	}
 }

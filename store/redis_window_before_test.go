@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -10,7 +11,7 @@ import (
 
 func windowBefore(t *testing.T, r *Redis, gid string, after, before int64, limit int) ([]int64, bool) {
 	t.Helper()
-	wr, err := r.WindowBefore(context.Background(), gid, after, before, limit)
+	wr, err := r.WindowBefore(context.Background(), gid, after, before, limit, 0)
 	if err != nil {
 		t.Fatalf("WindowBefore(%q, %d, %d, %d): %v", gid, after, before, limit, err)
 	}
@@ -44,13 +45,13 @@ func testWindowBefore(t *testing.T, c redis.UniversalClient) {
 				tc.after, tc.before, tc.limit, ids, complete, tc.want, tc.complete)
 		}
 	}
-	if wr, err := r.WindowBefore(context.Background(), "g1", -1, 7, 3); err != nil || wr.Floor != 4 || wr.Head != 9 {
+	if wr, err := r.WindowBefore(context.Background(), "g1", -1, 7, 3, 0); err != nil || wr.Floor != 4 || wr.Head != 9 {
 		t.Errorf("floor and head = %d, %d, %v; want 4 and 9", wr.Floor, wr.Head, err)
 	}
 	if ids, complete := windowBefore(t, r, "nobody", -1, 10, 5); len(ids) != 0 || !complete {
 		t.Errorf("unknown group: %v complete=%v, want nothing, complete", ids, complete)
 	}
-	if _, err := r.WindowBefore(context.Background(), "g1", -1, 10, 0); !errors.Is(err, ErrInvalidLimit) {
+	if _, err := r.WindowBefore(context.Background(), "g1", -1, 10, 0, 0); !errors.Is(err, ErrInvalidLimit) {
 		t.Errorf("limit 0: err = %v, want ErrInvalidLimit", err)
 	}
 
@@ -80,5 +81,60 @@ func testWindowBefore(t *testing.T, c redis.UniversalClient) {
 	}
 	if !slicesEqual(got, g2) {
 		t.Errorf("pages joined = %v,\nwant every message of g2 in order %v", got, g2)
+	}
+}
+
+// A read with a byte budget stops before the members would pass it, after
+// one message at least, and says so (Cut); its chunks join without a gap
+// or a repeat, both ways, whatever the limit and the budget.
+func testWindowBytes(t *testing.T, c redis.UniversalClient) {
+	r := newTestRedis(t, c, RedisConfig{})
+	ctx := context.Background()
+	msgs := batchOf("g1", span(0, 199)...)
+	for i := range msgs {
+		msgs[i].Body = make([]byte, 100)
+	}
+	appendAll(t, r, msgs...)
+	members, err := r.client.ZRange(ctx, windowKey("g1"), 0, -1).Result()
+	if err != nil || len(members) != 200 {
+		t.Fatal(len(members), err)
+	}
+	// fits returns how many of the members, taken in order, a read takes.
+	fits := func(order []string, limit, budget int) (n int, cut bool) {
+		total := 0
+		for n < min(limit, len(order)) {
+			if budget > 0 && n > 0 && total+len(order[n]) > budget {
+				return n, true
+			}
+			total += len(order[n])
+			n++
+		}
+		return n, false
+	}
+	newest := slices.Clone(members)
+	slices.Reverse(newest)
+	size := len(members[100])
+	for _, tc := range []struct{ limit, budget int }{
+		{200, 0}, {150, 0}, {150, 1 << 20}, {200, 50 * size}, {200, 50*size + size - 1},
+		{40, 50 * size}, {200, 1}, {200, 200 * size}, {200, 37 * size},
+	} {
+		wr, err := r.Window(ctx, "g1", -1, tc.limit, tc.budget)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, cut := fits(members, tc.limit, tc.budget)
+		if got := msgIDs(wr.Messages); !slicesEqual(got, span(0, int64(n)-1)) || wr.Cut != cut {
+			t.Errorf("Window(limit %d, %d bytes) = %d messages %v..., cut %v; want 0..%d, cut %v",
+				tc.limit, tc.budget, len(got), got[:min(3, len(got))], wr.Cut, n-1, cut)
+		}
+		wb, err := r.WindowBefore(ctx, "g1", -1, 200, tc.limit, tc.budget)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, cut = fits(newest, tc.limit, tc.budget)
+		if got := msgIDs(wb.Messages); !slicesEqual(got, span(200-int64(n), 199)) || wb.Cut != cut {
+			t.Errorf("WindowBefore(limit %d, %d bytes) = %d messages ...%v, cut %v; want %d..199, cut %v",
+				tc.limit, tc.budget, len(got), got[max(0, len(got)-3):], wb.Cut, 200-n, cut)
+		}
 	}
 }

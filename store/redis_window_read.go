@@ -1,7 +1,6 @@
 package store
 
 import (
-	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -27,26 +26,24 @@ type WindowRange struct {
 	// Head is the group's newest msgid, -1 when it has none. The persister
 	// raises it just after adding a batch, so Messages may end above it.
 	Head int64
+	// Cut says that the read stopped at its byte budget: more messages of
+	// the range follow (Window) or precede (WindowBefore) Messages.
+	Cut bool
 }
 
 // WindowBefore returns the newest messages of the group with after < msgid
 // < before, at most limit, in ascending order: what a client scrolling up
 // past msgid `before` loads next. Messages at or below Floor are not there.
-func (r *Redis) WindowBefore(ctx context.Context, gid string, after, before int64, limit int) (WindowRange, error) {
+// With maxBytes > 0 it stops before the window members (a message's
+// encoding) would pass maxBytes, after one message at least (Cut).
+func (r *Redis) WindowBefore(ctx context.Context, gid string, after, before int64, limit, maxBytes int) (WindowRange, error) {
 	if limit <= 0 {
 		return WindowRange{}, fmt.Errorf("store: window of %q: %w, got %d", gid, ErrInvalidLimit, limit)
 	}
 	if before <= after+1 {
 		before = after + 1 // an empty range; the floor and head are still read
 	}
-	wr, err := r.windowRange(ctx, gid, redis.ZRangeArgs{
-		Key:     windowKey(gid),
-		Start:   "(" + strconv.FormatInt(before, 10), // with Rev, Start is the high end
-		Stop:    "(" + strconv.FormatInt(after, 10),
-		ByScore: true,
-		Rev:     true,
-		Count:   int64(limit),
-	})
+	wr, err := r.windowRange(ctx, gid, "("+strconv.FormatInt(after, 10), "("+strconv.FormatInt(before, 10), limit, maxBytes, true)
 	if err != nil {
 		return WindowRange{}, fmt.Errorf("store: window of %q before %d: %w", gid, before, err)
 	}
@@ -55,54 +52,103 @@ func (r *Redis) WindowBefore(ctx context.Context, gid string, after, before int6
 }
 
 // Window returns the group's messages with msgid > after, ascending, at
-// most limit. Messages at or below Floor are not there: when after <
-// Floor, the messages in (after, Floor] must come from the history store,
-// and Messages starts above the floor.
-func (r *Redis) Window(ctx context.Context, gid string, after int64, limit int) (WindowRange, error) {
+// most limit, and with maxBytes > 0 at most as many as WindowBefore takes.
+// Messages at or below Floor are not there: when after < Floor, the
+// messages in (after, Floor] must come from the history store, and
+// Messages starts above the floor.
+func (r *Redis) Window(ctx context.Context, gid string, after int64, limit, maxBytes int) (WindowRange, error) {
 	if limit <= 0 {
 		return WindowRange{}, fmt.Errorf("store: window of %q: %w, got %d", gid, ErrInvalidLimit, limit)
 	}
-	wr, err := r.windowRange(ctx, gid, redis.ZRangeArgs{
-		Key:     windowKey(gid),
-		Start:   "(" + strconv.FormatInt(after, 10),
-		Stop:    "+inf",
-		ByScore: true,
-		Count:   int64(limit),
-	})
+	wr, err := r.windowRange(ctx, gid, "("+strconv.FormatInt(after, 10), "+inf", limit, maxBytes, false)
 	if err != nil {
 		return WindowRange{}, fmt.Errorf("store: window of %q: %w", gid, err)
 	}
 	return wr, nil
 }
 
-// windowRange reads a range of the window with the group's floor and head.
-func (r *Redis) windowRange(ctx context.Context, gid string, args redis.ZRangeArgs) (WindowRange, error) {
-	var rng *redis.StringSliceCmd
-	var floor, head *redis.StringCmd
-	_, err := r.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		rng = p.ZRangeArgs(ctx, args)
-		floor = p.Get(ctx, floorKey(gid))
-		head = p.Get(ctx, headKey(gid))
-		return nil
-	})
-	if err = cmp.Or(rng.Err(), floor.Err(), head.Err(), err); err != nil && !errors.Is(err, redis.Nil) {
+// windowScript reads a range of the window with the group's floor and
+// head. KEYS: win, floor, head. ARGV: the range's low and high ends (as
+// ZRANGEBYSCORE takes them), limit, byte budget (0: none), "1" to read from
+// the high end. With a budget it reads a few members first and then as
+// many as the budget has room for at their average size, so a range of
+// large messages is never copied whole to be cut afterwards. It answers
+// {floor, head, cut, members...}, "" for an absent floor or head.
+var windowScript = redis.NewScript(`
+local lo, hi, limit, budget, rev = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5] == '1'
+local out = {redis.call('GET', KEYS[2]) or '', redis.call('GET', KEYS[3]) or '', 0}
+local n, bytes = 0, 0
+local want = limit
+if budget > 0 then want = math.min(limit, 32) end
+while want > 0 do
+  local got
+  if rev then
+    got = redis.call('ZREVRANGEBYSCORE', KEYS[1], hi, lo, 'WITHSCORES', 'LIMIT', 0, want)
+  else
+    got = redis.call('ZRANGEBYSCORE', KEYS[1], lo, hi, 'WITHSCORES', 'LIMIT', 0, want)
+  end
+  for i = 1, #got, 2 do
+    if budget > 0 and n > 0 and bytes + #got[i] > budget then
+      out[3] = 1
+      return out
+    end
+    n, bytes = n + 1, bytes + #got[i]
+    out[3 + n] = got[i]
+  end
+  if #got < 2 * want or n >= limit then
+    return out
+  end
+  if rev then hi = '(' .. got[#got] else lo = '(' .. got[#got] end
+  want = limit - n
+  if budget > 0 then want = math.min(want, math.floor((budget - bytes) * n / bytes) + 1) end
+end
+return out
+`)
+
+// windowRange runs windowScript.
+func (r *Redis) windowRange(ctx context.Context, gid, lo, hi string, limit, maxBytes int, rev bool) (WindowRange, error) {
+	dir := "0"
+	if rev {
+		dir = "1"
+	}
+	cmds, err := r.runScript(ctx, windowScript, []scriptCall{{
+		keys: []string{windowKey(gid), floorKey(gid), headKey(gid)},
+		args: []any{lo, hi, limit, max(maxBytes, 0), dir},
+	}})
+	if err != nil {
 		return WindowRange{}, err
 	}
+	v, err := cmds[0].Slice()
+	if err != nil {
+		return WindowRange{}, err
+	}
+	if len(v) < 3 {
+		return WindowRange{}, fmt.Errorf("%w: window read answered %d values", ErrCorruptValue, len(v))
+	}
 	wr := WindowRange{Floor: -1, Head: -1}
-	for _, v := range []struct {
-		name string
-		cmd  *redis.StringCmd
-		to   *int64
-	}{{"floor", floor, &wr.Floor}, {"head", head, &wr.Head}} {
-		id, ok, err := optionalMsgID(v.cmd)
-		if err != nil {
-			return WindowRange{}, fmt.Errorf("%s: %w", v.name, err)
+	for i, to := range []*int64{&wr.Floor, &wr.Head} {
+		s, ok := v[i].(string)
+		if !ok {
+			return WindowRange{}, fmt.Errorf("%w: window read answered %T for the %s", ErrCorruptValue, v[i], [2]string{"floor", "head"}[i])
 		}
-		if ok {
-			*v.to = id
+		if s == "" {
+			continue
+		}
+		if *to, err = parseMsgID(s); err != nil {
+			return WindowRange{}, fmt.Errorf("%s: %w", [2]string{"floor", "head"}[i], err)
 		}
 	}
-	if wr.Messages, err = decodeWindowMembers(rng.Val()); err != nil {
+	cut, _ := v[2].(int64)
+	wr.Cut = cut == 1
+	members := make([]string, len(v)-3)
+	for i, m := range v[3:] {
+		s, ok := m.(string)
+		if !ok {
+			return WindowRange{}, fmt.Errorf("%w: window member %T", ErrCorruptValue, m)
+		}
+		members[i] = s
+	}
+	if wr.Messages, err = decodeWindowMembers(members); err != nil {
 		return WindowRange{}, err
 	}
 	// A late append (an old owner of the partition that stalled between

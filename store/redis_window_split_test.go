@@ -53,7 +53,7 @@ func TestAWindowReadBetweenTheStepsOfAnAppendFindsNoHole(t *testing.T) {
 	var seen []string
 	check := func(after int64) func(redis.Cmder) {
 		return func(redis.Cmder) {
-			wr, err := reader.Window(ctx, "g1", after, 100)
+			wr, err := reader.Window(ctx, "g1", after, 100, 0)
 			if err != nil {
 				t.Errorf("Window: %v", err)
 				return

@@ -92,14 +92,14 @@ func TestAWindowReadDuringALateAppendSeesNothingBelowTheFloor(t *testing.T) {
 			return
 		}
 		checked = true
-		wr, err := reader.Window(ctx, "g1", -1, 100)
+		wr, err := reader.Window(ctx, "g1", -1, 100, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if wr.Floor != 9 || !slicesEqual(msgIDs(wr.Messages), span(10, 14)) {
 			t.Errorf("Window(after -1) between the late ZADD and its trim = %v with floor %d, want 10..14 with floor 9", msgIDs(wr.Messages), wr.Floor)
 		}
-		wb, err := reader.WindowBefore(ctx, "g1", -1, 10, 100)
+		wb, err := reader.WindowBefore(ctx, "g1", -1, 10, 100, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
