@@ -376,9 +376,29 @@ func (tr *analyticsTruth) audience(m schema.Message) []string {
 	return uids
 }
 
+// covers reports whether a cursor of uid at upto covers message msgid in
+// the stretch of uid's membership that holds it: upto >= msgid and, if uid
+// left after msgid was sent, upto <= the position of that leave. A cursor
+// moves within its stretch (up to the head, never past a leave), and after
+// a rejoin starts at the join, so a move of a later stretch is past the
+// leave and covers none of the messages of the one before.
+func (tr *analyticsTruth) covers(gid, uid string, msgid, upto int64) bool {
+	if upto < msgid {
+		return false
+	}
+	for _, ev := range tr.events[gid][uid] {
+		if ev.Op == schema.OpLeave && ev.Pos >= msgid {
+			return upto <= ev.Pos // the first leave after msgid ends its stretch
+		}
+	}
+	return true
+}
+
+// hasRead reports whether uid read msgid in the stretch that holds it.
 func (tr *analyticsTruth) hasRead(gid, uid string, msgid int64) bool {
-	c, ok := tr.receipts.cursor(gid, uid)
-	return ok && c >= msgid
+	return slices.ContainsFunc(tr.receipts[gid][uid], func(ev cursorEvent) bool {
+		return tr.covers(gid, uid, msgid, ev.upto)
+	})
 }
 
 func inWindow(ms int64, from, to time.Time) bool {
@@ -399,7 +419,8 @@ func quantileExact(sorted []int64, level float64) int64 {
 // latencies answers time_to_read (receipts) and delivery_latency (acks):
 // per group, the time from the sending of each message sent in [from, to)
 // to the first event (at from or later) of each member of its audience
-// that covers it, and the percentiles of those times.
+// that covers it in the stretch that holds it, and the percentiles of
+// those times.
 func (tr *analyticsTruth) latencies(log cursorLog) func(from, to time.Time) [][]any {
 	return func(from, to time.Time) [][]any {
 		var rows [][]any
@@ -412,7 +433,7 @@ func (tr *analyticsTruth) latencies(log cursorLog) func(from, to time.Time) [][]
 				for _, uid := range tr.audience(m) {
 					first := int64(math.MaxInt64)
 					for _, ev := range log[gid][uid] {
-						if ev.upto >= m.MsgID && ev.at/1000 >= from.Unix() {
+						if tr.covers(gid, uid, m.MsgID, ev.upto) && ev.at/1000 >= from.Unix() {
 							first = min(first, ev.at)
 						}
 					}

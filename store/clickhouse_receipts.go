@@ -55,8 +55,10 @@ var monthPartition = regexp.MustCompile(`^[0-9]{6}$`)
 // DropEventsBefore drops every monthly partition of ack_events and
 // receipt_events that lies wholly before before (its UTC month ends at or
 // before it), and returns them as "table/YYYYMM", in order. Events of the
-// month that holds before are kept. Read counts are unaffected (they come
-// from read_cursors); time-to-read and delivery latency of the dropped
+// month that holds before are kept. Read counts come from read_cursors,
+// but for a member who left, came back and read again: the reads of their
+// earlier stretches are in receipt_events alone, and go with its months
+// (docs/analytics.md). Time-to-read and delivery latency of the dropped
 // months are gone. Dropping is idempotent, so a retention job may run it
 // at any time, and on a partly failed run again.
 //

@@ -5,8 +5,9 @@
 -- the same at_ms, so its copies land in the same monthly partition, where
 -- ReplacingMergeTree can merge them.
 -- Retention: ALTER TABLE receipt_events DROP PARTITION <YYYYMM> (UTC months
--- of at_ms; the ClickHouse store's DropEventsBefore does it). Receipts are
--- not core data: read counts come from read_cursors, which is kept.
+-- of at_ms; the ClickHouse store's DropEventsBefore does it). Read counts
+-- come from read_cursors, which is kept, but for the earlier stretches of a
+-- member who left and came back: their reads are in these events alone.
 CREATE TABLE IF NOT EXISTS receipt_events
 (
     gid         String,
