@@ -41,6 +41,7 @@ type Gateway struct {
 	stored     storedWatch // the persister's position, for connections waiting on it
 	reads      coverReads  // what the checks read; tests replace them
 	leftHeads  leftHeadCache
+	readStates readStates
 
 	presenceLag  time.Duration // see presenceLag; tests shorten it
 	presenceLost atomic.Bool   // presence set again after a Redis reconnect failed: the next refresh announces it (refreshPresence)

@@ -60,7 +60,7 @@ func (g *Gateway) readState(ctx context.Context, gid string, ids []int64) (map[i
 	if err != nil {
 		return nil, nil, g.unavailable("messages", err)
 	}
-	st, err := g.cfg.Redis.ReadState(ctx, gid)
+	st, err := g.readStates.get(ctx, g.cfg.Redis, gid)
 	if err != nil {
 		return nil, nil, g.unavailable("read cursors", err)
 	}

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -185,5 +187,47 @@ func TestSenderGetsReceiptsLiveAndOnRequest(t *testing.T) {
 	read, unread, err := again.c.WhoRead(ctx, "g", id)
 	if err != nil || fmt.Sprint(read) != "[r]" || len(unread) != 0 {
 		t.Fatalf("who read: %v %v %v", read, unread, err)
+	}
+}
+
+// Any member may ask read_counts at the frame rate, and each answer loaded
+// the group's every member and read cursor from Redis (about 6 ms of its
+// CPU at 10,000 members). A burst of them loads the group once: counts are
+// at most readStateFresh old. Counted in redis-server's ZRANGE calls, of
+// which an answer makes two to load the group and one to find its messages.
+func TestReadCountsInABurstLoadTheGroupOnce(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	ctx := context.Background()
+	e.group("g", "alice", "bob")
+	alice := e.login(0, "alice")
+	id := sendHi(t, alice, "g", "c1")
+	waitFor(t, "the message persisted", 10*time.Second, func() bool { h, _ := e.redis.Head(ctx, "g"); return h == id })
+	zranges := func() int {
+		t.Helper()
+		info, err := e.rc.Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\r\n") {
+			if v, ok := strings.CutPrefix(line, "cmdstat_zrange:calls="); ok {
+				n, _ := strconv.Atoi(v[:strings.IndexByte(v, ',')])
+				return n
+			}
+		}
+		return 0
+	}
+	const asks = 20
+	before := zranges()
+	start := time.Now()
+	for range asks {
+		if f := alice.call(map[string]any{"op": "read_counts", "gid": "g", "msgids": []int64{id}}); f["op"] != "counts" {
+			t.Fatalf("read_counts: %v", f)
+		}
+	}
+	took := time.Since(start)
+	loads := 1 + int(took/readStateFresh) // one per readStateFresh, on a machine slow enough to take longer
+	if n := zranges() - before; n > asks+2*loads {
+		t.Errorf("%d read_counts in %v made redis-server run ZRANGE %d times; want at most %d (the group loaded %d times)",
+			asks, took.Round(time.Millisecond), n, asks+2*loads, loads)
 	}
 }
