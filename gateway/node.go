@@ -31,7 +31,7 @@ func newInstance() string {
 func (g *Gateway) holdNode(ctx context.Context) error {
 	giveUp := time.Now().Add(2 * g.cfg.NodeLease)
 	for warned := false; ; warned = true {
-		holder, err := g.cfg.Redis.HoldNode(ctx, g.cfg.Node, g.instance, g.cfg.NodeLease)
+		holder, _, err := g.cfg.Redis.HoldNode(ctx, g.cfg.Node, g.instance, g.cfg.NodeLease)
 		if err != nil {
 			return fmt.Errorf("gateway: taking the node name %q: %w", g.cfg.Node, err)
 		}
@@ -57,7 +57,8 @@ func (g *Gateway) holdNode(ctx context.Context) error {
 // keepNode renews the lease every third of NodeLease until ctx ends. It
 // logs an error when another gateway took the name meanwhile (the lease ran
 // out while Redis was unreachable, or Redis lost it), and takes it back once
-// that one lets it go.
+// that one lets it go. A lease found gone has the presence written again
+// and the connections told to sync (refreshPresence).
 func (g *Gateway) keepNode(ctx context.Context) {
 	t := time.NewTicker(g.cfg.NodeLease / 3)
 	defer t.Stop()
@@ -68,7 +69,7 @@ func (g *Gateway) keepNode(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		holder, err := g.cfg.Redis.HoldNode(ctx, g.cfg.Node, g.instance, g.cfg.NodeLease)
+		holder, held, err := g.cfg.Redis.HoldNode(ctx, g.cfg.Node, g.instance, g.cfg.NodeLease)
 		switch {
 		case err != nil:
 			if ctx.Err() == nil {
@@ -80,6 +81,18 @@ func (g *Gateway) keepNode(ctx context.Context) {
 			lost = holder
 		case holder == g.instance:
 			lost = ""
+			if !held {
+				// Redis lost the lease, and likely the presence written
+				// beside it (a FLUSHALL, an eviction), with no restart to
+				// break the push route: the fan-outs may have taken this
+				// node's users for offline since.
+				g.log.Warn("the node name's lease was gone from Redis; writing the users' presence again and telling their connections to sync")
+				g.presenceLost.Store(true)
+				select {
+				case g.presenceKick <- struct{}{}:
+				default:
+				}
+			}
 		}
 	}
 }

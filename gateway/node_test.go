@@ -54,7 +54,7 @@ func TestANodeNameHoldsOneRunningGateway(t *testing.T) {
 
 	// A killed gateway leaves its lease behind until it ends.
 	ctx := context.Background()
-	if _, err := e.redis.HoldNode(ctx, "gw-killed", "killed-host/1/00", lease); err != nil {
+	if _, _, err := e.redis.HoldNode(ctx, "gw-killed", "killed-host/1/00", lease); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -71,7 +71,7 @@ func TestANodeNameHoldsOneRunningGateway(t *testing.T) {
 	// A gateway that stops lets the name go.
 	stop()
 	waitFor(t, "the stopped gateway to let the name go", 5*time.Second, func() bool {
-		holder, err := e.redis.HoldNode(ctx, "gw-killed", "next/2/00", time.Minute)
+		holder, _, err := e.redis.HoldNode(ctx, "gw-killed", "next/2/00", time.Minute)
 		return err == nil && holder == "next/2/00"
 	})
 }

@@ -379,3 +379,46 @@ func TestAReconnectRacingTheOldConnectionsEndSyncsOnceSeenAgain(t *testing.T) {
 		t.Fatalf("bob's sync after the resync: %v; want g's head at %d", f, unseen)
 	}
 }
+
+// Redis loses its data without a restart (a FLUSHALL, an eviction): the
+// connections and the push route stay up, and the refreshes write the
+// presence again within a third of its TTL without calling it lapsed, so
+// what the fan-out handled meanwhile was pushed to nobody and nobody was
+// told. The lease on the node's name, renewed more often, is gone too: the
+// renewal that finds it gone has the presence written again and the
+// connections told to sync.
+func TestPresenceWipedWithoutARestartIsFollowedByAResync(t *testing.T) {
+	e := newEnv(t, envOpts{tune: func(c *Config) {
+		c.PresenceTTL = 30 * time.Second // refreshed every 10 s
+		c.NodeLease = 900 * time.Millisecond
+	}})
+	e.group("g", "alice", "bob")
+	alice, bob := e.connect(0, "alice", nil), e.connect(0, "bob", nil)
+	ctx := context.Background()
+	if err := bob.c.Open(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	first, err := alice.c.Send(ctx, "g", "first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "bob gets the first message", 10*time.Second, func() bool { return len(bob.delivered("g")) == 1 })
+	if err := e.rc.FlushAll(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The fan-out trusts what it looked up for its presence TTL: past it,
+	// bob is offline for it until his presence is written again.
+	time.Sleep(consumers.DefaultPresenceTTL)
+	unseen, err := alice.c.Send(ctx, "g", "after the wipe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for len(bob.delivered("g")) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("bob (online throughout) got %v of g in 20 s after message %d; stats %+v", bob.delivered("g"), unseen, bob.c.Stats())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	bob.checkExactlyOnceInOrder(t, "g", []int64{first, unseen})
+}

@@ -173,7 +173,8 @@ const (
 	ResyncLateStore = "late_store"
 	// ResyncPresence: the gateway could not refresh the connection's
 	// presence for longer than it lasts, or write it again after Redis
-	// lost it, or the end of the user's previous connection cleared it
+	// lost it (restarted, or flushed without a restart), or the end of the
+	// user's previous connection cleared it
 	// for a moment, so the fan-out may have taken the user for offline
 	// and pushed nothing meanwhile.
 	ResyncPresence = "presence"

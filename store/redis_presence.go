@@ -175,33 +175,45 @@ func checkPresence(node string, uids []string) error {
 }
 
 // nodeScript holds a gateway node's name for one instance. KEYS: the
-// node's lease. ARGV: instance, ttl (ms). It returns the holder: the
-// instance itself when the lease was free, expired or its own.
+// node's lease. ARGV: instance, ttl (ms). It returns the holder (the
+// instance itself when the lease was free, expired or its own) and 1 when
+// the lease was there already, 0 when it was not.
 var nodeScript = redis.NewScript(`
 local holder = redis.call('GET', KEYS[1])
 if holder and holder ~= ARGV[1] then
-  return holder
+  return {holder, 1}
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return ARGV[1]
+if holder then
+  return {ARGV[1], 1}
+end
+return {ARGV[1], 0}
 `)
 
 // HoldNode takes or renews the lease on a gateway node's name for ttl and
 // returns who holds it: instance, or the other instance that does. Two
 // gateways under one name would share its push channel, and each would take
 // the other's users offline when its own last connection of them closed.
-func (r *Redis) HoldNode(ctx context.Context, node, instance string, ttl time.Duration) (holder string, err error) {
+// held says that the lease was there before the call: a renewal that finds
+// none knows that Redis lost it (it expired unrenewed, or Redis lost its
+// data), and with it, likely, the node's presence entries.
+func (r *Redis) HoldNode(ctx context.Context, node, instance string, ttl time.Duration) (holder string, held bool, err error) {
 	if err := schema.ValidID(node); err != nil {
-		return "", fmt.Errorf("store: hold node: %w", err)
+		return "", false, fmt.Errorf("store: hold node: %w", err)
 	}
 	if ttl < time.Millisecond {
-		return "", fmt.Errorf("store: hold node: %w: ttl %v, want at least 1ms", ErrInvalidConfig, ttl)
+		return "", false, fmt.Errorf("store: hold node: %w: ttl %v, want at least 1ms", ErrInvalidConfig, ttl)
 	}
-	holder, err = nodeScript.Run(ctx, r.client, []string{nodeKey(node)}, instance, ttl.Milliseconds()).Text()
+	v, err := nodeScript.Run(ctx, r.client, []string{nodeKey(node)}, instance, ttl.Milliseconds()).Slice()
 	if err != nil {
-		return "", fmt.Errorf("store: hold node %q: %w", node, err)
+		return "", false, fmt.Errorf("store: hold node %q: %w", node, err)
 	}
-	return holder, nil
+	if len(v) != 2 {
+		return "", false, fmt.Errorf("store: hold node %q: %w: answered %v", node, ErrCorruptValue, v)
+	}
+	holder, _ = v[0].(string)
+	n, _ := v[1].(int64)
+	return holder, n == 1, nil
 }
 
 // releaseNodeScript ends a lease if instance (ARGV[1]) still holds it.
