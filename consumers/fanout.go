@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -120,6 +121,7 @@ type FanoutStats struct {
 	Unheard     int64 // batches published to a node with no subscriber
 	Duplicates  int64 // duplicate sends, not pushed
 	Stale       int64 // messages older than MaxPushAge, not pushed
+	LateJoins   int64 // joiners told to sync: a message past their join was handled before it
 	Lookups     int64 // presence lookups in Redis (cache misses)
 	CacheHits   int64 // presence lookups answered by the cache
 	MemberRecs  int64 // chat.members records applied (every assignment reads its partition again)
@@ -128,7 +130,7 @@ type FanoutStats struct {
 }
 
 type fanoutCounters struct {
-	messages, pushes, batches, unheard, dups, stale, assignments atomic.Int64
+	messages, pushes, batches, unheard, dups, stale, assignments, lateJoins atomic.Int64
 }
 
 // Runner returns the fan-out's runner on chat.messages. Call it once per
@@ -176,7 +178,7 @@ func (f *Fanout) Runner(b Base) (*Runner[schema.Message], error) {
 func (f *Fanout) Stats() FanoutStats {
 	s := FanoutStats{
 		Messages: f.stats.messages.Load(), Pushes: f.stats.pushes.Load(), Batches: f.stats.batches.Load(),
-		Unheard: f.stats.unheard.Load(), Duplicates: f.stats.dups.Load(), Stale: f.stats.stale.Load(),
+		Unheard: f.stats.unheard.Load(), Duplicates: f.stats.dups.Load(), Stale: f.stats.stale.Load(), LateJoins: f.stats.lateJoins.Load(),
 		Assignments: f.stats.assignments.Load(),
 		Lookups:     f.presence.lookups.Load(), CacheHits: f.presence.hits.Load(),
 	}
@@ -278,6 +280,7 @@ func (f *Fanout) Handle(ctx context.Context, part int, recs []Record[schema.Mess
 	var out []outgoing
 	var dups, stale int64
 	p.members.mu.RLock()
+	joins := p.members.takeJoins()
 	for i := range recs {
 		m, msgid := &recs[i].Event, recs[i].Offset
 		if m.ClientMsgID != "" {
@@ -321,15 +324,17 @@ func (f *Fanout) Handle(ctx context.Context, part int, recs []Record[schema.Mess
 		out = append(out, outgoing{msgid: msgid, json: protocol.Marshal(pm), group: group})
 	}
 	p.members.mu.RUnlock()
+	late := lateJoiners(joins, p.prev)
 
 	var pushes int64
 	var batches []store.NodePushes
-	if len(out) > 0 {
-		nodes, err := f.presence.lookup(ctx, f.Redis, recipients(out))
+	if len(out) > 0 || len(late) > 0 {
+		nodes, err := f.presence.lookup(ctx, f.Redis, append(recipients(out), late...))
 		if err != nil {
 			return fmt.Errorf("consumers: fan-out: presence: %w", err)
 		}
 		batches, pushes = route(out, nodes)
+		batches = append(batches, resyncs(late, nodes)...)
 		unheard, err := f.Redis.PublishPushesAll(ctx, batches)
 		if err != nil {
 			return fmt.Errorf("consumers: fan-out: %w", err)
@@ -344,9 +349,46 @@ func (f *Fanout) Handle(ctx context.Context, part int, recs []Record[schema.Mess
 	f.stats.messages.Add(int64(len(recs)))
 	f.stats.dups.Add(dups)
 	f.stats.stale.Add(stale)
+	f.stats.lateJoins.Add(int64(len(late)))
 	f.stats.pushes.Add(pushes)
 	f.stats.batches.Add(int64(len(batches)))
 	return nil
+}
+
+// lateJoiners returns the users whose joins the table applied after the
+// fan-out had handled a message of their group past the join's position
+// (prev: the last one of each group it handled). A join's position is
+// the group's head when it was written, and the fan-out waits for the
+// joins written before a message only: one sent between the two was not
+// pushed to the joiner. Each is named once.
+func lateJoiners(joins []joinAt, prev *prevTable) []string {
+	var late []string
+	for _, j := range joins {
+		if last, known := prev.lookup(j.gid); known && last > j.pos && !slices.Contains(late, j.uid) {
+			late = append(late, j.uid)
+		}
+	}
+	return late
+}
+
+// resyncs returns, for the nodes where uids are online, a resync frame to
+// them (protocol.ResyncJoined): they sync and pull what they missed.
+func resyncs(uids []string, nodes map[string][]string) []store.NodePushes {
+	if len(uids) == 0 {
+		return nil
+	}
+	frame := protocol.Marshal(protocol.Resync{Op: protocol.OpResync, Reason: protocol.ResyncJoined})
+	byNode := map[string][]string{}
+	for _, uid := range uids {
+		for _, node := range nodes[uid] {
+			byNode[node] = append(byNode[node], uid)
+		}
+	}
+	out := make([]store.NodePushes, 0, len(byNode))
+	for node, us := range byNode {
+		out = append(out, store.NodePushes{Node: node, Batch: store.PushBatch{Items: []store.PushItem{{Msg: frame, Uids: us}}}})
+	}
+	return out
 }
 
 // recipients returns every uid who sees some message of out, once.

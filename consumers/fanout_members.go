@@ -42,6 +42,31 @@ type memberTable struct {
 	changed chan struct{}                          // closed and replaced when next moves
 	records int64                                  // records applied
 	bad     int64                                  // records that did not decode, skipped
+
+	joinsMu  sync.Mutex // guards joins and tracking; taken under mu
+	tracking bool       // joins are noted: a Handle has synced with the table
+	joins    []joinAt   // joins applied since the last takeJoins
+}
+
+// joinAt is a join the table applied.
+type joinAt struct {
+	gid, uid string
+	pos      int64
+}
+
+// maxTrackedJoins bounds the joins noted between two batches of messages;
+// past it the rest go unnoted (their joiners are not told to sync).
+const maxTrackedJoins = 100_000
+
+// takeJoins returns the joins applied since the last call and notes the
+// next ones; t.mu must be held (for reading), so that no join is applied
+// between the call and the snapshots taken under the same hold.
+func (t *memberTable) takeJoins() []joinAt {
+	t.joinsMu.Lock()
+	defer t.joinsMu.Unlock()
+	j := t.joins
+	t.joins, t.tracking = nil, true
+	return j
 }
 
 func newMemberTable() *memberTable {
@@ -91,6 +116,13 @@ func (t *memberTable) apply(m kafka.Message, log *slog.Logger) {
 		}
 		g[ev.Uid] = g[ev.Uid].Apply(ev)
 		t.records++
+		if ev.Op == schema.OpJoin {
+			t.joinsMu.Lock()
+			if t.tracking && len(t.joins) < maxTrackedJoins {
+				t.joins = append(t.joins, joinAt{ev.Gid, ev.Uid, ev.Pos})
+			}
+			t.joinsMu.Unlock()
+		}
 	}
 	t.next = m.Offset + 1
 	close(t.changed)

@@ -29,6 +29,7 @@ type fakeNode struct {
 	name string
 	mu   sync.Mutex
 	got  map[string][]protocol.Message
+	raw  map[string][]string // every frame, as sent
 }
 
 func subscribeNode(t testing.TB, r *store.Redis, name string) *fakeNode {
@@ -38,7 +39,7 @@ func subscribeNode(t testing.TB, r *store.Redis, name string) *fakeNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &fakeNode{name: name, got: map[string][]protocol.Message{}}
+	n := &fakeNode{name: name, got: map[string][]protocol.Message{}, raw: map[string][]string{}}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -51,6 +52,7 @@ func subscribeNode(t testing.TB, r *store.Redis, name string) *fakeNode {
 				n.mu.Lock()
 				for _, uid := range it.Uids {
 					n.got[uid] = append(n.got[uid], m)
+					n.raw[uid] = append(n.raw[uid], string(it.Msg))
 				}
 				n.mu.Unlock()
 			}
@@ -71,6 +73,19 @@ func (n *fakeNode) pushed(uid, gid string) []protocol.Message {
 		}
 	}
 	return out
+}
+
+// frames returns the frames uid got that are exactly frame.
+func (n *fakeNode) frames(uid, frame string) int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c := 0
+	for _, f := range n.raw[uid] {
+		if f == frame {
+			c++
+		}
+	}
+	return c
 }
 
 func (n *fakeNode) has(uid, gid string, msgid int64) bool {

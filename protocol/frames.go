@@ -178,6 +178,10 @@ const (
 	// for a moment, so the fan-out may have taken the user for offline
 	// and pushed nothing meanwhile.
 	ResyncPresence = "presence"
+	// ResyncJoined: the user was added to a group while messages were
+	// being sent to it, and one sent after the join's position was handed
+	// out before the join was known, so it was not pushed to them.
+	ResyncJoined = "joined"
 )
 
 // ErrorFrame answers a request that failed.

@@ -37,12 +37,21 @@ func KafkaTransport(tb testing.TB) *kafka.Transport {
 // and answer none until release is called (once or more; the test's end
 // calls it too).
 func HoldProduces(tb testing.TB, b *broker.Broker, topic string) (release func()) {
+	_, release = HoldProducesSeen(tb, b, topic)
+	return release
+}
+
+// HoldProducesSeen is HoldProduces; arrived is closed when the first
+// request it holds has come.
+func HoldProducesSeen(tb testing.TB, b *broker.Broker, topic string) (arrived <-chan struct{}, release func()) {
 	c := b.Cluster()
-	held := make(chan struct{})
+	held, came := make(chan struct{}), make(chan struct{})
+	var first sync.Once
 	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		for _, tp := range req.(*kmsg.ProduceRequest).Topics {
 			if tp.Topic == topic {
+				first.Do(func() { close(came) })
 				c.SleepControl(func() { <-held })
 			}
 		}
@@ -51,5 +60,5 @@ func HoldProduces(tb testing.TB, b *broker.Broker, topic string) (release func()
 	var once sync.Once
 	release = func() { once.Do(func() { close(held) }) }
 	tb.Cleanup(release)
-	return release
+	return came, release
 }

@@ -1,0 +1,69 @@
+package consumers
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/groupchat/chatd/internal/testserver"
+	"github.com/groupchat/chatd/protocol"
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/topics"
+)
+
+// An add of carol reads the group's head, then writes her join; alice's
+// message lands in between, so it lies after carol's join position: carol
+// is a member for it. The fan-out handled it before the join reached
+// chat.members and pushed it to bob alone. Once it applies the join, it
+// tells carol's connections to sync (and pull it); a join known in time
+// is followed by no such frame.
+func TestAJoinerNotPushedAMessageSentDuringTheirJoinIsToldToSync(t *testing.T) {
+	p, n1 := aliceAndBobOnline(t)
+	p.online(t, "n1", "carol", "dave")
+	f := &Fanout{}
+	p.fanout(t, f)
+	p.probe(t, n1)
+	resync := string(protocol.Marshal(protocol.Resync{Op: protocol.OpResync, Reason: protocol.ResyncJoined}))
+
+	held, release := testserver.HoldProducesSeen(t, p.broker, topics.Members)
+	joined := make(chan schema.Member, 1)
+	go func() {
+		m, err := p.prod.Join(context.Background(), "g1", "carol", "test")
+		if err != nil {
+			t.Error(err)
+		}
+		joined <- m
+	}()
+	select { // the join has read the head; its record waits
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the join's record was not produced in 10 s")
+	}
+	m := p.say(t, "g1", "alice", "", time.Now())
+	waitFor(t, "the message pushed to bob", 20*time.Second, func() bool { return n1.has("bob", "g1", m) })
+	release()
+	if j := <-joined; j.Pos >= m {
+		t.Fatalf("carol's join is at %d, not before message %d: the test no longer races them", j.Pos, m)
+	}
+	// A join in time, and a message after both: carol is pushed it, dave
+	// is told nothing.
+	if _, err := p.prod.Join(context.Background(), "g1", "dave", "test"); err != nil {
+		t.Fatal(err)
+	}
+	after := p.say(t, "g1", "alice", "", time.Now())
+	waitFor(t, "the next message pushed to carol and dave", 20*time.Second, func() bool {
+		return n1.has("carol", "g1", after) && n1.has("dave", "g1", after)
+	})
+	if n1.has("carol", "g1", m) {
+		t.Fatalf("carol was pushed message %d after all: the test no longer has the fan-out miss her", m)
+	}
+	if got := n1.frames("carol", resync); got != 1 {
+		t.Errorf("carol, a member for message %d (her join raced it) and not pushed it, got %d resync frames; want 1", m, got)
+	}
+	if got := n1.frames("dave", resync); got != 0 {
+		t.Errorf("dave, whose join was known before the next message, got %d resync frames; want 0", got)
+	}
+	if s := f.Stats(); s.LateJoins != 1 {
+		t.Errorf("stats %+v; want 1 late join", s)
+	}
+}
