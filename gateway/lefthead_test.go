@@ -50,3 +50,38 @@ func TestAMemberWhoLeftIsGivenTheirLastMessageAsTheHead(t *testing.T) {
 		t.Errorf("dave's pull = %v; want message %d alone, head %d, no more", p, last, last)
 	}
 }
+
+// A leave written and not yet projected (the member projector lags) is
+// taken as projected by sync as it is by pull: before, sync showed the
+// member joined, with the messages after the leave counted unread, which
+// a pull then did not give.
+func TestASyncTakesALeaveNotYetProjected(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	ctx := context.Background()
+	e.group("g1", "alice", "dave")
+	alice, dave := e.login(0, "alice"), e.login(0, "dave")
+	last := sendHi(t, alice, "g1", "a1")
+	m, err := e.redis.Membership(ctx, "g1", "dave", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.redis.MarkLeaving(ctx, "g1", "dave", m.JoinedAt, last, time.Minute); err != nil { // the leave's record is not projected
+		t.Fatal(err)
+	}
+	after := sendHi(t, alice, "g1", "a2")
+	waitFor(t, "g1 persisted", 10*time.Second, func() bool { h, _ := e.redis.Head(ctx, "g1"); return h == after })
+	s := dave.call(map[string]any{"op": "sync", "id": "s"})
+	var got map[string]any
+	for _, g := range s["groups"].([]any) {
+		if g := g.(map[string]any); g["gid"] == "g1" {
+			got = g
+		}
+	}
+	if got["left"] != true || got["head"] != float64(last) || got["unread"] != float64(0) {
+		t.Errorf("dave, whose leave after message %d is written, synced %v; want left, head %d, unread 0", last, got, last)
+	}
+	p := dave.call(map[string]any{"op": "pull", "id": "p", "gid": "g1", "after": -1})
+	if msgs := p["msgs"].([]any); len(msgs) != 1 {
+		t.Errorf("dave's pull = %v; want message %d alone", p, last)
+	}
+}

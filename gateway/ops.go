@@ -330,7 +330,8 @@ func (g *Gateway) sync(ctx context.Context, uid string, r *protocol.Request) (an
 	}
 	out := &protocol.Synced{Op: protocol.OpSynced, ID: r.ID, Groups: make([]protocol.GroupState, 0, len(gids))}
 	for _, gid := range gids {
-		m, c := groups[gid], cur[gid]
+		c := cur[gid]
+		m := c.Membership(groups[gid]) // a leave written and not yet projected, as pull takes it
 		st := protocol.GroupState{Gid: gid, Head: c.Head, Ack: max(c.Ack, m.JoinedAt), Read: max(c.Read, m.JoinedAt),
 			Unread: c.Unread, UnreadExact: c.UnreadExact}
 		if m.State == store.MemberLeft {

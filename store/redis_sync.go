@@ -15,7 +15,14 @@ type MemberCursors struct {
 	Read        int64 // -1: none
 	Unread      int64 // messages after Read in the window
 	UnreadExact bool  // false: the window ends above Read; Unread is a lower bound
+
+	leaving string // the note of a leave written and not yet projected (MarkLeaving)
 }
+
+// Membership returns m, the member's projected membership in the group,
+// with a leave written but not yet projected taken as projected, as
+// Membership and CursorState take it.
+func (c MemberCursors) Membership(m Membership) Membership { return m.withLeave(c.leaving) }
 
 // MemberCursors returns uid's cursors in each of gids in one round trip
 // whatever the number of groups (a login syncs every group at once). Each
@@ -29,7 +36,7 @@ func (r *Redis) MemberCursors(ctx context.Context, uid string, gids []string) (m
 	}
 	calls := make([]scriptCall, len(gids))
 	for i, g := range gids {
-		calls[i] = scriptCall{keys: []string{headKey(g), ackKey(g), readKey(g), windowKey(g), floorKey(g)}, args: []any{uid}}
+		calls[i] = scriptCall{keys: []string{headKey(g), ackKey(g), readKey(g), windowKey(g), floorKey(g), leavingKey(g, uid)}, args: []any{uid}}
 	}
 	cmds, err := r.runScript(ctx, syncScript, calls)
 	if err != nil {
@@ -46,9 +53,10 @@ func (r *Redis) MemberCursors(ctx context.Context, uid string, gids []string) (m
 }
 
 // syncScript reads one member's position in one group. KEYS: head, ack,
-// read, win, floor. ARGV: uid. It answers {head, ack, read, count, floor},
-// "" for what is absent; count is of the window's messages above the read
-// cursor and the floor, up to the head.
+// read, win, floor, the member's leaving note. ARGV: uid. It answers
+// {head, ack, read, count, floor, note}, "" for what is absent; count is
+// of the window's messages above the read cursor and the floor, up to the
+// head.
 var syncScript = redis.NewScript(`
 local head = redis.call('GET', KEYS[1])
 local ack = redis.call('ZSCORE', KEYS[2], ARGV[1])
@@ -62,7 +70,7 @@ local n = 0
 if hi and lo and hi > lo then
   n = redis.call('ZCOUNT', KEYS[4], '(' .. string.format('%d', lo), string.format('%d', hi))
 end
-return {head or '', ack or '', read or '', n, f or ''}
+return {head or '', ack or '', read or '', n, f or '', redis.call('GET', KEYS[6]) or ''}
 `)
 
 // syncResult reads a syncScript answer.
@@ -71,7 +79,7 @@ func syncResult(cmd *redis.Cmd) (MemberCursors, error) {
 	if err != nil {
 		return MemberCursors{}, err
 	}
-	if len(v) != 5 {
+	if len(v) != 6 {
 		return MemberCursors{}, fmt.Errorf("%w: sync answered %v", ErrCorruptValue, v)
 	}
 	var ids [3]int64
@@ -88,9 +96,10 @@ func syncResult(cmd *redis.Cmd) (MemberCursors, error) {
 		}
 	}
 	c := MemberCursors{Head: ids[0], Ack: ids[1], Read: ids[2]}
-	if c.Unread, c.UnreadExact, err = unreadResult(v[3:], c.Read); err != nil {
+	if c.Unread, c.UnreadExact, err = unreadResult(v[3:5], c.Read); err != nil {
 		return MemberCursors{}, err
 	}
+	c.leaving, _ = v[5].(string)
 	return c, nil
 }
 
