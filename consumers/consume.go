@@ -128,7 +128,7 @@ func (r *Runner[E]) consume(ctx context.Context, gc *groupCommits, part int, sta
 				}
 				continue
 			}
-			recs = append(recs, Record[E]{Partition: part, Offset: m.Offset, Time: m.Time, Event: e})
+			recs = append(recs, Record[E]{Partition: part, Offset: m.Offset, Time: m.Time, Event: e, End: m.HighWaterMark})
 		}
 		if ok, lost := r.handle(ctx, log, part, recs); !ok {
 			if lost {

@@ -279,6 +279,7 @@ func (f *Fanout) Handle(ctx context.Context, part int, recs []Record[schema.Mess
 	snapshots := map[string][]memberOf{}
 	var out []outgoing
 	var dups, stale int64
+	staleLast := map[string]int64{} // per group, its last message when it is a stale one
 	p.members.mu.RLock()
 	joins := p.members.takeJoins()
 	for i := range recs {
@@ -310,8 +311,10 @@ func (f *Fanout) Handle(ctx context.Context, part int, recs []Record[schema.Mess
 		// overflowed, and so ancient a message read as one from the future.
 		if now-store.ClaimSentAt(m.SentAt) > maxAge {
 			stale++
+			staleLast[m.Gid] = msgid
 			continue
 		}
+		delete(staleLast, m.Gid) // a push names it as prev
 		pm := protocol.Message{Gid: m.Gid, MsgID: msgid, Sender: m.Sender, SentAt: m.SentAt, Cmid: m.ClientMsgID, Body: string(m.Body)}
 		if known {
 			pm.Prev = &last
@@ -323,18 +326,25 @@ func (f *Fanout) Handle(ctx context.Context, part int, recs []Record[schema.Mess
 		}
 		out = append(out, outgoing{msgid: msgid, json: protocol.Marshal(pm), group: group})
 	}
+	// A stale message the fan-out has caught up with is its group's last
+	// for now: no push names it as prev, so its members are told to sync.
+	var missed []string
+	if last := recs[len(recs)-1]; last.Offset+1 >= last.End {
+		missed = staleAudience(staleLast, p.members)
+	}
 	p.members.mu.RUnlock()
 	late := lateJoiners(joins, p.prev)
 
 	var pushes int64
 	var batches []store.NodePushes
-	if len(out) > 0 || len(late) > 0 {
-		nodes, err := f.presence.lookup(ctx, f.Redis, append(recipients(out), late...))
+	if len(out) > 0 || len(late) > 0 || len(missed) > 0 {
+		nodes, err := f.presence.lookup(ctx, f.Redis, append(append(recipients(out), late...), missed...))
 		if err != nil {
 			return fmt.Errorf("consumers: fan-out: presence: %w", err)
 		}
 		batches, pushes = route(out, nodes)
-		batches = append(batches, resyncs(late, nodes)...)
+		batches = append(batches, resyncs(late, nodes, protocol.ResyncJoined)...)
+		batches = append(batches, resyncs(missed, nodes, protocol.ResyncStale)...)
 		unheard, err := f.Redis.PublishPushesAll(ctx, batches)
 		if err != nil {
 			return fmt.Errorf("consumers: fan-out: %w", err)
@@ -371,13 +381,29 @@ func lateJoiners(joins []joinAt, prev *prevTable) []string {
 	return late
 }
 
+// staleAudience returns the members who see the message of each group of
+// last (gid -> msgid), each once; t.mu must be held.
+func staleAudience(last map[string]int64, t *memberTable) []string {
+	var uids []string
+	seen := map[string]bool{}
+	for gid, msgid := range last {
+		for _, mo := range t.snapshot(gid) {
+			if !seen[mo.uid] && mo.m.Sees(msgid) {
+				seen[mo.uid] = true
+				uids = append(uids, mo.uid)
+			}
+		}
+	}
+	return uids
+}
+
 // resyncs returns, for the nodes where uids are online, a resync frame to
-// them (protocol.ResyncJoined): they sync and pull what they missed.
-func resyncs(uids []string, nodes map[string][]string) []store.NodePushes {
+// them with reason: they sync and pull what they missed.
+func resyncs(uids []string, nodes map[string][]string, reason string) []store.NodePushes {
 	if len(uids) == 0 {
 		return nil
 	}
-	frame := protocol.Marshal(protocol.Resync{Op: protocol.OpResync, Reason: protocol.ResyncJoined})
+	frame := protocol.Marshal(protocol.Resync{Op: protocol.OpResync, Reason: reason})
 	byNode := map[string][]string{}
 	for _, uid := range uids {
 		for _, node := range nodes[uid] {

@@ -21,6 +21,9 @@ type Record[E any] struct {
 	Offset    int64
 	Time      time.Time
 	Event     E
+	// End is the partition's end (the offset after its last record) when
+	// the record was fetched: a batch ending there has caught up.
+	End int64
 }
 
 // Handler makes the effect of a batch of one partition durable.

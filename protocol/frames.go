@@ -182,6 +182,10 @@ const (
 	// being sent to it, and one sent after the join's position was handed
 	// out before the join was known, so it was not pushed to them.
 	ResyncJoined = "joined"
+	// ResyncStale: a message of one of the user's groups reached the
+	// pushes more than their age limit after it was sent (the server was
+	// catching up) and was not pushed, and no later push names it.
+	ResyncStale = "stale"
 )
 
 // ErrorFrame answers a request that failed.

@@ -67,3 +67,41 @@ func TestAJoinerNotPushedAMessageSentDuringTheirJoinIsToldToSync(t *testing.T) {
 		t.Errorf("stats %+v; want 1 late join", s)
 	}
 }
+
+// A message the fan-out handles past MaxPushAge (after an outage, or a
+// produce that retried that long) is not pushed; when it is its group's
+// last, no later push names it as prev, and its members heard nothing.
+// Once the fan-out has caught up with the log, they are told to sync. A
+// stale message that a push follows in the same batch needs no telling.
+func TestMembersOfAGroupWhoseLastMessageWasStaleAreToldToSync(t *testing.T) {
+	p, n1 := aliceAndBobOnline(t)
+	f := &Fanout{MaxPushAge: 5 * time.Minute}
+	p.fanout(t, f)
+	p.probe(t, n1)
+	resync := string(protocol.Marshal(protocol.Resync{Op: protocol.OpResync, Reason: protocol.ResyncStale}))
+	now := time.Now()
+
+	// A stale message, then a fresh one, in one produce: one batch.
+	msgs := []schema.Message{
+		{Gid: "g1", Sender: "alice", ClientMsgID: "old-1", SentAt: now.Add(-10 * time.Minute).UnixMilli(), Body: []byte("old")},
+		{Gid: "g1", Sender: "alice", ClientMsgID: "new-1", SentAt: now.UnixMilli(), Body: []byte("new")},
+	}
+	ids, err := p.prod.SendMessages(context.Background(), msgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the fresh message pushed", 20*time.Second, func() bool { return n1.has("bob", "g1", ids[1]) })
+	if got := n1.frames("bob", resync); got != 0 {
+		t.Fatalf("bob got %d resync frames for a stale message that a push followed; want 0", got)
+	}
+
+	// A stale message last: bob is told.
+	old := p.say(t, "g1", "alice", "", now.Add(-10*time.Minute))
+	waitFor(t, "bob told to sync", 20*time.Second, func() bool { return n1.frames("bob", resync) == 1 })
+	if n1.has("bob", "g1", old) {
+		t.Errorf("the stale message %d was pushed", old)
+	}
+	if s := f.Stats(); s.Stale != 2 {
+		t.Errorf("stats %+v; want 2 stale", s)
+	}
+}
