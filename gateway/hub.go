@@ -354,7 +354,18 @@ func (g *Gateway) deliver(ctx context.Context) error {
 	}
 	g.ready.Store(true)
 	defer g.ready.Store(false)
+	var lostAsked time.Time
 	for b := range batches {
+		if b.Lost {
+			// Pushes this gateway cannot read (a newer fan-out during an
+			// upgrade): whoever they were for missed them. Told at most
+			// once per lostResyncGap, for a stream of them.
+			if now := time.Now(); now.Sub(lostAsked) >= lostResyncGap {
+				lostAsked = now
+				g.askResync(protocol.ResyncPushRoute)
+			}
+			continue
+		}
 		if len(b.Items) == 0 {
 			// The subscription reconnected: Redis may have restarted and
 			// lost presence. Announce every local user again at once, then
@@ -385,6 +396,10 @@ func (g *Gateway) deliver(ctx context.Context) error {
 	}
 	return nil
 }
+
+// lostResyncGap is the least time between two resyncs for pushes lost to
+// payloads this gateway could not decode.
+const lostResyncGap = 10 * time.Second
 
 // perConn hands the whole frames of b to their connections and returns
 // the messages of b by connection: one queue slot per connection per

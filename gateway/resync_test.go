@@ -267,3 +267,30 @@ func (e *env) storeThenStopThePersister(m *member) int64 {
 	e.parts["persister"].stop()
 	return first
 }
+
+// A push batch the gateway cannot decode (a newer fan-out's, during an
+// upgrade) carried pushes for its connections, who missed them: they are
+// told to sync, once for a stream of such batches.
+func TestAPushBatchTheGatewayCannotReadHasItsConnectionsSync(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g", "alice", "bob")
+	alice, bob := e.connect(0, "alice", nil), e.connect(0, "bob", nil)
+	ctx := context.Background()
+	if err := bob.c.Open(ctx, "g"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.c.Send(ctx, "g", "first"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "bob gets the first message", 10*time.Second, func() bool { return len(bob.delivered("g")) == 1 })
+	before := e.gws[0].g.Stats().Resyncs
+	for range 3 {
+		if err := e.rc.Publish(ctx, "chat:push:"+e.gws[0].g.Node(), "a batch of a format to come").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "bob told to sync", 10*time.Second, func() bool { return bob.c.Stats().Resyncs == 1 })
+	if got := e.gws[0].g.Stats().Resyncs - before; got != 2 {
+		t.Errorf("the gateway sent %d resync frames for 3 batches it could not read; want one for each of its 2 connections", got)
+	}
+}

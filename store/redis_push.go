@@ -38,6 +38,9 @@ type PushItem struct {
 // order per group.
 type PushBatch struct {
 	Items []PushItem
+	// Lost marks, on a subscription, a payload that did not decode (from a
+	// newer fan-out, say): its pushes are lost. Never published.
+	Lost bool
 }
 
 // Limits that DecodePushBatch enforces.
@@ -250,7 +253,8 @@ func (r *Redis) SubscribePushes(ctx context.Context, node string) (<-chan PushBa
 // place (an error if Redis cannot be reached).
 //
 // An undecodable payload (garbage, or a fan-out of a newer version during
-// an upgrade) is logged, counted and dropped. When the subscription broke
+// an upgrade) is logged, counted and delivered as a batch marked Lost, for
+// the node to tell its clients to sync. When the subscription broke
 // (a Redis restart, a network error) and was re-established, an empty
 // PushBatch is delivered: pushes published meanwhile are lost, and the
 // node may tell its clients to sync.
@@ -291,9 +295,10 @@ func (r *Redis) SubscribePushesWith(ctx context.Context, node string, cfg Subscr
 				if b, err = DecodePushBatch([]byte(ev.payload)); err != nil {
 					n := cfg.Stats.Bad.Add(1)
 					log.Warn("undecodable push payload dropped", "bytes", len(ev.payload), "dropped_so_far", n, "err", err)
-					continue
+					b = PushBatch{Lost: true}
+				} else {
+					cfg.Stats.Batches.Add(1)
 				}
-				cfg.Stats.Batches.Add(1)
 			}
 			if !send(ctx, out, b) {
 				return

@@ -173,6 +173,9 @@ func testPushRoute(t *testing.T, c redis.UniversalClient) {
 	if err := r.PublishPushes(ctx, "n1", batches[1]); err != nil {
 		t.Fatal(err)
 	}
+	if got := recvBatch(t, n1, "n1: the garbage"); !got.Lost || len(got.Items) != 0 {
+		t.Errorf("n1 got %+v for the garbage, want a batch marked lost", got)
+	}
 	if got := recvBatch(t, n1, "n1 after garbage"); !equalBatch(got, batches[1]) {
 		t.Errorf("n1 got %+v after the garbage, want %+v", got, batches[1])
 	}
