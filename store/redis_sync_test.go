@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -11,8 +12,12 @@ import (
 )
 
 // afterFirstPipeline calls then once, after the first pipeline of the
-// client it is added to that reads a cursor (not the connection's set-up).
-type afterFirstPipeline struct{ then func() }
+// client it is added to that reads a cursor (not the connection's set-up),
+// or that has a command named name when name is set.
+type afterFirstPipeline struct {
+	name string
+	then func()
+}
 
 func (afterFirstPipeline) DialHook(next redis.DialHook) redis.DialHook          { return next }
 func (afterFirstPipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
@@ -20,12 +25,16 @@ func (afterFirstPipeline) ProcessHook(next redis.ProcessHook) redis.ProcessHook 
 func (a *afterFirstPipeline) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
-		if then := a.then; then != nil && readsACursor(cmds) {
+		if then := a.then; then != nil && (a.name == "" && readsACursor(cmds) || a.name != "" && hasCommand(cmds, a.name)) {
 			a.then = nil
 			then()
 		}
 		return err
 	}
+}
+
+func hasCommand(cmds []redis.Cmder, name string) bool {
+	return slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == name })
 }
 
 func readsACursor(cmds []redis.Cmder) bool {

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/groupchat/chatd/internal/testserver"
 )
 
 func windowBefore(t *testing.T, r *Redis, gid string, after, before int64, limit int) ([]int64, bool) {
@@ -136,5 +138,35 @@ func testWindowBytes(t *testing.T, c redis.UniversalClient) {
 			t.Errorf("WindowBefore(limit %d, %d bytes) = %d messages ...%v, cut %v; want %d..199, cut %v",
 				tc.limit, tc.budget, len(got), got[max(0, len(got)-3):], wb.Cut, 200-n, cut)
 		}
+	}
+}
+
+// A read with a byte budget reads on after its first members in a second
+// transaction; when the window was trimmed past them meanwhile, the range
+// still starts right above its floor and has no hole: the history store
+// serves what lies below.
+func TestWindowBytesAcrossATrimHasNoHole(t *testing.T) {
+	srv := testserver.NewRedis(t)
+	ctx := context.Background()
+	w := newTestRedis(t, newServerClient(t, srv), RedisConfig{WindowSize: 100})
+	appendAll(t, w, batchOf("g1", span(0, 99)...)...)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { c.Close() })
+	trimmed := false
+	c.AddHook(&afterFirstPipeline{name: "zrange", then: func() {
+		appendAll(t, w, batchOf("g1", span(100, 160)...)...) // window 61..160, floor 60
+		trimmed = true
+	}})
+	r := newTestRedis(t, c, RedisConfig{WindowSize: 100})
+	wr, err := r.Window(ctx, "g1", -1, 100, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !trimmed {
+		t.Fatal("the read ran no ZRANGE; the test no longer trims under it")
+	}
+	got := msgIDs(wr.Messages)
+	if len(got) == 0 || !slicesEqual(got, span(wr.Floor+1, wr.Floor+int64(len(got)))) {
+		t.Fatalf("Window across a trim = floor %d, %d messages %v; want a run from the floor up, with no hole", wr.Floor, len(got), got)
 	}
 }

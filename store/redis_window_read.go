@@ -67,88 +67,61 @@ func (r *Redis) Window(ctx context.Context, gid string, after int64, limit, maxB
 	return wr, nil
 }
 
-// windowScript reads a range of the window with the group's floor and
-// head. KEYS: win, floor, head. ARGV: the range's low and high ends (as
-// ZRANGEBYSCORE takes them), limit, byte budget (0: none), "1" to read from
-// the high end. With a budget it reads a few members first and then as
-// many as the budget has room for at their average size, so a range of
-// large messages is never copied whole to be cut afterwards. It answers
-// {floor, head, cut, members...}, "" for an absent floor or head.
-var windowScript = redis.NewScript(`
-local lo, hi, limit, budget, rev = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5] == '1'
-local out = {redis.call('GET', KEYS[2]) or '', redis.call('GET', KEYS[3]) or '', 0}
-local n, bytes = 0, 0
-local want = limit
-if budget > 0 then want = math.min(limit, 32) end
-while want > 0 do
-  local got
-  if rev then
-    got = redis.call('ZREVRANGEBYSCORE', KEYS[1], hi, lo, 'WITHSCORES', 'LIMIT', 0, want)
-  else
-    got = redis.call('ZRANGEBYSCORE', KEYS[1], lo, hi, 'WITHSCORES', 'LIMIT', 0, want)
-  end
-  for i = 1, #got, 2 do
-    if budget > 0 and n > 0 and bytes + #got[i] > budget then
-      out[3] = 1
-      return out
-    end
-    n, bytes = n + 1, bytes + #got[i]
-    out[3 + n] = got[i]
-  end
-  if #got < 2 * want or n >= limit then
-    return out
-  end
-  if rev then hi = '(' .. got[#got] else lo = '(' .. got[#got] end
-  want = limit - n
-  if budget > 0 then want = math.min(want, math.floor((budget - bytes) * n / bytes) + 1) end
-end
-return out
-`)
+// firstChunk is how many members a read with a byte budget takes first;
+// their average size tells how many more the budget has room for.
+const firstChunk = 32
 
-// windowRange runs windowScript.
+// windowRange reads up to limit members of the window's range from lo to
+// hi (as ZRANGE BYSCORE takes them; from hi down with rev), with the
+// group's floor and head, in one transaction. With maxBytes > 0 it reads
+// firstChunk members first, then as many as the budget has room for at
+// their average size, and so on, each next read after the last member read
+// and in a transaction with the floor (the highest floor read is the
+// range's), so that a range of large messages is never copied whole to be
+// cut afterwards.
 func (r *Redis) windowRange(ctx context.Context, gid, lo, hi string, limit, maxBytes int, rev bool) (WindowRange, error) {
-	dir := "0"
-	if rev {
-		dir = "1"
+	want := limit
+	if maxBytes > 0 {
+		want = min(limit, firstChunk)
 	}
-	cmds, err := r.runScript(ctx, windowScript, []scriptCall{{
-		keys: []string{windowKey(gid), floorKey(gid), headKey(gid)},
-		args: []any{lo, hi, limit, max(maxBytes, 0), dir},
-	}})
+	members, floor, head, err := r.windowRead(ctx, gid, lo, hi, want, rev, true)
 	if err != nil {
 		return WindowRange{}, err
 	}
-	v, err := cmds[0].Slice()
-	if err != nil {
-		return WindowRange{}, err
-	}
-	if len(v) < 3 {
-		return WindowRange{}, fmt.Errorf("%w: window read answered %d values", ErrCorruptValue, len(v))
-	}
-	wr := WindowRange{Floor: -1, Head: -1}
-	for i, to := range []*int64{&wr.Floor, &wr.Head} {
-		s, ok := v[i].(string)
-		if !ok {
-			return WindowRange{}, fmt.Errorf("%w: window read answered %T for the %s", ErrCorruptValue, v[i], [2]string{"floor", "head"}[i])
+	wr := WindowRange{Floor: floor, Head: head}
+	var taken []string
+	bytes := 0
+	for {
+		for _, m := range members {
+			if maxBytes > 0 && len(taken) > 0 && bytes+len(m) > maxBytes {
+				wr.Cut = true
+				break
+			}
+			taken, bytes = append(taken, m), bytes+len(m)
 		}
-		if s == "" {
-			continue
+		if wr.Cut || len(members) < want || len(taken) >= limit {
+			break
 		}
-		if *to, err = parseMsgID(s); err != nil {
-			return WindowRange{}, fmt.Errorf("%s: %w", [2]string{"floor", "head"}[i], err)
+		last, err := decodeWindowID(taken[len(taken)-1])
+		if err != nil {
+			return WindowRange{}, err
 		}
+		from := "(" + strconv.FormatInt(last, 10)
+		if rev {
+			hi = from
+		} else {
+			lo = from
+		}
+		want = min(limit-len(taken), (maxBytes-bytes)*len(taken)/bytes+1)
+		if members, floor, _, err = r.windowRead(ctx, gid, lo, hi, want, rev, false); err != nil {
+			return WindowRange{}, err
+		}
+		// The window holds every message above the floor read with the
+		// members: with the members taken before that are above it too,
+		// they are a run with no hole.
+		wr.Floor = max(wr.Floor, floor)
 	}
-	cut, _ := v[2].(int64)
-	wr.Cut = cut == 1
-	members := make([]string, len(v)-3)
-	for i, m := range v[3:] {
-		s, ok := m.(string)
-		if !ok {
-			return WindowRange{}, fmt.Errorf("%w: window member %T", ErrCorruptValue, m)
-		}
-		members[i] = s
-	}
-	if wr.Messages, err = decodeWindowMembers(members); err != nil {
+	if wr.Messages, err = decodeWindowMembers(taken); err != nil {
 		return WindowRange{}, err
 	}
 	// A late append (an old owner of the partition that stalled between
@@ -157,6 +130,58 @@ func (r *Redis) windowRange(ctx context.Context, gid, lo, hi string, limit, maxB
 	// window's, and a page built on them would repeat or skip messages.
 	wr.Messages = slices.DeleteFunc(wr.Messages, func(m schema.Message) bool { return m.MsgID <= wr.Floor })
 	return wr, nil
+}
+
+// windowRead reads up to count members of the window's range in one
+// transaction with the group's floor, and with withHead its head (-1 when
+// absent, and without withHead).
+func (r *Redis) windowRead(ctx context.Context, gid, lo, hi string, count int, rev, withHead bool) (members []string, floor, head int64, err error) {
+	args := redis.ZRangeArgs{Key: windowKey(gid), Start: lo, Stop: hi, ByScore: true, Count: int64(count)}
+	if rev {
+		args.Start, args.Stop, args.Rev = hi, lo, true // with Rev, Start is the high end
+	}
+	var rng *redis.StringSliceCmd
+	var floorCmd, headCmd *redis.StringCmd
+	_, err = r.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		rng = p.ZRangeArgs(ctx, args)
+		floorCmd = p.Get(ctx, floorKey(gid))
+		if withHead {
+			headCmd = p.Get(ctx, headKey(gid))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, 0, 0, err
+	}
+	if err := rng.Err(); err != nil {
+		return nil, 0, 0, err
+	}
+	floor, head = -1, -1
+	for _, v := range []struct {
+		name string
+		cmd  *redis.StringCmd
+		to   *int64
+	}{{"floor", floorCmd, &floor}, {"head", headCmd, &head}} {
+		if v.cmd == nil {
+			continue
+		}
+		id, ok, err := optionalMsgID(v.cmd)
+		if err != nil {
+			return nil, 0, 0, fmt.Errorf("%s: %w", v.name, err)
+		}
+		if ok {
+			*v.to = id
+		}
+	}
+	return rng.Val(), floor, head, nil
+}
+
+// decodeWindowID reads the msgid a window member begins with.
+func decodeWindowID(s string) (int64, error) {
+	if len(s) < 8 {
+		return 0, fmt.Errorf("%w: window member of %d bytes", ErrCorruptValue, len(s))
+	}
+	return int64(binary.BigEndian.Uint64([]byte(s[:8]))), nil
 }
 
 // decodeWindowMembers decodes the members of a window range.
