@@ -329,7 +329,7 @@ func (f *Fanout) Handle(ctx context.Context, part int, recs []Record[schema.Mess
 	// A stale message the fan-out has caught up with is its group's last
 	// for now: no push names it as prev, so its members are told to sync.
 	var missed []string
-	if last := recs[len(recs)-1]; last.Offset+1 >= last.End {
+	if last := recs[len(recs)-1]; last.End > 0 && last.Offset+1 >= last.End { // End 0: not known
 		missed = staleAudience(staleLast, p.members)
 	}
 	p.members.mu.RUnlock()
