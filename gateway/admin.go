@@ -53,12 +53,39 @@ func (g *Gateway) readGroupRequest(r *http.Request) (groupRequest, *protocol.Err
 		if errors.As(err, &tooLarge) {
 			return req, protocol.Errorf(protocol.CodeBodyTooLarge, "the body is over the limit of %d bytes; name fewer members and add the rest with POST /v1/admin/groups/{gid}/members", maxGroupBody)
 		}
-		return req, protocol.Errorf(protocol.CodeBadFrame, "the body must be JSON: %v", err)
+		return req, badGroupBody(err)
 	}
 	if gid := r.PathValue("gid"); gid != "" {
 		req.Gid = gid
 	}
 	return req, nil
+}
+
+// badGroupBody says what is wrong with an administration body that did not
+// decode, with an example of the right one.
+func badGroupBody(err error) *protocol.Error {
+	const example = `{"gid":"team","members":["alice","bob"]} to create a group, {"uid":"carol"} to add a member (Content-Type: application/json)`
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &typ) && typ.Field != "" {
+		want := map[string]string{"gid": "a string", "uid": "a string", "members": "a list of user ids"}[typ.Field]
+		if want == "" {
+			want = "of another type"
+		}
+		return protocol.Errorf(protocol.CodeBadFrame, "%q must be %s, not a JSON %s; send e.g. %s", typ.Field, want, typ.Value, example)
+	}
+	return protocol.Errorf(protocol.CodeBadFrame, "the body is not a JSON object; send e.g. %s", example)
+}
+
+// needID refuses a missing or malformed id of a body or path, naming the
+// field.
+func needID(field, id, example string) *protocol.Error {
+	if id == "" {
+		return protocol.Errorf(protocol.CodeInvalid, "%s is missing; send e.g. %s", field, example)
+	}
+	if err := schema.ValidID(id); err != nil {
+		return protocol.Errorf(protocol.CodeInvalid, "%s %q: %v", field, id, err)
+	}
+	return nil
 }
 
 func (g *Gateway) createGroup(ctx context.Context, r *http.Request) (any, *protocol.Error) {
@@ -77,6 +104,9 @@ func (g *Gateway) addMember(ctx context.Context, r *http.Request) (any, *protoco
 	if perr != nil {
 		return nil, perr
 	}
+	if perr := needID(`"uid"`, req.Uid, `{"uid":"carol"}`); perr != nil {
+		return nil, perr
+	}
 	return g.join(ctx, req.Gid, []string{req.Uid})
 }
 
@@ -85,8 +115,8 @@ func (g *Gateway) addMember(ctx context.Context, r *http.Request) (any, *protoco
 // memberships of gid are being rebuilt, a member may read as not one yet:
 // no join is written then.
 func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *protocol.Error) {
-	if err := schema.ValidID(gid); err != nil {
-		return nil, protocol.Errorf(protocol.CodeInvalid, "gid: %v", err)
+	if perr := needID(`"gid"`, gid, `{"gid":"team","members":["alice","bob"]}`); perr != nil {
+		return nil, perr
 	}
 	var current map[string]store.Membership
 	if perr := g.wholeMembers(ctx, gid, func() (err error) { current, err = g.cfg.Redis.Members(ctx, gid); return err }); perr != nil {
@@ -100,8 +130,8 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 	}
 	var join []string
 	for _, uid := range uids {
-		if err := schema.ValidID(uid); err != nil {
-			return nil, protocol.Errorf(protocol.CodeInvalid, "member %q: %v", uid, err)
+		if perr := needID("a member", uid, `{"gid":"team","members":["alice","bob"]}`); perr != nil {
+			return nil, perr
 		}
 		if !stillJoined(current[uid], leaving, uid) && !slices.Contains(join, uid) { // a uid named twice joins once
 			join = append(join, uid)

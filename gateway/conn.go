@@ -416,8 +416,9 @@ func asProtocol(err error) *protocol.Error {
 }
 
 func bearer(r *http.Request) string {
-	if h := r.Header.Get("Authorization"); len(h) > 7 && h[:7] == "Bearer " {
-		return h[7:]
+	// The scheme is case-insensitive (RFC 9110): "bearer" is "Bearer".
+	if h := r.Header.Get("Authorization"); len(h) > 7 && strings.EqualFold(h[:7], "Bearer ") {
+		return strings.TrimSpace(h[7:])
 	}
 	return ""
 }

@@ -181,6 +181,10 @@ func (g *Gateway) devToken(w http.ResponseWriter, r *http.Request) {
 	if req.Uid == "" {
 		req.Uid = r.URL.Query().Get("uid")
 	}
+	if perr := needID(`"uid"`, req.Uid, `{"uid":"alice"} (or ?uid=alice)`); perr != nil {
+		g.writeErr(w, perr)
+		return
+	}
 	tok, err := IssueToken(g.cfg.Secret, req.Uid, g.cfg.TokenTTL)
 	if err != nil {
 		g.writeErr(w, protocol.Errorf(protocol.CodeInvalid, "uid: %v", err))

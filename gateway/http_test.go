@@ -286,3 +286,57 @@ func TestAnHTTPBodyCutShortIsNotCalledTooLarge(t *testing.T) {
 		t.Fatalf("a body cut short: %d %v, want bad_frame saying it did not arrive whole", resp.StatusCode, out)
 	}
 }
+
+// The mistakes made most with the administration and token bodies are
+// answered with what is wrong and an example of the right body, not with
+// the JSON decoder's or the id checker's words; and the bearer scheme is
+// taken in any case, as HTTP has it.
+func TestBodyMistakesAreAnsweredWithWhatToSend(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	raw := func(method, path, auth, contentType, body string) (int, map[string]any) {
+		t.Helper()
+		req, _ := http.NewRequest(method, e.gws[0].srv.URL+path, strings.NewReader(body))
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		json.NewDecoder(resp.Body).Decode(&out)
+		return resp.StatusCode, out
+	}
+	admin := "Bearer " + adminToken
+	for _, tc := range []struct {
+		name, method, path, contentType, body string
+		code, says                            string
+	}{
+		{"members as a string", "POST", "/v1/admin/groups", "", `{"gid":"team","members":"alice"}`, "bad_frame", `"members" must be a list of user ids, not a JSON string; send e.g. {"gid":"team"`},
+		{"a form", "POST", "/v1/admin/groups", "application/x-www-form-urlencoded", `gid=team&members=alice`, "bad_frame", `the body is not a JSON object; send e.g. {"gid":"team"`},
+		{"no gid", "POST", "/v1/admin/groups", "", `{"members":["alice"]}`, "invalid", `"gid" is missing; send e.g. {"gid":"team","members":["alice","bob"]}`},
+		{"no uid to add", "POST", "/v1/admin/groups/team/members", "", `{}`, "invalid", `"uid" is missing; send e.g. {"uid":"carol"}`},
+		{"an empty member", "POST", "/v1/admin/groups", "", `{"gid":"team","members":["alice",""]}`, "invalid", `a member is missing`},
+		{"no uid for a token", "POST", "/v1/dev/token", "", `{}`, "invalid", `"uid" is missing; send e.g. {"uid":"alice"} (or ?uid=alice)`},
+	} {
+		auth := admin
+		if strings.HasPrefix(tc.path, "/v1/dev/") {
+			auth = ""
+		}
+		st, out := raw(tc.method, tc.path, auth, tc.contentType, tc.body)
+		if msg, _ := out["message"].(string); st < 400 || out["code"] != tc.code || !strings.Contains(msg, tc.says) {
+			t.Errorf("%s: %d %v; want %s saying %q", tc.name, st, out, tc.code, tc.says)
+		}
+	}
+	tok, err := IssueToken([]byte(testSecret), "alice", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, out := raw("GET", "/v1/sync", "bearer "+tok, "", ""); st != 200 {
+		t.Errorf("a sync with the scheme written \"bearer\": %d %v; want 200", st, out)
+	}
+}
