@@ -57,7 +57,7 @@ func (a *AckProjector) Runner(b Base) (*Runner[schema.Ack], error) {
 
 // Handle implements Handler.
 func (a *AckProjector) Handle(ctx context.Context, part int, recs []Record[schema.Ack]) error {
-	p, err := a.producerFor(ctx, a.Redis, GroupAckProjector, topics.Acks, part, recs[len(recs)-1].Offset, a.producer)
+	p, err := a.producerFor(ctx, a.Redis, GroupAckProjector, topics.Acks, part, recs[0].Offset, recs[len(recs)-1].Offset, a.producer)
 	if err != nil {
 		return err
 	}
@@ -176,39 +176,50 @@ func (l *lazyRows[R]) Durable(part int) int64 { return l.buf.Load().Durable(part
 // it, which makes them Starters.
 type replays struct {
 	mu      sync.Mutex
-	handled map[int]int64 // per partition, store.Redis.Handled, once read
+	handled map[int]store.Handled // per partition, store.Redis.Handled, once read
+	saved   map[int]int64         // per partition, the position it started from
 }
 
 // Start implements Starter: the position may have been set back since the
 // partition was last started.
-func (r *replays) Start(part int, _ int64) {
+func (r *replays) Start(part int, saved int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.handled, part)
+	if r.saved == nil {
+		r.saved = map[int]int64{}
+	}
+	r.saved[part] = saved
 }
 
 // producerFor returns p, or nil (no corrections) when the batch of part
-// ending at last is a replay.
-func (r *replays) producerFor(ctx context.Context, rds *store.Redis, group, topic string, part int, last int64, p *producers.Producer) (*producers.Producer, error) {
+// from first to last is a replay. A batch below the position the partition
+// started from is of a log recreated or cut back (the runner reads it from
+// its start then): nothing of it was handled before.
+func (r *replays) producerFor(ctx context.Context, rds *store.Redis, group, topic string, part int, first, last int64, p *producers.Producer) (*producers.Producer, error) {
 	if p == nil {
 		return nil, nil
 	}
 	r.mu.Lock()
-	handled, ok := r.handled[part]
+	h, ok := r.handled[part]
+	saved, started := r.saved[part]
 	r.mu.Unlock()
 	if !ok {
 		var err error
-		if handled, err = rds.Handled(ctx, group, topic, part); err != nil {
+		if h, err = rds.Handled(ctx, group, topic, part); err != nil {
 			return nil, err
+		}
+		if started && first < saved {
+			h = store.Handled{End: -1}
 		}
 		r.mu.Lock()
 		if r.handled == nil {
-			r.handled = map[int]int64{}
+			r.handled = map[int]store.Handled{}
 		}
-		r.handled[part] = handled
+		r.handled[part] = h
 		r.mu.Unlock()
 	}
-	if last < handled {
+	if h.Covers(first, last) {
 		return nil, nil
 	}
 	return p, nil

@@ -269,7 +269,7 @@ func TestAReplayAfterAResetAppendsNoCorrections(t *testing.T) {
 	waitFor(t, "the three receipts handled", 20*time.Second, func() bool { return saved() == 3 })
 	stop()
 	// chatctl consumer-groups reset chat.receipt-projector -to earliest
-	if err := p.redis.SaveOffsets(ctx, GroupReceiptProjector, topics.Receipts, map[int]int64{0: kafka.FirstOffset}); err != nil {
+	if err := p.redis.ResetOffsets(ctx, GroupReceiptProjector, topics.Receipts, map[int]int64{0: kafka.FirstOffset}); err != nil {
 		t.Fatal(err)
 	}
 	stop = run()

@@ -51,7 +51,7 @@ func (p *ReceiptProjector) Runner(b Base) (*Runner[schema.Receipt], error) {
 
 // Handle implements Handler.
 func (p *ReceiptProjector) Handle(ctx context.Context, part int, recs []Record[schema.Receipt]) error {
-	prod, err := p.producerFor(ctx, p.Redis, GroupReceiptProjector, topics.Receipts, part, recs[len(recs)-1].Offset, p.producer)
+	prod, err := p.producerFor(ctx, p.Redis, GroupReceiptProjector, topics.Receipts, part, recs[0].Offset, recs[len(recs)-1].Offset, p.producer)
 	if err != nil {
 		return err
 	}

@@ -32,7 +32,7 @@ import "strconv"
 //	chat:offsets:<consumer>                HASH    "<topic>/<partition>" -> next offset to read;
 //	                                               "<topic>/<partition>/replayed" -> "1" (MarkReplayed);
 //	                                               "<topic>/<partition>/origin" -> "<offset>:<sent_at_ms>" (SaveOrigin), or "next";
-//	                                               "<topic>/<partition>/handled" -> the position before it was last set back (Handled)
+//	                                               "<topic>/<partition>/handled" -> "<end>:<skipFrom>:<skipTo>": what was handled before the position was set by hand (Handled)
 //	chat:{u:<uid>}:nodes                   ZSET    member gateway node id, score expiry (unix ms): where the
 //	                                               user is online (one entry per node, several devices)
 //	chat:node:<node>                       STRING  the gateway instance that holds the node's name, expiring

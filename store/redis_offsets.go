@@ -45,29 +45,57 @@ func (r *Redis) Offsets(ctx context.Context, consumer, topic string) (map[int]in
 // topic; other partitions keep theirs. Call it only after the effect of
 // every record before those offsets is durable. A position set by hand
 // starts its partition's state afresh: the next record handled is its
-// origin (see Origin). A position set back keeps, as Handled, the highest
-// one it had before.
+// origin (see Origin).
 func (r *Redis) SaveOffsets(ctx context.Context, consumer, topic string, next map[int]int64) error {
+	return r.saveOffsets(ctx, consumer, topic, next, false)
+}
+
+// ResetOffsets is SaveOffsets for a position set by hand (a consumer-group
+// reset): a position set back keeps, in Handled, the highest one it had
+// before; one set forward, the records it skips.
+func (r *Redis) ResetOffsets(ctx context.Context, consumer, topic string, next map[int]int64) error {
+	return r.saveOffsets(ctx, consumer, topic, next, true)
+}
+
+func (r *Redis) saveOffsets(ctx context.Context, consumer, topic string, next map[int]int64, reset bool) error {
 	if len(next) == 0 {
 		return nil
 	}
 	parts := slices.Sorted(maps.Keys(next))
-	names := make([]string, 0, 2*len(parts))
-	for _, part := range parts {
-		names = append(names, offsetField(topic, part), handledField(topic, part))
-	}
-	was, err := r.client.HMGet(ctx, offsetsKey(consumer), names...).Result()
-	if err != nil {
-		return fmt.Errorf("store: save offsets of %q on %q: %w", consumer, topic, err)
+	var was []any
+	if reset {
+		names := make([]string, 0, 2*len(parts))
+		for _, part := range parts {
+			names = append(names, offsetField(topic, part), handledField(topic, part))
+		}
+		var err error
+		if was, err = r.client.HMGet(ctx, offsetsKey(consumer), names...).Result(); err != nil {
+			return fmt.Errorf("store: save offsets of %q on %q: %w", consumer, topic, err)
+		}
 	}
 	fields := make([]any, 0, 6*len(next))
 	for i, part := range parts {
 		off := next[part]
 		fields = append(fields, offsetField(topic, part), off, originField(topic, part), originNext)
-		cur, handled := savedNumber(was[2*i]), savedNumber(was[2*i+1])
-		if cur > off && cur > handled {
-			fields = append(fields, handledField(topic, part), cur)
+		if !reset {
+			continue
 		}
+		cur := savedNumber(was[2*i])
+		s, _ := was[2*i+1].(string)
+		h := parseHandled(s)
+		switch {
+		case cur >= 0 && cur > off: // set back: what lies below cur was handled
+			h.End = max(h.End, cur)
+		case off > max(cur, 0): // set forward: what lies between is not
+			from, to := max(cur, 0), off
+			if h.SkipTo > h.SkipFrom {
+				from, to = min(from, h.SkipFrom), max(to, h.SkipTo)
+			}
+			h.SkipFrom, h.SkipTo = from, to
+		default:
+			continue
+		}
+		fields = append(fields, handledField(topic, part), h.String())
 	}
 	if err := r.client.HSet(ctx, offsetsKey(consumer), fields...).Err(); err != nil {
 		return fmt.Errorf("store: save offsets of %q on %q: %w", consumer, topic, err)
@@ -89,24 +117,55 @@ func savedNumber(v any) int64 {
 	return n
 }
 
-// Handled returns the position consumer had reached in partition part of
-// topic before its position was last set back (SaveOffsets), -1 when it
-// never was: the records below it were handled once already, so a
-// replay's second handling of them may leave out what their first did
-// once for good (the projectors' corrections).
-func (r *Redis) Handled(ctx context.Context, consumer, topic string, part int) (int64, error) {
+// Handled is what a consumer had handled of a partition before its
+// position was set by hand (SaveOffsets): every record below End but those
+// from SkipFrom to SkipTo (exclusive), which a position set forward
+// skipped (the hull of all such skips). A replay's second handling of the
+// records it covers may leave out what their first did once for good (the
+// projectors' corrections).
+type Handled struct {
+	End              int64 // -1: none
+	SkipFrom, SkipTo int64 // SkipTo <= SkipFrom: none
+}
+
+// Covers reports whether every record from first to last was handled.
+func (h Handled) Covers(first, last int64) bool {
+	return last < h.End && !(h.SkipTo > h.SkipFrom && first < h.SkipTo && last >= h.SkipFrom)
+}
+
+func (h Handled) String() string {
+	return strconv.FormatInt(h.End, 10) + ":" + strconv.FormatInt(h.SkipFrom, 10) + ":" + strconv.FormatInt(h.SkipTo, 10)
+}
+
+// parseHandled reads Handled's String; a value it cannot read is none.
+func parseHandled(s string) Handled {
+	none := Handled{End: -1}
+	parts := strings.Split(s, ":")
+	if len(parts) != 3 {
+		return none
+	}
+	var v [3]int64
+	for i, p := range parts {
+		n, err := strconv.ParseInt(p, 10, 64)
+		if err != nil {
+			return none
+		}
+		v[i] = n
+	}
+	return Handled{End: v[0], SkipFrom: v[1], SkipTo: v[2]}
+}
+
+// Handled returns what consumer had handled of partition part of topic
+// before its position was last set by hand (End -1: nothing known).
+func (r *Redis) Handled(ctx context.Context, consumer, topic string, part int) (Handled, error) {
 	v, err := r.client.HGet(ctx, offsetsKey(consumer), handledField(topic, part)).Result()
 	if errors.Is(err, redis.Nil) {
-		return -1, nil
+		return Handled{End: -1}, nil
 	}
 	if err != nil {
-		return -1, fmt.Errorf("store: handled of %q on %s/%d: %w", consumer, topic, part, err)
+		return Handled{End: -1}, fmt.Errorf("store: handled of %q on %s/%d: %w", consumer, topic, part, err)
 	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		return -1, fmt.Errorf("store: handled of %q on %s/%d: %w: %q", consumer, topic, part, ErrCorruptValue, v)
-	}
-	return n, nil
+	return parseHandled(v), nil
 }
 
 // advanceOffsetScript sets a saved position only if it still holds what the

@@ -170,7 +170,7 @@ func consumerGroupsReset(ctx context.Context, c *command, opts any, args []strin
 		if err != nil {
 			return err
 		}
-		if err := rds.SaveOffsets(ctx, group, topic, saved); err != nil {
+		if err := rds.ResetOffsets(ctx, group, topic, saved); err != nil {
 			return err
 		}
 	}
