@@ -293,4 +293,10 @@ func TestAPushBatchTheGatewayCannotReadHasItsConnectionsSync(t *testing.T) {
 	if got := e.gws[0].g.Stats().Resyncs - before; got != 2 {
 		t.Errorf("the gateway sent %d resync frames for 3 batches it could not read; want one for each of its 2 connections", got)
 	}
+	// One more within the gap, and no other: its connections are told
+	// once more, at the gap's end.
+	if err := e.rc.Publish(ctx, "chat:push:"+e.gws[0].g.Node(), "one more").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the connections told again", lostResyncGap+5*time.Second, func() bool { return e.gws[0].g.Stats().Resyncs-before == 4 })
 }
