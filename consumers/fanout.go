@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -205,6 +204,9 @@ type fanPartition struct {
 	members *memberTable
 	prev    *prevTable // groups' last msgids seen, pushed or not
 	claims  claimSet
+	// staleLast holds, until the fan-out catches up with the log, the
+	// groups whose last message was too old to push (gid -> msgid).
+	staleLast map[string]int64
 }
 
 // partition returns the state of part for the assignment ctx belongs to,
@@ -215,7 +217,7 @@ func (f *Fanout) partition(ctx context.Context, part int) *fanPartition {
 	if p := f.parts[part]; p != nil && p.done == ctx.Done() {
 		return p
 	}
-	p := &fanPartition{id: part, done: ctx.Done(), members: newMemberTable(), prev: newPrevTable(f.PrevGroups)}
+	p := &fanPartition{id: part, done: ctx.Done(), members: newMemberTable(), prev: newPrevTable(f.PrevGroups), staleLast: map[string]int64{}}
 	f.parts[part] = p
 	f.stats.assignments.Add(1)
 	go f.follow(ctx, part, p.members)
@@ -279,7 +281,9 @@ func (f *Fanout) Handle(ctx context.Context, part int, recs []Record[schema.Mess
 	snapshots := map[string][]memberOf{}
 	var out []outgoing
 	var dups, stale int64
-	staleLast := map[string]int64{} // per group, its last message when it is a stale one
+	// Per group, its last message when that is a stale one, from earlier
+	// batches and this one (-1: a push of this batch names it).
+	staleLast := map[string]int64{}
 	p.members.mu.RLock()
 	joins := p.members.takeJoins()
 	for i := range recs {
@@ -314,7 +318,10 @@ func (f *Fanout) Handle(ctx context.Context, part int, recs []Record[schema.Mess
 			staleLast[m.Gid] = msgid
 			continue
 		}
-		delete(staleLast, m.Gid) // a push names it as prev
+		_, inBatch := staleLast[m.Gid]
+		if _, earlier := p.staleLast[m.Gid]; inBatch || earlier {
+			staleLast[m.Gid] = -1 // a push names it as prev
+		}
 		pm := protocol.Message{Gid: m.Gid, MsgID: msgid, Sender: m.Sender, SentAt: m.SentAt, Cmid: m.ClientMsgID, Body: string(m.Body)}
 		if known {
 			pm.Prev = &last
@@ -328,30 +335,52 @@ func (f *Fanout) Handle(ctx context.Context, part int, recs []Record[schema.Mess
 	}
 	// A stale message the fan-out has caught up with is its group's last
 	// for now: no push names it as prev, so its members are told to sync.
+	// The ones of earlier batches wait for that in the partition's state.
 	var missed []string
+	caughtUp := false
 	if last := recs[len(recs)-1]; last.End > 0 && last.Offset+1 >= last.End { // End 0: not known
-		missed = staleAudience(staleLast, p.members)
+		caughtUp = true
+		all := maps.Clone(p.staleLast)
+		for gid, id := range staleLast {
+			all[gid] = id
+		}
+		missed = staleAudience(all, p.members)
 	}
 	p.members.mu.RUnlock()
 	late := lateJoiners(joins, p.prev)
+	fail := func(err error) error {
+		p.members.restoreJoins(joins) // told with the batch's retry
+		return err
+	}
 
 	var pushes int64
 	var batches []store.NodePushes
 	if len(out) > 0 || len(late) > 0 || len(missed) > 0 {
 		nodes, err := f.presence.lookup(ctx, f.Redis, append(append(recipients(out), late...), missed...))
 		if err != nil {
-			return fmt.Errorf("consumers: fan-out: presence: %w", err)
+			return fail(fmt.Errorf("consumers: fan-out: presence: %w", err))
 		}
 		batches, pushes = route(out, nodes)
 		batches = append(batches, resyncs(late, nodes, protocol.ResyncJoined)...)
 		batches = append(batches, resyncs(missed, nodes, protocol.ResyncStale)...)
 		unheard, err := f.Redis.PublishPushesAll(ctx, batches)
 		if err != nil {
-			return fmt.Errorf("consumers: fan-out: %w", err)
+			return fail(fmt.Errorf("consumers: fan-out: %w", err))
 		}
 		f.stats.unheard.Add(int64(unheard))
 	}
 
+	if caughtUp {
+		clear(p.staleLast)
+	} else {
+		for gid, id := range staleLast {
+			if id < 0 {
+				delete(p.staleLast, gid)
+			} else {
+				p.staleLast[gid] = id
+			}
+		}
+	}
 	p.prev.commit(prev, recs[len(recs)-1].Offset)
 	for key, c := range claims {
 		p.claims.put(key, c, now, f.dedupWin)
@@ -373,8 +402,10 @@ func (f *Fanout) Handle(ctx context.Context, part int, recs []Record[schema.Mess
 // pushed to the joiner. Each is named once.
 func lateJoiners(joins []joinAt, prev *prevTable) []string {
 	var late []string
+	named := map[string]bool{}
 	for _, j := range joins {
-		if last, known := prev.lookup(j.gid); known && last > j.pos && !slices.Contains(late, j.uid) {
+		if last, known := prev.lookup(j.gid); known && last > j.pos && !named[j.uid] {
+			named[j.uid] = true
 			late = append(late, j.uid)
 		}
 	}
@@ -382,11 +413,14 @@ func lateJoiners(joins []joinAt, prev *prevTable) []string {
 }
 
 // staleAudience returns the members who see the message of each group of
-// last (gid -> msgid), each once; t.mu must be held.
+// last (gid -> msgid; -1: none), each once; t.mu must be held.
 func staleAudience(last map[string]int64, t *memberTable) []string {
 	var uids []string
 	seen := map[string]bool{}
 	for gid, msgid := range last {
+		if msgid < 0 {
+			continue
+		}
 		for _, mo := range t.snapshot(gid) {
 			if !seen[mo.uid] && mo.m.Sees(msgid) {
 				seen[mo.uid] = true

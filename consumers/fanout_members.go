@@ -58,6 +58,20 @@ type joinAt struct {
 // past it the rest go unnoted (their joiners are not told to sync).
 const maxTrackedJoins = 100_000
 
+// restoreJoins puts back joins taken whose batch failed, to be taken
+// again with its retry.
+func (t *memberTable) restoreJoins(joins []joinAt) {
+	if len(joins) == 0 {
+		return
+	}
+	t.joinsMu.Lock()
+	defer t.joinsMu.Unlock()
+	t.joins = append(joins, t.joins...)
+	if len(t.joins) > maxTrackedJoins {
+		t.joins = t.joins[:maxTrackedJoins]
+	}
+}
+
 // takeJoins returns the joins applied since the last call and notes the
 // next ones; t.mu must be held (for reading), so that no join is applied
 // between the call and the snapshots taken under the same hold.

@@ -105,3 +105,31 @@ func TestMembersOfAGroupWhoseLastMessageWasStaleAreToldToSync(t *testing.T) {
 		t.Errorf("stats %+v; want 2 stale", s)
 	}
 }
+
+// A group's last stale message may end a batch long before the fan-out
+// catches up with the log (a backlog of many batches): its members are
+// told once it does, whichever batch that is.
+func TestAStaleLastMessageOfAnEarlierBatchIsToldWhenCaughtUp(t *testing.T) {
+	p, n1 := aliceAndBobOnline(t)
+	p.member(t, "g2", "alice", schema.OpJoin)
+	base := p.base
+	tune := base.Tune
+	base.Tune = func(r *RunnerTuning) { tune(r); r.BatchSize = 1 } // a batch per record
+	p.base = base
+	f := &Fanout{MaxPushAge: 5 * time.Minute}
+	p.fanout(t, f)
+	p.probe(t, n1)
+	resync := string(protocol.Marshal(protocol.Resync{Op: protocol.OpResync, Reason: protocol.ResyncStale}))
+	now := time.Now()
+	ids, err := p.prod.SendMessages(context.Background(), []schema.Message{
+		{Gid: "g1", Sender: "alice", ClientMsgID: "old-1", SentAt: now.Add(-10 * time.Minute).UnixMilli(), Body: []byte("old")},
+		{Gid: "g2", Sender: "alice", ClientMsgID: "new-1", SentAt: now.UnixMilli(), Body: []byte("new")},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "bob told to sync", 20*time.Second, func() bool { return n1.frames("bob", resync) == 1 })
+	if n1.has("bob", "g1", ids[0]) {
+		t.Errorf("the stale message %d was pushed", ids[0])
+	}
+}
