@@ -35,6 +35,46 @@ func (g *Gateway) leftHead(ctx context.Context, gid string, m store.Membership, 
 	return v
 }
 
+// leftLookups is how many leftHead look-ups one sync makes at once: a user
+// who left many groups long ago (their messages in ClickHouse) logs in
+// without a round trip for each in turn.
+const leftLookups = 8
+
+// leftAt is a group a member left, with the group's newest message.
+type leftAt struct {
+	m    store.Membership
+	head int64
+}
+
+// leftHeadsOf returns leftHead of each group of left, leftLookups at once.
+func (g *Gateway) leftHeadsOf(ctx context.Context, left map[string]leftAt) map[string]int64 {
+	out := make(map[string]int64, len(left))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, leftLookups)
+	for gid, l := range left {
+		if v, ok := g.leftHeads.get(leftStretch{gid, l.m.JoinedAt, l.m.LeftAt}); ok || l.head <= l.m.LeftAt {
+			if !ok {
+				v = l.head
+			}
+			out[gid] = v
+			continue
+		}
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer wg.Done()
+			v := g.leftHead(ctx, gid, l.m, l.head)
+			<-slots
+			mu.Lock()
+			out[gid] = v
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
 // leftStretch is a stretch of membership that ended.
 type leftStretch struct {
 	gid              string

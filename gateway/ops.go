@@ -328,15 +328,23 @@ func (g *Gateway) sync(ctx context.Context, uid string, r *protocol.Request) (an
 	if err != nil {
 		return nil, g.unavailable("cursors", err)
 	}
+	left := map[string]leftAt{}
+	for _, gid := range gids {
+		c := cur[gid]
+		if m := c.Membership(groups[gid]); m.State == store.MemberLeft { // a leave written and not yet projected, as pull takes it
+			left[gid] = leftAt{m, c.Head}
+		}
+	}
+	leftHeads := g.leftHeadsOf(ctx, left)
 	out := &protocol.Synced{Op: protocol.OpSynced, ID: r.ID, Groups: make([]protocol.GroupState, 0, len(gids))}
 	for _, gid := range gids {
 		c := cur[gid]
-		m := c.Membership(groups[gid]) // a leave written and not yet projected, as pull takes it
+		m := c.Membership(groups[gid])
 		st := protocol.GroupState{Gid: gid, Head: c.Head, Ack: max(c.Ack, m.JoinedAt), Read: max(c.Read, m.JoinedAt),
 			Unread: c.Unread, UnreadExact: c.UnreadExact}
 		if m.State == store.MemberLeft {
 			st.Left = true
-			st.Head = g.leftHead(ctx, gid, m, st.Head)
+			st.Head = leftHeads[gid]
 			// Not counted for a group one has left: 0 is a lower bound ("0+").
 			st.Unread, st.UnreadExact = 0, st.Head <= st.Read
 		}
