@@ -347,9 +347,12 @@ func (f *Fanout) Handle(ctx context.Context, part int, recs []Record[schema.Mess
 		missed = staleAudience(all, p.members)
 	}
 	p.members.mu.RUnlock()
-	late := lateJoiners(joins, p.prev)
+	late, told, err := f.projectedJoiners(ctx, p, lateJoins(joins, p.prev))
+	if err != nil {
+		return err
+	}
 	fail := func(err error) error {
-		p.members.restoreJoins(joins) // told with the batch's retry
+		p.members.restoreJoins(told) // told with the batch's retry
 		return err
 	}
 
@@ -394,22 +397,54 @@ func (f *Fanout) Handle(ctx context.Context, part int, recs []Record[schema.Mess
 	return nil
 }
 
-// lateJoiners returns the users whose joins the table applied after the
-// fan-out had handled a message of their group past the join's position
-// (prev: the last one of each group it handled). A join's position is
-// the group's head when it was written, and the fan-out waits for the
-// joins written before a message only: one sent between the two was not
-// pushed to the joiner. Each is named once.
-func lateJoiners(joins []joinAt, prev *prevTable) []string {
-	var late []string
-	named := map[string]bool{}
+// lateJoins returns the joins the table applied after the fan-out had
+// handled a message of their group past the join's position (prev: the
+// last one of each group it handled). A join's position is the group's
+// head when it was written, and the fan-out waits for the joins written
+// before a message only: one sent between the two was not pushed to the
+// joiner.
+func lateJoins(joins []joinAt, prev *prevTable) []joinAt {
+	var late []joinAt
 	for _, j := range joins {
-		if last, known := prev.lookup(j.gid); known && last > j.pos && !named[j.uid] {
-			named[j.uid] = true
-			late = append(late, j.uid)
+		if last, known := prev.lookup(j.gid); known && last > j.pos {
+			late = append(late, j)
 		}
 	}
 	return late
+}
+
+// projectedJoiners returns the users of late, each once, whose joins the
+// member projection holds, and those joins: told to sync before it holds
+// them, a joiner's client would find the group in no sync. The others
+// wait in p's table for a later batch (all of them when the look fails).
+func (f *Fanout) projectedJoiners(ctx context.Context, p *fanPartition, late []joinAt) (uids []string, told []joinAt, err error) {
+	if len(late) == 0 {
+		return nil, nil, nil
+	}
+	refs := make([]store.JoinRef, len(late))
+	for i, j := range late {
+		refs[i] = store.JoinRef{Gid: j.gid, Uid: j.uid, Pos: j.pos}
+	}
+	ready, err := f.Redis.JoinsProjected(ctx, refs)
+	if err != nil {
+		p.members.restoreJoins(late)
+		return nil, nil, fmt.Errorf("consumers: fan-out: %w", err)
+	}
+	var waiting []joinAt
+	named := map[string]bool{}
+	for i, j := range late {
+		if !ready[i] {
+			waiting = append(waiting, j)
+			continue
+		}
+		told = append(told, j)
+		if !named[j.uid] {
+			named[j.uid] = true
+			uids = append(uids, j.uid)
+		}
+	}
+	p.members.restoreJoins(waiting)
+	return uids, told, nil
 }
 
 // staleAudience returns the members who see the message of each group of

@@ -42,12 +42,24 @@ func TestAJoinerNotPushedAMessageSentDuringTheirJoinIsToldToSync(t *testing.T) {
 	m := p.say(t, "g1", "alice", "", time.Now())
 	waitFor(t, "the message pushed to bob", 20*time.Second, func() bool { return n1.has("bob", "g1", m) })
 	release()
-	if j := <-joined; j.Pos >= m {
+	j := <-joined
+	if j.Pos >= m {
 		t.Fatalf("carol's join is at %d, not before message %d: the test no longer races them", j.Pos, m)
 	}
-	// A join in time, and a message after both: carol is pushed it, dave
-	// is told nothing.
-	if _, err := p.prod.Join(context.Background(), "g1", "dave", "test"); err != nil {
+	// Not told before the member projection has her join: her sync would
+	// not name the group yet.
+	mid := p.say(t, "g1", "alice", "", time.Now())
+	waitFor(t, "the next message pushed to carol", 20*time.Second, func() bool { return n1.has("carol", "g1", mid) })
+	if got := n1.frames("carol", resync); got != 0 {
+		t.Fatalf("carol was told to sync %d times before her join was projected; want 0", got)
+	}
+	// A join in time, and a message after both, once the projection has
+	// them: carol is told, dave (pushed it) is not.
+	d, err := p.prod.Join(context.Background(), "g1", "dave", "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.redis.ApplyMembers(context.Background(), []schema.Member{j, d}); err != nil {
 		t.Fatal(err)
 	}
 	after := p.say(t, "g1", "alice", "", time.Now())

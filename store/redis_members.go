@@ -320,6 +320,40 @@ func (m Membership) withLeave(note string) Membership {
 	return l
 }
 
+// JoinRef names a join: uid joined gid at position Pos.
+type JoinRef struct {
+	Gid, Uid string
+	Pos      int64
+}
+
+// JoinsProjected reports, for each join, whether the member projection
+// holds it (or a later join of the member), in one round trip.
+func (r *Redis) JoinsProjected(ctx context.Context, joins []JoinRef) ([]bool, error) {
+	if len(joins) == 0 {
+		return nil, nil
+	}
+	cmds := make([]*redis.StringCmd, len(joins))
+	_, err := r.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, j := range joins {
+			cmds[i] = p.HGet(ctx, membersKey(j.Gid), j.Uid)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("store: joins projected: %w", err)
+	}
+	out := make([]bool, len(joins))
+	for i, c := range cmds {
+		v, err := c.Result()
+		if err != nil {
+			continue // absent: not yet
+		}
+		m, err := parseMembership(v)
+		out[i] = err == nil && m.State != MemberNone && m.JoinedAt >= joins[i].Pos
+	}
+	return out, nil
+}
+
 // Members returns every user who ever joined the group (left ones too), by
 // uid.
 func (r *Redis) Members(ctx context.Context, gid string) (map[string]Membership, error) {
