@@ -81,7 +81,7 @@ func (st *stack) addGateway() error {
 		}
 	}
 	if len(secret) < 32 {
-		return errors.New("the gateway needs CHAT_JWT_SECRET (or -jwt-secret) of at least 32 bytes to verify client tokens")
+		return errors.New("the gateway needs CHAT_JWT_SECRET (or -jwt-secret) of at least 32 bytes to verify client tokens; make one with openssl rand -hex 32")
 	}
 	if !dev {
 		// docker-compose.yml falls back to published placeholders so that

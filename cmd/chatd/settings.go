@@ -93,7 +93,7 @@ var allSettings = []setting{
 	{"clickhouse-database", "CHAT_CLICKHOUSE_DATABASE", "chat", "ClickHouse database (created if missing)", "all", str(func(s *settings) *string { return &s.ClickHouseDB })},
 	{"clickhouse-user", "CHAT_CLICKHOUSE_USER", "default", "ClickHouse user", "all", str(func(s *settings) *string { return &s.ClickHouseUser })},
 	{"clickhouse-password", "CHAT_CLICKHOUSE_PASSWORD", "", "ClickHouse password", "all", str(func(s *settings) *string { return &s.ClickHousePass })},
-	{"message-retention", "CHAT_MESSAGE_RETENTION", "168h", "chat.messages retention when ClickHouse keeps the history (without it: forever)", "all", dur(func(s *settings) *time.Duration { return &s.Retention })},
+	{"message-retention", "CHAT_MESSAGE_RETENTION", "168h", "chat.messages retention when ClickHouse keeps the history (without it: forever); negative (e.g. -1h): forever", "all", dur(func(s *settings) *time.Duration { return &s.Retention })},
 	{"event-retention", "CHAT_EVENT_RETENTION", "2160h", "ack and receipt event logs in ClickHouse older than this are dropped, by whole months (0: keep)", "all", dur(func(s *settings) *time.Duration { return &s.EventRetention })},
 	{"shutdown-timeout", "CHAT_SHUTDOWN_TIMEOUT", "10s", "how long shutdown may drain", "all", dur(func(s *settings) *time.Duration { return &s.ShutdownTimeout })},
 	{"jwt-secret", "CHAT_JWT_SECRET", "", "secret that signs client tokens (HS256), >= 32 bytes (dev: generated and kept in the data dir)", "all", str(func(s *settings) *string { return &s.JWTSecret })},
@@ -173,10 +173,21 @@ func (s *settings) validate() error {
 	if s.WindowSize < -1 || s.WindowSize == 0 {
 		return fmt.Errorf("window-size must be -1 (unbounded) or >= 1 (CHAT_WINDOW_SIZE / -window-size)")
 	}
-	if s.Retention < 0 || s.ShutdownTimeout < 0 || s.EventRetention < 0 {
-		return fmt.Errorf("message-retention, event-retention and shutdown-timeout must be durations such as 168h or 10s")
+	for _, d := range []struct {
+		name, env, use string
+		v               time.Duration
+	}{
+		{"event-retention", "CHAT_EVENT_RETENTION", "2160h (0 keeps them)", s.EventRetention},
+		{"shutdown-timeout", "CHAT_SHUTDOWN_TIMEOUT", "10s", s.ShutdownTimeout},
+	} {
+		if d.v < 0 {
+			return fmt.Errorf("%s %v is negative (%s): use a positive duration, e.g. %s", d.name, d.v, d.env, d.use)
+		}
 	}
-	if s.Retention < minRetention {
+	if s.JWTSecret != "" && len(s.JWTSecret) < 32 {
+		return fmt.Errorf("jwt-secret is %d bytes (CHAT_JWT_SECRET): tokens signed with it can be forged; use at least 32, e.g. the output of openssl rand -hex 32", len(s.JWTSecret))
+	}
+	if s.Retention >= 0 && s.Retention < minRetention { // negative: for ever, as chatctl takes it
 		// chat.messages is what the persister and ClickHouse catch up
 		// from: a short retention (1m is a minute, not a month) deletes
 		// accepted messages before they are stored.
