@@ -175,7 +175,7 @@ func (s *settings) validate() error {
 	}
 	for _, d := range []struct {
 		name, env, use string
-		v               time.Duration
+		v              time.Duration
 	}{
 		{"event-retention", "CHAT_EVENT_RETENTION", "2160h (0 keeps them)", s.EventRetention},
 		{"shutdown-timeout", "CHAT_SHUTDOWN_TIMEOUT", "10s", s.ShutdownTimeout},
