@@ -40,7 +40,7 @@ const tokenSkew = time.Minute
 func verify(secret []byte, token string, maxTTL time.Duration) (string, *protocol.Error) {
 	var claims jwt.RegisteredClaims
 	_, err := jwt.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return secret, nil },
-		jwt.WithValidMethods([]string{"HS256"}), jwt.WithExpirationRequired())
+		jwt.WithValidMethods([]string{"HS256"}), jwt.WithExpirationRequired(), jwt.WithStrictDecoding())
 	switch {
 	case errors.Is(err, jwt.ErrTokenExpired):
 		return "", protocol.Errorf(protocol.CodeTokenExpired, "the token expired; get a new one and reconnect")
