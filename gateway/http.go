@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/groupchat/chatd/protocol"
 )
@@ -123,7 +124,8 @@ func (g *Gateway) asUser(h func(ctx context.Context, uid string, r *http.Request
 // bodies need not carry them and one decoder validates everything.
 func withFields(body []byte, op, gid string) []byte {
 	var m map[string]json.RawMessage
-	if json.Unmarshal(body, &m) != nil || m == nil {
+	// Not UTF-8: rewritten, its bad bytes would become U+FFFD and pass.
+	if !utf8.Valid(body) || json.Unmarshal(body, &m) != nil || m == nil {
 		return body // Decode reports the error
 	}
 	m["op"], _ = json.Marshal(op)

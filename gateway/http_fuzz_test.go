@@ -161,6 +161,7 @@ func FuzzAPIBody(f *testing.F) {
 		{`{"upto":1}`, "a b"},
 		{`{"upto":"1"}`, "g1"},
 		{"{\"cmid\":\"c1\",\"body\":\"\xff\"}", "g1"}, // not UTF-8
+		{"{\"\x84\":0,\"upto\":1}", "g1"},             // not UTF-8, in a key the body's rewriting replaced
 		{`{"cmid":"c1","body":"hi"}}`, "g1"},
 		{`{"upto":1}{"upto":2}`, "g1"},
 		{`null`, "g1"},
