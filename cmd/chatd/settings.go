@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path"
 	"strconv"
 	"strings"
 	"time"
@@ -182,6 +183,11 @@ func (s *settings) validate() error {
 	} {
 		if d.v < 0 {
 			return fmt.Errorf("%s %v is negative (%s): use a positive duration, e.g. %s", d.name, d.v, d.env, d.use)
+		}
+	}
+	for _, o := range list(s.AllowedOrigins) {
+		if _, err := path.Match(o, ""); err != nil {
+			return fmt.Errorf("allowed-origins: %q is no host pattern (CHAT_ALLOWED_ORIGINS): %v; use hosts such as chat.example.com or *.example.com, comma-separated", o, err)
 		}
 	}
 	if s.JWTSecret != "" && len(s.JWTSecret) < 32 {
