@@ -187,3 +187,20 @@ func deref(ptrs []any) []any {
 	}
 	return out
 }
+
+// A command group named without its command, or with one it has not, is
+// answered with the commands it has, not as an unknown command.
+func TestACommandGroupWithoutItsCommandSaysWhichItHas(t *testing.T) {
+	for args, want := range map[string]string{
+		"topics":          `topics needs one of: create, describe, verify (e.g. chatctl topics create)`,
+		"topics nope":     `topics has no "nope"; it needs one of: create, describe, verify`,
+		"consumer-groups": `consumer-groups needs one of: list, reset`,
+		"nonsense":        `unknown command "nonsense"; see chatctl help`,
+	} {
+		var out strings.Builder
+		err := run(context.Background(), strings.Fields(args), func(string) string { return "" }, &out, &out)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("chatctl %s: %v; want %q", args, err, want)
+		}
+	}
+}

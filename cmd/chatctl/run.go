@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"slices"
 	"strings"
 )
 
@@ -72,6 +73,21 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	cmd, ok := commands[name]
 	if !ok {
+		group, sub, _ := strings.Cut(name, " ")
+		var subs []string
+		for n := range commands {
+			if s, ok := strings.CutPrefix(n, group+" "); ok {
+				subs = append(subs, s)
+			}
+		}
+		if len(subs) > 0 {
+			slices.Sort(subs)
+			what := "needs"
+			if sub != "" {
+				what = fmt.Sprintf("has no %q; it needs", sub)
+			}
+			return fmt.Errorf("%s %s one of: %s (e.g. chatctl %s %s); see chatctl help", group, what, strings.Join(subs, ", "), group, subs[0])
+		}
 		printUsage(stderr)
 		return fmt.Errorf("unknown command %q; see chatctl help", name)
 	}
