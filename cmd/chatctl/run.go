@@ -6,8 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"sort"
 	"slices"
+	"sort"
 	"strings"
 )
 
