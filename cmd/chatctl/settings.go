@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/groupchat/chatd/gateway"
+	"github.com/groupchat/chatd/internal/flags"
 	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
 )
@@ -126,7 +127,7 @@ func newCommand(name string, getenv func(string) string, stdout, stderr io.Write
 func (c *command) parse(args []string) ([]string, error) {
 	var rest []string
 	for {
-		if err := c.fs.Parse(args); err != nil {
+		if err := flags.Parse(c.fs, args); err != nil {
 			return nil, err
 		}
 		args = c.fs.Args()

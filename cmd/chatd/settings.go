@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/groupchat/chatd/internal/flags"
 	"github.com/groupchat/chatd/producers"
 )
 
@@ -126,7 +127,7 @@ func parseSettings(role string, args []string, getenv func(string) string, stder
 		}
 		st.bind(s, fs, st.flag, def, st.usage+" ("+st.env+")")
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := flags.Parse(fs, args); err != nil {
 		return nil, err
 	}
 	if err := checkEnv(fs, getenv); err != nil {
@@ -157,11 +158,7 @@ func checkEnv(fs *flag.FlagSet, getenv func(string) string) error {
 		}
 		f := fs.Lookup(st.flag)
 		if err := f.Value.Set(v); err != nil {
-			want := "a whole number"
-			if _, ok := f.Value.(flag.Getter).Get().(time.Duration); ok {
-				want = "a duration such as 10s, 90m or 168h (units: ns, us, ms, s, m, h)"
-			}
-			return fmt.Errorf("%s=%q: want %s; %s", st.env, v, want, st.usage)
+			return fmt.Errorf("%s=%q: want %s; %s", st.env, v, flags.Want(f.Value), st.usage)
 		}
 	}
 	return nil

@@ -1,0 +1,69 @@
+// Package flags parses the command lines of chatd and chatctl: a value a
+// flag cannot take is answered with what the flag wants, not with the flag
+// package's "parse error" after the whole list of flags, which -h prints.
+package flags
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"regexp"
+	"time"
+)
+
+// Parse parses args into fs. On -h it prints fs's flags to fs's output and
+// returns flag.ErrHelp.
+func Parse(fs *flag.FlagSet, args []string) error {
+	out := fs.Output()
+	fs.Usage = func() {}
+	fs.SetOutput(io.Discard) // the flag package prints its errors too
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintf(out, "Flags of %s:\n", fs.Name())
+		fs.PrintDefaults()
+		return err
+	}
+	if err != nil {
+		return Explain(fs, err)
+	}
+	return nil
+}
+
+// invalidValue matches the flag package's error for a value a flag cannot
+// take.
+var invalidValue = regexp.MustCompile(`^invalid (?:boolean )?value "(.*)" for (?:flag )?-([^:]+): `)
+
+// Explain rewrites an error of fs.Parse to say what went wrong and what to
+// do.
+func Explain(fs *flag.FlagSet, err error) error {
+	m := invalidValue.FindStringSubmatch(err.Error())
+	if m == nil {
+		return fmt.Errorf("%v; %s -h lists the flags", err, fs.Name())
+	}
+	f := fs.Lookup(m[2])
+	if f == nil {
+		return err
+	}
+	return fmt.Errorf("-%s %q: want %s (%s)", f.Name, m[1], Want(f.Value), f.Usage)
+}
+
+// Want says what a flag's value must look like.
+func Want(v flag.Value) string {
+	g, ok := v.(flag.Getter)
+	if !ok {
+		return "a valid value"
+	}
+	switch g.Get().(type) {
+	case time.Duration:
+		return "a duration such as 10s, 90m or 168h (units: ns, us, ms, s, m, h; no d)"
+	case int, int64, uint, uint64:
+		return "a whole number"
+	case float64:
+		return "a number"
+	case bool:
+		return "true or false"
+	}
+	return "a valid value"
+}

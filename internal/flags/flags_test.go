@@ -1,0 +1,47 @@
+package flags
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func newSet() *flag.FlagSet {
+	fs := flag.NewFlagSet("chatctl token", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Duration("ttl", 24*time.Hour, "how long the token is valid")
+	fs.Int("partitions", 16, "partitions of each topic")
+	fs.Bool("follow", false, "wait for new records")
+	return fs
+}
+
+// A value a flag cannot take is answered with what it wants; a flag that
+// does not exist, with where the flags are listed; -h lists them.
+func TestParseSaysWhatAFlagWants(t *testing.T) {
+	for args, want := range map[string]string{
+		"-ttl 7d":         `-ttl "7d": want a duration such as 10s, 90m or 168h (units: ns, us, ms, s, m, h; no d) (how long the token is valid)`,
+		"-partitions abc": `-partitions "abc": want a whole number (partitions of each topic)`,
+		"-follow=maybe":   `-follow "maybe": want true or false`,
+		"-nope 1":         `flag provided but not defined: -nope; chatctl token -h lists the flags`,
+	} {
+		err := Parse(newSet(), strings.Fields(args))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v; want %q", args, err, want)
+		}
+	}
+	fs := newSet()
+	var out strings.Builder
+	fs.SetOutput(&out)
+	if err := Parse(fs, []string{"-h"}); !errors.Is(err, flag.ErrHelp) || !strings.Contains(out.String(), "-ttl duration") {
+		t.Errorf("-h: %v, printed %q; want flag.ErrHelp and the flags", err, out.String())
+	}
+	fs = newSet()
+	fs.SetOutput(&out)
+	out.Reset()
+	if err := Parse(fs, []string{"-ttl", "7d"}); err == nil || out.Len() != 0 {
+		t.Errorf("a bad value printed %q; want nothing but the error", out.String())
+	}
+}
