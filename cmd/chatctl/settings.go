@@ -51,6 +51,15 @@ var allSettings = []setting{
 	{"clickhouse-password", "CHAT_CLICKHOUSE_PASSWORD", "", "ClickHouse password", strVar(func(s *settings) *string { return &s.ClickHousePass })},
 }
 
+// envs are the CHAT_* variables of allSettings.
+func envs() []flags.Env {
+	out := make([]flags.Env, len(allSettings))
+	for i, st := range allSettings {
+		out[i] = flags.Env{Name: st.env, Flag: st.flag, Usage: st.usage}
+	}
+	return out
+}
+
 // secret reports whether the setting named flag is a secret: a command
 // that chatctl prints for an operator to run leaves it out, as logs and
 // terminal scrollback keep what it prints.
@@ -128,6 +137,9 @@ func (c *command) parse(args []string) ([]string, error) {
 	var rest []string
 	for {
 		if err := flags.Parse(c.fs, args); err != nil {
+			return nil, err
+		}
+		if err := flags.CheckEnv(c.fs, c.getenv, envs()); err != nil {
 			return nil, err
 		}
 		args = c.fs.Args()

@@ -149,19 +149,11 @@ func parseSettings(role string, args []string, getenv func(string) string, stder
 // flag's default was a placeholder that validate refuses without saying
 // which variable held what. A flag given instead of it wins.
 func checkEnv(fs *flag.FlagSet, getenv func(string) string) error {
-	given := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	for _, st := range allSettings {
-		v := getenv(st.env)
-		if v == "" || given[st.flag] {
-			continue
-		}
-		f := fs.Lookup(st.flag)
-		if err := f.Value.Set(v); err != nil {
-			return fmt.Errorf("%s=%q: want %s; %s", st.env, v, flags.Want(f.Value), st.usage)
-		}
+	envs := make([]flags.Env, len(allSettings))
+	for i, st := range allSettings {
+		envs[i] = flags.Env{Name: st.env, Flag: st.flag, Usage: st.usage}
 	}
-	return nil
+	return flags.CheckEnv(fs, getenv, envs)
 }
 
 func (s *settings) validate() error {

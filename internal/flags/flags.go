@@ -67,3 +67,25 @@ func Want(v flag.Value) string {
 	}
 	return "a valid value"
 }
+
+// Env is a variable whose value is a flag's default.
+type Env struct{ Name, Flag, Usage string }
+
+// CheckEnv refuses a variable of envs whose value its flag cannot take,
+// naming it: bound as the flag's default, the value was dropped without a
+// word. A flag given instead of it wins. Call it after Parse.
+func CheckEnv(fs *flag.FlagSet, getenv func(string) string, envs []Env) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	for _, e := range envs {
+		v := getenv(e.Name)
+		f := fs.Lookup(e.Flag)
+		if v == "" || given[e.Flag] || f == nil {
+			continue
+		}
+		if err := f.Value.Set(v); err != nil {
+			return fmt.Errorf("%s=%q: want %s; %s", e.Name, v, Want(f.Value), e.Usage)
+		}
+	}
+	return nil
+}

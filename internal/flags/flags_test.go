@@ -45,3 +45,25 @@ func TestParseSaysWhatAFlagWants(t *testing.T) {
 		t.Errorf("a bad value printed %q; want nothing but the error", out.String())
 	}
 }
+
+// A variable whose value its flag cannot take is refused, naming the
+// variable and what it wants; a flag given instead wins.
+func TestCheckEnvNamesTheVariable(t *testing.T) {
+	envs := []Env{{"CHAT_TTL", "ttl", "token lifetime"}, {"CHAT_PARTITIONS", "partitions", "partitions of each topic"}}
+	env := map[string]string{"CHAT_TTL": "7d", "CHAT_PARTITIONS": "16"}
+	fs := newSet()
+	if err := Parse(fs, nil); err != nil {
+		t.Fatal(err)
+	}
+	err := CheckEnv(fs, func(k string) string { return env[k] }, envs)
+	if want := `CHAT_TTL="7d": want a duration such as 10s`; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("CheckEnv: %v; want %q", err, want)
+	}
+	fs = newSet()
+	if err := Parse(fs, []string{"-ttl", "1h"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckEnv(fs, func(k string) string { return env[k] }, envs); err != nil {
+		t.Errorf("CheckEnv with -ttl given: %v; want none", err)
+	}
+}
