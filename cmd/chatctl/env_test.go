@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"reflect"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -202,5 +204,21 @@ func TestACommandGroupWithoutItsCommandSaysWhichItHas(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("chatctl %s: %v; want %q", args, err, want)
 		}
+	}
+}
+
+// A -to that names no position is refused before Kafka is asked, so an
+// operator whose broker is down still learns of it; a server that cannot
+// be reached is named, with the settings that say where it is.
+func TestMistakesAreToldBeforeAndAroundTheServers(t *testing.T) {
+	env := map[string]string{"CHAT_KAFKA_BROKERS": "127.0.0.1:1"}
+	var out strings.Builder
+	err := run(context.Background(), []string{"consumer-groups", "reset", "chat.persister", "-to", "yesterday"}, func(k string) string { return env[k] }, &out, &out)
+	if want := `-to "yesterday": want earliest, latest, a time such as 2024-05-01T12:00:00Z, or an offset >= 0`; err == nil || err.Error() != want {
+		t.Errorf("reset -to yesterday with no broker: %v; want %q", err, want)
+	}
+	dial := fmt.Errorf("describe consumer group g: %w", &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}, Err: syscall.ECONNREFUSED})
+	if got, want := withDialHint(dial).Error(), "is the server at 127.0.0.1:1 up, and is it the one meant? (CHAT_KAFKA_BROKERS"; !strings.Contains(got, want) {
+		t.Errorf("withDialHint = %q; want it to say %q", got, want)
 	}
 }

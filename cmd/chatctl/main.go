@@ -9,9 +9,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -19,7 +22,17 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "chatctl:", err)
+		fmt.Fprintln(os.Stderr, "chatctl:", withDialHint(err))
 		os.Exit(1)
 	}
+}
+
+// withDialHint adds what to check to an error of a server that could not
+// be reached, unless it says so already.
+func withDialHint(err error) error {
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "dial" || strings.Contains(err.Error(), "is the broker up") {
+		return err
+	}
+	return fmt.Errorf("%w; is the server at %v up, and is it the one meant? (CHAT_KAFKA_BROKERS, CHAT_REDIS_ADDRS and CHAT_CLICKHOUSE_ADDRS, or their flags, say where each is)", err, op.Addr)
 }

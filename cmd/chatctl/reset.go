@@ -42,6 +42,9 @@ func consumerGroupsReset(ctx context.Context, c *command, opts any, args []strin
 		return errors.New("usage: chatctl consumer-groups reset GROUP -to earliest|latest|TIME|OFFSET [-topic T] [-partition P] [-dry-run] [-force] [-skip-unread]")
 	}
 	group := args[0]
+	if err := checkTarget(o.to); err != nil {
+		return err // before Kafka is asked anything
+	}
 	brokers, err := c.s.brokers()
 	if err != nil {
 		return err
@@ -269,15 +272,29 @@ func resetTarget(ctx context.Context, a *admin, topic string, parts []int, to st
 		if t, err := time.Parse(time.RFC3339Nano, to); err == nil {
 			return a.offsetsAt(ctx, topic, parts, t)
 		}
-		off, err := strconv.ParseInt(to, 10, 64)
-		if err != nil || off < 0 {
-			return nil, fmt.Errorf("-to %q: want earliest, latest, a time such as 2024-05-01T12:00:00Z, or an offset >= 0", to)
+		if err := checkTarget(to); err != nil {
+			return nil, err
 		}
+		off, _ := strconv.ParseInt(to, 10, 64)
 		for _, p := range parts {
 			out[p] = min(max(off, b[p].first), b[p].end)
 		}
 	}
 	return out, nil
+}
+
+// checkTarget refuses a -to that names no position.
+func checkTarget(to string) error {
+	if to == "earliest" || to == "latest" {
+		return nil
+	}
+	if _, err := time.Parse(time.RFC3339Nano, to); err == nil {
+		return nil
+	}
+	if off, err := strconv.ParseInt(to, 10, 64); err == nil && off >= 0 {
+		return nil
+	}
+	return fmt.Errorf("-to %q: want earliest, latest, a time such as 2024-05-01T12:00:00Z, or an offset >= 0", to)
 }
 
 // fromStart returns the positions to save in Redis for target: a partition
