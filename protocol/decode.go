@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
 	"unicode/utf8"
 
 	"github.com/groupchat/chatd/schema"
@@ -32,10 +33,13 @@ func Decode(b []byte, maxBody int) (Request, error) {
 	d := json.NewDecoder(bytes.NewReader(b))
 	if err := d.Decode(&r); err != nil {
 		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return Request{}, Errorf(CodeBadFrame, "field %q must be a JSON %s, got %s", te.Field, te.Type.Kind(), te.Value)
+		switch {
+		case errors.As(err, &te) && te.Field != "":
+			return Request{}, Errorf(CodeBadFrame, "%q must be %s, not a JSON %s", te.Field, kindWord(te.Type.Kind()), te.Value)
+		case errors.As(err, &te):
+			return Request{}, Errorf(CodeBadFrame, `a request is one JSON object, e.g. {"op":"sync"} (over HTTP, the operation's fields), not a JSON %s`, te.Value)
 		}
-		return Request{}, Errorf(CodeBadFrame, "the frame is not a JSON object: %v", err)
+		return Request{}, Errorf(CodeBadFrame, `a request is one JSON object, e.g. {"op":"sync"} (over HTTP, the operation's fields): %v`, err)
 	}
 	// More would let a stray "}" or "]" after the object pass: only
 	// whitespace may follow it.
@@ -115,4 +119,21 @@ func checkGid(gid string) error {
 		return Errorf(CodeInvalid, "gid: %v", err)
 	}
 	return nil
+}
+
+// kindWord names a kind of JSON value the way a person would.
+func kindWord(k reflect.Kind) string {
+	switch k {
+	case reflect.Int, reflect.Int64, reflect.Int32, reflect.Uint, reflect.Uint64, reflect.Uint32:
+		return "a whole number"
+	case reflect.String:
+		return "a string"
+	case reflect.Slice, reflect.Array:
+		return "a list"
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Bool:
+		return "true or false"
+	}
+	return "another kind of value"
 }

@@ -116,3 +116,20 @@ func TestDecodeEchoesNoIDPastTheLimit(t *testing.T) {
 		t.Fatalf("a refused send: error %v, id %q to echo, want 7", err, r.ID)
 	}
 }
+
+// A request of the wrong shape is told what shape to send, in words, not
+// in Go's type names ("must be a JSON int64", "a JSON struct").
+func TestARequestOfTheWrongShapeIsToldTheRightOne(t *testing.T) {
+	for in, want := range map[string]string{
+		`["x"]`:                             `a request is one JSON object, e.g. {"op":"sync"} (over HTTP, the operation's fields), not a JSON array`,
+		`{"op":"ack","gid":"g","upto":"5"}`: `"upto" must be a whole number, not a JSON string`,
+		`{"op":"read_counts","gid":"g","msgids":5}`: `"msgids" must be a list, not a JSON number`,
+		`cmid=c1&body=hi`: `a request is one JSON object, e.g. {"op":"sync"} (over HTTP, the operation's fields): invalid character`,
+	} {
+		_, err := Decode([]byte(in), 1024)
+		var perr *Error
+		if !errors.As(err, &perr) || perr.Code != CodeBadFrame || !strings.HasPrefix(perr.Message, want) {
+			t.Errorf("Decode(%s) = %v; want bad_frame %q", in, err, want)
+		}
+	}
+}
