@@ -117,7 +117,7 @@ func (s *settings) serveDebug(ctx context.Context) (string, error) {
 func serveAside(ctx context.Context, what, addr, env string, srv *http.Server) (string, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return "", fmt.Errorf("%s listen on %s: %w; set %s to a free address or leave it empty", what, addr, err, env)
+		return "", fmt.Errorf("%s listen on %s: %w; set %s to a free host:port (e.g. 127.0.0.1:6060) or leave it empty", what, addr, err, env)
 	}
 	go func() {
 		<-ctx.Done()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
@@ -133,6 +134,9 @@ func openStack(ctx context.Context, role string, s *settings, log *slog.Logger) 
 func (st *stack) openEmbedded() (redis.UniversalClient, error) {
 	b, err := broker.Start(broker.Config{Listen: st.s.KafkaListen, DataDir: filepath.Join(st.s.DataDir, "kafka"), Log: st.log})
 	if err != nil {
+		if _, ok := errors.AsType[*fs.PathError](err); ok {
+			err = fmt.Errorf("%w; set CHAT_DATA_DIR (-data-dir) to a directory chatd may write", err)
+		}
 		return nil, err
 	}
 	st.closers = append(st.closers, b.Close)
@@ -257,7 +261,7 @@ func (st *stack) base() consumers.Base {
 func (st *stack) run(ctx context.Context) error {
 	ln, err := net.Listen("tcp", st.s.HTTPAddr)
 	if err != nil {
-		return fmt.Errorf("HTTP listen on %s: %w; set CHAT_HTTP_ADDR to a free address", st.s.HTTPAddr, err)
+		return fmt.Errorf("HTTP listen on %s: %w; set CHAT_HTTP_ADDR (-http-addr) to a free host:port, e.g. 127.0.0.1:8080 or :8080", st.s.HTTPAddr, err)
 	}
 	srv := st.s.httpServer(st.routes(), st.gateway != nil) // the API waits on the stores
 	st.log.Info("serving HTTP", "addr", ln.Addr().String())
