@@ -142,3 +142,50 @@ func TestTheLongestTokenCapTakesTokens(t *testing.T) {
 		t.Fatalf("a token of an hour under the longest cap: %q, %v; want alice", uid, perr)
 	}
 }
+
+// A browser page may connect from the gateway's own host or from a host
+// CHAT_ALLOWED_ORIGINS names; a page of any other origin is refused, with
+// the API's JSON error saying what its operator sets, not the WebSocket
+// library's bare 403. A client that is no browser sends no Origin.
+func TestBrowserPagesConnectOnlyFromAllowedOrigins(t *testing.T) {
+	e := newEnv(t, envOpts{gateways: 1, tune: func(c *Config) { c.AllowedOrigins = []string{"*.chat.example.com"} }})
+	base := strings.TrimPrefix(e.gws[0].srv.URL, "http://")
+	url := "ws://" + base + "/v1/ws?token=" + e.token("alice")
+	for origin, ok := range map[string]bool{
+		"":                             true,
+		"http://" + base:               true,
+		"https://app.chat.example.com": true,
+		"https://APP.Chat.Example.com": true,
+		"https://evil.example.net":     false,
+		"https://chat.example.com":     false, // the pattern wants a subdomain
+		"not a url":                    false,
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		h := http.Header{}
+		if origin != "" {
+			h.Set("Origin", origin)
+		}
+		ws, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: h})
+		cancel()
+		if ok {
+			if err != nil {
+				t.Errorf("origin %q: %v; want the upgrade", origin, err)
+				continue
+			}
+			ws.CloseNow()
+			continue
+		}
+		if err == nil {
+			ws.CloseNow()
+			t.Errorf("origin %q: upgraded; want it refused", origin)
+			continue
+		}
+		var body map[string]any
+		if resp != nil {
+			json.NewDecoder(resp.Body).Decode(&body)
+		}
+		if msg, _ := body["message"].(string); resp == nil || resp.StatusCode != http.StatusForbidden || body["code"] != "forbidden" || !strings.Contains(msg, "CHAT_ALLOWED_ORIGINS") {
+			t.Errorf("origin %q: %v, %v; want 403 forbidden naming CHAT_ALLOWED_ORIGINS", origin, resp, body)
+		}
+	}
+}

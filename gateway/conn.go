@@ -9,6 +9,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
+	"path"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -108,6 +110,12 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	if !g.ready.Load() {
 		g.cfg.Metrics.Refused(refusedStarting)
 		g.writeErr(w, protocol.Errorf(protocol.CodeUnavailable, "this server is starting and does not get pushes yet; retry in a few seconds, with a back-off"))
+		return
+	}
+	// The WebSocket library refuses a browser page of another origin with
+	// a bare 403 (checked again there); its operator is told what to set.
+	if origin, ok := allowedOrigin(r, g.cfg.AllowedOrigins); !ok {
+		g.writeErr(w, protocol.Errorf(protocol.CodeForbidden, "a page of %q may not connect to this server (%s); its operator adds the host to CHAT_ALLOWED_ORIGINS", origin, r.Host))
 		return
 	}
 	// Checked and counted under admitConn: a Shutdown that begins after the
@@ -421,6 +429,35 @@ func bearer(r *http.Request) string {
 		return strings.TrimSpace(h[7:])
 	}
 	return ""
+}
+
+// allowedOrigin reports whether a browser page's origin may connect, as
+// the WebSocket library decides it: no Origin (not a browser), the
+// server's own host, or a host matching one of patterns (path.Match, any
+// case; a pattern with "://" matches the scheme too). It returns the
+// origin's host.
+func allowedOrigin(r *http.Request, patterns []string) (string, bool) {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return "", true
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return origin, false
+	}
+	if strings.EqualFold(r.Host, u.Host) {
+		return u.Host, true
+	}
+	for _, p := range patterns {
+		target := u.Host
+		if strings.Contains(p, "://") {
+			target = u.Scheme + "://" + u.Host
+		}
+		if ok, _ := path.Match(strings.ToLower(p), strings.ToLower(target)); ok {
+			return u.Host, true
+		}
+	}
+	return u.Host, false
 }
 
 // wsToken is the token of a WebSocket upgrade: in the URL, as browsers
