@@ -347,7 +347,7 @@ func (f *Fanout) Handle(ctx context.Context, part int, recs []Record[schema.Mess
 		missed = staleAudience(all, p.members)
 	}
 	p.members.mu.RUnlock()
-	late, told, err := f.projectedJoiners(ctx, p, lateJoins(joins, p.prev))
+	late, told, err := f.projectedJoiners(ctx, p, lateJoins(joins, p.prev, time.Now()))
 	if err != nil {
 		return err
 	}
@@ -403,10 +403,13 @@ func (f *Fanout) Handle(ctx context.Context, part int, recs []Record[schema.Mess
 // head when it was written, and the fan-out waits for the joins written
 // before a message only: one sent between the two was not pushed to the
 // joiner.
-func lateJoins(joins []joinAt, prev *prevTable) []joinAt {
+func lateJoins(joins []joinAt, prev *prevTable, now time.Time) []joinAt {
 	var late []joinAt
 	for _, j := range joins {
-		if last, known := prev.lookup(j.gid); known && last > j.pos {
+		if last, known := prev.lookup(j.gid); j.late || known && last > j.pos {
+			if !j.late {
+				j.late, j.since = true, now
+			}
 			late = append(late, j)
 		}
 	}
@@ -416,7 +419,9 @@ func lateJoins(joins []joinAt, prev *prevTable) []joinAt {
 // projectedJoiners returns the users of late, each once, whose joins the
 // member projection holds, and those joins: told to sync before it holds
 // them, a joiner's client would find the group in no sync. The others
-// wait in p's table for a later batch (all of them when the look fails).
+// wait in p's table for a later batch (all of them when the look fails),
+// maxJoinWait at most: past it they are told anyway (the projection may
+// never hold a join whose member left again).
 func (f *Fanout) projectedJoiners(ctx context.Context, p *fanPartition, late []joinAt) (uids []string, told []joinAt, err error) {
 	if len(late) == 0 {
 		return nil, nil, nil
@@ -433,7 +438,7 @@ func (f *Fanout) projectedJoiners(ctx context.Context, p *fanPartition, late []j
 	var waiting []joinAt
 	named := map[string]bool{}
 	for i, j := range late {
-		if !ready[i] {
+		if !ready[i] && time.Since(j.since) < maxJoinWait {
 			waiting = append(waiting, j)
 			continue
 		}

@@ -52,7 +52,15 @@ type memberTable struct {
 type joinAt struct {
 	gid, uid string
 	pos      int64
+	// late is set once the join is found late (lateJoins): it waits for
+	// the member projection, whatever the fan-out forgets meanwhile.
+	late  bool
+	since time.Time // when it was found late; it waits maxJoinWait at most
 }
+
+// maxJoinWait is how long a late join waits for the member projection to
+// hold it before its joiner is told to sync anyway.
+const maxJoinWait = time.Minute
 
 // maxTrackedJoins bounds the joins noted between two batches of messages;
 // past it the rest go unnoted (their joiners are not told to sync).
@@ -133,7 +141,7 @@ func (t *memberTable) apply(m kafka.Message, log *slog.Logger) {
 		if ev.Op == schema.OpJoin {
 			t.joinsMu.Lock()
 			if t.tracking && len(t.joins) < maxTrackedJoins {
-				t.joins = append(t.joins, joinAt{ev.Gid, ev.Uid, ev.Pos})
+				t.joins = append(t.joins, joinAt{gid: ev.Gid, uid: ev.Uid, pos: ev.Pos})
 			}
 			t.joinsMu.Unlock()
 		}

@@ -2,6 +2,7 @@ package consumers
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -143,5 +144,45 @@ func TestAStaleLastMessageOfAnEarlierBatchIsToldWhenCaughtUp(t *testing.T) {
 	waitFor(t, "bob told to sync", 20*time.Second, func() bool { return n1.frames("bob", resync) == 1 })
 	if n1.has("bob", "g1", ids[0]) {
 		t.Errorf("the stale message %d was pushed", ids[0])
+	}
+}
+
+// A late join waiting for the member projection waits whatever the fan-out
+// forgets meanwhile (its group evicted from the prev table), and no longer
+// than maxJoinWait: a join the projection never holds is told then.
+func TestALateJoinWaitsForTheProjectionAndNoLonger(t *testing.T) {
+	ctx := context.Background()
+	pl := newPipeline(t, pipelineOpts{partitions: 1, window: 100})
+	f := &Fanout{Redis: pl.redis}
+	p := &fanPartition{members: newMemberTable(), prev: newPrevTable(1), staleLast: map[string]int64{}}
+	p.prev.commit(map[string]int64{"g1": 10}, 10) // a message of g1 at 10 handled, then
+	p.members.restoreJoins([]joinAt{{gid: "g1", uid: "carol", pos: 5}, {gid: "g1", uid: "dave", pos: 6}})
+	now := time.Now()
+	batch := func(at time.Time) []string {
+		t.Helper()
+		uids, _, err := f.projectedJoiners(ctx, p, lateJoins(p.members.takeJoins(), p.prev, at))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return uids
+	}
+	if uids := batch(now); len(uids) != 0 {
+		t.Fatalf("told %v before the projection held their joins", uids)
+	}
+	p.prev.commit(map[string]int64{"g2": 11, "g3": 12}, 12) // g1 evicted
+	if err := pl.redis.ApplyMembers(ctx, []schema.Member{{Op: schema.OpJoin, Gid: "g1", Uid: "carol", Pos: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	if uids := batch(now); fmt.Sprint(uids) != "[carol]" {
+		t.Fatalf("once her join is projected: told %v; want [carol]", uids)
+	}
+	// dave's join is never projected: after maxJoinWait he is told anyway.
+	for _, j := range p.members.joins {
+		if j.uid == "dave" {
+			p.members.joins = []joinAt{{gid: j.gid, uid: j.uid, pos: j.pos, late: true, since: now.Add(-maxJoinWait)}}
+		}
+	}
+	if uids := batch(now); fmt.Sprint(uids) != "[dave]" || len(p.members.joins) != 0 {
+		t.Fatalf("a join waiting past maxJoinWait: told %v, %d still waiting; want [dave], none", uids, len(p.members.joins))
 	}
 }
