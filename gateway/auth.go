@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/coder/websocket"
@@ -38,6 +39,11 @@ const tokenSkew = time.Minute
 // is further than maxTTL from now is refused: a stolen token of a far
 // exp would otherwise be good for ever, whatever the deployment rotates.
 func verify(secret []byte, token string, maxTTL time.Duration) (string, *protocol.Error) {
+	// Base64 decoders skip line breaks, strict ones too: a token is one
+	// form only, so whitespace anywhere is refused.
+	if strings.ContainsAny(token, " \t\r\n") {
+		return "", protocol.Errorf(protocol.CodeBadToken, "the token holds whitespace; send it as it was issued")
+	}
 	var claims jwt.RegisteredClaims
 	_, err := jwt.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return secret, nil },
 		jwt.WithValidMethods([]string{"HS256"}), jwt.WithExpirationRequired(), jwt.WithStrictDecoding())

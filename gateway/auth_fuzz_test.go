@@ -154,4 +154,11 @@ func TestATokenWithItsSignaturesSpareBitsChangedIsRefused(t *testing.T) {
 			t.Errorf("took %q, %q with its last character's spare bits changed, as %q", other, tok, uid)
 		}
 	}
+	// Base64 decoders skip line breaks, strict ones too.
+	for _, ws := range []string{"\n", "\r", " "} {
+		other := tok[:len(tok)-5] + ws + tok[len(tok)-5:]
+		if uid, perr := verify(fuzzSecret, other, fuzzTTL); perr == nil {
+			t.Errorf("took %q, %q with %q in its signature, as %q", other, tok, ws, uid)
+		}
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -159,6 +160,7 @@ func TestBrowserPagesConnectOnlyFromAllowedOrigins(t *testing.T) {
 		"https://evil.example.net":     false,
 		"https://chat.example.com":     false, // the pattern wants a subdomain
 		"not a url":                    false,
+		"null":                         false, // a file or a sandbox: "*" alone takes it
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		h := http.Header{}
@@ -187,5 +189,11 @@ func TestBrowserPagesConnectOnlyFromAllowedOrigins(t *testing.T) {
 		if msg, _ := body["message"].(string); resp == nil || resp.StatusCode != http.StatusForbidden || body["code"] != "forbidden" || !strings.Contains(msg, "CHAT_ALLOWED_ORIGINS") {
 			t.Errorf("origin %q: %v, %v; want 403 forbidden naming CHAT_ALLOWED_ORIGINS", origin, resp, body)
 		}
+	}
+	// With "*", as the WebSocket library has it, an origin of no host too.
+	req := httptest.NewRequest("GET", "/v1/ws", nil)
+	req.Header.Set("Origin", "null")
+	if _, ok := allowedOrigin(req, []string{"*"}); !ok {
+		t.Error(`origin "null" with the pattern "*": refused; want it taken, as the WebSocket library takes it`)
 	}
 }

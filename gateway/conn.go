@@ -442,7 +442,7 @@ func allowedOrigin(r *http.Request, patterns []string) (string, bool) {
 		return "", true
 	}
 	u, err := url.Parse(origin)
-	if err != nil || u.Host == "" {
+	if err != nil {
 		return origin, false
 	}
 	if strings.EqualFold(r.Host, u.Host) {
@@ -454,8 +454,11 @@ func allowedOrigin(r *http.Request, patterns []string) (string, bool) {
 			target = u.Scheme + "://" + u.Host
 		}
 		if ok, _ := path.Match(strings.ToLower(p), strings.ToLower(target)); ok {
-			return u.Host, true
+			return u.Host, true // "*" takes an origin of no host too ("null": a file, a sandbox)
 		}
+	}
+	if u.Host == "" {
+		return origin, false
 	}
 	return u.Host, false
 }
