@@ -222,3 +222,15 @@ func TestMistakesAreToldBeforeAndAroundTheServers(t *testing.T) {
 		t.Errorf("withDialHint = %q; want it to say %q", got, want)
 	}
 }
+
+// A flag wins over its variable wherever it stands, after an argument too.
+func TestAFlagAfterAnArgumentWinsOverABadVariable(t *testing.T) {
+	env := map[string]string{"CHAT_MESSAGE_RETENTION": "7d", "CHAT_KAFKA_BROKERS": "127.0.0.1:1"}
+	var out strings.Builder
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := run(ctx, []string{"tail", "chat.messages", "-message-retention", "168h", "-n", "1"}, func(k string) string { return env[k] }, &out, &out)
+	if err == nil || strings.Contains(err.Error(), "CHAT_MESSAGE_RETENTION") {
+		t.Errorf("tail with -message-retention after its argument: %v; want no word of the variable the flag overrides (the broker is down)", err)
+	}
+}

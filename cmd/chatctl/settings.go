@@ -139,15 +139,16 @@ func (c *command) parse(args []string) ([]string, error) {
 		if err := flags.Parse(c.fs, args); err != nil {
 			return nil, err
 		}
-		if err := flags.CheckEnv(c.fs, c.getenv, envs()); err != nil {
-			return nil, err
-		}
 		args = c.fs.Args()
 		if len(args) == 0 {
 			break
 		}
 		rest = append(rest, args[0])
 		args = args[1:]
+	}
+	// Once every flag is read: one given after an argument wins too.
+	if err := flags.CheckEnv(c.fs, c.getenv, envs()); err != nil {
+		return nil, err
 	}
 	return rest, c.s.validate()
 }

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -46,7 +48,15 @@ func Explain(fs *flag.FlagSet, err error) error {
 	if f == nil {
 		return err
 	}
-	return fmt.Errorf("-%s %q: want %s (%s)", f.Name, m[1], Want(f.Value), f.Usage)
+	value, uerr := strconv.Unquote(`"` + m[1] + `"`)
+	if uerr != nil {
+		value = m[1]
+	}
+	why := ""
+	if reason := strings.TrimSpace(err.Error()[len(m[0]):]); reason != "parse error" {
+		why = " (" + reason + ")" // e.g. "value out of range"
+	}
+	return fmt.Errorf("-%s %q%s: want %s (%s)", f.Name, value, why, Want(f.Value), f.Usage)
 }
 
 // Want says what a flag's value must look like.

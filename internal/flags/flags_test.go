@@ -22,10 +22,12 @@ func newSet() *flag.FlagSet {
 // does not exist, with where the flags are listed; -h lists them.
 func TestParseSaysWhatAFlagWants(t *testing.T) {
 	for args, want := range map[string]string{
-		"-ttl 7d":         `-ttl "7d": want a duration such as 10s, 90m or 168h (units: ns, us, ms, s, m, h; no d) (how long the token is valid)`,
-		"-partitions abc": `-partitions "abc": want a whole number (partitions of each topic)`,
-		"-follow=maybe":   `-follow "maybe": want true or false`,
-		"-nope 1":         `flag provided but not defined: -nope; chatctl token -h lists the flags`,
+		"-ttl 7d":                          `-ttl "7d": want a duration such as 10s, 90m or 168h (units: ns, us, ms, s, m, h; no d) (how long the token is valid)`,
+		"-partitions abc":                  `-partitions "abc": want a whole number (partitions of each topic)`,
+		"-follow=maybe":                    `-follow "maybe": want true or false`,
+		"-nope 1":                          `flag provided but not defined: -nope; chatctl token -h lists the flags`,
+		"-partitions 99999999999999999999": `-partitions "99999999999999999999" (value out of range): want a whole number`,
+		`-ttl 1"h`:                         `-ttl "1\"h": want a duration`,
 	} {
 		err := Parse(newSet(), strings.Fields(args))
 		if err == nil || !strings.Contains(err.Error(), want) {
