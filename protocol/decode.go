@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"reflect"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/groupchat/chatd/schema"
@@ -35,7 +36,7 @@ func Decode(b []byte, maxBody int) (Request, error) {
 		var te *json.UnmarshalTypeError
 		switch {
 		case errors.As(err, &te) && te.Field != "":
-			return Request{}, Errorf(CodeBadFrame, "%q must be %s, not a JSON %s", te.Field, kindWord(te.Type.Kind()), te.Value)
+			return Request{}, Errorf(CodeBadFrame, "%q must be %s, not a JSON %s", te.Field, fieldWant(te.Field, te.Type), te.Value)
 		case errors.As(err, &te):
 			return Request{}, Errorf(CodeBadFrame, `a request is one JSON object, e.g. {"op":"sync"} (over HTTP, the operation's fields), not a JSON %s`, te.Value)
 		}
@@ -119,6 +120,19 @@ func checkGid(gid string) error {
 		return Errorf(CodeInvalid, "gid: %v", err)
 	}
 	return nil
+}
+
+// fieldWant names what a field of Request must hold; t is the type the
+// decoder wanted where it failed (an element's, in a list).
+func fieldWant(field string, t reflect.Type) string {
+	rt := reflect.TypeFor[Request]()
+	for i := range rt.NumField() {
+		f := rt.Field(i)
+		if name, _, _ := strings.Cut(f.Tag.Get("json"), ","); name == field && f.Type.Kind() == reflect.Slice {
+			return "a list of " + strings.TrimPrefix(strings.TrimPrefix(kindWord(f.Type.Elem().Kind()), "a "), "an ") + "s"
+		}
+	}
+	return kindWord(t.Kind())
 }
 
 // kindWord names a kind of JSON value the way a person would.

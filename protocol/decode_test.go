@@ -123,7 +123,8 @@ func TestARequestOfTheWrongShapeIsToldTheRightOne(t *testing.T) {
 	for in, want := range map[string]string{
 		`["x"]`:                             `a request is one JSON object, e.g. {"op":"sync"} (over HTTP, the operation's fields), not a JSON array`,
 		`{"op":"ack","gid":"g","upto":"5"}`: `"upto" must be a whole number, not a JSON string`,
-		`{"op":"read_counts","gid":"g","msgids":5}`: `"msgids" must be a list, not a JSON number`,
+		`{"op":"read_counts","gid":"g","msgids":5}`:     `"msgids" must be a list of whole numbers, not a JSON number`,
+		`{"op":"read_counts","gid":"g","msgids":["a"]}`: `"msgids" must be a list of whole numbers, not a JSON string`,
 		`cmid=c1&body=hi`: `a request is one JSON object, e.g. {"op":"sync"} (over HTTP, the operation's fields): invalid character`,
 	} {
 		_, err := Decode([]byte(in), 1024)
