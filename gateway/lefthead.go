@@ -37,8 +37,9 @@ func (g *Gateway) leftHead(ctx context.Context, gid string, m store.Membership, 
 
 // leftLookups is how many leftHead look-ups one sync makes at once: a user
 // who left many groups long ago (their messages in ClickHouse) logs in
-// without a round trip for each in turn.
-const leftLookups = 8
+// without a round trip for each in turn, and leaves most of the ClickHouse
+// driver's ten connections to the others.
+const leftLookups = 4
 
 // leftAt is a group a member left, with the group's newest message.
 type leftAt struct {
