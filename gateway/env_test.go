@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -253,10 +254,19 @@ func (e *env) http(method, path, bearer string, body any) (int, map[string]any) 
 		b, _ := json.Marshal(body)
 		rd = bytes.NewReader(b)
 	}
-	req, _ := http.NewRequest(method, e.gws[0].srv.URL+path, rd)
+	h := http.Header{}
 	if bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+bearer)
+		h.Set("Authorization", "Bearer "+bearer)
 	}
+	return e.httpRaw(method, path, h, rd)
+}
+
+// httpRaw sends a request to the first gateway with the headers and body
+// given as they are, and returns its status and JSON answer.
+func (e *env) httpRaw(method, path string, h http.Header, body io.Reader) (int, map[string]any) {
+	e.t.Helper()
+	req, _ := http.NewRequest(method, e.gws[0].srv.URL+path, body)
+	maps.Copy(req.Header, h)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		e.t.Fatal(err)

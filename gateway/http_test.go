@@ -295,21 +295,14 @@ func TestBodyMistakesAreAnsweredWithWhatToSend(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	raw := func(method, path, auth, contentType, body string) (int, map[string]any) {
 		t.Helper()
-		req, _ := http.NewRequest(method, e.gws[0].srv.URL+path, strings.NewReader(body))
+		h := http.Header{}
 		if auth != "" {
-			req.Header.Set("Authorization", auth)
+			h.Set("Authorization", auth)
 		}
 		if contentType != "" {
-			req.Header.Set("Content-Type", contentType)
+			h.Set("Content-Type", contentType)
 		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var out map[string]any
-		json.NewDecoder(resp.Body).Decode(&out)
-		return resp.StatusCode, out
+		return e.httpRaw(method, path, h, strings.NewReader(body))
 	}
 	admin := "Bearer " + adminToken
 	for _, tc := range []struct {
