@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/groupchat/chatd/client"
+	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/protocol"
 )
 
@@ -204,17 +205,13 @@ func TestReadCountsInABurstLoadTheGroupOnce(t *testing.T) {
 	waitFor(t, "the message persisted", 10*time.Second, func() bool { h, _ := e.redis.Head(ctx, "g"); return h == id })
 	zranges := func() int {
 		t.Helper()
-		info, err := e.rc.Info(ctx, "commandstats").Result()
+		v, err := testserver.RedisInfo(ctx, e.rc, "commandstats", "cmdstat_zrange")
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, line := range strings.Split(info, "\r\n") {
-			if v, ok := strings.CutPrefix(line, "cmdstat_zrange:calls="); ok {
-				n, _ := strconv.Atoi(v[:strings.IndexByte(v, ',')])
-				return n
-			}
-		}
-		return 0
+		calls, _, _ := strings.Cut(strings.TrimPrefix(v, "calls="), ",")
+		n, _ := strconv.Atoi(calls)
+		return n
 	}
 	const asks = 20
 	before := zranges()

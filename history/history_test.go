@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -155,18 +154,12 @@ func TestAPageOfLargeMessagesReadsOnlyWhatItSends(t *testing.T) {
 	ctx := context.Background()
 	sent := func() int64 {
 		t.Helper()
-		info, err := f.rc.Info(ctx, "stats").Result()
-		if err != nil {
-			t.Fatal(err)
+		v, err := testserver.RedisInfo(ctx, f.rc, "stats", "total_net_output_bytes")
+		n, perr := strconv.ParseInt(v, 10, 64)
+		if err != nil || perr != nil {
+			t.Fatalf("INFO stats total_net_output_bytes = %q, %v", v, err)
 		}
-		for _, line := range strings.Split(info, "\r\n") {
-			if v, ok := strings.CutPrefix(line, "total_net_output_bytes:"); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				return n
-			}
-		}
-		t.Fatal("INFO stats has no total_net_output_bytes")
-		return 0
+		return n
 	}
 	for _, dir := range []string{"after", "before"} {
 		before := sent()

@@ -66,3 +66,19 @@ func RedisCPU(ctx context.Context, c redis.UniversalClient) (time.Duration, erro
 	}
 	return time.Duration(total * float64(time.Second)), nil
 }
+
+// RedisInfo returns the value of key in section of the Redis server behind
+// c's INFO ("" when absent): "stats", "total_net_output_bytes" gives a
+// number; "commandstats", "cmdstat_zrange" a list such as "calls=3,...".
+func RedisInfo(ctx context.Context, c redis.UniversalClient, section, key string) (string, error) {
+	info, err := c.Info(ctx, section).Result()
+	if err != nil {
+		return "", fmt.Errorf("testserver: redis INFO %s: %w", section, err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, key+":"); ok {
+			return v, nil
+		}
+	}
+	return "", nil
+}
