@@ -9,8 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
-	"path"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -429,38 +427,6 @@ func bearer(r *http.Request) string {
 		return strings.TrimSpace(h[7:])
 	}
 	return ""
-}
-
-// allowedOrigin reports whether a browser page's origin may connect, as
-// the WebSocket library decides it: no Origin (not a browser), the
-// server's own host, or a host matching one of patterns (path.Match, any
-// case; a pattern with "://" matches the scheme too). It returns the
-// origin's host.
-func allowedOrigin(r *http.Request, patterns []string) (string, bool) {
-	origin := r.Header.Get("Origin")
-	if origin == "" {
-		return "", true
-	}
-	u, err := url.Parse(origin)
-	if err != nil {
-		return origin, false
-	}
-	if strings.EqualFold(r.Host, u.Host) {
-		return u.Host, true
-	}
-	for _, p := range patterns {
-		target := u.Host
-		if strings.Contains(p, "://") {
-			target = u.Scheme + "://" + u.Host
-		}
-		if ok, _ := path.Match(strings.ToLower(p), strings.ToLower(target)); ok {
-			return u.Host, true // "*" takes an origin of no host too ("null": a file, a sandbox)
-		}
-	}
-	if u.Host == "" {
-		return origin, false
-	}
-	return u.Host, false
 }
 
 // wsToken is the token of a WebSocket upgrade: in the URL, as browsers

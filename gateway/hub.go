@@ -394,47 +394,6 @@ func (g *Gateway) deliver(ctx context.Context) error {
 	return nil
 }
 
-// lostResyncGap is the least time between two resyncs for pushes lost to
-// payloads this gateway could not decode.
-const lostResyncGap = 10 * time.Second
-
-// lostPushes paces the resyncs for pushes lost to payloads the gateway
-// could not decode: one at once, then, for those lost within
-// lostResyncGap of it, one more at the gap's end, so that the last of a
-// stream of them is told too.
-type lostPushes struct {
-	mu    sync.Mutex
-	asked time.Time
-	later *time.Timer // the resync due at the gap's end; nil: none
-}
-
-func (l *lostPushes) note(g *Gateway) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	wait := lostResyncGap - time.Since(l.asked)
-	if wait <= 0 {
-		l.asked = time.Now()
-		g.askResync(protocol.ResyncPushRoute)
-		return
-	}
-	if l.later == nil {
-		l.later = time.AfterFunc(wait, func() {
-			l.mu.Lock()
-			l.later, l.asked = nil, time.Now()
-			l.mu.Unlock()
-			g.askResync(protocol.ResyncPushRoute)
-		})
-	}
-}
-
-func (l *lostPushes) stop() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.later != nil {
-		l.later.Stop()
-	}
-}
-
 // perConn hands the whole frames of b to their connections and returns
 // the messages of b by connection: one queue slot per connection per
 // batch, so that a burst is one delivery. A message is decoded once for

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"sync"
 	"time"
 
 	"github.com/groupchat/chatd/protocol"
@@ -111,4 +112,45 @@ func (g *Gateway) resyncUser(uid, reason string) {
 func (g *Gateway) resynced(reason string, n int) {
 	g.metrics.resyncs.Add(int64(n))
 	g.cfg.Metrics.Resynced(reason, n)
+}
+
+// lostResyncGap is the least time between two resyncs for pushes lost to
+// payloads this gateway could not decode.
+const lostResyncGap = 10 * time.Second
+
+// lostPushes paces the resyncs for pushes lost to payloads the gateway
+// could not decode: one at once, then, for those lost within
+// lostResyncGap of it, one more at the gap's end, so that the last of a
+// stream of them is told too.
+type lostPushes struct {
+	mu    sync.Mutex
+	asked time.Time
+	later *time.Timer // the resync due at the gap's end; nil: none
+}
+
+func (l *lostPushes) note(g *Gateway) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	wait := lostResyncGap - time.Since(l.asked)
+	if wait <= 0 {
+		l.asked = time.Now()
+		g.askResync(protocol.ResyncPushRoute)
+		return
+	}
+	if l.later == nil {
+		l.later = time.AfterFunc(wait, func() {
+			l.mu.Lock()
+			l.later, l.asked = nil, time.Now()
+			l.mu.Unlock()
+			g.askResync(protocol.ResyncPushRoute)
+		})
+	}
+}
+
+func (l *lostPushes) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.later != nil {
+		l.later.Stop()
+	}
 }

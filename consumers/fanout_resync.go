@@ -1,0 +1,109 @@
+package consumers
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/groupchat/chatd/protocol"
+	"github.com/groupchat/chatd/store"
+)
+
+// What the fan-out tells with a resync frame instead of a push: a joiner
+// whose join it learned of after it had handled a message past the join's
+// position, and the members of a group whose last message was too old to
+// push once it has caught up with the log.
+
+// lateJoins returns the joins the table applied after the fan-out had
+// handled a message of their group past the join's position (prev: the
+// last one of each group it handled). A join's position is the group's
+// head when it was written, and the fan-out waits for the joins written
+// before a message only: one sent between the two was not pushed to the
+// joiner.
+func lateJoins(joins []joinAt, prev *prevTable, now time.Time) []joinAt {
+	var late []joinAt
+	for _, j := range joins {
+		if last, known := prev.lookup(j.gid); j.late || known && last > j.pos {
+			if !j.late {
+				j.late, j.since = true, now
+			}
+			late = append(late, j)
+		}
+	}
+	return late
+}
+
+// projectedJoiners returns the users of late, each once, whose joins the
+// member projection holds, and those joins: told to sync before it holds
+// them, a joiner's client would find the group in no sync. The others
+// wait in p's table for a later batch (all of them when the look fails),
+// maxJoinWait at most: past it they are told anyway (the projection may
+// never hold a join whose member left again).
+func (f *Fanout) projectedJoiners(ctx context.Context, p *fanPartition, late []joinAt) (uids []string, told []joinAt, err error) {
+	if len(late) == 0 {
+		return nil, nil, nil
+	}
+	refs := make([]store.JoinRef, len(late))
+	for i, j := range late {
+		refs[i] = store.JoinRef{Gid: j.gid, Uid: j.uid, Pos: j.pos}
+	}
+	ready, err := f.Redis.JoinsProjected(ctx, refs)
+	if err != nil {
+		p.members.restoreJoins(late)
+		return nil, nil, fmt.Errorf("consumers: fan-out: %w", err)
+	}
+	var waiting []joinAt
+	named := map[string]bool{}
+	for i, j := range late {
+		if !ready[i] && time.Since(j.since) < maxJoinWait {
+			waiting = append(waiting, j)
+			continue
+		}
+		told = append(told, j)
+		if !named[j.uid] {
+			named[j.uid] = true
+			uids = append(uids, j.uid)
+		}
+	}
+	p.members.restoreJoins(waiting)
+	return uids, told, nil
+}
+
+// staleAudience returns the members who see the message of each group of
+// last (gid -> msgid; -1: none), each once; t.mu must be held.
+func staleAudience(last map[string]int64, t *memberTable) []string {
+	var uids []string
+	seen := map[string]bool{}
+	for gid, msgid := range last {
+		if msgid < 0 {
+			continue
+		}
+		for _, mo := range t.snapshot(gid) {
+			if !seen[mo.uid] && mo.m.Sees(msgid) {
+				seen[mo.uid] = true
+				uids = append(uids, mo.uid)
+			}
+		}
+	}
+	return uids
+}
+
+// resyncs returns, for the nodes where uids are online, a resync frame to
+// them with reason: they sync and pull what they missed.
+func resyncs(uids []string, nodes map[string][]string, reason string) []store.NodePushes {
+	if len(uids) == 0 {
+		return nil
+	}
+	frame := protocol.Marshal(protocol.Resync{Op: protocol.OpResync, Reason: reason})
+	byNode := map[string][]string{}
+	for _, uid := range uids {
+		for _, node := range nodes[uid] {
+			byNode[node] = append(byNode[node], uid)
+		}
+	}
+	out := make([]store.NodePushes, 0, len(byNode))
+	for node, us := range byNode {
+		out = append(out, store.NodePushes{Node: node, Batch: store.PushBatch{Items: []store.PushItem{{Msg: frame, Uids: us}}}})
+	}
+	return out
+}
