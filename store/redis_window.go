@@ -371,8 +371,9 @@ func unreadCall(gid string, cursor int64) scriptCall {
 	return scriptCall{keys: []string{windowKey(gid), floorKey(gid)}, args: []any{cursor}}
 }
 
-// unreadResult reads an unreadScript answer (or syncScript's last two
-// values) for a cursor: the count, and whether it is exact (the window was not trimmed above the cursor).
+// unreadResult reads an unreadScript answer (or syncScript's count and
+// floor) for a cursor: the count, and whether it is exact (the window was
+// not trimmed above the cursor).
 func unreadResult(v []any, cursor int64) (n int64, exact bool, err error) {
 	if len(v) != 2 {
 		return 0, false, fmt.Errorf("%w: unread answered %v", ErrCorruptValue, v)
