@@ -30,14 +30,18 @@ type readStateAt struct {
 const maxReadStates = 4096
 
 // get returns gid's read state, loading it unless one loaded less than
-// readStateFresh ago is held.
-func (c *readStates) get(ctx context.Context, r *store.Redis, gid string) (*store.ReadState, error) {
+// readStateFresh ago is held; check runs before a load (the projection's
+// replay mark).
+func (c *readStates) get(ctx context.Context, r *store.Redis, gid string, check func() error) (*store.ReadState, error) {
 	now := time.Now()
 	c.mu.Lock()
 	held, ok := c.m[gid]
 	c.mu.Unlock()
 	if ok && now.Sub(held.at) < readStateFresh {
 		return held.st, nil
+	}
+	if err := check(); err != nil {
+		return nil, err
 	}
 	st, err := r.ReadState(ctx, gid)
 	if err != nil {

@@ -2,11 +2,14 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"slices"
 
+	"github.com/groupchat/chatd/consumers"
 	"github.com/groupchat/chatd/protocol"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
+	"github.com/groupchat/chatd/topics"
 )
 
 // readCounts answers read_counts: any member may ask, for messages it can see.
@@ -60,7 +63,18 @@ func (g *Gateway) readState(ctx context.Context, gid string, ids []int64) (map[i
 	if err != nil {
 		return nil, nil, g.unavailable("messages", err)
 	}
-	st, err := g.readStates.get(ctx, g.cfg.Redis, gid)
+	// Read cursors being rebuilt (chatctl rebuild receipts) or replayed
+	// after a Redis loss would count too few readers: the answer waits.
+	st, err := g.readStates.get(ctx, g.cfg.Redis, gid, func() error {
+		part, err := g.cfg.Producer.Partition(ctx, topics.Receipts, gid)
+		if err != nil {
+			return err
+		}
+		return g.cfg.Redis.CheckReplayed(ctx, consumers.GroupReceiptProjector, topics.Receipts, part)
+	})
+	if errors.Is(err, store.ErrReplaying) {
+		return nil, nil, g.rebuildErr(err, "the read cursors of "+gid)
+	}
 	if err != nil {
 		return nil, nil, g.unavailable("read cursors", err)
 	}

@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"github.com/groupchat/chatd/consumers"
+	"github.com/groupchat/chatd/topics"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -226,5 +228,34 @@ func TestReadCountsInABurstLoadTheGroupOnce(t *testing.T) {
 	if n := zranges() - before; n > asks+2*loads {
 		t.Errorf("%d read_counts in %v made redis-server run ZRANGE %d times; want at most %d (the group loaded %d times)",
 			asks, took.Round(time.Millisecond), n, asks+2*loads, loads)
+	}
+}
+
+// Read counts of a group whose read cursors are being rebuilt (chatctl
+// rebuild receipts wipes them, with the projector's replay marks) or
+// replayed would count too few readers: the gateway answers unavailable,
+// saying so, until the projection is marked replayed again.
+func TestReadCountsWaitForTheirCursorsToBeRebuilt(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	ctx := context.Background()
+	e.group("g", "alice", "bob")
+	alice := e.login(0, "alice")
+	id := sendHi(t, alice, "g", "c1")
+	part := topics.Partition("g", 4)
+	waitFor(t, "the read cursors replayed", 20*time.Second, func() bool {
+		return e.redis.CheckReplayed(ctx, consumers.GroupReceiptProjector, topics.Receipts, part) == nil
+	})
+	if err := e.rc.HDel(ctx, "chat:offsets:"+consumers.GroupReceiptProjector, fmt.Sprintf("%s/%d/replayed", topics.Receipts, part)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	f := alice.call(map[string]any{"op": "read_counts", "gid": "g", "msgids": []int64{id}})
+	if msg, _ := f["message"].(string); code(f) != string(protocol.CodeUnavailable) || !strings.Contains(msg, "being rebuilt") {
+		t.Fatalf("read_counts while the read cursors are rebuilt: %v; want unavailable, being rebuilt", f)
+	}
+	if _, err := e.redis.MarkReplayed(ctx, consumers.GroupReceiptProjector, topics.Receipts, part); err != nil {
+		t.Fatal(err)
+	}
+	if f := alice.call(map[string]any{"op": "read_counts", "gid": "g", "msgids": []int64{id}}); f["op"] != "counts" {
+		t.Fatalf("read_counts once the read cursors are marked replayed: %v", f)
 	}
 }
