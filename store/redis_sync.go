@@ -57,15 +57,15 @@ func (r *Redis) MemberCursors(ctx context.Context, uid string, gids []string) (m
 // {head, ack, read, count, floor, note}, "" for what is absent; count is
 // of the window's messages above the read cursor and the floor, up to the
 // head.
-var syncScript = redis.NewScript(`
+var syncScript = redis.NewScript(luaNum + `
 local head = redis.call('GET', KEYS[1])
 local ack = redis.call('ZSCORE', KEYS[2], ARGV[1])
 local read = redis.call('ZSCORE', KEYS[3], ARGV[1])
 local f = redis.call('GET', KEYS[5])
-local lo = tonumber(read or '-1')
-local fl = f and tonumber(f) -- nil for a form this Lua does not read; the caller parses f
-if fl and fl > lo then lo = fl end
-local hi = head and tonumber(head)
+local lo = num(read or '-1')
+local fl = f and num(f)
+if fl and lo and fl > lo then lo = fl end
+local hi = head and num(head)
 local n = 0
 if hi and lo and hi > lo then
   n = redis.call('ZCOUNT', KEYS[4], '(' .. string.format('%d', lo), string.format('%d', hi))

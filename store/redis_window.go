@@ -24,10 +24,10 @@ import (
 // Messages at or below the floor are skipped, so a replay changes nothing.
 // Trimming raises the floor to the highest msgid trimmed. ZADD goes in
 // chunks to stay below Lua's unpack limit.
-var appendScript = redis.NewScript(`
+var appendScript = redis.NewScript(luaNum + `
 local size, pre, top = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local got = redis.call('MGET', KEYS[2], KEYS[3])
-local floor, head = tonumber(got[1] or '-1'), tonumber(got[2] or '-1')
+local floor, head = num(got[1] or '-1'), num(got[2] or '-1')
 local newfloor = nil
 if pre > floor then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[2])
@@ -52,10 +52,26 @@ if size >= 0 then
   local edge = redis.call('ZRANGE', KEYS[1], -size-1, -size-1, 'WITHSCORES')
   if #edge > 0 then
     redis.call('ZREMRANGEBYRANK', KEYS[1], 0, -size-1)
-    newfloor = edge[2]
+    newfloor = string.format('%.0f', num(edge[2]))
   end
 end
 ` + luaRaiseFloorAndHead)
+
+// luaNum defines num, which reads a number the way tonumber does, and also
+// a whole one in the exponent form some servers write a score in: an
+// embedded Redis (miniredis) writes 10^8 as "1e+8", which its Lua's
+// tonumber does not read (it reads "1.5e+9"). Scripts that read a floor or
+// a cursor, which come from scores, read them with it; floors are written
+// as plain integers.
+const luaNum = `
+local function num(s)
+  local n = tonumber(s)
+  if n or type(s) ~= 'string' then return n end
+  local m, e = string.match(s, '^(%-?%d+)[eE]%+?(%d+)$')
+  if m then return tonumber(m .. string.rep('0', tonumber(e))) end
+  return nil
+end
+`
 
 // luaRaiseFloorAndHead ends both window scripts: it stores the new floor
 // (newfloor, when trimming happened) if it is above the stored one (got[1])
@@ -66,7 +82,7 @@ end
 // window claim what was trimmed long ago.
 const luaRaiseFloorAndHead = `
 local set = {}
-if newfloor and tonumber(newfloor) > tonumber(got[1] or '-1') then
+if newfloor and tonumber(newfloor) > num(got[1] or '-1') then
   set[#set+1] = KEYS[2]
   set[#set+1] = newfloor
 end
@@ -86,10 +102,10 @@ return 1
 // highest msgid. It drops what the caller pre-trimmed, trims the window to
 // its size (raising the floor to the highest msgid trimmed) and raises the
 // head.
-var trimScript = redis.NewScript(`
+var trimScript = redis.NewScript(luaNum + `
 local size, pre, top = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local got = redis.call('MGET', KEYS[2], KEYS[3])
-local floor, head = tonumber(got[1] or '-1'), tonumber(got[2] or '-1')
+local floor, head = num(got[1] or '-1'), num(got[2] or '-1')
 local newfloor = nil
 if pre > floor then
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[2])
@@ -100,7 +116,7 @@ if size >= 0 then
   if n > size then
     local edge = redis.call('ZRANGE', KEYS[1], n-size-1, n-size-1, 'WITHSCORES')
     redis.call('ZREMRANGEBYRANK', KEYS[1], 0, n-size-1)
-    newfloor = edge[2]
+    newfloor = string.format('%.0f', num(edge[2]))
   end
 end
 ` + luaRaiseFloorAndHead)
@@ -358,10 +374,10 @@ func (r *Redis) Heads(ctx context.Context, gids []string) (map[string]int64, err
 // its floor, and returns the floor (empty when none). KEYS: window, floor;
 // ARGV: the cursor. A late append (see windowRange) puts messages below the
 // floor back for one command: they are not the window's, and not counted.
-var unreadScript = redis.NewScript(`
+var unreadScript = redis.NewScript(luaNum + `
 local f = redis.call('GET', KEYS[2])
 local lo = tonumber(ARGV[1])
-local fl = f and tonumber(f) -- nil for a form this Lua does not read; the caller parses f
+local fl = f and num(f)
 if fl and fl > lo then lo = fl end
 return {redis.call('ZCOUNT', KEYS[1], '(' .. string.format('%d', lo), '+inf'), f or ''}
 `)
