@@ -199,12 +199,8 @@ func TestSenderGetsReceiptsLiveAndOnRequest(t *testing.T) {
 // at most readStateFresh old. Counted in redis-server's ZRANGE calls, of
 // which an answer makes two to load the group and one to find its messages.
 func TestReadCountsInABurstLoadTheGroupOnce(t *testing.T) {
-	e := newEnv(t, envOpts{})
+	e, alice, id := aliceSaidHi(t)
 	ctx := context.Background()
-	e.group("g", "alice", "bob")
-	alice := e.login(0, "alice")
-	id := sendHi(t, alice, "g", "c1")
-	waitFor(t, "the message persisted", 10*time.Second, func() bool { h, _ := e.redis.Head(ctx, "g"); return h == id })
 	zranges := func() int {
 		t.Helper()
 		v, err := testserver.RedisInfo(ctx, e.rc, "commandstats", "cmdstat_zrange")
@@ -236,11 +232,8 @@ func TestReadCountsInABurstLoadTheGroupOnce(t *testing.T) {
 // replayed would count too few readers: the gateway answers unavailable,
 // saying so, until the projection is marked replayed again.
 func TestReadCountsWaitForTheirCursorsToBeRebuilt(t *testing.T) {
-	e := newEnv(t, envOpts{})
+	e, alice, id := aliceSaidHi(t)
 	ctx := context.Background()
-	e.group("g", "alice", "bob")
-	alice := e.login(0, "alice")
-	id := sendHi(t, alice, "g", "c1")
 	part := topics.Partition("g", 4)
 	waitFor(t, "the read cursors replayed", 20*time.Second, func() bool {
 		return e.redis.CheckReplayed(ctx, consumers.GroupReceiptProjector, topics.Receipts, part) == nil
@@ -258,4 +251,16 @@ func TestReadCountsWaitForTheirCursorsToBeRebuilt(t *testing.T) {
 	if f := alice.call(map[string]any{"op": "read_counts", "gid": "g", "msgids": []int64{id}}); f["op"] != "counts" {
 		t.Fatalf("read_counts once the read cursors are marked replayed: %v", f)
 	}
+}
+
+// aliceSaidHi makes group g of alice and bob, logs alice in and has her
+// send one message, which it waits to be persisted.
+func aliceSaidHi(t *testing.T) (*env, *raw, int64) {
+	t.Helper()
+	e := newEnv(t, envOpts{})
+	e.group("g", "alice", "bob")
+	alice := e.login(0, "alice")
+	id := sendHi(t, alice, "g", "c1")
+	waitFor(t, "the message persisted", 10*time.Second, func() bool { h, _ := e.redis.Head(context.Background(), "g"); return h == id })
+	return e, alice, id
 }
