@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -178,5 +179,21 @@ func TestBadSettingsSayWhatToDo(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("chatd %v: error %v, want one mentioning %q", c.args, err, c.want)
 		}
+	}
+}
+
+// A deployment often hands every role one set of variables: a short
+// CHAT_JWT_SECRET is the gateway's to refuse, not the roles that never
+// verify a token.
+func TestAShortJWTSecretStopsOnlyTheRolesThatVerifyTokens(t *testing.T) {
+	env := map[string]string{"CHAT_JWT_SECRET": "short", "CHAT_KAFKA_BROKERS": "127.0.0.1:9"}
+	getenv := func(k string) string { return env[k] }
+	for _, role := range []string{"fanout", "persister", "projector"} {
+		if _, err := parseSettings(role, nil, getenv, io.Discard); err != nil {
+			t.Errorf("chatd %s with a 5-byte CHAT_JWT_SECRET: %v; want it taken (the role verifies no token)", role, err)
+		}
+	}
+	if _, err := parseSettings("gateway", nil, getenv, io.Discard); err == nil || !strings.Contains(err.Error(), "jwt-secret is 5 bytes") {
+		t.Errorf("chatd gateway with a 5-byte CHAT_JWT_SECRET: error %v; want it refused", err)
 	}
 }

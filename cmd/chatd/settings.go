@@ -142,7 +142,7 @@ func parseSettings(role string, args []string, getenv func(string) string, stder
 		// tokens for anyone.
 		return nil, fmt.Errorf("chatd dev runs its own embedded broker, but CHAT_KAFKA_BROKERS (-kafka-brokers) is set to %q: unset it for dev, or run the production roles (gateway, fanout, persister, projector) against that Kafka", s.KafkaBrokers)
 	}
-	return s, s.validate()
+	return s, s.validate(role)
 }
 
 // checkEnv refuses a CHAT_* variable that does not parse, naming it: its
@@ -156,7 +156,9 @@ func checkEnv(fs *flag.FlagSet, getenv func(string) string) error {
 	return flags.CheckEnv(fs, getenv, envs)
 }
 
-func (s *settings) validate() error {
+// validate checks the settings a role takes; role names which ones are
+// used (a fan-out never verifies a token).
+func (s *settings) validate(role string) error {
 	if s.Partitions < 1 {
 		return fmt.Errorf("partitions must be a whole number >= 1 (CHAT_PARTITIONS / -partitions)")
 	}
@@ -179,7 +181,7 @@ func (s *settings) validate() error {
 			return fmt.Errorf("allowed-origins: %q is no host pattern (CHAT_ALLOWED_ORIGINS): %v; use hosts such as chat.example.com or *.example.com, comma-separated", o, err)
 		}
 	}
-	if s.JWTSecret != "" && len(s.JWTSecret) < 32 {
+	if (role == "dev" || role == "gateway") && s.JWTSecret != "" && len(s.JWTSecret) < 32 {
 		return fmt.Errorf("jwt-secret is %d bytes (CHAT_JWT_SECRET): tokens signed with it can be forged; use at least 32, e.g. the output of openssl rand -hex 32", len(s.JWTSecret))
 	}
 	if s.Retention >= 0 && s.Retention < minRetention { // negative: for ever, as chatctl takes it
