@@ -204,6 +204,9 @@ type fanPartition struct {
 	members *memberTable
 	prev    *prevTable // groups' last msgids seen, pushed or not
 	claims  claimSet
+	// handling is held by Handle and by tellJoins: one at a time uses
+	// the state below.
+	handling sync.Mutex
 	// staleLast holds, until the fan-out catches up with the log, the
 	// groups whose last message was too old to push (gid -> msgid).
 	staleLast map[string]int64
@@ -221,6 +224,7 @@ func (f *Fanout) partition(ctx context.Context, part int) *fanPartition {
 	f.parts[part] = p
 	f.stats.assignments.Add(1)
 	go f.follow(ctx, part, p.members)
+	go f.tellJoinsBetweenBatches(ctx, p)
 	context.AfterFunc(ctx, func() {
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -245,6 +249,8 @@ func (f *Fanout) Handle(ctx context.Context, part int, recs []Record[schema.Mess
 		return errors.New("consumers: fan-out: Handle before Runner")
 	}
 	p := f.partition(ctx, part)
+	p.handling.Lock()
+	defer p.handling.Unlock()
 	if err := f.presence.subscribe(ctx, f.Redis, f.log); err != nil {
 		return fmt.Errorf("consumers: fan-out: %w", err)
 	}

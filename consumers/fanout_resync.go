@@ -69,6 +69,62 @@ func (f *Fanout) projectedJoiners(ctx context.Context, p *fanPartition, late []j
 	return uids, told, nil
 }
 
+// joinsTick is how often a partition between batches looks for joins to
+// tell (tellJoinsBetweenBatches).
+const joinsTick = time.Second
+
+// tellJoinsBetweenBatches tells, while no batch comes, the joiners whose
+// joins only a batch would take otherwise: a join the follower applied
+// after the partition's last message, or one that waits for the member
+// projection. In a quiet partition its joiner would wait for the next
+// message of any group of the partition.
+func (f *Fanout) tellJoinsBetweenBatches(ctx context.Context, p *fanPartition) {
+	tick := time.NewTicker(joinsTick)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if !p.handling.TryLock() {
+			continue // a batch is handled: it takes them
+		}
+		if err := f.tellJoins(ctx, p); err != nil && ctx.Err() == nil {
+			f.log.Warn("telling late joiners to sync failed; retried in a second", "partition", p.id, "err", err)
+		}
+		p.handling.Unlock()
+	}
+}
+
+// tellJoins sends the late joins the table holds, once projected, a resync;
+// p.handling must be held.
+func (f *Fanout) tellJoins(ctx context.Context, p *fanPartition) error {
+	p.members.mu.RLock()
+	p.members.joinsMu.Lock()
+	tracking := p.members.tracking // else no batch has synced with the table yet
+	p.members.joinsMu.Unlock()
+	var joins []joinAt
+	if tracking {
+		joins = p.members.takeJoins()
+	}
+	p.members.mu.RUnlock()
+	late, told, err := f.projectedJoiners(ctx, p, lateJoins(joins, p.prev, time.Now()))
+	if err != nil || len(late) == 0 {
+		return err
+	}
+	nodes, err := f.presence.lookup(ctx, f.Redis, late)
+	if err == nil {
+		_, err = f.Redis.PublishPushesAll(ctx, resyncs(late, nodes, protocol.ResyncJoined))
+	}
+	if err != nil {
+		p.members.restoreJoins(told)
+		return fmt.Errorf("consumers: fan-out: %w", err)
+	}
+	f.stats.lateJoins.Add(int64(len(late)))
+	return nil
+}
+
 // staleAudience returns the members who see the message of each group of
 // last (gid -> msgid; -1: none), each once; t.mu must be held.
 func staleAudience(last map[string]int64, t *memberTable) []string {

@@ -26,27 +26,7 @@ func TestAJoinerNotPushedAMessageSentDuringTheirJoinIsToldToSync(t *testing.T) {
 	p.probe(t, n1)
 	resync := string(protocol.Marshal(protocol.Resync{Op: protocol.OpResync, Reason: protocol.ResyncJoined}))
 
-	held, release := testserver.HoldProducesSeen(t, p.broker, topics.Members)
-	joined := make(chan schema.Member, 1)
-	go func() {
-		m, err := p.prod.Join(context.Background(), "g1", "carol", "test")
-		if err != nil {
-			t.Error(err)
-		}
-		joined <- m
-	}()
-	select { // the join has read the head; its record waits
-	case <-held:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the join's record was not produced in 10 s")
-	}
-	m := p.say(t, "g1", "alice", "", time.Now())
-	waitFor(t, "the message pushed to bob", 20*time.Second, func() bool { return n1.has("bob", "g1", m) })
-	release()
-	j := <-joined
-	if j.Pos >= m {
-		t.Fatalf("carol's join is at %d, not before message %d: the test no longer races them", j.Pos, m)
-	}
+	j, m := carolsJoinRacesAMessage(t, p, n1)
 	// Not told before the member projection has her join: her sync would
 	// not name the group yet.
 	mid := p.say(t, "g1", "alice", "", time.Now())
@@ -185,4 +165,58 @@ func TestALateJoinWaitsForTheProjectionAndNoLonger(t *testing.T) {
 	if uids := batch(now); fmt.Sprint(uids) != "[dave]" || len(p.members.joins) != 0 {
 		t.Fatalf("a join waiting past maxJoinWait: told %v, %d still waiting; want [dave], none", uids, len(p.members.joins))
 	}
+}
+
+// A join that raced a message and reached the fan-out after the
+// partition's last batch is told without waiting for another message: in
+// a quiet partition none may come for long.
+func TestAJoinerIsToldToSyncWithoutAnotherMessage(t *testing.T) {
+	p, n1 := aliceAndBobOnline(t)
+	p.online(t, "n1", "carol")
+	f := &Fanout{}
+	p.fanout(t, f)
+	p.probe(t, n1)
+	resync := string(protocol.Marshal(protocol.Resync{Op: protocol.OpResync, Reason: protocol.ResyncJoined}))
+
+	j, m := carolsJoinRacesAMessage(t, p, n1)
+	if err := p.redis.ApplyMembers(context.Background(), []schema.Member{j}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "carol told to sync, no message following", 10*time.Second, func() bool { return n1.frames("carol", resync) == 1 })
+	if n1.has("carol", "g1", m) {
+		t.Fatalf("carol was pushed message %d after all: the test no longer has the fan-out miss her", m)
+	}
+	time.Sleep(2 * time.Second)
+	if got := n1.frames("carol", resync); got != 1 {
+		t.Errorf("carol got %d resync frames; want 1", got)
+	}
+}
+
+// carolsJoinRacesAMessage adds carol to g1 with alice's message m sent
+// between the join's head read and its record, and returns her join once
+// the fan-out has pushed m to bob.
+func carolsJoinRacesAMessage(t *testing.T, p *pipeline, n1 *fakeNode) (schema.Member, int64) {
+	t.Helper()
+	held, release := testserver.HoldProducesSeen(t, p.broker, topics.Members)
+	joined := make(chan schema.Member, 1)
+	go func() {
+		m, err := p.prod.Join(context.Background(), "g1", "carol", "test")
+		if err != nil {
+			t.Error(err)
+		}
+		joined <- m
+	}()
+	select { // the join has read the head; its record waits
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the join's record was not produced in 10 s")
+	}
+	m := p.say(t, "g1", "alice", "", time.Now())
+	waitFor(t, "the message pushed to bob", 20*time.Second, func() bool { return n1.has("bob", "g1", m) })
+	release()
+	j := <-joined
+	if j.Pos >= m {
+		t.Fatalf("carol's join is at %d, not before message %d: the test no longer races them", j.Pos, m)
+	}
+	return j, m
 }
