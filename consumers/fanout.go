@@ -227,10 +227,11 @@ func (f *Fanout) partition(ctx context.Context, part int) *fanPartition {
 	go f.tellJoinsBetweenBatches(ctx, p)
 	context.AfterFunc(ctx, func() {
 		f.mu.Lock()
-		defer f.mu.Unlock()
 		if f.parts[part] == p {
 			delete(f.parts, part)
 		}
+		f.mu.Unlock()
+		f.tellStaleOnLeave(p)
 	})
 	return p
 }

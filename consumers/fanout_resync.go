@@ -125,6 +125,35 @@ func (f *Fanout) tellJoins(ctx context.Context, p *fanPartition) error {
 	return nil
 }
 
+// tellStaleOnLeave tells, when an assignment ends before the fan-out
+// caught up with the log, the members of the groups whose last message it
+// found too old to push: the partition's next owner starts past those
+// messages and would never tell them. Told early, they pull what is there;
+// a later stale message is the next owner's to tell.
+func (f *Fanout) tellStaleOnLeave(p *fanPartition) {
+	p.handling.Lock() // the batch being handled, if any, ends first
+	defer p.handling.Unlock()
+	if len(p.staleLast) == 0 {
+		return
+	}
+	p.members.mu.RLock()
+	uids := staleAudience(p.staleLast, p.members)
+	p.members.mu.RUnlock()
+	clear(p.staleLast)
+	if len(uids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	nodes, err := f.presence.lookup(ctx, f.Redis, uids)
+	if err == nil {
+		_, err = f.Redis.PublishPushesAll(ctx, resyncs(uids, nodes, protocol.ResyncStale))
+	}
+	if err != nil {
+		f.log.Warn("telling the members of groups whose last message was too old to push failed as the partition was let go; they learn of it with the group's next message", "partition", p.id, "members", len(uids), "err", err)
+	}
+}
+
 // staleAudience returns the members who see the message of each group of
 // last (gid -> msgid; -1: none), each once; t.mu must be held.
 func staleAudience(last map[string]int64, t *memberTable) []string {

@@ -220,3 +220,31 @@ func carolsJoinRacesAMessage(t *testing.T, p *pipeline, n1 *fakeNode) (schema.Me
 	}
 	return j, m
 }
+
+// A partition let go (a rebalance, a stop) before the fan-out caught up
+// with the log holds groups whose last message was too old to push: their
+// members are told then, since the next owner starts past those messages.
+func TestStaleGroupsAreToldWhenThePartitionIsLetGo(t *testing.T) {
+	p, n1 := aliceAndBobOnline(t)
+	f := &Fanout{Redis: p.redis}
+	if _, err := f.Runner(p.base); err != nil {
+		t.Fatal(err)
+	}
+	resync := string(protocol.Marshal(protocol.Resync{Op: protocol.OpResync, Reason: protocol.ResyncStale}))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	fp := f.partition(ctx, 0)
+	waitFor(t, "the follower to read g1's members", 20*time.Second, func() bool {
+		fp.members.mu.RLock()
+		defer fp.members.mu.RUnlock()
+		return len(fp.members.snapshot("g1")) == 2
+	})
+	fp.handling.Lock()
+	fp.staleLast["g1"] = 1000 // as a batch leaves it, not caught up
+	fp.handling.Unlock()
+	cancel()
+	waitFor(t, "bob told to sync", 10*time.Second, func() bool { return n1.frames("bob", resync) == 1 })
+	if len(fp.staleLast) != 0 {
+		t.Errorf("the partition still holds %v after telling", fp.staleLast)
+	}
+}
