@@ -74,13 +74,25 @@ func (c *ClickHouse) NewestBefore(ctx context.Context, gids []string, before int
 	if len(gids) == 0 || before <= 0 {
 		return out, nil
 	}
+	for i := 0; i < len(gids); i += lookupChunk {
+		if err := c.newestBefore(ctx, gids[i:min(i+lookupChunk, len(gids))], before, out); err != nil {
+			return nil, fmt.Errorf("clickhouse: newest messages of %d groups before %d: %w", len(gids), before, err)
+		}
+	}
+	return out, nil
+}
+
+// newestBefore is NewestBefore of at most lookupChunk groups, so that the
+// query stays under ClickHouse's max_query_size: a replay's batch may meet
+// ten thousand groups.
+func (c *ClickHouse) newestBefore(ctx context.Context, gids []string, before int64, out map[string]int64) error {
 	set := clickhouse.GroupSet{Value: make([]any, len(gids))}
 	for i, gid := range gids {
 		set.Value[i] = gid
 	}
 	ctx, cancel := c.timeout(ctx)
 	defer cancel()
-	err := c.eachRow(ctx, func(rows driver.Rows) error {
+	return c.eachRow(ctx, func(rows driver.Rows) error {
 		var gid string
 		var msgid uint64
 		if err := rows.Scan(&gid, &msgid); err != nil {
@@ -89,15 +101,11 @@ func (c *ClickHouse) NewestBefore(ctx context.Context, gids []string, before int
 		out[gid] = int64(msgid)
 		return nil
 	}, "SELECT gid, max(msgid) FROM messages PREWHERE gid IN ? AND msgid < ? GROUP BY gid", set, uint64(before))
-	if err != nil {
-		return nil, fmt.Errorf("clickhouse: newest messages of %d groups before %d: %w", len(gids), before, err)
-	}
-	return out, nil
 }
 
-// lookupChunk is how many client_msg_ids one SentBefore names: the query
-// stays under ClickHouse's default max_query_size (256 KiB) with ids of the
-// longest allowed size.
+// lookupChunk is how many client_msg_ids one SentBefore names, and group
+// ids one newestBefore: the query stays under ClickHouse's default
+// max_query_size (256 KiB) with ids of the longest allowed size.
 const lookupChunk = 1000
 
 // FirstSendsBefore returns the first sends, stored in partition part below

@@ -1,7 +1,10 @@
 package store
 
 import (
+	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/groupchat/chatd/schema"
@@ -109,5 +112,29 @@ func TestClickHouseMessagesCopiesInPage(t *testing.T) {
 				t.Fatalf("limit %d, message %d: up %+v, down %+v, want %+v", limit, i, up[i], down[i], g[i])
 			}
 		}
+	}
+}
+
+// A replay's batch may meet ten thousand groups new to Redis, whose floors
+// NewestBefore looks up at once: as one query of their longest ids it
+// passed ClickHouse's max_query_size, and the persister retried the batch
+// for ever.
+func TestClickHouseNewestBeforeOfManyLongGroupIDs(t *testing.T) {
+	c := testClickHouse(t)
+	ctx := t.Context()
+	pad := strings.Repeat("x", schema.MaxIDLen-8)
+	gids := make([]string, 10_000)
+	for i := range gids {
+		gids[i] = fmt.Sprintf("%s%08d", pad, i)
+	}
+	if err := c.InsertMessages(ctx, 0, append(testMessages(gids[1], 5, 1, 2), testMessages(gids[9_999], 7, 1, 1)...)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.NewestBefore(ctx, gids, 100)
+	if err != nil {
+		t.Fatalf("NewestBefore of %d groups of %d bytes: %v", len(gids), len(gids[0]), err)
+	}
+	if want := map[string]int64{gids[1]: 6, gids[9_999]: 7}; !maps.Equal(got, want) {
+		t.Errorf("NewestBefore = %v; want %v", got, want)
 	}
 }
