@@ -2,7 +2,6 @@ package broker_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -11,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -276,7 +274,7 @@ func TestADamagedSegmentIsLogged(t *testing.T) {
 	if err := os.WriteFile(seg, raw[:len(raw)-10], 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var out syncBuffer
+	var out testserver.LogBuffer
 	b, err = broker.Start(broker.Config{DataDir: dir, Log: slog.New(slog.NewTextHandler(&out, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -288,21 +286,4 @@ func TestADamagedSegmentIsLogged(t *testing.T) {
 	if s := out.String(); !strings.Contains(s, "level=WARN") || !strings.Contains(s, topics.Messages+"-0") || !strings.Contains(s, "corrupt") {
 		t.Fatalf("the broker's log does not report the damaged segment of %s-0:\n%s", topics.Messages, s)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

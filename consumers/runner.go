@@ -198,6 +198,7 @@ type Stats struct {
 	DeadLettered int64
 	Retries      int64 // failed Handle calls
 	Commits      int64 // offsets saved and committed
+	Deleted      int64 // records the topic's retention deleted before they were handled
 	Replays      int64 // partitions replayed because their saved position vanished (the state was wiped) or Redis restarted or failed over under them
 }
 

@@ -21,6 +21,7 @@
 //	chat_batch_size{group}                   histogram: records per handled batch
 //	chat_consumer_retries_total{group}       failed batches (retried, nothing skipped)
 //	chat_deadletter_total{topic}             poison records copied to chat.deadletter, by source topic
+//	chat_consumer_deleted_total{group}       records the topic's retention deleted before the group handled them
 //	chat_store_seconds{store,op}             histogram: latency of store calls (redis: by command; clickhouse: by call)
 package metrics
 
@@ -46,6 +47,7 @@ type Set struct {
 	batch       *prometheus.HistogramVec
 	retries     *prometheus.CounterVec
 	deadletter  *prometheus.CounterVec
+	deleted     *prometheus.CounterVec
 	store       *prometheus.HistogramVec
 }
 
@@ -93,13 +95,16 @@ func New(reg prometheus.Registerer) (*Set, error) {
 		deadletter: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "chat_deadletter_total", Help: "Records no consumer could decode, copied to chat.deadletter, by source topic.",
 		}, []string{"topic"}),
+		deleted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "chat_consumer_deleted_total", Help: "Records the topic's retention deleted before the consumer group handled them: their effects are missing from its store.",
+		}, []string{"group"}),
 		store: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "chat_store_seconds",
 			Help:    "Latency of store calls: redis by command (pipeline for a pipeline), clickhouse by call.",
 			Buckets: []float64{.0002, .0005, .001, .002, .005, .01, .02, .05, .1, .2, .5, 1, 5},
 		}, []string{"store", "op"}),
 	}
-	for _, c := range []prometheus.Collector{s.sends, s.overloaded, s.pushes, s.e2e, s.connections, s.refused, s.resyncs, s.lag, s.records, s.batch, s.retries, s.deadletter, s.store} {
+	for _, c := range []prometheus.Collector{s.sends, s.overloaded, s.pushes, s.e2e, s.connections, s.refused, s.resyncs, s.lag, s.records, s.batch, s.retries, s.deadletter, s.deleted, s.store} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -201,6 +206,14 @@ func (s *Set) DeadLettered(topic string) {
 	}
 }
 
+// Deleted counts n records of a consumer group deleted before it handled
+// them.
+func (s *Set) Deleted(group string, n int64) {
+	if s != nil {
+		s.deleted.WithLabelValues(group).Add(float64(n))
+	}
+}
+
 // Consumer makes the counters of consumer group, reading topic, exist at
 // 0 from its start: an alert on their increase sees the first record,
 // retry or dead letter, which a series that first appears at 1 hides.
@@ -209,6 +222,7 @@ func (s *Set) Consumer(group, topic string) {
 		s.records.WithLabelValues(group)
 		s.retries.WithLabelValues(group)
 		s.deadletter.WithLabelValues(topic)
+		s.deleted.WithLabelValues(group)
 	}
 }
 
