@@ -89,6 +89,11 @@ type Config[E any] struct {
 
 	Decode  func([]byte) (E, error) // required
 	Handler Handler[E]              // required
+	// Keyed, when set, reports whether a record's key is the one its
+	// event is written under; a record whose key is not is poison: its
+	// partition (and for chat.messages, its offset, the msgid) belongs to
+	// another group. Optional.
+	Keyed func(e *E, key []byte) bool
 
 	// Offsets, when set, is where the position lives: the group's committed
 	// offsets are then only a mirror for operators' lag tools.

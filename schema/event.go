@@ -165,6 +165,16 @@ func MessageKey(gid string) []byte { return []byte(gid) }
 // MemberKey is the record key of ack, receipt and member events: "gid/uid".
 func MemberKey(gid, uid string) []byte { return []byte(gid + "/" + uid) }
 
+// IsKeyOf reports whether key is MessageKey(gid) (uid "") or
+// MemberKey(gid, uid), without building either.
+func IsKeyOf(key []byte, gid, uid string) bool {
+	if uid == "" {
+		return string(key) == gid
+	}
+	return len(key) == len(gid)+1+len(uid) && string(key[:len(gid)]) == gid &&
+		key[len(gid)] == '/' && string(key[len(gid)+1:]) == uid
+}
+
 // GidOfKey returns the gid part of a record key (everything before the first
 // "/"), which alone chooses the partition.
 func GidOfKey(key []byte) []byte {

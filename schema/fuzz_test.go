@@ -203,3 +203,20 @@ func edgeSeeds() [][]byte {
 		[]byte{Version, byte(KindMessage), 1, 'g', 1, 'u', 0, 0, 0x80, 0x80, 0x40}, // body length 1 MiB, no body
 	)
 }
+
+// IsKeyOf is the keys the producers write, compared without building them.
+func FuzzIsKeyOf(f *testing.F) {
+	f.Add([]byte("g1/alice"), "g1", "alice")
+	f.Add([]byte("g1"), "g1", "")
+	f.Add([]byte("g1/a/b"), "g1/a", "b")
+	f.Add([]byte("g1x"), "g1", "x")
+	f.Fuzz(func(t *testing.T, key []byte, gid, uid string) {
+		want := string(key) == string(MemberKey(gid, uid))
+		if uid == "" {
+			want = string(key) == string(MessageKey(gid))
+		}
+		if got := IsKeyOf(key, gid, uid); got != want {
+			t.Fatalf("IsKeyOf(%q, %q, %q) = %v; want %v", key, gid, uid, got, want)
+		}
+	})
+}
