@@ -6,7 +6,10 @@
 // before "/"), hashed with murmur2 exactly as the Java client's default
 // partitioner does, so every Kafka client puts a group in the same partition.
 // Partition counts are fixed at creation. Ensure never changes an existing
-// topic: a mismatch is an error the operator has to resolve.
+// topic: a mismatch is an error the operator has to resolve. Fewer replicas
+// than Config.ReplicationFactor asks for, or a lower min.insync.replicas,
+// is a warning naming the commands that fix it: adding replicas copies
+// whole partitions between brokers, which is the operator's to schedule.
 //
 // Everything here is safe for concurrent use.
 package topics

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,7 +22,9 @@ type State struct {
 	Name       string
 	Exists     bool
 	Partitions int
-	Configs    map[string]string // as described by the broker
+	// ReplicationFactor is the fewest replicas of any of its partitions.
+	ReplicationFactor int
+	Configs           map[string]string // as described by the broker
 }
 
 // Problem is one difference between a topic and its spec.
@@ -35,7 +38,8 @@ func (p Problem) String() string { return p.Topic + ": " + p.Detail }
 
 // Ensure creates the topics that are missing and verifies the ones that
 // exist. A partition-count or cleanup-policy mismatch returns ErrMismatch
-// with what to do; other drift (retention) is logged as a warning.
+// with what to do; other drift (retention, replication) is logged as a
+// warning.
 func Ensure(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -45,7 +49,7 @@ func Ensure(ctx context.Context, cfg Config, log *slog.Logger) error {
 	defer closeClient()
 	specs := Specs(cfg)
 
-	states, err := Describe(ctx, client, specs)
+	states, brokers, err := describe(ctx, client, specs)
 	if err != nil {
 		return err
 	}
@@ -67,7 +71,11 @@ func Ensure(ctx context.Context, cfg Config, log *slog.Logger) error {
 		if states[i].Exists {
 			continue
 		}
-		tc := kafka.TopicConfig{Topic: s.Name, NumPartitions: s.Partitions, ReplicationFactor: cfg.ReplicationFactor}
+		rf := s.ReplicationFactor
+		if rf == 0 {
+			rf = -1 // the broker's default.replication.factor
+		}
+		tc := kafka.TopicConfig{Topic: s.Name, NumPartitions: s.Partitions, ReplicationFactor: rf}
 		for k, v := range s.Configs {
 			tc.ConfigEntries = append(tc.ConfigEntries, kafka.ConfigEntry{ConfigName: k, ConfigValue: v})
 		}
@@ -79,14 +87,18 @@ func Ensure(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return fmt.Errorf("topics: create: %w", err)
 		}
 		for name, err := range resp.Errors {
+			if errors.Is(err, kafka.InvalidReplicationFactor) {
+				return fmt.Errorf("topics: create %s with replication factor %d: %w; the cluster has %d broker(s): "+
+					"set CHAT_REPLICATION_FACTOR (-replication-factor) to at most that, or add brokers", name, cfg.ReplicationFactor, err, brokers)
+			}
 			if err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
 				return fmt.Errorf("topics: create %s: %w", name, err)
 			}
 			if err == nil && log != nil {
-				log.Info("created topic", "topic", name, "partitions", cfg.Partitions)
+				log.Info("created topic", "topic", name, "partitions", cfg.Partitions, "replication_factor", replicationOf(cfg))
 			}
 		}
-		if states, err = Describe(ctx, client, specs); err != nil {
+		if states, brokers, err = describe(ctx, client, specs); err != nil {
 			return err
 		}
 	}
@@ -95,6 +107,9 @@ func Ensure(ctx context.Context, cfg Config, log *slog.Logger) error {
 		if !p.Fatal && log != nil {
 			log.Warn("topic differs from its spec", "topic", p.Topic, "detail", p.Detail)
 		}
+	}
+	if log != nil {
+		warnUnreplicated(cfg, states, brokers, log)
 	}
 	return mismatch(problems)
 }
@@ -128,6 +143,9 @@ func Verify(specs []Spec, states []State) []Problem {
 					"(per-group order would break): set CHAT_PARTITIONS=%d to match, or recreate the topics on an empty system",
 				st.Partitions, s.Partitions, st.Partitions)})
 		}
+		if st.ReplicationFactor < s.ReplicationFactor {
+			out = append(out, Problem{Topic: s.Name, Detail: fewerReplicas(s, st)})
+		}
 		keys := make([]string, 0, len(s.Configs))
 		for k := range s.Configs {
 			keys = append(keys, k)
@@ -136,6 +154,15 @@ func Verify(specs []Spec, states []State) []Problem {
 		for _, k := range keys {
 			want, got := s.Configs[k], st.Configs[k]
 			if got == want {
+				continue
+			}
+			if k == minInsync {
+				// Too few replicas say it already; a higher one is stricter
+				// than asked, which is the operator's to choose.
+				n, err := strconv.Atoi(got)
+				if st.ReplicationFactor >= s.ReplicationFactor && (err != nil || n < MinInsyncReplicas(s.ReplicationFactor)) {
+					out = append(out, Problem{Topic: s.Name, Detail: lowMinInsync(s, st)})
+				}
 				continue
 			}
 			fatal := k == "cleanup.policy"
@@ -154,15 +181,22 @@ func Verify(specs []Spec, states []State) []Problem {
 	return out
 }
 
-// Describe reads the partition counts and configs of the spec'd topics.
+// Describe reads the partition counts, replication factors and configs of
+// the spec'd topics, min.insync.replicas among them.
 func Describe(ctx context.Context, client *kafka.Client, specs []Spec) ([]State, error) {
+	states, _, err := describe(ctx, client, specs)
+	return states, err
+}
+
+// describe is Describe, and the number of brokers in the cluster.
+func describe(ctx context.Context, client *kafka.Client, specs []Spec) ([]State, int, error) {
 	names := make([]string, len(specs))
 	for i, s := range specs {
 		names[i] = s.Name
 	}
 	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: names})
 	if err != nil {
-		return nil, fmt.Errorf("topics: metadata from %s: %w; is the broker up?", client.Addr, err)
+		return nil, 0, fmt.Errorf("topics: metadata from %s: %w; is the broker up?", client.Addr, err)
 	}
 	states := make([]State, len(specs))
 	var res []kafka.DescribeConfigRequestResource
@@ -172,27 +206,34 @@ func Describe(ctx context.Context, client *kafka.Client, specs []Spec) ([]State,
 			if t.Name == s.Name && t.Error == nil {
 				states[i].Exists = true
 				states[i].Partitions = len(t.Partitions)
+				for j, p := range t.Partitions {
+					if j == 0 || len(p.Replicas) < states[i].ReplicationFactor {
+						states[i].ReplicationFactor = len(p.Replicas)
+					}
+				}
 			}
 		}
 		if states[i].Exists {
-			keys := make([]string, 0, len(s.Configs))
+			keys := []string{minInsync}
 			for k := range s.Configs {
-				keys = append(keys, k)
+				if k != minInsync {
+					keys = append(keys, k)
+				}
 			}
 			res = append(res, kafka.DescribeConfigRequestResource{
 				ResourceType: kafka.ResourceTypeTopic, ResourceName: s.Name, ConfigNames: keys})
 		}
 	}
 	if len(res) == 0 {
-		return states, nil
+		return states, len(md.Brokers), nil
 	}
 	dc, err := client.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{Resources: res})
 	if err != nil {
-		return nil, fmt.Errorf("topics: describe configs: %w", err)
+		return nil, 0, fmt.Errorf("topics: describe configs: %w", err)
 	}
 	for _, r := range dc.Resources {
 		if r.Error != nil {
-			return nil, fmt.Errorf("topics: describe configs of %s: %w", r.ResourceName, r.Error)
+			return nil, 0, fmt.Errorf("topics: describe configs of %s: %w", r.ResourceName, r.Error)
 		}
 		for i := range states {
 			if states[i].Name != r.ResourceName {
@@ -204,5 +245,5 @@ func Describe(ctx context.Context, client *kafka.Client, specs []Spec) ([]State,
 			}
 		}
 	}
-	return states, nil
+	return states, len(md.Brokers), nil
 }

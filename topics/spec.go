@@ -27,7 +27,13 @@ type Config struct {
 	// choose it for the largest deployment.
 	Partitions int
 
-	// ReplicationFactor of new topics. Default -1: the broker's default.
+	// ReplicationFactor of new topics. Default 0: the broker's
+	// default.replication.factor, which is 1 on a stock Apache Kafka and
+	// right for a single broker only. N >= 1 makes topics of N replicas;
+	// N >= 2 sets their min.insync.replicas to MinInsyncReplicas(N), so an
+	// acknowledged record is on that many brokers at least. Verify warns of
+	// existing topics with fewer replicas, or a lower min.insync.replicas.
+	// At most MaxReplicationFactor.
 	ReplicationFactor int
 
 	// MessageRetention is chat.messages' retention.ms. Default 7 days.
@@ -42,9 +48,6 @@ type Config struct {
 func (c *Config) setDefaults() {
 	if c.Partitions == 0 {
 		c.Partitions = 16
-	}
-	if c.ReplicationFactor == 0 {
-		c.ReplicationFactor = -1
 	}
 	if c.MessageRetention == 0 {
 		c.MessageRetention = 7 * 24 * time.Hour
@@ -63,8 +66,26 @@ func (c Config) Validate() error {
 	if c.Partitions < 1 || c.Partitions > 10000 {
 		return fmt.Errorf("topics: partitions %d out of range 1..10000", c.Partitions)
 	}
+	if err := CheckReplicationFactor(c.ReplicationFactor); err != nil {
+		return fmt.Errorf("topics: %w", err)
+	}
 	if c.DeadLetterRetention < 0 {
 		return fmt.Errorf("topics: dead-letter retention %v is negative", c.DeadLetterRetention)
+	}
+	return nil
+}
+
+// MaxReplicationFactor is the most replicas a topic may be asked for.
+// Kafka deployments keep 3, rarely 5; more is taken for a typo.
+const MaxReplicationFactor = 7
+
+// CheckReplicationFactor refuses a replication factor that cannot be
+// meant, naming the setting it comes from.
+func CheckReplicationFactor(n int) error {
+	if n < 0 || n > MaxReplicationFactor {
+		return fmt.Errorf("replication-factor %d is out of range 0..%d (CHAT_REPLICATION_FACTOR / -replication-factor): "+
+			"set the number of brokers that keep each record, e.g. CHAT_REPLICATION_FACTOR=3 on a cluster of three brokers or more, "+
+			"or 0 for the broker's default (a single broker)", n, MaxReplicationFactor)
 	}
 	return nil
 }
@@ -73,7 +94,10 @@ func (c Config) Validate() error {
 type Spec struct {
 	Name       string
 	Partitions int
-	Configs    map[string]string // topic configs set at creation
+	// ReplicationFactor is the replicas asked for; 0: the broker's
+	// default, which is not checked.
+	ReplicationFactor int
+	Configs           map[string]string // topic configs set at creation
 }
 
 // CleanupPolicy returns the spec's cleanup.policy.
@@ -82,25 +106,35 @@ func (s Spec) CleanupPolicy() string { return s.Configs["cleanup.policy"] }
 // Specs returns the specs of every chat.* topic under cfg.
 func Specs(cfg Config) []Spec {
 	cfg.setDefaults()
-	compacted := func(name string) Spec {
-		return Spec{Name: name, Partitions: cfg.Partitions, Configs: map[string]string{
-			"cleanup.policy": "compact",
-		}}
+	spec := func(name string, configs map[string]string) Spec {
+		if cfg.ReplicationFactor >= 2 {
+			configs[minInsync] = strconv.Itoa(MinInsyncReplicas(cfg.ReplicationFactor))
+		}
+		return Spec{Name: name, Partitions: cfg.Partitions, ReplicationFactor: cfg.ReplicationFactor, Configs: configs}
 	}
 	return []Spec{
-		{Name: Messages, Partitions: cfg.Partitions, Configs: map[string]string{
+		spec(Messages, map[string]string{
 			"cleanup.policy": "delete",
 			"retention.ms":   retentionMs(cfg.MessageRetention),
-		}},
-		compacted(Acks),
-		compacted(Receipts),
-		compacted(Members),
-		{Name: DeadLetter, Partitions: cfg.Partitions, Configs: map[string]string{
+		}),
+		spec(Acks, map[string]string{"cleanup.policy": "compact"}),
+		spec(Receipts, map[string]string{"cleanup.policy": "compact"}),
+		spec(Members, map[string]string{"cleanup.policy": "compact"}),
+		spec(DeadLetter, map[string]string{
 			"cleanup.policy": "delete",
 			"retention.ms":   retentionMs(cfg.DeadLetterRetention),
-		}},
+		}),
 	}
 }
+
+const minInsync = "min.insync.replicas"
+
+// MinInsyncReplicas is the min.insync.replicas of topics with n replicas:
+// n-1, so that a record the producer's acks=all got back is on n-1
+// brokers at least, and one broker may be down without writes being
+// refused. For n = 2 it is 1: a record acknowledged while the other
+// broker was out of sync is on one disk only.
+func MinInsyncReplicas(n int) int { return max(1, n-1) }
 
 func retentionMs(d time.Duration) string {
 	if d < 0 {
