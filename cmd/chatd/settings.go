@@ -12,6 +12,7 @@ import (
 
 	"github.com/groupchat/chatd/internal/flags"
 	"github.com/groupchat/chatd/producers"
+	"github.com/groupchat/chatd/topics"
 )
 
 // settings are every knob of chatd. Each has a flag and a CHAT_* variable;
@@ -25,6 +26,7 @@ type settings struct {
 	KafkaListen      string
 	KafkaBrokers     string
 	Partitions       int
+	Replicas         int // CHAT_REPLICATION_FACTOR
 	RedisAddrs       string
 	RedisPassword    string
 	WindowSize       int
@@ -88,6 +90,7 @@ var allSettings = []setting{
 	{"kafka-listen", "CHAT_KAFKA_LISTEN", "127.0.0.1:9092", "the embedded broker's Kafka listener (kcat and other tools attach here)", "dev", str(func(s *settings) *string { return &s.KafkaListen })},
 	{"kafka-brokers", "CHAT_KAFKA_BROKERS", "", "Kafka bootstrap brokers, host:port,...", "prod", str(func(s *settings) *string { return &s.KafkaBrokers })},
 	{"partitions", "CHAT_PARTITIONS", "16", "partitions of every chat.* topic; fixed once the topics exist", "all", num(func(s *settings) *int { return &s.Partitions })},
+	{"replication-factor", "CHAT_REPLICATION_FACTOR", "0", "replicas of each chat.* topic created, with min.insync.replicas one fewer; 0: the broker's default (1 on a stock Kafka), right for a single broker only: set 3 on a cluster of three brokers or more. Existing topics with fewer are warned of at start", "prod", num(func(s *settings) *int { return &s.Replicas })},
 	{"redis-addrs", "CHAT_REDIS_ADDRS", "", "Redis address, or several for a Redis Cluster (dev: empty = embedded)", "all", str(func(s *settings) *string { return &s.RedisAddrs })},
 	{"redis-password", "CHAT_REDIS_PASSWORD", "", "Redis password", "all", str(func(s *settings) *string { return &s.RedisPassword })},
 	{"window-size", "CHAT_WINDOW_SIZE", "1000", "messages kept per group in the Redis window (-1: all; the default without ClickHouse)", "all", num(func(s *settings) *int { return &s.WindowSize })},
@@ -161,6 +164,13 @@ func checkEnv(fs *flag.FlagSet, getenv func(string) string) error {
 func (s *settings) validate(role string) error {
 	if s.Partitions < 1 {
 		return fmt.Errorf("partitions must be a whole number >= 1 (CHAT_PARTITIONS / -partitions)")
+	}
+	if err := topics.CheckReplicationFactor(s.Replicas); err != nil {
+		return err
+	}
+	if role == "dev" && s.Replicas > 1 {
+		return fmt.Errorf("replication-factor %d (CHAT_REPLICATION_FACTOR): chatd dev runs one embedded broker, which keeps one copy of each record; "+
+			"unset it for dev, or run the production roles (gateway, fanout, persister, projector) against a Kafka cluster of %d brokers or more", s.Replicas, s.Replicas)
 	}
 	if s.WindowSize < -1 || s.WindowSize == 0 {
 		return fmt.Errorf("window-size must be -1 (unbounded) or >= 1 (CHAT_WINDOW_SIZE / -window-size)")

@@ -114,7 +114,8 @@ func openStack(ctx context.Context, role string, s *settings, log *slog.Logger) 
 	if err := st.checkHistoryMode(ctx, role); err != nil {
 		return nil, err
 	}
-	if err := waitKafka(ctx, topics.Config{Brokers: st.brokers, Partitions: s.Partitions, MessageRetention: retention}, log); err != nil {
+	if err := waitKafka(ctx, topics.Config{Brokers: st.brokers, Partitions: s.Partitions,
+		ReplicationFactor: s.Replicas, MessageRetention: retention}, log); err != nil {
 		return nil, err
 	}
 	if st.prod, err = producers.New(producers.Config{Brokers: st.brokers,
