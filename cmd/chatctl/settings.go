@@ -24,6 +24,7 @@ import (
 type settings struct {
 	KafkaBrokers     string
 	Partitions       int
+	Replicas         int // CHAT_REPLICATION_FACTOR
 	MessageRetention time.Duration
 	RedisAddrs       string
 	RedisPassword    string
@@ -42,6 +43,7 @@ type setting struct {
 var allSettings = []setting{
 	{"kafka-brokers", "CHAT_KAFKA_BROKERS", "127.0.0.1:9092", "Kafka bootstrap brokers, host:port,...", strVar(func(s *settings) *string { return &s.KafkaBrokers })},
 	{"partitions", "CHAT_PARTITIONS", "16", "partitions of every chat.* topic (topics create / verify)", intVar(func(s *settings) *int { return &s.Partitions })},
+	{"replication-factor", "CHAT_REPLICATION_FACTOR", "0", "replicas of each chat.* topic, with min.insync.replicas one fewer (topics create / verify); 0: the broker's default, right for a single broker only: set 3 on a cluster of three brokers or more", intVar(func(s *settings) *int { return &s.Replicas })},
 	{"message-retention", "CHAT_MESSAGE_RETENTION", "168h", "chat.messages retention (topics create / verify); negative (e.g. -1h) keeps everything, as chatd does without ClickHouse", durVar(func(s *settings) *time.Duration { return &s.MessageRetention })},
 	{"redis-addrs", "CHAT_REDIS_ADDRS", "", "Redis address, or several for a Redis Cluster", strVar(func(s *settings) *string { return &s.RedisAddrs })},
 	{"redis-password", "CHAT_REDIS_PASSWORD", "", "Redis password", strVar(func(s *settings) *string { return &s.RedisPassword })},
@@ -157,7 +159,7 @@ func (s *settings) validate() error {
 	if s.Partitions < 1 || s.Partitions > 10000 {
 		return errors.New("partitions must be a whole number 1..10000 (CHAT_PARTITIONS / -partitions)")
 	}
-	return nil
+	return topics.CheckReplicationFactor(s.Replicas)
 }
 
 func (s *settings) brokers() ([]string, error) {
@@ -177,7 +179,7 @@ func (s *settings) topicsConfig() (topics.Config, error) {
 	if retention == 0 {
 		return topics.Config{}, errors.New("message-retention must be a duration such as 168h, or a negative one such as -1h to keep everything (CHAT_MESSAGE_RETENTION)")
 	}
-	return topics.Config{Brokers: b, Partitions: s.Partitions, MessageRetention: retention}, nil
+	return topics.Config{Brokers: b, Partitions: s.Partitions, ReplicationFactor: s.Replicas, MessageRetention: retention}, nil
 }
 
 // redis connects to Redis and checks that it answers.

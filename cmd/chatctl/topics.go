@@ -37,7 +37,7 @@ func topicsDescribe(ctx context.Context, c *command, _ any, args []string) error
 		return err
 	}
 	tw := tabwriter.NewWriter(c.stdout, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOPIC\tEXISTS\tPARTITIONS\tCONFIGS")
+	fmt.Fprintln(tw, "TOPIC\tEXISTS\tPARTITIONS\tREPLICAS\tCONFIGS")
 	for i, s := range specs {
 		st := states[i]
 		keys := make([]string, 0, len(st.Configs))
@@ -49,7 +49,7 @@ func topicsDescribe(ctx context.Context, c *command, _ any, args []string) error
 		for _, k := range keys {
 			cfgs = append(cfgs, k+"="+st.Configs[k])
 		}
-		fmt.Fprintf(tw, "%s\t%v\t%d\t%s\n", s.Name, st.Exists, st.Partitions, strings.Join(cfgs, " "))
+		fmt.Fprintf(tw, "%s\t%v\t%d\t%d\t%s\n", s.Name, st.Exists, st.Partitions, st.ReplicationFactor, strings.Join(cfgs, " "))
 	}
 	return tw.Flush()
 }
