@@ -381,7 +381,7 @@ func TestComposeRunsChatctlWithTheSettingsOfTheRoles(t *testing.T) {
 		t.Errorf("%s: entrypoint %v, want [chatctl], so that `docker compose run --rm %s COMMAND` runs chatctl COMMAND", name, ctl.Entrypoint, name)
 	}
 	roles := c.Services["persister"].Environment
-	for _, k := range []string{"CHAT_KAFKA_BROKERS", "CHAT_REDIS_ADDRS", "CHAT_CLICKHOUSE_ADDRS", "CHAT_PARTITIONS", "CHAT_MESSAGE_RETENTION"} {
+	for _, k := range []string{"CHAT_KAFKA_BROKERS", "CHAT_REDIS_ADDRS", "CHAT_CLICKHOUSE_ADDRS", "CHAT_PARTITIONS", "CHAT_REPLICATION_FACTOR", "CHAT_MESSAGE_RETENTION"} {
 		if ctl.Environment[k] == "" || ctl.Environment[k] != roles[k] {
 			t.Errorf("%s: %s is %q, want the roles' %q", name, k, ctl.Environment[k], roles[k])
 		}
