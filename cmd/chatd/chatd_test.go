@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
@@ -39,7 +40,14 @@ type chatdProc struct {
 func startChatd(t *testing.T, bin string, env []string, args ...string) *chatdProc {
 	t.Helper()
 	p := &chatdProc{cmd: exec.Command(bin, args...), log: &strings.Builder{}, done: make(chan error, 1)}
-	p.cmd.Env = append(os.Environ(), env...)
+	// The shell's CHAT_* variables (a CHAT_KAFKA_BROKERS left set) would
+	// change what the test runs.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "CHAT_") {
+			p.cmd.Env = append(p.cmd.Env, kv)
+		}
+	}
+	p.cmd.Env = append(p.cmd.Env, env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
@@ -174,8 +182,15 @@ func TestBadSettingsSayWhatToDo(t *testing.T) {
 		{[]string{"dev"}, map[string]string{"CHAT_ALLOWED_ORIGINS": "chat.example.com,[bad"}, `allowed-origins: "[bad" is no host pattern (CHAT_ALLOWED_ORIGINS): syntax error in pattern; use hosts such as chat.example.com`},
 		{[]string{"dev"}, map[string]string{"CHAT_JWT_SECRET": "short"}, "jwt-secret is 5 bytes (CHAT_JWT_SECRET): tokens signed with it can be forged; use at least 32, e.g. the output of openssl rand -hex 32"},
 	} {
-		getenv := func(k string) string { return c.env[k] }
-		err := run(context.Background(), c.args, getenv)
+		// Ports and a data dir of its own: a check that regressed starts
+		// chatd, which must neither take a port another run holds nor
+		// write to the source tree, and stops within the context.
+		env := map[string]string{"CHAT_HTTP_ADDR": freeAddr(t), "CHAT_KAFKA_LISTEN": freeAddr(t), "CHAT_DATA_DIR": t.TempDir(), "CHAT_LOG_LEVEL": "error"}
+		maps.Copy(env, c.env)
+		getenv := func(k string) string { return env[k] }
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		err := run(ctx, c.args, getenv)
+		cancel()
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("chatd %v: error %v, want one mentioning %q", c.args, err, c.want)
 		}

@@ -29,7 +29,7 @@ func TestASecondInterruptStopsAtOnce(t *testing.T) {
 // interrupts it twice and wants it stopped at once by the second.
 func secondInterrupt(t *testing.T, cmd string, args ...string) {
 	addr := freeAddr(t)
-	p := startChatd(t, cmd, []string{"CHAT_HTTP_ADDR=" + addr, "CHAT_DATA_DIR=" + t.TempDir(), "CHAT_SHUTDOWN_TIMEOUT=60s", "CHAT_LOG_LEVEL=error"}, append(args, "dev")...)
+	p := startChatd(t, cmd, []string{"CHAT_HTTP_ADDR=" + addr, "CHAT_KAFKA_LISTEN=" + freeAddr(t), "CHAT_DATA_DIR=" + t.TempDir(), "CHAT_SHUTDOWN_TIMEOUT=60s", "CHAT_LOG_LEVEL=error"}, append(args, "dev")...)
 	waitHealthy(t, "http://"+addr+"/readyz")
 	holdShutdownOpen(t, addr)
 
