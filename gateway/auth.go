@@ -98,7 +98,7 @@ func (c *conn) authenticate(tok string) (uid, id string, _ *protocol.Error) {
 	}
 	req, err := protocol.Decode(data, c.g.cfg.MaxBody)
 	if err != nil {
-		return "", "", asProtocol(err)
+		return "", req.ID, asProtocol(err) // the id, when it could be read
 	}
 	if req.Op != protocol.OpAuth {
 		return "", req.ID, protocol.Errorf(protocol.CodeUnauthenticated,

@@ -389,3 +389,20 @@ func TestRefusedAuthFrameAnswersItsID(t *testing.T) {
 		t.Errorf("sync before auth: %v, want unauthenticated with id s-1, saying how to authenticate", f)
 	}
 }
+
+// A frame that does not decode is answered with its id when the id can be
+// read, the first frame (auth) too: the client learns which request failed.
+func TestAFrameThatDoesNotDecodeIsAnsweredWithItsID(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g1", "alice")
+	alice := e.login(0, "alice")
+	alice.send([]byte(`{"op":"ack","id":"e","gid":"g1","upto":"4"}`))
+	if f := alice.answer(); code(f) != string(protocol.CodeBadFrame) || f["id"] != "e" {
+		t.Errorf("an ack with upto as a string: %v, want bad_frame with id e", f)
+	}
+	r := e.dial(0, "")
+	r.send([]byte(`{"op":"auth","id":"a","token":5}`))
+	if f := r.read(); code(f) != string(protocol.CodeBadFrame) || f["id"] != "a" {
+		t.Errorf("an auth frame with a number for its token: %v, want bad_frame with id a", f)
+	}
+}

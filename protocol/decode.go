@@ -32,25 +32,57 @@ func Decode(b []byte, maxBody int) (Request, error) {
 		return r, Errorf(CodeBadFrame, "the frame is not valid UTF-8; send JSON text frames")
 	}
 	d := json.NewDecoder(bytes.NewReader(b))
+	// A frame that does not decode is answered with its id when the id
+	// can still be read: the client learns which request failed.
 	if err := d.Decode(&r); err != nil {
 		var te *json.UnmarshalTypeError
 		switch {
 		case errors.As(err, &te) && te.Field != "":
-			return Request{}, Errorf(CodeBadFrame, "%q must be %s, not a JSON %s", te.Field, fieldWant(te.Field, te.Type), te.Value)
+			return Request{ID: readableID(b)}, Errorf(CodeBadFrame, "%q must be %s, not a JSON %s", te.Field, fieldWant(te.Field, te.Type), te.Value)
 		case errors.As(err, &te):
 			return Request{}, Errorf(CodeBadFrame, `a request is one JSON object, e.g. {"op":"sync"} (over HTTP, the operation's fields), not a JSON %s`, te.Value)
 		}
-		return Request{}, Errorf(CodeBadFrame, `a request is one JSON object, e.g. {"op":"sync"} (over HTTP, the operation's fields): %v`, err)
+		return Request{ID: readableID(b)}, Errorf(CodeBadFrame, `a request is one JSON object, e.g. {"op":"sync"} (over HTTP, the operation's fields): %v`, err)
 	}
 	// More would let a stray "}" or "]" after the object pass: only
 	// whitespace may follow it.
 	if _, err := d.Token(); !errors.Is(err, io.EOF) {
-		return Request{}, Errorf(CodeBadFrame, "one JSON object per frame, and nothing after it")
+		return Request{ID: readableID(b)}, Errorf(CodeBadFrame, "one JSON object per frame, and nothing after it")
 	}
 	if len(r.ID) > MaxIDLen {
 		return Request{}, Errorf(CodeInvalid, "id is %d bytes; at most %d", len(r.ID), MaxIDLen) // not echoed
 	}
 	return r, r.validate(maxBody)
+}
+
+// readableID is the id of a frame that did not decode, read as far as the
+// frame is JSON: the string of a top-level "id" (any case, as Decode reads
+// it; the last one, as there) that comes before what is wrong. An id past
+// MaxIDLen, or none, is "": it is not echoed.
+func readableID(b []byte) string {
+	d := json.NewDecoder(bytes.NewReader(b))
+	if t, err := d.Token(); err != nil || t != json.Delim('{') {
+		return ""
+	}
+	var id string
+	for d.More() {
+		key, err := d.Token()
+		if err != nil {
+			break
+		}
+		var v json.RawMessage
+		if err := d.Decode(&v); err != nil {
+			break
+		}
+		var s string
+		if k, _ := key.(string); strings.EqualFold(k, "id") && json.Unmarshal(v, &s) == nil {
+			id = s
+		}
+	}
+	if len(id) > MaxIDLen {
+		return ""
+	}
+	return id
 }
 
 func (r *Request) validate(maxBody int) error {

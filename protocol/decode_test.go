@@ -134,3 +134,24 @@ func TestARequestOfTheWrongShapeIsToldTheRightOne(t *testing.T) {
 		}
 	}
 }
+
+// A frame that does not decode is still answered with its id when the id
+// can be read, so that the client knows which of its requests failed.
+func TestAFrameThatDoesNotDecodeKeepsItsReadableID(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"op":"ack","id":"e","gid":"team","upto":"4"}`:                           "e",
+		`{"op":"ack","gid":"team","upto":"4","ID":"e"}`:                           "e",
+		`{"op":"sync","id":"e"}}`:                                                 "e",
+		`{"op":"sync","id":"e","gid":}`:                                           "e",
+		`{"op":"sync","gid":,"id":"e"}`:                                           "", // after what is wrong
+		`{"op":"ack","id":5,"gid":"team","upto":"4"}`:                             "",
+		`{"op":"ack","id":"e","id":"` + strings.Repeat("i", 65) + `","upto":"4"}`: "",
+		`["e"]`: "",
+	} {
+		r, err := Decode([]byte(in), 10)
+		var perr *Error
+		if !errors.As(err, &perr) || perr.Code != CodeBadFrame || r.ID != want {
+			t.Errorf("Decode(%.60s) = id %q, %v; want bad_frame with id %q", in, r.ID, err, want)
+		}
+	}
+}
