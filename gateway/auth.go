@@ -50,6 +50,10 @@ func verify(secret []byte, token string, maxTTL time.Duration) (string, *protoco
 	switch {
 	case errors.Is(err, jwt.ErrTokenExpired):
 		return "", protocol.Errorf(protocol.CodeTokenExpired, "the token expired; get a new one and reconnect")
+	case err != nil && !strings.Contains(token, "."):
+		// A JWT is three parts joined by dots; the admin token has none.
+		return "", protocol.Errorf(protocol.CodeBadToken, "the token is not valid (%v); this looks like the admin token, where a client token (a JWT) is wanted: "+
+			"client tokens come from POST /v1/dev/token (chatd dev) or chatctl token UID, in production from your login service", err)
 	case err != nil:
 		return "", protocol.Errorf(protocol.CodeBadToken, "the token is not valid (%v); get a token signed by this deployment", err)
 	}

@@ -162,3 +162,21 @@ func TestATokenWithItsSignaturesSpareBitsChangedIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// The admin token given where a client token is wanted is refused saying
+// so and where client tokens come from, not only that the token has "an
+// invalid number of segments".
+func TestTheAdminTokenAsAClientTokenIsToldWhereClientTokensComeFrom(t *testing.T) {
+	_, perr := verify(fuzzSecret, "9f2c1e0b7a6d5c4b3a2918f7e6d5c4b3a2918f7e6d5c4b3a", fuzzTTL)
+	if perr == nil || perr.Code != protocol.CodeBadToken || !strings.Contains(perr.Message, "looks like the admin token") ||
+		!strings.Contains(perr.Message, "POST /v1/dev/token") || !strings.Contains(perr.Message, "chatctl token") {
+		t.Fatalf("a token with no dots: %v, want bad_token saying it looks like the admin token and where client tokens come from", perr)
+	}
+	tok, err := IssueToken(fuzzSecret, "alice", fuzzTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, perr := verify([]byte(strings.Repeat("o", 32)), tok, fuzzTTL); perr == nil || strings.Contains(perr.Message, "admin token") {
+		t.Fatalf("a JWT of another secret: %v, want bad_token without the admin token's hint", perr)
+	}
+}
