@@ -107,7 +107,28 @@ func (g *Gateway) addMember(ctx context.Context, r *http.Request) (any, *protoco
 	if perr := needID(`"uid"`, req.Uid, `{"uid":"carol"}`); perr != nil {
 		return nil, perr
 	}
+	if perr := g.groupKnown(ctx, req.Gid, req.Uid); perr != nil {
+		return nil, perr
+	}
 	return g.join(ctx, req.Gid, []string{req.Uid})
+}
+
+// groupKnown refuses an add to a group that never had a member, as a
+// removal from it is refused: a typo in the path would create a group.
+// A group just created is known by its reserved joins before the member
+// projector applies them.
+func (g *Gateway) groupKnown(ctx context.Context, gid, uid string) *protocol.Error {
+	if perr := needID(`"gid"`, gid, `{"gid":"team","members":["alice","bob"]}`); perr != nil {
+		return perr
+	}
+	var known bool
+	if perr := g.wholeMembers(ctx, gid, func() (err error) { known, err = g.cfg.Redis.GroupKnown(ctx, gid); return err }); perr != nil {
+		return perr
+	}
+	if !known {
+		return protocol.Errorf(protocol.CodeNotFound, `group %s does not exist (it never had a member); create it with POST /v1/admin/groups, e.g. {"gid":%q,"members":[%q]}`, gid, gid, uid)
+	}
+	return nil
 }
 
 // join adds members who are not members yet; adding a member twice is a

@@ -171,6 +171,39 @@ func TestARetriedJoinBeforeItsProjectionIsWrittenOnce(t *testing.T) {
 	e.waitMembers("g1", "alice")
 }
 
+// An add to a group that never had a member answers not_found, as a
+// removal from it does, and names the request that creates a group: a typo
+// in the path made a group. A group just created is one, though the member
+// projector has not applied its joins yet, and so is one whose members all
+// left.
+func TestAnAddToAGroupThatDoesNotExistIsNotFound(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.waitReplayed("nosuch2")
+	ends := e.topicEndsOf(topics.Members)
+	st, out := e.http("POST", "/v1/admin/groups/nosuch2/members", adminToken, map[string]any{"uid": "zz"})
+	if st != 404 || code(out) != string(protocol.CodeNotFound) || !strings.Contains(fmt.Sprint(out["message"]), "POST /v1/admin/groups") {
+		t.Errorf("add to a group never created: %d %v, want 404 not_found naming POST /v1/admin/groups", st, out)
+	}
+	if got := e.topicEndsOf(topics.Members); got != ends {
+		t.Errorf("an add to a group never created wrote %d membership changes", got-ends)
+	}
+
+	e.group("gone", "alice")
+	e.removeMember("gone", "alice")
+	if st, out := e.http("POST", "/v1/admin/groups/gone/members", adminToken, map[string]any{"uid": "bob"}); st != 200 {
+		t.Errorf("add to a group whose members all left: %d %v, want 200", st, out)
+	}
+
+	e.waitReplayed("fresh")
+	e.parts["members"].stop() // the projection lags
+	if st, out := e.http("POST", "/v1/admin/groups", adminToken, map[string]any{"gid": "fresh", "members": []string{"alice"}}); st != 200 {
+		t.Fatalf("create fresh: %d %v", st, out)
+	}
+	if st, out := e.http("POST", "/v1/admin/groups/fresh/members", adminToken, map[string]any{"uid": "bob"}); st != 200 || fmt.Sprint(out["added"]) != "[bob]" {
+		t.Errorf("add to a group created before the projection has it: %d %v, want bob added", st, out)
+	}
+}
+
 // Adding a member who is one answers "added" as an empty list, not null:
 // a client reads the answer's list without a case for its absence.
 func TestAnAddOfAMemberAnswersAnEmptyList(t *testing.T) {

@@ -19,7 +19,7 @@ const (
 	CodeBodyTooLarge    Code = "body_too_large"  // send body over the limit
 	CodeRateLimited     Code = "rate_limited"    // slow down, then retry
 	CodeForbidden       Code = "forbidden"       // admin operation without the admin token
-	CodeNotFound        Code = "not_found"       // a message (who_read), a member (administration) or a route not found; an unknown group is not_member
+	CodeNotFound        Code = "not_found"       // a message (who_read), a member or a group (administration) or a route not found; to a client, an unknown group is not_member
 	CodeUnavailable     Code = "unavailable"     // a store or the broker is down; retry later
 	CodeOverloaded      Code = "overloaded"      // the server refuses work it cannot do in time; retry after a pause
 	CodeInternal        Code = "internal"        // a bug; retry later and report it

@@ -181,6 +181,44 @@ func testReserveJoinsExpire(t *testing.T, c redis.UniversalClient) {
 	}
 }
 
+// A group is known once it has a member, joined or left, or a join
+// reserved that is neither projected nor expired nor dropped yet: a group
+// just created is known before the member projector applies its joins.
+func testGroupKnown(t *testing.T, c redis.UniversalClient) {
+	r := newTestRedis(t, c, RedisConfig{})
+	ctx := context.Background()
+	known := func(gid string) bool {
+		t.Helper()
+		ok, err := r.GroupKnown(ctx, gid)
+		if err != nil {
+			t.Fatalf("GroupKnown %s: %v", gid, err)
+		}
+		return ok
+	}
+	applyMembers(t, r, join("left", "a", 1), leave("left", "a", 2))
+	for _, gid := range []string{"new", "short"} {
+		if known(gid) {
+			t.Fatalf("%s known before any join", gid)
+		}
+	}
+	if _, err := r.ReserveJoins(ctx, "new", []string{"a", "b"}, 10, nil, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.ReserveJoins(ctx, "short", []string{"a"}, 10, nil, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if !known("new") || !known("short") || !known("left") || known("other") {
+		t.Fatalf("known: new %v, short %v, left %v, other %v; want true, true, true, false", known("new"), known("short"), known("left"), known("other"))
+	}
+	if err := r.ClearJoining(ctx, "new", "a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // past short's expiry
+	if known("new") || known("short") {
+		t.Errorf("known after their joins were dropped (new %v) or expired (short %v)", known("new"), known("short"))
+	}
+}
+
 // A reservation renewed while its join is written outlives its first
 // expiry, and the key with it; one dropped meanwhile is not brought back.
 func testExtendJoining(t *testing.T, c redis.UniversalClient) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -362,6 +363,20 @@ func (r *Redis) Members(ctx context.Context, gid string) (map[string]Membership,
 		return nil, fmt.Errorf("store: members of %q: %w", gid, err)
 	}
 	return all, nil
+}
+
+// GroupKnown reports whether gid has had a member: one the member
+// projector applied (joined or left since), or a join reserved
+// (ReserveJoins) and not expired or dropped, which a group just created
+// has before the projector applies it.
+func (r *Redis) GroupKnown(ctx context.Context, gid string) (bool, error) {
+	pipe := r.client.Pipeline()
+	members := pipe.Exists(ctx, membersKey(gid))
+	joining := pipe.ZCount(ctx, joiningKey(gid), "("+strconv.FormatInt(time.Now().UnixMilli(), 10), "+inf")
+	if _, err := pipe.Exec(ctx); err != nil {
+		return false, fmt.Errorf("store: members of %q: %w", gid, err)
+	}
+	return members.Val() > 0 || joining.Val() > 0, nil
 }
 
 // UserGroups returns the user's memberships (left ones too), by gid.

@@ -55,6 +55,7 @@ func runRedisSuite(t *testing.T, newClient func(t *testing.T) redis.UniversalCli
 		{"ReserveJoinsAtOnce", testReserveJoinsAtOnce},
 		{"ReserveJoinsExpire", testReserveJoinsExpire},
 		{"ReserveJoinsKnownLate", testReserveJoinsKnownLate},
+		{"GroupKnown", testGroupKnown},
 		{"ExtendJoining", testExtendJoining},
 		{"HoldJoinsStop", testHoldJoinsStop},
 		{"MarkLeavingPrunes", testMarkLeavingPrunes},
