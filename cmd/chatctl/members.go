@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -33,26 +34,30 @@ func groupsCreate(ctx context.Context, c *command, _ any, args []string) error {
 	if len(args) < 2 {
 		return errors.New("usage: chatctl groups create GID UID... (a group needs at least one member)")
 	}
-	return changeMembers(ctx, c, args[0], args[1:], schema.OpJoin)
+	return changeMembers(ctx, c, args[0], args[1:], schema.OpJoin, false)
 }
 
 func membersAdd(ctx context.Context, c *command, _ any, args []string) error {
 	if len(args) < 2 {
 		return errors.New("usage: chatctl members add GID UID...")
 	}
-	return changeMembers(ctx, c, args[0], args[1:], schema.OpJoin)
+	return changeMembers(ctx, c, args[0], args[1:], schema.OpJoin, true)
 }
 
 func membersRemove(ctx context.Context, c *command, _ any, args []string) error {
 	if len(args) < 2 {
 		return errors.New("usage: chatctl members remove GID UID...")
 	}
-	return changeMembers(ctx, c, args[0], args[1:], schema.OpLeave)
+	return changeMembers(ctx, c, args[0], args[1:], schema.OpLeave, false)
 }
 
 // changeMembers joins (or makes leave) the users who are not (or are)
 // members yet: joining a member twice would move their start forward.
-func changeMembers(ctx context.Context, c *command, gid string, uids []string, op schema.MemberOp) error {
+// With needGroup, a join needs a group that has had a member, as a
+// gateway's add does, so that a typo makes no group. Users named for
+// removal who are not members fail the call once the others have left, as
+// a gateway answers their removal not_found.
+func changeMembers(ctx context.Context, c *command, gid string, uids []string, op schema.MemberOp, needGroup bool) error {
 	for _, id := range append([]string{gid}, uids...) {
 		if err := schema.ValidID(id); err != nil {
 			return fmt.Errorf("%q: %w", id, err)
@@ -67,6 +72,9 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 	current, err := membership(ctx, a, gid, c.s.Partitions)
 	if err != nil {
 		return err
+	}
+	if needGroup && len(current) == 0 {
+		return fmt.Errorf("group %s does not exist (%s holds no member of it); create it with `chatctl groups create %s %s`", gid, topics.Members, gid, strings.Join(uids, " "))
 	}
 	var (
 		rds   *store.Redis
@@ -101,6 +109,10 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 			fmt.Fprintf(c.stderr, "warning: cannot renew the reservations of the joins being written (%v)\n", err)
 		})()
 	}
+	var (
+		strangers []string            // named for removal, and not members
+		changed   = map[string]bool{} // by this call
+	)
 	for _, uid := range uids {
 		joined := current[uid].State == store.MemberJoined
 		switch {
@@ -111,7 +123,9 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 			fmt.Fprintf(c.stdout, "%s: being added to %s already (by a gateway's add, or another chatctl)\n", uid, gid)
 			continue
 		case op == schema.OpLeave && !joined:
-			fmt.Fprintf(c.stdout, "%s: not a member of %s\n", uid, gid)
+			if !changed[uid] && !slices.Contains(strangers, uid) { // a uid named twice leaves once
+				strangers = append(strangers, uid)
+			}
 			continue
 		}
 		var m schema.Member
@@ -155,9 +169,16 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 			}
 		}
 		current[uid] = current[uid].Apply(m) // a uid named twice changes once
+		changed[uid] = true
 		fmt.Fprintf(c.stdout, "%s: %s %s at position %d\n", uid, opName(op), gid, m.Pos)
 	}
-	return nil
+	switch len(strangers) {
+	case 0:
+		return nil
+	case 1:
+		return fmt.Errorf("%s: not a member of %s", strangers[0], gid)
+	}
+	return fmt.Errorf("%s: not members of %s", strings.Join(strangers, ", "), gid)
 }
 
 // reserveJoins reserves a place in gid for each of uids not a member yet

@@ -162,7 +162,7 @@ func (e *env) ctlHold(hold time.Duration, name string, args ...string) (string, 
 	return out.String(), err
 }
 
-// chatctl's add holds the places it reserved for as long as its joins
+// chatctl's add (here of a group's first member) holds the places it reserved for as long as its joins
 // take to write (a broker slow to answer, a group created with thousands
 // of members written one by one), renewing them: taken for the hold from
 // the reservation, a place would be lost before its join is written, and
@@ -175,7 +175,7 @@ func TestMembersAddHoldsItsPlacesWhileItsJoinsAreWritten(t *testing.T) {
 	free := testserver.HoldProduces(t, e.broker, topics.Members)
 	done := make(chan error, 1)
 	go func() {
-		out, err := e.ctlHold(hold, "members add", "g1", "bob")
+		out, err := e.ctlHold(hold, "groups create", "g1", "bob")
 		if err != nil {
 			err = fmt.Errorf("%w\n%s", err, out)
 		}
@@ -192,7 +192,7 @@ func TestMembersAddHoldsItsPlacesWhileItsJoinsAreWritten(t *testing.T) {
 	}
 	free()
 	if err := <-done; err != nil {
-		t.Fatalf("chatctl members add g1 bob: %v", err)
+		t.Fatalf("chatctl groups create g1 bob: %v", err)
 	}
 	if ok, err := e.rds.Joining(ctx, "g1", "bob"); !ok || err != nil {
 		t.Errorf("bob's join written: Joining = %v, %v; want its place held for the member projector", ok, err)
@@ -250,4 +250,37 @@ func TestMembersRemoveWaitsForTheMembersSendsInFlight(t *testing.T) {
 	if want := fmt.Sprintf(`"op":"leave","pos":%d`, msgid); !strings.Contains(tail, want) {
 		t.Fatalf("%s after the removal:\n%s\nwant a leave at the message sent before it (%s)", topics.Members, tail, want)
 	}
+}
+
+// An add to a group that never had a member is refused, naming the command
+// that creates one, as a gateway answers it not_found: a typo in the gid
+// made a group. A group whose members all left takes members again.
+func TestMembersAddToAGroupNeverCreatedIsRefused(t *testing.T) {
+	e := newEnv(t, 1)
+	out, err := e.ctl("members", "add", "nosuch2", "zz")
+	if err == nil || !strings.Contains(err.Error(), "group nosuch2 does not exist") || !strings.Contains(err.Error(), "chatctl groups create nosuch2 zz") {
+		t.Errorf("members add to a group never created: %v\n%s; want it refused, naming chatctl groups create", err, out)
+	}
+	if tail := e.mustCtl("tail", topics.Members); tail != "" {
+		t.Errorf("a refused add wrote to %s:\n%s", topics.Members, tail)
+	}
+	e.mustCtl("groups", "create", "gone", "alice")
+	e.mustCtl("members", "remove", "gone", "alice")
+	e.mustCtl("members", "add", "gone", "bob")
+}
+
+// A removal of users who are not members fails, naming them, as a
+// gateway answers it not_found; those named who are members leave all
+// the same, and a member named twice leaves once without failing.
+func TestMembersRemoveOfNonMembersFails(t *testing.T) {
+	e := newEnv(t, 1)
+	e.mustCtl("groups", "create", "team", "alice", "bob")
+	out, err := e.ctl("members", "remove", "team", "zed", "alice", "yan", "zed")
+	if err == nil || err.Error() != "zed, yan: not members of team" {
+		t.Errorf("members remove of two non-members and alice: %v, want the error \"zed, yan: not members of team\"\n%s", err, out)
+	}
+	if !strings.Contains(out, "alice: left team") {
+		t.Errorf("members remove of two non-members and alice: alice did not leave:\n%s", out)
+	}
+	e.mustCtl("members", "remove", "team", "bob", "bob")
 }
