@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"net/http"
 	"os"
@@ -13,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/producers"
@@ -210,5 +214,41 @@ func TestAShortJWTSecretStopsOnlyTheRolesThatVerifyTokens(t *testing.T) {
 	}
 	if _, err := parseSettings("gateway", nil, getenv, io.Discard); err == nil || !strings.Contains(err.Error(), "jwt-secret is 5 bytes") {
 		t.Errorf("chatd gateway with a 5-byte CHAT_JWT_SECRET: error %v; want it refused", err)
+	}
+}
+
+// chatd dev keeps the address of its embedded Redis, on another port at
+// each start, in the data dir while it runs, so that chatctl is pointed at
+// it with CHAT_REDIS_ADDRS=$(cat data/redis-addr) rather than from the log.
+func TestDevKeepsItsRedisAddressInTheDataDir(t *testing.T) {
+	data, httpAddr := t.TempDir(), freeAddr(t)
+	env := map[string]string{"CHAT_HTTP_ADDR": httpAddr, "CHAT_KAFKA_LISTEN": freeAddr(t), "CHAT_DATA_DIR": data,
+		"CHAT_PARTITIONS": "2", "CHAT_LOG_LEVEL": "warn"}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"dev"}, func(k string) string { return env[k] }) }()
+	waitHealthy(t, "http://"+httpAddr+"/healthz")
+	file := filepath.Join(data, "redis-addr")
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("chatd dev is up, and %v", err)
+	}
+	rc := redis.NewClient(&redis.Options{Addr: strings.TrimSpace(string(b))})
+	defer rc.Close()
+	if n, err := rc.DBSize(ctx).Result(); err != nil || n == 0 {
+		t.Errorf("the Redis at %q (data/redis-addr) holds %d keys (%v), want chatd dev's projections", b, n, err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("chatd dev: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("chatd dev did not stop within 20 s")
+	}
+	if _, err := os.Stat(file); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("data/redis-addr is still there after chatd dev stopped (%v): it names a Redis that is gone", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -153,7 +154,18 @@ func (st *stack) openEmbedded() (redis.UniversalClient, error) {
 		return nil, fmt.Errorf("embedded Redis: %w", err)
 	}
 	st.closers = append(st.closers, mr.Close)
-	st.log.Info("embedded Redis; its state is rebuilt from the topics at every start", "addr", mr.Addr())
+	// Its port is another at each start: the address is kept in the data
+	// dir while it runs, for chatctl (CHAT_REDIS_ADDRS=$(cat data/redis-addr)).
+	addrFile := filepath.Join(st.s.DataDir, "redis-addr")
+	if err := os.WriteFile(addrFile, []byte(mr.Addr()+"\n"), 0o644); err != nil {
+		return nil, fmt.Errorf("embedded Redis: %w; set CHAT_DATA_DIR (-data-dir) to a directory chatd may write", err)
+	}
+	st.closers = append(st.closers, func() {
+		if b, _ := os.ReadFile(addrFile); strings.TrimSpace(string(b)) == mr.Addr() { // not another chatd's since
+			os.Remove(addrFile)
+		}
+	})
+	st.log.Info("embedded Redis; its state is rebuilt from the topics at every start", "addr", mr.Addr(), "addr_file", addrFile)
 	rc := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	st.closers = append(st.closers, func() { rc.Close() })
 	return rc, nil
