@@ -41,7 +41,7 @@ func token(_ context.Context, c *command, opts any, args []string) error {
 	}
 	switch {
 	case secret == "":
-		return errors.New("no token secret: set CHAT_JWT_SECRET (or -jwt-secret) to the gateways' secret")
+		return errors.New("no token secret: set CHAT_JWT_SECRET (or -jwt-secret) to the gateways' secret; chatd dev keeps its own in its data dir: CHAT_JWT_SECRET=$(cat data/jwt-secret)")
 	case len(secret) < 32:
 		return fmt.Errorf("the token secret is %d bytes; the gateways refuse secrets under 32 bytes, so this is not theirs: check CHAT_JWT_SECRET", len(secret))
 	case o.ttl <= 0:

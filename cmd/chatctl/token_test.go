@@ -45,6 +45,7 @@ func TestTokenMistakesSayWhatToDo(t *testing.T) {
 		want string
 	}{
 		{[]string{"alice"}, nil, "set CHAT_JWT_SECRET"},
+		{[]string{"alice"}, nil, "CHAT_JWT_SECRET=$(cat data/jwt-secret)"}, // chatd dev's
 		{[]string{"alice", "-jwt-secret", "short"}, nil, "under 32 bytes"},
 		{[]string{"alice", "-ttl", "0s"}, map[string]string{"CHAT_JWT_SECRET": testSecret}, "-ttl 1h"},
 		{[]string{"al ice"}, map[string]string{"CHAT_JWT_SECRET": testSecret}, `user id "al ice"`},
