@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"maps"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -250,5 +251,29 @@ func TestDevKeepsItsRedisAddressInTheDataDir(t *testing.T) {
 	}
 	if _, err := os.Stat(file); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("data/redis-addr is still there after chatd dev stopped (%v): it names a Redis that is gone", err)
+	}
+}
+
+// An address in use is refused with another port of the same host to
+// try, not the busy one again (127.0.0.1:8080 when 8080 was taken).
+func TestABusyPortIsRefusedSuggestingTheNext(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	busy := ln.Addr().(*net.TCPAddr)
+	next := fmt.Sprintf("127.0.0.1:%d", busy.Port+1)
+	for _, c := range []struct{ env, want string }{
+		{"CHAT_HTTP_ADDR", "set CHAT_HTTP_ADDR (-http-addr) to a free host:port, e.g. " + next},
+		{"CHAT_METRICS_ADDR", "set CHAT_METRICS_ADDR to a free host:port (e.g. " + next + ")"},
+	} {
+		env := map[string]string{"CHAT_HTTP_ADDR": freeAddr(t), "CHAT_KAFKA_LISTEN": freeAddr(t), "CHAT_DATA_DIR": t.TempDir(),
+			"CHAT_PARTITIONS": "1", "CHAT_LOG_LEVEL": "warn"}
+		env[c.env] = busy.String()
+		err := run(context.Background(), []string{"dev"}, func(k string) string { return env[k] })
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("chatd dev with %s=%s, a port in use: %v, want %q", c.env, busy, err, c.want)
+		}
 	}
 }

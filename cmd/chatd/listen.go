@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -117,7 +120,7 @@ func (s *settings) serveDebug(ctx context.Context) (string, error) {
 func serveAside(ctx context.Context, what, addr, env string, srv *http.Server) (string, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return "", fmt.Errorf("%s listen on %s: %w; set %s to a free host:port (e.g. 127.0.0.1:6060) or leave it empty", what, addr, err, env)
+		return "", fmt.Errorf("%s listen on %s: %w; set %s to a free host:port (e.g. %s) or leave it empty", what, addr, err, env, otherAddr(addr, err, "127.0.0.1:6060"))
 	}
 	go func() {
 		<-ctx.Done()
@@ -125,6 +128,18 @@ func serveAside(ctx context.Context, what, addr, env string, srv *http.Server) (
 	}()
 	go srv.Serve(ln)
 	return ln.Addr().String(), nil
+}
+
+// otherAddr is an address to suggest in place of addr, whose listen
+// failed with err: the next port on the same host when addr's is in use
+// (suggesting the busy one again would fail the same way), else example.
+func otherAddr(addr string, err error, example string) string {
+	host, port, serr := net.SplitHostPort(addr)
+	n, perr := strconv.Atoi(port)
+	if !errors.Is(err, syscall.EADDRINUSE) || serr != nil || perr != nil || n <= 0 || n >= 65535 {
+		return example
+	}
+	return net.JoinHostPort(host, strconv.Itoa(n+1))
 }
 
 // loopback reports whether a listener's address (host:port) is reachable

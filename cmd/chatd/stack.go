@@ -274,7 +274,7 @@ func (st *stack) base() consumers.Base {
 func (st *stack) run(ctx context.Context) error {
 	ln, err := net.Listen("tcp", st.s.HTTPAddr)
 	if err != nil {
-		return fmt.Errorf("HTTP listen on %s: %w; set CHAT_HTTP_ADDR (-http-addr) to a free host:port, e.g. 127.0.0.1:8080 or :8080", st.s.HTTPAddr, err)
+		return fmt.Errorf("HTTP listen on %s: %w; set CHAT_HTTP_ADDR (-http-addr) to a free host:port, e.g. %s", st.s.HTTPAddr, err, otherAddr(st.s.HTTPAddr, err, "127.0.0.1:8080 or :8080"))
 	}
 	srv := st.s.httpServer(st.routes(), st.gateway != nil) // the API waits on the stores
 	st.log.Info("serving HTTP", "addr", ln.Addr().String())
