@@ -21,7 +21,7 @@ Usage:
   chatctl members add GID UID...          join users to a group
   chatctl members remove GID UID...       make users leave a group
   chatctl consumer-groups list [GROUP]    consumer groups, with lag per partition
-  chatctl consumer-groups reset GROUP -to earliest|latest|TIME|OFFSET [-topic T] [-dry-run] [-force] [-skip-unread]
+  chatctl consumer-groups reset GROUP -to earliest|latest|TIME|OFFSET [-topic T] [-partition P] [-dry-run] [-force] [-skip-unread]
         move a stopped group's position (TIME is RFC 3339, e.g. 2024-05-01T12:00:00Z)
   chatctl rebuild acks|receipts|members [-force]
         wipe one Redis projection and replay its topic from the start
