@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -87,11 +89,17 @@ func (c *conn) authenticate(tok string) (uid, id string, _ *protocol.Error) {
 		c.writeNow(perr.Frame(""))
 		c.close(CloseUnauthenticated, string(perr.Code)+": "+perr.Message)
 	})
-	typ, data, err := c.ws.Read(context.Background()) // the timer above closes it
+	typ, data, err := c.readAuth() // the timer above closes it
 	if !timer.Stop() {
 		// An auth frame read as the time ran out: the timeout's answer
 		// and close are the connection's, not the normal close of its end.
 		<-answered
+		return "", "", errAnswered
+	}
+	if errors.Is(err, errAuthTooBig) {
+		perr := protocol.Errorf(protocol.CodeInvalid, "an auth frame is at most %d bytes (a token of at most %d); send {\"op\":\"auth\",\"token\":...} alone", maxAuthFrame, protocol.MaxTokenLen)
+		c.writeNow(perr.Frame(""))
+		c.close(websocket.StatusMessageTooBig, fmt.Sprintf("auth frame over %d bytes", maxAuthFrame))
 		return "", "", errAnswered
 	}
 	if err != nil {
@@ -110,4 +118,32 @@ func (c *conn) authenticate(tok string) (uid, id string, _ *protocol.Error) {
 	}
 	uid, perr := verify(c.g.cfg.Secret, req.Token, c.g.cfg.MaxTokenTTL)
 	return uid, req.ID, perr
+}
+
+// maxAuthFrame bounds the frame a connection sends before it has
+// authenticated: an auth frame with a token of protocol.MaxTokenLen bytes,
+// the longest one Decode takes, and an id of protocol.MaxIDLen bytes of
+// which JSON may escape each to six, with room for the field names. Anyone
+// may open a connection, and up to MaxAuthenticating of them wait for
+// their auth frame: each may hold this much of one, not a frame of the
+// full limit (Config.maxFrame, about 100 KiB).
+const maxAuthFrame = protocol.MaxTokenLen + 1024
+
+var errAuthTooBig = errors.New("gateway: the auth frame is over its limit")
+
+// readAuth reads the auth frame, refusing one past maxAuthFrame as soon as
+// so much of it has come (errAuthTooBig). The bound is the gateway's own,
+// not the WebSocket's read limit (which stays the frame limit): past that
+// the WebSocket closes the connection itself, with a reason that says
+// nothing of authenticating ("read limited at N bytes").
+func (c *conn) readAuth() (websocket.MessageType, []byte, error) {
+	typ, r, err := c.ws.Reader(context.Background())
+	if err != nil {
+		return 0, nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(r, maxAuthFrame+1))
+	if err == nil && len(data) > maxAuthFrame {
+		err = errAuthTooBig
+	}
+	return typ, data, err
 }

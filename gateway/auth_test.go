@@ -1,0 +1,80 @@
+package gateway
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/groupchat/chatd/protocol"
+)
+
+// longestToken is a token of the deployment of at most protocol.MaxTokenLen
+// bytes, as long as claims of the issuer's own make it.
+func longestToken(t *testing.T, uid string) string {
+	t.Helper()
+	var tok string
+	for pad := 2900; ; pad++ {
+		s := signed(t, jwt.SigningMethodHS256, []byte(testSecret), jwt.MapClaims{
+			"sub": uid, "exp": time.Now().Add(time.Hour).Unix(), "roles": strings.Repeat("r", pad)})
+		if len(s) > protocol.MaxTokenLen {
+			if tok == "" {
+				t.Fatalf("a token with %d bytes of claims is %d bytes already", pad, len(s))
+			}
+			return tok
+		}
+		tok = s
+	}
+}
+
+// An auth frame holds at most a token of protocol.MaxTokenLen bytes and an
+// id of 64, however JSON escapes them: a connection that has not
+// authenticated may send no more. A larger frame, whole or still arriving,
+// closes the connection at once with 1009 and a reason that says so, rather
+// than being read up to the frame limit (about 100 KiB) and held until
+// AuthTimeout: anyone may open such connections, up to MaxAuthenticating.
+func TestAnAuthFrameOverItsLimitClosesTheConnection(t *testing.T) {
+	e := newEnv(t, envOpts{tune: func(c *Config) { c.AuthTimeout = time.Minute }})
+	tok := longestToken(t, "alice")
+	r := e.dial(0, "")
+	r.send(map[string]any{"op": "auth", "id": strings.Repeat("<", protocol.MaxIDLen), "token": tok}) // < escapes to \u003c
+	if f := r.read(); f["op"] != protocol.OpAuthed || f["uid"] != "alice" {
+		t.Fatalf("an auth frame with a token of %d bytes and an id of %d escaped: %v, want authed", len(tok), protocol.MaxIDLen, f)
+	}
+	if f := r.call(map[string]any{"op": "sync"}); f["op"] != protocol.OpSynced {
+		t.Fatalf("after the longest auth frame: %v", f)
+	}
+
+	closed := func(how string, r *raw) {
+		t.Helper()
+		start := time.Now()
+		var err error
+		for err == nil {
+			var f map[string]any
+			if f, err = r.tryRead(5 * time.Second); f["op"] == protocol.OpAuthed {
+				t.Fatalf("%s: authed, want the connection closed", how)
+			}
+		}
+		if websocket.CloseStatus(err) != websocket.StatusMessageTooBig || !strings.Contains(err.Error(), "auth frame") {
+			t.Fatalf("%s: %v after %v, want close 1009 with a reason naming the auth frame", how, err, time.Since(start))
+		}
+	}
+	r = e.dial(0, "")
+	r.send([]byte(`{"op":"auth","token":"` + e.token("alice") + `","pad":"` + strings.Repeat("x", 8<<10) + `"}`))
+	closed("an auth frame of 8 KiB", r)
+
+	// A frame that never ends is cut once it passes the limit, not at
+	// AuthTimeout.
+	r = e.dial(0, "")
+	w, err := r.ws.Writer(context.Background(), websocket.MessageText)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write([]byte(`{"op":"auth","pad":"` + strings.Repeat("x", 16<<10))); err != nil {
+		t.Fatal(err)
+	}
+	closed("16 KiB of an auth frame that never ends", r)
+}
