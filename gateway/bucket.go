@@ -24,12 +24,7 @@ func (b *bucket) take(rate float64, burst int) bool {
 }
 
 func (b *bucket) takeAt(now int64, rate float64, burst int) bool {
-	if b.last == 0 {
-		b.tokens = float64(burst)
-	} else {
-		b.tokens = min(float64(burst), b.tokens+float64(now-b.last)*rate/1e9)
-	}
-	b.last = now
+	b.refill(now, rate, burst)
 	if b.tokens < 1 {
 		return false
 	}
@@ -37,17 +32,40 @@ func (b *bucket) takeAt(now int64, rate float64, burst int) bool {
 	return true
 }
 
-// userBuckets are the users' send buckets: one per user, shared by all of
-// the user's connections to this gateway and their HTTP sends, so that
-// more devices, or HTTP beside them, are no more sends. A bucket that is
-// full again is the same as none and is forgotten, whether its user is
-// still connected or not: the map holds only the users who sent within
-// the last burst/rate seconds (2 s by default), however many connect.
+// refill adds the tokens earned since b was last used.
+func (b *bucket) refill(now int64, rate float64, burst int) {
+	if b.last == 0 {
+		b.tokens = float64(burst)
+	} else {
+		b.tokens = min(float64(burst), b.tokens+float64(now-b.last)*rate/1e9)
+	}
+	b.last = now
+}
+
+// full reports whether b is at its burst again by now, as good as none.
+func (b *bucket) full(now int64, rate float64, burst int) bool {
+	return b.tokens+float64(now-b.last)*rate/1e9 >= float64(burst)
+}
+
+// userBuckets are the users' buckets of one rate, one per user: their
+// sends, shared by all of the user's connections to this gateway and their
+// HTTP sends, so that more devices, or HTTP beside them, are no more
+// sends; or their HTTP requests (httpUsers). A bucket that is full again
+// is the same as none and is forgotten, whether its user is still
+// connected or not: the map holds only the users who took a token within
+// the last burst/rate seconds (2 s by default), however many connect, and
+// at most maxUserBuckets of them.
 type userBuckets struct {
 	mu    sync.Mutex
 	m     map[string]*bucket
 	swept int64 // the last sweep, as bucket time
 }
+
+// maxUserBuckets bounds the buckets held. Past it, a new user's bucket
+// takes the place of another user's, chosen at random, who starts afresh
+// at their next take: only while more users than this come to one gateway
+// within a bucket's refill time, each with a token of the deployment.
+const maxUserBuckets = 1 << 16
 
 // take takes a token from uid's bucket if there is one now.
 func (u *userBuckets) take(uid string, rate float64, burst int) bool {
@@ -57,13 +75,18 @@ func (u *userBuckets) take(uid string, rate float64, burst int) bool {
 func (u *userBuckets) takeAt(uid string, now int64, rate float64, burst int) bool {
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	return u.bucket(uid, now, rate, burst).takeAt(now, rate, burst)
+}
+
+// bucket returns uid's bucket, new if it has none, sweeping the full ones
+// out first as often as a bucket refills. Called under mu.
+func (u *userBuckets) bucket(uid string, now int64, rate float64, burst int) *bucket {
 	if u.m == nil {
 		u.m = map[string]*bucket{}
 	}
-	// A bucket refills in burst/rate seconds; sweep as often.
-	if full := int64(float64(burst) / rate * 1e9); now-u.swept > full {
+	if refill := int64(float64(burst) / rate * 1e9); now-u.swept > refill {
 		for k, b := range u.m {
-			if now-b.last > full {
+			if b.full(now, rate, burst) {
 				delete(u.m, k)
 			}
 		}
@@ -71,8 +94,14 @@ func (u *userBuckets) takeAt(uid string, now int64, rate float64, burst int) boo
 	}
 	b := u.m[uid]
 	if b == nil {
+		if len(u.m) >= maxUserBuckets {
+			for k := range u.m { // in no set order: one at random
+				delete(u.m, k)
+				break
+			}
+		}
 		b = &bucket{}
 		u.m[uid] = b
 	}
-	return b.takeAt(now, rate, burst)
+	return b
 }

@@ -45,7 +45,8 @@ type Config struct {
 	// of 4 x SendBurst) stays per connection: each of a user's tabs
 	// syncs, pulls and acks on its own, so their frames grow with their
 	// connections where their sends do not; MaxConnsPerUser bounds a
-	// user's share.
+	// user's share. A user's HTTP requests share one bucket of the frame
+	// rate, and at most maxHTTPInflight are in hand at once.
 	SendRate     float64
 	SendBurst    int
 	SendTarget   time.Duration // a send that takes longer inside the gateway means overload; default 250ms, <0 no bound
@@ -198,3 +199,8 @@ func (c Config) Validate() error {
 // message body of MaxBody bytes, each of which JSON may escape to six
 // (\u003c for <, as Go's encoder writes it), and room for the other fields.
 func (c Config) maxFrame() int64 { return 6*int64(c.MaxBody) + 4096 }
+
+// frameRate is the rate and burst of frames one WebSocket connection may
+// send, and of one user's HTTP requests: 4 x SendRate (at least 100) a
+// second, bursts of 4 x SendBurst.
+func (c Config) frameRate() (float64, int) { return max(c.SendRate*4, 100), c.SendBurst * 4 }

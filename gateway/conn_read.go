@@ -117,9 +117,7 @@ var errBinary = protocol.Errorf(protocol.CodeBadFrame, "frames are JSON text, no
 // the connection's, not the user's as the send rate is: a user's tabs
 // sync, pull and ack each on its own, so a bucket shared by them would
 // refuse a user with many tabs in normal use (RELIABILITY.md).
-func (c *conn) frameRate() (float64, int) {
-	return max(c.g.cfg.SendRate*4, 100), c.g.cfg.SendBurst * 4
-}
+func (c *conn) frameRate() (float64, int) { return c.g.cfg.frameRate() }
 
 // handle answers one frame. Every frame counts against the frame rate,
 // whatever its type: a flood of binary frames is refused as one of text.

@@ -28,6 +28,7 @@ type Gateway struct {
 	metrics   Metrics
 	admit     *admission
 	sends     userBuckets  // users' send rates: their connections' and HTTP sends together
+	httpUsers httpUsers    // users' HTTP requests: their rate, and those in hand
 	authing   sync.Map     // *conn → true: connections authenticating
 	authN     atomic.Int64 // connections upgraded and not yet past authentication
 	instance  string       // this process's claim on cfg.Node (see node.go)

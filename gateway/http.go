@@ -98,7 +98,8 @@ func (g *Gateway) api(op string) http.HandlerFunc {
 	})
 }
 
-// asUser guards a handler with a user's bearer token.
+// asUser guards a handler with a user's bearer token, and holds the user
+// to their HTTP rate and requests in hand (httpUsers).
 func (g *Gateway) asUser(h func(ctx context.Context, uid string, r *http.Request) (any, *protocol.Error)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		tok := bearer(r)
@@ -111,6 +112,12 @@ func (g *Gateway) asUser(h func(ctx context.Context, uid string, r *http.Request
 			g.writeErr(w, perr)
 			return
 		}
+		rate, burst := g.cfg.frameRate()
+		if perr := g.httpUsers.enter(uid, rate, burst); perr != nil {
+			g.writeErr(w, perr)
+			return
+		}
+		defer g.httpUsers.leave(uid)
 		ans, perr := h(r.Context(), uid, r)
 		if perr != nil {
 			g.writeErr(w, perr)
