@@ -32,7 +32,18 @@ func (b *bucket) takeAt(now int64, rate float64, burst int) bool {
 	return true
 }
 
-// refill adds the tokens earned since b was last used.
+// charge takes n tokens, into debt if there are fewer: for work whose cost
+// is known only once it is done, paid for by the takes refused after it.
+func (b *bucket) charge(n int, rate float64, burst int) {
+	b.chargeAt(int64(time.Since(epoch))+1, n, rate, burst)
+}
+
+func (b *bucket) chargeAt(now int64, n int, rate float64, burst int) {
+	b.refill(now, rate, burst)
+	b.tokens -= float64(n)
+}
+
+// refill adds the tokens earned since the last take or charge.
 func (b *bucket) refill(now int64, rate float64, burst int) {
 	if b.last == 0 {
 		b.tokens = float64(burst)
@@ -76,6 +87,15 @@ func (u *userBuckets) takeAt(uid string, now int64, rate float64, burst int) boo
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return u.bucket(uid, now, rate, burst).takeAt(now, rate, burst)
+}
+
+// charge takes n tokens from uid's bucket, into debt if need be (see
+// bucket.charge).
+func (u *userBuckets) charge(uid string, n int, rate float64, burst int) {
+	now := int64(time.Since(epoch)) + 1
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.bucket(uid, now, rate, burst).chargeAt(now, n, rate, burst)
 }
 
 // bucket returns uid's bucket, new if it has none, sweeping the full ones

@@ -66,3 +66,32 @@ func TestUserBucketsForgetTheFullOnes(t *testing.T) {
 		t.Fatal("u0 sent past their burst")
 	}
 }
+
+// A charge past the tokens left runs the bucket into debt: no take
+// succeeds until the rate has paid it, and the users' buckets keep a
+// bucket in debt past the time a bucket that was merely empty refills.
+func TestABucketChargedIntoDebtRefusesUntilItIsPaid(t *testing.T) {
+	var b bucket
+	const rate, burst = 10.0, 5
+	now := int64(1)
+	b.takeAt(now, rate, burst)
+	b.chargeAt(now, 10, rate, burst) // 4 tokens left: 6 owed
+	now += 1e9 / 10 * 6              // 0.6 s: the debt is paid, nothing more
+	if b.takeAt(now, rate, burst) {
+		t.Fatal("a take when the debt was just paid, with no token earned since")
+	}
+	now += 1e9 / 10
+	if !b.takeAt(now, rate, burst) {
+		t.Fatal("no take 0.1 s after the debt was paid, at 10 a second")
+	}
+
+	var u userBuckets
+	u.takeAt("a", 1, rate, burst)
+	u.mu.Lock()
+	u.bucket("a", 1, rate, burst).chargeAt(1, 20, rate, burst)
+	u.mu.Unlock()
+	u.takeAt("b", 1+1e9, rate, burst) // 1 s later: a sweep, "a" is still owing
+	if u.takeAt("a", 1+1e9, rate, burst) {
+		t.Fatal("a user 1 s into a debt of 2 s was let take: their bucket was forgotten as full")
+	}
+}

@@ -148,6 +148,10 @@ func (c *conn) handle(typ websocket.MessageType, data []byte) {
 	} else {
 		ans, perr = c.g.do(c.ctx, c.uid, &req)
 	}
+	if n := extraFrames(ans); n > 0 {
+		rate, burst := c.frameRate()
+		c.frames.charge(n, rate, burst)
+	}
 	switch {
 	case perr != nil:
 		c.reply(perr.Frame(req.ID))

@@ -94,7 +94,12 @@ func (g *Gateway) api(op string) http.HandlerFunc {
 		if req.Op == protocol.OpSend && !g.sends.take(uid, g.cfg.SendRate, g.cfg.SendBurst) {
 			return nil, protocol.Errorf(protocol.CodeRateLimited, "more than %.0f sends per second; retry later with the same cmid", g.cfg.SendRate)
 		}
-		return g.do(ctx, uid, &req)
+		ans, perr := g.do(ctx, uid, &req)
+		if n := extraFrames(ans); n > 0 {
+			rate, burst := g.cfg.frameRate()
+			g.httpUsers.charge(uid, n, rate, burst)
+		}
+		return ans, perr
 	})
 }
 

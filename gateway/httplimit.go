@@ -49,3 +49,9 @@ func (h *httpUsers) leave(uid string) {
 		delete(h.inflight, uid)
 	}
 }
+
+// charge charges uid's rate n requests more, for an answer that cost as
+// much (extraFrames).
+func (h *httpUsers) charge(uid string, n int, rate float64, burst int) {
+	h.rate.charge(uid, n, rate, burst)
+}
