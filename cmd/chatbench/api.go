@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -31,41 +32,53 @@ func newAPI(base, admin string, conns int) *api {
 // call sends body (JSON, when not nil) with the bearer token and decodes
 // the answer into out.
 func (a *api) call(ctx context.Context, method, path, bearer string, body, out any) error {
-	var rd io.Reader
+	var payload []byte
 	if body != nil {
-		b, err := json.Marshal(body)
+		var err error
+		if payload, err = json.Marshal(body); err != nil {
+			return err
+		}
+	}
+	for {
+		req, err := http.NewRequestWithContext(ctx, method, a.base+path, bytes.NewReader(payload))
 		if err != nil {
 			return err
 		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, a.base+path, rd)
-	if err != nil {
-		return err
-	}
-	if bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+bearer)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := a.hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	if err != nil {
-		return fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(b))
-	}
-	if out == nil {
+		if bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := a.hc.Do(req)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", method, path, err)
+		}
+		b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+		resp.Body.Close()
+		if err != nil {
+			return fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
+		}
+		if resp.StatusCode == http.StatusTooManyRequests {
+			// A user's requests are held to a connection's frame rate:
+			// wait as told, as a client would.
+			wait, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("%s %s: %s, and %w while waiting to retry", method, path, resp.Status, ctx.Err())
+			case <-time.After(time.Duration(max(wait, 1)) * time.Second):
+			}
+			continue
+		}
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(b))
+		}
+		if out == nil {
+			return nil
+		}
+		if err := json.Unmarshal(b, out); err != nil {
+			return fmt.Errorf("%s %s: decoding the answer: %w", method, path, err)
+		}
 		return nil
 	}
-	if err := json.Unmarshal(b, out); err != nil {
-		return fmt.Errorf("%s %s: decoding the answer: %w", method, path, err)
-	}
-	return nil
 }
 
 // token gets a dev token for uid (only `chatd dev` hands them out).
