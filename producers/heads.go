@@ -135,10 +135,14 @@ func (p *Producer) Head(ctx context.Context, gid string) (int64, error) {
 	if err != nil {
 		return -1, err
 	}
-	part := topics.Partition(gid, n)
+	return p.headOf(ctx, topics.Partition(gid, n))
+}
+
+// headOf asks the broker for the head of partition part of chat.messages.
+func (p *Producer) headOf(ctx context.Context, part int) (int64, error) {
 	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{topics.Messages: {kafka.LastOffsetOf(part)}}}
 	var resp *kafka.ListOffsetsResponse
-	err = p.again(func() (err error) { resp, err = p.client.ListOffsets(ctx, req); return err })
+	err := p.again(func() (err error) { resp, err = p.client.ListOffsets(ctx, req); return err })
 	if err != nil {
 		return -1, fmt.Errorf("producers: head of %s/%d: %w", topics.Messages, part, err)
 	}
@@ -152,27 +156,6 @@ func (p *Producer) Head(ctx context.Context, gid string) (int64, error) {
 		}
 	}
 	return -1, fmt.Errorf("producers: head of %s/%d: partition missing from the answer", topics.Messages, part)
-}
-
-// HeadAtLeast returns a head of gid's partition of chat.messages that is
-// at least upto when the log has reached upto, without asking the broker
-// when this producer already knows: from its own sends and earlier heads
-// (a log head never goes back). Otherwise it returns Head. Gateways check
-// acks against it: the acks of a busy group arrive before the persister has
-// moved the group's head in Redis, and a broker round trip for each of them
-// cost more than the ack.
-func (p *Producer) HeadAtLeast(ctx context.Context, gid string, upto int64) (int64, error) {
-	n, err := p.partitions(ctx, topics.Messages)
-	if err != nil {
-		return -1, err
-	}
-	p.mu.Lock()
-	h, ok := p.heads[topics.Partition(gid, n)]
-	p.mu.Unlock()
-	if ok && h >= upto {
-		return h, nil
-	}
-	return p.Head(ctx, gid)
 }
 
 // IsMessageOf reports whether the record at offset msgid of gid's partition

@@ -96,6 +96,9 @@ type Producer struct {
 	parts  map[string]int           // partition counts by topic
 	heads  map[int]int64            // per partition of chat.messages, the newest offset known to exist
 	keys   map[int]map[int64]string // per partition of chat.messages, the keys of the last batch IsMessageOf fetched
+	reads  map[int]*headReads       // per partition of chat.messages, HeadAtLeast's reads (see headread.go)
+	// reading counts the head reads under way, which Close waits for.
+	reading sync.WaitGroup
 }
 
 // ErrClosed is returned by sends after Close.
@@ -116,6 +119,7 @@ func New(cfg Config) (*Producer, error) {
 		parts:     map[string]int{},
 		heads:     map[int]int64{},
 		keys:      map[int]map[int64]string{},
+		reads:     map[int]*headReads{},
 	}, nil
 }
 
@@ -233,6 +237,7 @@ func (p *Producer) Close() error {
 	p.mu.Unlock()
 	p.calls.Wait() // no lane is started after this
 	p.senders.Wait()
+	p.reading.Wait()
 	p.transport.CloseIdleConnections()
 	return nil
 }
