@@ -4,13 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"strconv"
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/segmentio/kafka-go/protocol"
 
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/topics"
@@ -158,87 +156,12 @@ func (p *Producer) headOf(ctx context.Context, part int) (int64, error) {
 	return -1, fmt.Errorf("producers: head of %s/%d: partition missing from the answer", topics.Messages, part)
 }
 
-// IsMessageOf reports whether the record at offset msgid of gid's partition
-// of chat.messages is a message of gid (its key is gid): the msgids of the
-// other groups of the partition lie between gid's, and below its head.
-// It fetches the batch holding that one record, and keeps the keys of the
-// last batch fetched of each partition: gateways ask only for a cursor
-// above the group's head in Redis, which lags the log by the persister's
-// delay, and then each online member of the group asks for the same msgids.
-func (p *Producer) IsMessageOf(ctx context.Context, gid string, msgid int64) (bool, error) {
-	part, err := p.Partition(ctx, topics.Messages, gid)
-	if err != nil {
-		return false, err
-	}
-	want := string(schema.MessageKey(gid))
-	p.mu.Lock()
-	key, ok := p.keys[part][msgid]
-	p.mu.Unlock()
-	if ok {
-		return key == want, nil
-	}
-	keys, err := p.fetchKeys(ctx, part, msgid)
-	if errors.Is(err, kafka.OffsetOutOfRange) {
-		// Past the log's end: a head known from a log that has gone back
-		// since (see appended) sent the caller here. Head corrects it.
-		if head, herr := p.Head(ctx, gid); herr == nil && msgid > head {
-			return false, nil
-		}
-	}
-	if err != nil {
-		return false, err
-	}
-	p.mu.Lock()
-	p.keys[part] = keys
-	p.mu.Unlock()
-	key, ok = keys[msgid]
-	return ok && key == want, nil // not there: not in the log (yet)
-}
-
-// fetchKeys returns the keys, by offset, of the batch of chat.messages'
-// partition part that holds offset.
-func (p *Producer) fetchKeys(ctx context.Context, part int, offset int64) (map[int64]string, error) {
-	// The broker answers with the whole batch holding offset however low
-	// MaxBytes is, and with nothing past it.
-	req := &kafka.FetchRequest{Topic: topics.Messages, Partition: part, Offset: offset, MinBytes: 1, MaxBytes: 1, MaxWait: time.Second}
-	var resp *kafka.FetchResponse
-	err := p.again(func() (err error) {
-		if resp, err = p.client.Fetch(ctx, req); err == nil {
-			err = resp.Error
-		}
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("producers: record %d of %s/%d: %w", offset, topics.Messages, part, err)
-	}
-	keys := map[int64]string{}
-	for {
-		rec, err := resp.Records.ReadRecord()
-		if errors.Is(err, io.EOF) {
-			return keys, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("producers: record %d of %s/%d: %w", offset, topics.Messages, part, err)
-		}
-		key, err := protocol.ReadAll(rec.Key)
-		for _, b := range []protocol.Bytes{rec.Key, rec.Value} {
-			if b != nil {
-				b.Close()
-			}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("producers: key of record %d of %s/%d: %w", rec.Offset, topics.Messages, part, err)
-		}
-		keys[rec.Offset] = string(key)
-	}
-}
-
 // appended notes that a request of lane l got offsets first to last.
 // Within a lane they only grow while the log lives: an offset handed out
 // again means the log went back (a broker that lost its unsynced tail, the
 // topic recreated), and what this producer knew of the partition's old log
-// (its head, the keys of a batch) would answer for records that are not
-// there, or that are another group's now.
+// (its head, the keys of its batches) would answer for records that are
+// not there, or that are another group's now.
 func (p *Producer) appended(l *lane, first, last int64) {
 	if l.topic != topics.Messages {
 		return

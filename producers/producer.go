@@ -93,10 +93,10 @@ type Producer struct {
 	mu     sync.Mutex
 	closed bool
 	lanes  map[laneKey]*lane
-	parts  map[string]int           // partition counts by topic
-	heads  map[int]int64            // per partition of chat.messages, the newest offset known to exist
-	keys   map[int]map[int64]string // per partition of chat.messages, the keys of the last batch IsMessageOf fetched
-	reads  map[int]*headReads       // per partition of chat.messages, HeadAtLeast's reads (see headread.go)
+	parts  map[string]int     // partition counts by topic
+	heads  map[int]int64      // per partition of chat.messages, the newest offset known to exist
+	keys   map[int]*partKeys  // per partition of chat.messages, what IsMessageOf knows (see keys.go)
+	reads  map[int]*headReads // per partition of chat.messages, HeadAtLeast's reads (see headread.go)
 	// reading counts the head reads under way, which Close waits for.
 	reading sync.WaitGroup
 }
@@ -118,7 +118,7 @@ func New(cfg Config) (*Producer, error) {
 		lanes:     map[laneKey]*lane{},
 		parts:     map[string]int{},
 		heads:     map[int]int64{},
-		keys:      map[int]map[int64]string{},
+		keys:      map[int]*partKeys{},
 		reads:     map[int]*headReads{},
 	}, nil
 }
