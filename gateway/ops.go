@@ -10,6 +10,7 @@ import (
 	"github.com/groupchat/chatd/protocol"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
+	"github.com/groupchat/chatd/topics"
 )
 
 // How long a send claim stays pending, and how long an accepted send's
@@ -207,10 +208,20 @@ func (g *Gateway) cursor(ctx context.Context, uid string, r *protocol.Request) (
 // checkHead refuses a cursor past the group's newest message. The Redis head
 // lags the log by the persister's delay, so a cursor above it is checked
 // against the log itself before it is refused: it must be in the log, and
-// be a message of the group, not of another group of its partition.
+// be a message of the group, not of another group of its partition. Unless
+// the persister has stored it already (see persistedHead): then the head
+// in Redis tells.
 func (g *Gateway) checkHead(ctx context.Context, gid string, head, upto int64, op string) *protocol.Error {
 	if upto <= head {
 		return nil
+	}
+	beyond := protocol.Errorf(protocol.CodeBeyondHead, "%s upto %d is beyond the newest message of %s (%d) or not one of its messages; %s up to a msgid of %s you received",
+		op, upto, gid, head, op, gid)
+	if h, ok := g.persistedHead(ctx, gid, upto); ok {
+		if upto <= h {
+			return nil
+		}
+		return beyond
 	}
 	logHead, err := g.cfg.Producer.HeadAtLeast(ctx, gid, upto)
 	if err != nil {
@@ -225,8 +236,29 @@ func (g *Gateway) checkHead(ctx context.Context, gid string, head, upto int64, o
 			return nil
 		}
 	}
-	return protocol.Errorf(protocol.CodeBeyondHead, "%s upto %d is beyond the newest message of %s (%d) or not one of its messages; %s up to a msgid of %s you received",
-		op, upto, gid, head, op, gid)
+	return beyond
+}
+
+// persistedHead returns gid's head in Redis, read after the persister's
+// position was seen past upto in gid's partition; ok false when it was not
+// (or either could not be read). The persister saves its position only
+// once the heads hold every message below it, so a head read after that
+// tells whether upto is a message of gid, without asking the broker, as a
+// member may make the gateway do with every frame. The position is read at
+// most every endsGap, shared with the syncs' checks.
+func (g *Gateway) persistedHead(ctx context.Context, gid string, upto int64) (head int64, ok bool) {
+	part, err := g.cfg.Producer.Partition(ctx, topics.Messages, gid)
+	if err != nil {
+		return 0, false
+	}
+	stored, err := g.storedRead.after(ctx, g.since()-endsGap, g.since, g.reads.stored)
+	if err != nil || lacks(stored, part, upto+1) {
+		return 0, false
+	}
+	if head, err = g.cfg.Redis.Head(ctx, gid); err != nil {
+		return 0, false
+	}
+	return head, true
 }
 
 func (g *Gateway) pull(ctx context.Context, uid string, r *protocol.Request) (any, *protocol.Error) {
