@@ -9,9 +9,10 @@ import (
 )
 
 // headGap is the least time between two reads of a partition's head by
-// HeadAtLeast once one found an ask past the log's end. A member may ask
-// past the end with every frame, and no message it has lies there: such
-// asks wait for the next read, which all the asks of the meantime share.
+// HeadAtLeast once one found an ask past the log's end, and between two
+// reads of a partition's bounds (outOfRange). A member may ask past the
+// end with every frame, and no message it has lies there: such asks wait
+// for the next read, which all the asks of the meantime share.
 const headGap = 50 * time.Millisecond
 
 // headReads are HeadAtLeast's reads of the head of one partition of

@@ -160,8 +160,8 @@ func (p *Producer) headOf(ctx context.Context, part int) (int64, error) {
 // Within a lane they only grow while the log lives: an offset handed out
 // again means the log went back (a broker that lost its unsynced tail, the
 // topic recreated), and what this producer knew of the partition's old log
-// (its head, the keys of its batches) would answer for records that are
-// not there, or that are another group's now.
+// (its head, the keys of its batches, its start) would answer for records
+// that are not there, or that are another group's now.
 func (p *Producer) appended(l *lane, first, last int64) {
 	if l.topic != topics.Messages {
 		return

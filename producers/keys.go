@@ -31,6 +31,8 @@ type partKeys struct {
 	batches []keyBatch // by offset, lowest first; none overlap
 	last    keyBatch   // the last fetched, also when older than all of batches
 	records int        // keys held, all batches together
+	start   int64      // the log's start as last read: retention deleted what lies below
+	bounded time.Time  // when the log's bounds were last read (outOfRange)
 }
 
 // keyBatch is the keys of a run of records fetched: an offset from first
@@ -45,6 +47,9 @@ type keyBatch struct {
 func (k *partKeys) lookup(offset int64) (key string, ok, known bool) {
 	if k == nil {
 		return "", false, false
+	}
+	if offset < k.start {
+		return "", false, true
 	}
 	for _, b := range k.batches {
 		if b.holds(offset) {
@@ -99,6 +104,11 @@ func (p *Producer) partKeys(part int) *partKeys {
 // only for a cursor above the group's head in Redis, which lags the log by
 // the persister's delay, and then each online member of the group asks for
 // the same msgids.
+//
+// A record outside the log when fetched is no message of gid that a
+// member can have: below the log's start, retention deleted it; past its
+// end, it was not written when the member asked (or was lost with the
+// log's tail). The log's bounds are then read (see outOfRange).
 func (p *Producer) IsMessageOf(ctx context.Context, gid string, msgid int64) (bool, error) {
 	part, err := p.Partition(ctx, topics.Messages, gid)
 	if err != nil {
@@ -113,11 +123,8 @@ func (p *Producer) IsMessageOf(ctx context.Context, gid string, msgid int64) (bo
 	}
 	b, err := p.fetchKeys(ctx, part, msgid)
 	if errors.Is(err, kafka.OffsetOutOfRange) {
-		// Past the log's end: a head known from a log that has gone back
-		// since (see appended) sent the caller here. Head corrects it.
-		if head, herr := p.Head(ctx, gid); herr == nil && msgid > head {
-			return false, nil
-		}
+		p.outOfRange(ctx, part)
+		return false, nil
 	}
 	if err != nil {
 		return false, err
@@ -129,6 +136,38 @@ func (p *Producer) IsMessageOf(ctx context.Context, gid string, msgid int64) (bo
 	}
 	key, ok = b.keys[msgid]
 	return ok && key == want, nil // not there: not in the log (yet)
+}
+
+// outOfRange reads the bounds of partition part of chat.messages, where
+// a fetch found no record in range: the start, below which IsMessageOf
+// then answers without a fetch, and the end, which corrects a head known
+// from a log that has gone back since (see appended). It reads them at
+// most once every headGap: asks past them may come with every frame.
+func (p *Producer) outOfRange(ctx context.Context, part int) {
+	p.mu.Lock()
+	k := p.partKeys(part)
+	if time.Since(k.bounded) < headGap {
+		p.mu.Unlock()
+		return
+	}
+	k.bounded = time.Now()
+	p.mu.Unlock()
+	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{
+		topics.Messages: {kafka.FirstOffsetOf(part), kafka.LastOffsetOf(part)}}}
+	var resp *kafka.ListOffsetsResponse
+	if err := p.again(func() (err error) { resp, err = p.client.ListOffsets(ctx, req); return err }); err != nil {
+		return // the next ask out of range reads them
+	}
+	for _, po := range resp.Topics[topics.Messages] {
+		if po.Partition != part || po.Error != nil {
+			continue
+		}
+		p.brokerHead(part, po.LastOffset-1) // may drop what was known of the partition: first
+		p.mu.Lock()
+		k := p.partKeys(part)
+		k.start = max(k.start, po.FirstOffset)
+		p.mu.Unlock()
+	}
 }
 
 // fetchKeys returns the keys, by offset, of the batch of chat.messages'

@@ -9,6 +9,7 @@ import (
 
 	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/topics"
 )
 
 // sendBatches sends n batches of chat.messages' only partition, each of
@@ -70,5 +71,33 @@ func TestIsMessageOfKeepsTheKeysOfSeveralBatches(t *testing.T) {
 	}
 	if n := fetches.Load() - before; n != 0 {
 		t.Errorf("asks over the newest %d batches made %d fetches, want none", keyBatches, n)
+	}
+}
+
+// A record retention deleted (below the log's start) is no message a
+// member can have: IsMessageOf says so, rather than fail (the gateway
+// would answer every ack up to it with unavailable, which clients retry),
+// and it remembers the start, so that asks below it cost the broker
+// nothing.
+func TestARecordRetentionDeletedIsNoMessage(t *testing.T) {
+	b, p := setup(t, 1)
+	ctx := context.Background()
+	batches, gidOf := sendBatches(t, p, 10)
+	start := batches[5][0]
+	testserver.DeleteRecordsBefore(t, []string{b.Addr()}, topics.Messages, 0, start)
+	fetches := testserver.CountRequests(b, kmsg.Fetch, testserver.OneRecordFetch)
+	lists := testserver.CountRequests(b, kmsg.ListOffsets, nil)
+	for _, ids := range batches[:5] {
+		for _, id := range ids {
+			if ok, err := p.IsMessageOf(ctx, gidOf[id], id); err != nil || ok {
+				t.Fatalf("IsMessageOf(%s, %d) below the log's start %d = %v, %v; want false, nil", gidOf[id], id, start, ok, err)
+			}
+		}
+	}
+	if f, l := fetches.Load(), lists.Load(); f > 1 || l > 2 {
+		t.Errorf("25 asks below the log's start made %d one-record fetches and %d ListOffsets; want 1 and 2 at most", f, l)
+	}
+	if ok, err := p.IsMessageOf(ctx, gidOf[start], start); err != nil || !ok {
+		t.Errorf("IsMessageOf(%s, %d) at the log's start = %v, %v; want true", gidOf[start], start, ok, err)
 	}
 }
