@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/groupchat/chatd/protocol"
@@ -97,16 +98,23 @@ func (c *Client) kickAck() {
 	}
 }
 
-// ackLoop sends the acks and reads that are due, until Close.
+// ackLoop sends the acks and reads that are due, until Close: as many at a
+// time as the frame budget holds, and those over it once it has grown
+// again.
 func (c *Client) ackLoop() {
 	defer close(c.ackerDone)
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
-		if err := withoutDisconnects(c.flush(c.ackCtx, false)); err != nil && c.ackCtx.Err() == nil {
+		left, err := c.flushRound(c.ackCtx, false)
+		if err = withoutDisconnects(err); err != nil && c.ackCtx.Err() == nil {
 			c.reportError(err)
 		}
-		t.Reset(c.nextDue())
+		next := c.nextDue()
+		if left > 0 {
+			next = max(c.frames.delay(min(left, c.cfg.MaxAcking)), time.Millisecond)
+		}
+		t.Reset(next)
 		select {
 		case <-c.ackCtx.Done():
 			return
@@ -136,6 +144,7 @@ type cursorUpdate struct {
 	g    *group
 	op   string // protocol.OpAck or OpRead
 	upto int64
+	due  time.Time // when it became due
 	ans  chan *frame
 }
 
@@ -149,71 +158,116 @@ func (u cursorUpdate) settle() {
 	}
 }
 
-// flush sends the acks (then the reads) that are due, or all pending ones
-// if all, and waits for their answers. Only one flush runs at a time: the
+// flush sends every pending ack and read, paced by the frame budget, and
+// waits for their answers: Close's, after the ack loop ended.
+func (c *Client) flush(ctx context.Context) error {
+	_, err := c.flushRound(ctx, true)
+	return err
+}
+
+// flushRound sends the acks (then the reads) that are due, or all pending
+// ones if all, and waits for their answers. Without all it takes no more
+// than the frame budget holds now, the longest due first, and returns how
+// many it left due for the next round. Only one round runs at a time: the
 // ack loop's, or Close's after the loop ended.
-func (c *Client) flush(ctx context.Context, all bool) error {
-	var acks, reads []cursorUpdate
+func (c *Client) flushRound(ctx context.Context, all bool) (left int, err error) {
+	budget := -1
+	if !all {
+		budget = c.frames.avail()
+	}
+	acks, reads, left, s := c.dueCursors(all, budget)
+	if len(acks) == 0 && len(reads) == 0 {
+		return left, nil
+	}
+	if s == nil {
+		c.retryLater(append(acks, reads...))
+		return left, fmt.Errorf("client: flush acks: %w: not connected", ErrDisconnected)
+	}
+	// Acks before reads: a server may refuse a read past the ack cursor.
+	err = c.sendCursors(ctx, s, acks)
+	return left, errors.Join(err, c.sendCursors(ctx, s, reads))
+}
+
+// dueCursors takes the acks and reads that are due, or all pending ones if
+// all, at most budget of them unless budget is -1 (or the client is not
+// connected: none is sent), and returns how many it left due.
+func (c *Client) dueCursors(all bool, budget int) (acks, reads []cursorUpdate, left int, s *session) {
 	now := time.Now()
+	due := func(t time.Time) bool { return !t.IsZero() && !now.Before(t) }
 	c.mu.Lock()
-	s := c.sess
+	defer c.mu.Unlock()
+	s = c.sess
 	for _, g := range c.groups {
-		if g.delivered > g.acked && (all || g.unacked >= c.cfg.AckEvery || !g.ackDue.IsZero() && !now.Before(g.ackDue)) {
-			acks = append(acks, cursorUpdate{g: g, op: protocol.OpAck, upto: g.delivered})
-			g.unacked, g.ackDue = 0, time.Time{}
+		if g.delivered > g.acked && (all || g.unacked >= c.cfg.AckEvery || due(g.ackDue)) {
+			acks = append(acks, cursorUpdate{g: g, op: protocol.OpAck, upto: g.delivered, due: g.ackDue})
 		} else if g.delivered <= g.acked {
 			g.unacked, g.ackDue = 0, time.Time{}
 		}
 		// Never read past what was delivered: the rest waits for
 		// deliverLoop to hand it over, which makes the read due again.
-		if all || !g.readDue.IsZero() && !now.Before(g.readDue) {
+		if all || due(g.readDue) {
 			if upto := min(g.readWant, g.delivered); upto > g.read {
-				reads = append(reads, cursorUpdate{g: g, op: protocol.OpRead, upto: upto})
+				reads = append(reads, cursorUpdate{g: g, op: protocol.OpRead, upto: upto, due: g.readDue})
+			} else {
+				g.readDue = time.Time{}
 			}
-			g.readDue = time.Time{}
 		}
 	}
-	c.mu.Unlock()
-	if len(acks) == 0 && len(reads) == 0 {
-		return nil
+	if n := len(acks) + len(reads); s != nil && budget >= 0 && n > budget {
+		byDue := func(a, b cursorUpdate) int { return a.due.Compare(b.due) }
+		slices.SortFunc(acks, byDue)
+		slices.SortFunc(reads, byDue)
+		// A read of a group whose ack waits waits too.
+		waits := make(map[*group]bool)
+		for _, u := range acks[min(budget, len(acks)):] {
+			waits[u.g] = true
+		}
+		acks = acks[:min(budget, len(acks))]
+		taken := reads[:0]
+		for _, u := range reads {
+			if len(acks)+len(taken) < budget && !waits[u.g] {
+				taken = append(taken, u)
+			}
+		}
+		reads = taken
+		left = n - len(acks) - len(reads)
 	}
-	if s == nil {
-		c.retryLater(append(acks, reads...))
-		return fmt.Errorf("client: flush acks: %w: not connected", ErrDisconnected)
+	for _, u := range acks {
+		u.g.unacked, u.g.ackDue = 0, time.Time{}
 	}
-	// Acks before reads: a server may refuse a read past the ack cursor.
-	err := c.sendCursors(ctx, s, acks)
-	return errors.Join(err, c.sendCursors(ctx, s, reads))
+	for _, u := range reads {
+		u.g.readDue = time.Time{}
+	}
+	return acks, reads, left, s
 }
 
-// sendCursors writes every update, then waits for every answer.
+// sendCursors sends every update, at most MaxAcking in flight, each once
+// the frame budget has room, and waits for every answer. Refusals as
+// rate_limited are reported as one, once until an update is accepted.
 func (c *Client) sendCursors(ctx context.Context, s *session, ups []cursorUpdate) error {
 	if len(ups) == 0 {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
-	// Counted before they are written: a server may answer at once.
-	c.mu.Lock()
-	for _, u := range ups {
-		if u.op == protocol.OpAck {
-			c.stats.Acks++
-		} else {
-			c.stats.Reads++
-		}
-	}
-	c.mu.Unlock()
 	errs := make([]error, len(ups))
-	done := make(chan int, len(ups))
+	next := make(chan int, len(ups))
 	for i := range ups {
+		next <- i
+	}
+	close(next)
+	done := make(chan int, len(ups))
+	for range min(c.cfg.MaxAcking, len(ups)) {
 		go func() {
-			u := ups[i]
-			_, errs[i] = s.request(ctx, protocol.Request{Op: u.op, Gid: u.g.gid, Upto: &u.upto})
-			done <- i
+			for i := range next {
+				errs[i] = c.sendCursor(ctx, s, ups[i])
+				done <- i
+			}
 		}()
 	}
 	var failed []cursorUpdate
 	var all []error
+	var limited, ended folded
 	for range ups {
 		i := <-done
 		u := ups[i]
@@ -223,9 +277,19 @@ func (c *Client) sendCursors(ctx context.Context, s *session, ups []cursorUpdate
 			if u.op == protocol.OpAck && errors.As(err, &pe) && pe.Code == protocol.CodeBeyondHead {
 				how = c.retake(s, u.g, u.upto)
 			}
+			err = fmt.Errorf("client: %s %s upto %d: %w", u.op, u.g.gid, u.upto, err)
 			switch {
 			case how != "":
-				err = fmt.Errorf("%w; %s", err, how)
+				all = append(all, fmt.Errorf("%w; %s", err, how))
+				continue
+			case errors.As(err, &pe) && pe.Code == protocol.CodeRateLimited:
+				limited.add(err)
+				failed = append(failed, u)
+				continue
+			case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+				ended.add(err)
+				failed = append(failed, u)
+				continue
 			case !errors.As(err, &pe) || retryable(pe.Code) || pe.Code == protocol.CodeBeyondHead:
 				failed = append(failed, u) // else left to the next delivery or MarkRead
 			default:
@@ -236,16 +300,70 @@ func (c *Client) sendCursors(ctx context.Context, s *session, ups []cursorUpdate
 				u.settle()
 				c.mu.Unlock()
 			}
-			all = append(all, fmt.Errorf("client: %s %s upto %d: %w", u.op, u.g.gid, u.upto, err))
+			all = append(all, err)
 			continue
 		}
 		c.mu.Lock()
 		u.g.retakeEnded()
 		u.settle()
+		c.limitedWarned = false
 		c.mu.Unlock()
 	}
 	c.retryLater(failed)
+	if limited.n > 0 {
+		// Over the gateway's frame rate: the user's other connections,
+		// or sends, share it. The budget starts again from none.
+		c.frames.empty()
+		c.mu.Lock()
+		warn := !c.limitedWarned
+		c.limitedWarned = true
+		c.mu.Unlock()
+		if warn {
+			all = append(all, limited.err("refused as over the gateway's frame rate, sent again later (not reported again until one is accepted)"))
+		}
+	}
+	if ended.n > 0 {
+		all = append(all, ended.err("not sent or not answered in time"))
+	}
 	return errors.Join(all...)
+}
+
+// sendCursor sends u once the frame budget has room, and waits for the
+// answer.
+func (c *Client) sendCursor(ctx context.Context, s *session, u cursorUpdate) error {
+	if err := c.frames.wait(ctx); err != nil {
+		return fmt.Errorf("waiting for room among the client's frames: %w", err)
+	}
+	// Counted before it is written: a server may answer at once.
+	c.mu.Lock()
+	if u.op == protocol.OpAck {
+		c.stats.Acks++
+	} else {
+		c.stats.Reads++
+	}
+	c.mu.Unlock()
+	_, err := s.request(ctx, protocol.Request{Op: u.op, Gid: u.g.gid, Upto: &u.upto})
+	return err
+}
+
+// folded is many failures of one kind, reported as one.
+type folded struct {
+	n     int
+	first error
+}
+
+func (f *folded) add(err error) {
+	if f.n == 0 {
+		f.first = err
+	}
+	f.n++
+}
+
+func (f *folded) err(what string) error {
+	if f.n == 1 {
+		return fmt.Errorf("%w; %s", f.first, what)
+	}
+	return fmt.Errorf("client: %d acks and reads %s; the first: %w", f.n, what, f.first)
 }
 
 // retryLater makes failed updates due again after AckInterval. A refused ack

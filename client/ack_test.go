@@ -356,7 +356,7 @@ func TestAnAckRefusedForGoodIsReportedOnceAndNotOwed(t *testing.T) {
 	p.post("g1", "bob", "hi")
 	waitFor(t, "the push", func() bool { return rec.len() == 1 })
 	p.set(func(p *peer) { delete(p.groups["g1"].members, "alice") }) // removed before the ack goes out
-	if err := c.flush(context.Background(), true); err == nil || !strings.Contains(err.Error(), string(protocol.CodeNotMember)) {
+	if err := c.flush(context.Background()); err == nil || !strings.Contains(err.Error(), string(protocol.CodeNotMember)) {
 		t.Fatalf("flush: %v, want the not_member refusal", err)
 	}
 	c.mu.Lock()

@@ -44,6 +44,9 @@ type Config struct {
 	PageSize       int                                       // default 200, at most protocol.MaxLimit: messages per pull
 	MaxSending     int                                       // default 32: sends in flight at once; more wait, and fewer after the server says overloaded
 	MaxQueued      int                                       // default 10,000: pulls wait while this many messages wait for OnMessage; and pushes of a group held behind a gap, the rest pulled
+	FrameRate      float64                                   // default 100: the client's own frames (acks, reads, pulls) a second, at most: half a gateway's per connection (200, bursts of 400), over which it refuses frames as rate_limited, sends among them
+	FrameBurst     int                                       // default 100: and at most this many at once
+	MaxAcking      int                                       // default 16: acks and reads in flight at once
 	OnMessage      func(protocol.Message)                    // optional: once per message, msgid order per group, from one goroutine
 	OnError        func(error)                               // optional: asynchronous errors, serialised
 	OnReceipts     func(protocol.Receipts)                   // optional: new read counts of your messages; called from the reader goroutine: must not block, nor call ReadCounts, WhoRead or Close (they wait for that goroutine)
@@ -81,6 +84,15 @@ func (c *Config) setDefaults() {
 	if c.MaxQueued == 0 {
 		c.MaxQueued = 10_000
 	}
+	if c.FrameRate == 0 {
+		c.FrameRate = 100
+	}
+	if c.FrameBurst == 0 {
+		c.FrameBurst = 100
+	}
+	if c.MaxAcking == 0 {
+		c.MaxAcking = 16
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -106,6 +118,10 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("client: config: MaxSending %d: want at least 1", c.MaxSending)
 	case c.MaxQueued < 2:
 		return fmt.Errorf("client: config: MaxQueued %d: want at least 2", c.MaxQueued)
+	case !(c.FrameRate > 0) || c.FrameBurst < 1:
+		return fmt.Errorf("client: config: FrameRate %v, FrameBurst %d: want more than 0 and at least 1", c.FrameRate, c.FrameBurst)
+	case c.MaxAcking < 1:
+		return fmt.Errorf("client: config: MaxAcking %d: want at least 1", c.MaxAcking)
 	case c.AckInterval < 0 || c.SendTimeout < 0 || c.RequestTimeout < 0 || c.PingInterval < 0:
 		return errors.New("client: config: durations must not be negative")
 	case c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff:
@@ -143,19 +159,21 @@ type Client struct {
 	wg     sync.WaitGroup // run loop, read loops, gap pulls
 	ids    atomic.Uint64  // request ids
 
-	mu         sync.Mutex
-	closing    bool
-	everSynced bool          // a session was made ready before: the next one is a reconnect
-	sess       *session      // the ready session, nil while disconnected
-	ready      chan struct{} // closed when sess is set
-	groups     map[string]*group
-	lastSync   []protocol.GroupState
-	named      map[string]bool    // the gids of lastSync
-	dropWarned bool               // a push was dropped for MaxUnnamedGroups since the last sync: logged
-	queue      []protocol.Message // accepted, not yet handed to OnMessage
-	held       int                // pushes held behind gaps, in every group's buf
-	stats      Stats
-	sending    *window
+	mu            sync.Mutex
+	closing       bool
+	everSynced    bool          // a session was made ready before: the next one is a reconnect
+	sess          *session      // the ready session, nil while disconnected
+	ready         chan struct{} // closed when sess is set
+	groups        map[string]*group
+	lastSync      []protocol.GroupState
+	named         map[string]bool    // the gids of lastSync
+	dropWarned    bool               // a push was dropped for MaxUnnamedGroups since the last sync: logged
+	queue         []protocol.Message // accepted, not yet handed to OnMessage
+	held          int                // pushes held behind gaps, in every group's buf
+	stats         Stats
+	sending       *window
+	frames        *pacer // the budget of acks, reads and pulls
+	limitedWarned bool   // an ack or read refused as rate_limited was reported, none accepted since
 
 	deliverKick chan struct{}
 	stopDeliver chan struct{} // closed as Close begins: ends delivery, and the waits of Send and Open
@@ -200,6 +218,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		closed:      make(chan struct{}),
 		// A refused send pauses the client's sends for 5 back-offs at first.
 		sending: newWindow(cfg.MaxSending, backoff{min: min(5*cfg.MinBackoff, cfg.MaxBackoff), max: cfg.MaxBackoff}),
+		frames:  newPacer(cfg.FrameRate, cfg.FrameBurst),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.ackCtx, c.ackCancel = context.WithCancel(c.ctx)
@@ -217,11 +236,11 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// Close flushes the pending acks and reads (bounded by RequestTimeout),
-// closes the connection and waits for the client's goroutines to end. It
-// must not be called from OnMessage or OnError. An error means some acks
-// could not be sent; those messages will be delivered again to the next
-// Client of the user.
+// Close flushes the pending acks and reads (at FrameRate, bounded by
+// RequestTimeout), closes the connection and waits for the client's
+// goroutines to end. It must not be called from OnMessage or OnError. An
+// error means some acks could not be sent; those messages will be
+// delivered again to the next Client of the user.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.closing {
@@ -238,7 +257,7 @@ func (c *Client) Close() error {
 	<-c.ackerDone
 
 	fctx, cancel := context.WithTimeout(c.ctx, c.cfg.RequestTimeout)
-	err := c.flush(fctx, true)
+	err := c.flush(fctx)
 	cancel()
 
 	c.mu.Lock()

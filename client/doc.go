@@ -25,6 +25,16 @@
 // and on Close. They only move forward. MarkRead is batched the same way and
 // never reads past what was delivered.
 //
+// The client's own frames (acks, reads and pulls) keep to Config.FrameRate
+// a second, bursts of FrameBurst (100 and 100 by default): a gateway
+// refuses a connection's frames over 200 a second, bursts of 400, as
+// rate_limited, the application's sends among them, so a user in many
+// groups would have most of a round of acks, and their sends, refused.
+// Acks and reads over the budget stay due for the next round, the longest
+// due first; at most MaxAcking of them are in flight at once. Those
+// refused as rate_limited are sent again after AckInterval, and go to
+// OnError as one error, once until an ack or read is accepted.
+//
 // A new Client starts each group at the member's ack cursor from the server
 // (the sync on login), so messages delivered and acked by an earlier Client
 // are not delivered again; messages delivered but not yet acked when a
@@ -114,8 +124,8 @@
 // refusals go on, up to MaxBackoff (5–10 s); then they are resent with
 // their cmid. The refusals of sends that were in flight together count as
 // one: a server that refuses a burst of them halves the number and pauses
-// the client once. Close flushes the pending acks and reads, closes the
-// connection and waits for every goroutine of the Client to end; messages
-// still queued for OnMessage are dropped (they were not acked and will be
-// delivered to the next Client).
+// the client once. Close flushes the pending acks and reads (at FrameRate,
+// within RequestTimeout), closes the connection and waits for every
+// goroutine of the Client to end; messages still queued for OnMessage are
+// dropped (they were not acked and will be delivered to the next Client).
 package client

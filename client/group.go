@@ -201,6 +201,9 @@ func (c *Client) pullGroup(ctx context.Context, s *session, gid string) error {
 		if after >= 0 {
 			req.After = &after
 		}
+		if err := c.frames.wait(ctx); err != nil {
+			return err
+		}
 		rctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 		f, err := s.request(rctx, req)
 		cancel()

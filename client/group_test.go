@@ -231,7 +231,7 @@ func TestPushesBehindAGapAreHeldUpToMaxQueued(t *testing.T) {
 // ends the connection never makes.
 func TestGroupsWhosePullIsRefusedForGoodAreForgotten(t *testing.T) {
 	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
-	c, _ := dial(t, p, "alice", nil)
+	c, _ := dial(t, p, "alice", func(c *Config) { c.FrameRate, c.FrameBurst = 1e6, 1000 }) // the pulls unpaced: 10 s at the default rate
 	var msgs []protocol.Message
 	for i := range 1000 {
 		msgs = append(msgs, protocol.Message{Gid: fmt.Sprintf("x%d", i), MsgID: 7, Sender: "mallory", Body: "hi"})
@@ -282,7 +282,7 @@ func TestAPullOfAnEndedConnectionMakesNoForgottenGroupAgain(t *testing.T) {
 // and its pull.
 func TestGroupsNoSyncNamedAreBoundedUntilTheNextSync(t *testing.T) {
 	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}, "g2": {"bob"}})
-	c, rec := dial(t, p, "alice", nil)
+	c, rec := dial(t, p, "alice", func(c *Config) { c.FrameRate, c.FrameBurst = 1e6, 1000 }) // the acks of 1,000 groups unpaced: 10 s at the default rate
 	none := int64(-1)
 	for i := range 4 {
 		var msgs []protocol.Message

@@ -56,6 +56,9 @@ type peer struct {
 	extraGroups    func(uid string) []protocol.GroupState // added to every sync answer
 	syncGroups     string                                 // if set, every sync answer's groups, as is (JSON)
 	afterSync      func(uid string) []protocol.Message    // pushed to the connection right after its sync answer
+	frameRate      float64                                // if > 0, frames a connection may send a second, as a gateway's; the rest refused as rate_limited
+	frameBurst     int                                    // and at once
+	limited        []string                               // the ops of the frames refused as rate_limited
 
 	quit     chan struct{} // closed by close: silent connections end
 	quitOnce sync.Once
@@ -72,6 +75,9 @@ type peerGroup struct {
 type peerConn struct {
 	ws  *websocket.Conn
 	uid string
+
+	tokens float64   // guarded by peer.mu: the frame bucket, as of last
+	last   time.Time // zero: full
 }
 
 type cursorRec struct {
@@ -179,7 +185,15 @@ func (p *peer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		p.mu.Lock()
 		p.frames = append(p.frames, req)
+		limited := !p.takeFrameLocked(pc)
+		if limited {
+			p.limited = append(p.limited, req.Op)
+		}
 		p.mu.Unlock()
+		if limited {
+			p.write(pc, protocol.Errorf(protocol.CodeRateLimited, "too many frames; slow down and retry").Frame(req.ID))
+			continue
+		}
 		if pc.uid == "" && req.Op != protocol.OpAuth {
 			p.write(pc, protocol.Errorf(protocol.CodeUnauthenticated, "auth first").Frame(req.ID))
 			continue
@@ -198,6 +212,26 @@ func (p *peer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// takeFrameLocked takes a token of pc's frame bucket, as a gateway does
+// for every frame of a connection, if the peer has a frame rate.
+func (p *peer) takeFrameLocked(pc *peerConn) bool {
+	if p.frameRate <= 0 {
+		return true
+	}
+	now := time.Now()
+	if pc.last.IsZero() {
+		pc.tokens = float64(p.frameBurst)
+	} else {
+		pc.tokens = min(float64(p.frameBurst), pc.tokens+now.Sub(pc.last).Seconds()*p.frameRate)
+	}
+	pc.last = now
+	if pc.tokens < 1 {
+		return false
+	}
+	pc.tokens--
+	return true
 }
 
 func (p *peer) write(pc *peerConn, b []byte) {

@@ -1,0 +1,80 @@
+package client
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// pacer is the budget of the client's own frames (acks, reads and pulls):
+// a token bucket of rate tokens a second up to burst, full at first. A
+// gateway allows a connection a rate of frames (200 a second, bursts of
+// 400, by default) and refuses those over it as rate_limited, whatever
+// they are: the client's own frames kept well under it leave the
+// application's sends room. Safe for concurrent use.
+type pacer struct {
+	rate  float64
+	burst float64
+
+	mu     sync.Mutex
+	tokens float64 // as of last; below 0 after spending more than there was
+	last   time.Time
+}
+
+func newPacer(rate float64, burst int) *pacer {
+	return &pacer{rate: rate, burst: float64(burst), tokens: float64(burst), last: time.Now()}
+}
+
+// refillLocked adds the tokens earned since the last look.
+func (p *pacer) refillLocked() {
+	now := time.Now()
+	p.tokens = min(p.burst, p.tokens+now.Sub(p.last).Seconds()*p.rate)
+	p.last = now
+}
+
+// avail returns the whole tokens there are now, none taken.
+func (p *pacer) avail() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refillLocked()
+	return max(0, int(p.tokens))
+}
+
+// delay is how long until n tokens (at most burst) are there.
+func (p *pacer) delay(n int) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refillLocked()
+	short := min(float64(n), p.burst) - p.tokens
+	if short <= 0 {
+		return 0
+	}
+	return time.Duration(short / p.rate * float64(time.Second))
+}
+
+// wait takes a token, waiting for one, or returns ctx's error.
+func (p *pacer) wait(ctx context.Context) error {
+	for {
+		p.mu.Lock()
+		p.refillLocked()
+		if p.tokens >= 1 {
+			p.tokens--
+			p.mu.Unlock()
+			return nil
+		}
+		d := time.Duration((1 - p.tokens) / p.rate * float64(time.Second))
+		p.mu.Unlock()
+		if !sleep(ctx, d) {
+			return ctx.Err()
+		}
+	}
+}
+
+// empty drops the tokens there are: the server refused a frame as over
+// its rate, so the bucket starts again from none.
+func (p *pacer) empty() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refillLocked()
+	p.tokens = min(p.tokens, 0)
+}
