@@ -117,15 +117,19 @@
 //
 // Send, SendWithID and Open block until they succeed, fail for good, or
 // their ctx ends; while the client is disconnected they wait for the next
-// connection. At most MaxSending sends are in flight at once; the others
-// wait in the client. A server that answers overloaded halves that number
-// and pauses every send of the client: for 5 × MinBackoff at first, with
-// jitter down to half (0.25–0.5 s with the defaults), doubling while the
-// refusals go on, up to MaxBackoff (5–10 s); then they are resent with
-// their cmid. The refusals of sends that were in flight together count as
-// one: a server that refuses a burst of them halves the number and pauses
-// the client once. Close flushes the pending acks and reads (at FrameRate,
-// within RequestTimeout), closes the connection and waits for every
-// goroutine of the Client to end; messages still queued for OnMessage are
-// dropped (they were not acked and will be delivered to the next Client).
+// connection. A send that ends without the server's answer on it returns a
+// *SendError, which gives its cmid and says whether the message may have
+// been stored (an answer was lost): resend it with SendWithID and that cmid,
+// as a new Send would post it twice. At most MaxSending sends are in flight
+// at once; the others wait in the client. A server that answers overloaded
+// halves that number and pauses every send of the client: for 5 × MinBackoff
+// at first, with jitter down to half (0.25–0.5 s with the defaults),
+// doubling while the refusals go on, up to MaxBackoff (5–10 s); then they
+// are resent with their cmid. The refusals of sends that were in flight
+// together count as one: a server that refuses a burst of them halves the
+// number and pauses the client once. Close flushes the pending acks and
+// reads (at FrameRate, within RequestTimeout), closes the connection and
+// waits for every goroutine of the Client to end; messages still queued for
+// OnMessage are dropped (they were not acked and will be delivered to the
+// next Client).
 package client

@@ -15,10 +15,15 @@ import (
 // client message id (cmid) for the call and resends with it after
 // SendTimeout or a reconnect, until the server accepts, refuses for good, or
 // ctx ends: however many resends, the group gets one message. The message
-// itself reaches OnMessage by push like any other. The error of a Send whose
-// ctx ended wraps ctx's error, and says whether the server had refused the
-// send as overloaded: such a send may be made again later with its cmid
-// (SendWithID).
+// itself reaches OnMessage by push like any other.
+//
+// A Send that ends without the server's answer on it (its ctx ended, or
+// Close) returns a *SendError, which wraps ctx's error (or ErrClosed) and
+// gives the cmid. When an attempt reached the server and its answer was
+// lost, the message may have been stored (MaybeStored): resend it with
+// SendWithID and that cmid, which posts it at most once; a new Send would
+// post it again. A refusal for good (not a member, a body over the limit)
+// stored nothing and is returned as the server's *protocol.Error, wrapped.
 func (c *Client) Send(ctx context.Context, gid, body string) (int64, error) {
 	return c.SendWithID(ctx, gid, NewCmid(), body)
 }
@@ -43,43 +48,70 @@ func (c *Client) SendWithID(ctx context.Context, gid, cmid, body string) (int64,
 	}
 	req := protocol.Request{Op: protocol.OpSend, Gid: gid, Cmid: cmid, Body: body}
 	bo := backoff{min: c.cfg.MinBackoff, max: c.cfg.MaxBackoff}
-	var refused error // the server's last refusal of the send as overloaded
+	end := &SendError{Gid: gid, Cmid: cmid}
 	for attempt := 0; ; attempt++ {
 		episode, err := c.sending.enter(ctx, c.stopDeliver)
 		if err != nil {
-			return 0, sendError(cmid, err, refused)
+			end.Err = err
+			return 0, end
 		}
-		id, again, err := c.sendOnce(ctx, &req, attempt, episode, &bo)
+		id, again, err := c.sendOnce(ctx, &req, attempt, episode, &bo, end)
 		if !again {
-			if err != nil {
-				return 0, sendError(cmid, err, refused)
+			switch {
+			case err == nil:
+				return id, nil
+			case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrClosed):
+				end.Err = err
+				return 0, end
 			}
-			return id, nil
-		}
-		if err != nil {
-			refused = err
+			return 0, fmt.Errorf("client: send %s: %w", cmid, err)
 		}
 		if c.isClosing() {
-			return 0, ErrClosed
+			if !end.MaybeStored {
+				return 0, ErrClosed
+			}
+			end.Err = ErrClosed
+			return 0, end
 		}
 	}
 }
 
-// sendError words the end of send cmid with err. A send the server refused
-// as overloaded (refused) whose ctx then ended says so: it can be resent
-// later.
-func sendError(cmid string, err, refused error) error {
-	if refused == nil || !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-		return fmt.Errorf("client: send %s: %w", cmid, err)
-	}
-	return fmt.Errorf("client: send %s: refused by the server as overloaded (%v), then %w; "+
-		"resend it later with the same cmid (SendWithID): the group gets one message however often it is sent", cmid, refused, err)
+// SendError is the error of a Send or SendWithID that ended without the
+// server's answer on it: its ctx ended, or Close.
+type SendError struct {
+	Gid, Cmid string
+	// MaybeStored is true when an attempt reached the server and its
+	// answer was lost (a timeout, a lost connection, unavailable): the
+	// group may hold the message. Resend it with SendWithID(ctx, Gid,
+	// Cmid, body): the group gets it once however often it is sent with
+	// its cmid, where a new Send would post it again.
+	MaybeStored bool
+	Err         error // ctx's error, or ErrClosed
+
+	overloaded error // the server's last refusal of the send as overloaded: nothing stored
 }
 
+func (e *SendError) Error() string {
+	why := e.Err.Error()
+	if e.overloaded != nil {
+		why = fmt.Sprintf("refused by the server as overloaded (%v), then %v", e.overloaded, e.Err)
+	}
+	switch {
+	case e.MaybeStored:
+		return fmt.Sprintf("client: send %s to %s: %s; the message may have been stored: resend it with SendWithID(ctx, %q, %q, body), "+
+			"the same cmid, which stores it at most once, since Send would post it again under a new cmid", e.Cmid, e.Gid, why, e.Gid, e.Cmid)
+	case e.overloaded != nil:
+		return fmt.Sprintf("client: send %s: %s; resend it later with the same cmid (SendWithID): the group gets one message however often it is sent", e.Cmid, why)
+	}
+	return fmt.Sprintf("client: send %s: %s", e.Cmid, why)
+}
+
+func (e *SendError) Unwrap() error { return e.Err }
+
 // sendOnce makes one attempt of a send within a place of the window, entered
-// in episode, and waits before the next if one is due (again; with the
-// server's refusal as err if it refused the send as overloaded).
-func (c *Client) sendOnce(ctx context.Context, req *protocol.Request, attempt, episode int, bo *backoff) (id int64, again bool, err error) {
+// in episode, and waits before the next if one is due (again). It records
+// in end an attempt whose answer was lost, and a refusal as overloaded.
+func (c *Client) sendOnce(ctx context.Context, req *protocol.Request, attempt, episode int, bo *backoff, end *SendError) (id int64, again bool, err error) {
 	accepted := false
 	defer func() { c.sending.leave(accepted) }()
 	cmid := req.Cmid
@@ -96,6 +128,7 @@ func (c *Client) sendOnce(ctx context.Context, req *protocol.Request, attempt, e
 	rctx, cancel := context.WithTimeout(ctx, c.cfg.SendTimeout)
 	f, err := s.request(rctx, *req)
 	cancel()
+	end.MaybeStored = end.MaybeStored || err != nil && mayBeStored(err)
 	switch {
 	case err == nil && f.Op == protocol.OpAccepted && f.Cmid == cmid:
 		accepted = true
@@ -113,9 +146,10 @@ func (c *Client) sendOnce(ctx context.Context, req *protocol.Request, attempt, e
 		c.mu.Lock()
 		c.stats.Overloaded++
 		c.mu.Unlock()
+		end.overloaded = err
 		d := c.sending.overloaded(episode)
 		c.log.Debug("chat client: server overloaded; sends paused", "cmid", cmid, "pause", d)
-		return 0, true, err
+		return 0, true, nil
 	case errors.As(err, &pe):
 		if !retryable(pe.Code) {
 			return 0, false, err
@@ -139,6 +173,19 @@ func (c *Client) sendOnce(ctx context.Context, req *protocol.Request, attempt, e
 		}
 	}
 	return 0, true, nil
+}
+
+// mayBeStored reports whether a send whose request failed with err may have
+// been stored: the answer was lost (a timeout, a lost connection, ctx
+// ended), or the server failed midway (unavailable, internal: a write to
+// the log cut short may still land). Other refusals come before the
+// server stores anything.
+func mayBeStored(err error) bool {
+	var pe *protocol.Error
+	if errors.As(err, &pe) {
+		return pe.Code == protocol.CodeUnavailable || pe.Code == protocol.CodeInternal
+	}
+	return true
 }
 
 // backOff waits d before a resend whose last attempt failed with last. It

@@ -290,6 +290,67 @@ func TestASendEndedDuringAnOverloadPauseSaysTheServerRefusedIt(t *testing.T) {
 			t.Fatalf("Send: %v\nwant it to say %q", err, want)
 		}
 	}
+	if se := (*SendError)(nil); !errors.As(err, &se) || se.Cmid != "c-42" {
+		t.Fatalf("Send: %#v, want a *SendError of c-42", se)
+	}
+}
+
+// A send the server refused before storing anything (overloaded,
+// rate_limited, a refusal for good) is not taken for one that may have
+// been stored; one whose answer was lost, or that the server failed midway
+// (unavailable, internal: a write to the log cut short may still land), is.
+func TestASendMayBeStoredOnlyWhenItsAnswerWasLostOrTheServerFailedMidway(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{&protocol.Error{Code: protocol.CodeOverloaded}, false},
+		{&protocol.Error{Code: protocol.CodeRateLimited}, false},
+		{&protocol.Error{Code: protocol.CodeNotMember}, false},
+		{&protocol.Error{Code: protocol.CodeUnauthenticated}, false},
+		{&protocol.Error{Code: protocol.CodeUnavailable}, true},
+		{&protocol.Error{Code: protocol.CodeInternal}, true},
+		{context.DeadlineExceeded, true},
+		{fmt.Errorf("%w: read: EOF", ErrDisconnected), true},
+	} {
+		if got := mayBeStored(tc.err); got != tc.want {
+			t.Errorf("mayBeStored(%v) = %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// A Send whose answer is lost (the message is stored) and whose ctx then
+// ends says that the message may have been stored and how to resend it
+// without a second one: with SendWithID and the send's cmid, which it
+// gives. It said only that ctx ended, and an application that retried
+// with Send posted the message twice.
+func TestASendWhoseAnswerIsLostSaysItMayBeStoredAndHowToResendIt(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	p.set(func(p *peer) { p.swallowSends = 1 << 30 })
+	c, _ := dial(t, p, "alice", func(c *Config) { c.SendTimeout = 100 * time.Millisecond })
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := c.Send(ctx, "g1", "hello")
+	t.Logf("Send: %v", err)
+	waitFor(t, "the message stored", func() bool { return len(p.msgs("g1")) == 1 })
+	stored := p.msgs("g1")
+	for _, want := range []string{"may have been stored", fmt.Sprintf("SendWithID(ctx, %q, %q, body)", "g1", stored[0].Cmid), "Send would post it again"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("Send: %v\nwant it to say %q", err, want)
+		}
+	}
+	var se *SendError
+	if !errors.As(err, &se) || !se.MaybeStored || se.Gid != "g1" || se.Cmid != stored[0].Cmid || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Send: %#v, want a *SendError of g1 and cmid %s that may be stored, wrapping ctx's error", se, stored[0].Cmid)
+	}
+	p.set(func(p *peer) { p.swallowSends = 0 })
+	id, err := c.SendWithID(context.Background(), se.Gid, se.Cmid, "hello")
+	if err != nil || id != stored[0].MsgID {
+		t.Fatalf("SendWithID again: %d, %v; want the stored message's msgid %d", id, err, stored[0].MsgID)
+	}
+	if n := len(p.msgs("g1")); n != 1 {
+		t.Fatalf("%d messages after the resend, want 1", n)
+	}
 }
 
 // A send whose frame is over the server's read limit makes the server close
