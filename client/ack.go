@@ -38,7 +38,7 @@ func (c *Client) deliverLoop() {
 			if len(c.queue) == c.cfg.MaxQueued/2 {
 				c.resumePullsLocked()
 			}
-			again := c.groups[m.Gid].sentBefore(m)
+			again := c.sentBeforeLocked(m)
 			if again {
 				c.stats.Duplicates++
 			}

@@ -47,6 +47,7 @@ type Config struct {
 	FrameRate      float64                                   // default 100: the client's own frames (acks, reads, pulls) a second, at most: half a gateway's per connection (200, bursts of 400), over which it refuses frames as rate_limited, sends among them
 	FrameBurst     int                                       // default 100: and at most this many at once
 	MaxAcking      int                                       // default 16: acks and reads in flight at once
+	DedupWindow    time.Duration                             // default 24h, the server's (store.RedisConfig.DedupWindow): a message of a group's sender and client_msg_id sent (sent_at) within this of an earlier one is a second record of that send, not handed to OnMessage; past it, a new message
 	OnMessage      func(protocol.Message)                    // optional: once per message, msgid order per group, from one goroutine
 	OnError        func(error)                               // optional: asynchronous errors, serialised
 	OnReceipts     func(protocol.Receipts)                   // optional: new read counts of your messages; called from the reader goroutine: must not block, nor call ReadCounts, WhoRead or Close (they wait for that goroutine)
@@ -93,6 +94,9 @@ func (c *Config) setDefaults() {
 	if c.MaxAcking == 0 {
 		c.MaxAcking = 16
 	}
+	if c.DedupWindow == 0 {
+		c.DedupWindow = 24 * time.Hour
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -122,6 +126,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("client: config: FrameRate %v, FrameBurst %d: want more than 0 and at least 1", c.FrameRate, c.FrameBurst)
 	case c.MaxAcking < 1:
 		return fmt.Errorf("client: config: MaxAcking %d: want at least 1", c.MaxAcking)
+	case c.DedupWindow < time.Millisecond:
+		return fmt.Errorf("client: config: DedupWindow %v: want at least 1ms", c.DedupWindow)
 	case c.AckInterval < 0 || c.SendTimeout < 0 || c.RequestTimeout < 0 || c.PingInterval < 0:
 		return errors.New("client: config: durations must not be negative")
 	case c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff:

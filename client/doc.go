@@ -17,7 +17,10 @@
 // reach the application twice within the life of a Client; and by sender
 // and client_msg_id among a group's last 1,000 messages, so a resend that
 // was written twice (the server stores it once, but may push both) is shown
-// once.
+// once. Two such records are one send, as the server decides, only when
+// their sent_at are at most Config.DedupWindow apart (the server's, 24 h):
+// a client_msg_id used again past it is a new message, which the server
+// stores, and the client hands over.
 //
 // Acks carry the newest msgid the application has been handed (OnMessage has
 // returned for it and every predecessor), never more: they are sent per group
