@@ -48,6 +48,7 @@ type Config struct {
 	FrameBurst     int                                       // default 100: and at most this many at once
 	MaxAcking      int                                       // default 16: acks and reads in flight at once
 	DedupWindow    time.Duration                             // default 24h, the server's (store.RedisConfig.DedupWindow): a message of a group's sender and client_msg_id sent (sent_at) within this of an earlier one is a second record of that send, not handed to OnMessage; past it, a new message
+	DedupSends     int                                       // default 10,000: the sends (group, sender, client_msg_id) of the newest messages handed to OnMessage remembered, of all groups together, to tell second records by; about 60 bytes each
 	OnMessage      func(protocol.Message)                    // optional: once per message, msgid order per group, from one goroutine
 	OnError        func(error)                               // optional: asynchronous errors, serialised
 	OnReceipts     func(protocol.Receipts)                   // optional: new read counts of your messages; called from the reader goroutine: must not block, nor call ReadCounts, WhoRead or Close (they wait for that goroutine)
@@ -97,6 +98,9 @@ func (c *Config) setDefaults() {
 	if c.DedupWindow == 0 {
 		c.DedupWindow = 24 * time.Hour
 	}
+	if c.DedupSends == 0 {
+		c.DedupSends = 10_000
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -128,6 +132,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("client: config: MaxAcking %d: want at least 1", c.MaxAcking)
 	case c.DedupWindow < time.Millisecond:
 		return fmt.Errorf("client: config: DedupWindow %v: want at least 1ms", c.DedupWindow)
+	case c.DedupSends < 1:
+		return fmt.Errorf("client: config: DedupSends %d: want at least 1", c.DedupSends)
 	case c.AckInterval < 0 || c.SendTimeout < 0 || c.RequestTimeout < 0 || c.PingInterval < 0:
 		return errors.New("client: config: durations must not be negative")
 	case c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff:
@@ -178,8 +184,9 @@ type Client struct {
 	held          int                // pushes held behind gaps, in every group's buf
 	stats         Stats
 	sending       *window
-	frames        *pacer // the budget of acks, reads and pulls
-	limitedWarned bool   // an ack or read refused as rate_limited was reported, none accepted since
+	frames        *pacer  // the budget of acks, reads and pulls
+	limitedWarned bool    // an ack or read refused as rate_limited was reported, none accepted since
+	sends         sendSet // the sends of the messages handed to OnMessage
 
 	deliverKick chan struct{}
 	stopDeliver chan struct{} // closed as Close begins: ends delivery, and the waits of Send and Open

@@ -15,8 +15,9 @@
 // its pushes) is pulled again with back-off. Messages are deduplicated by
 // msgid, so re-deliveries after a lost ack, a resend or a reconnect never
 // reach the application twice within the life of a Client; and by sender
-// and client_msg_id among a group's last 1,000 messages, so a resend that
-// was written twice (the server stores it once, but may push both) is shown
+// and client_msg_id among the last Config.DedupSends messages of all groups
+// (10,000, about 0.5 MiB however many the groups), so a resend that was
+// written twice (the server stores it once, but may push both) is shown
 // once. Two such records are one send, as the server decides, only when
 // their sent_at are at most Config.DedupWindow apart (the server's, 24 h):
 // a client_msg_id used again past it is a new message, which the server

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"time"
 
 	"github.com/groupchat/chatd/protocol"
@@ -39,10 +38,6 @@ type group struct {
 	pullDue bool // a pull is due from the group's puller
 	puller  bool // the group's puller runs (pullLaterLocked)
 
-	sends     map[uint64]sendRec // the sends (sendHash) of the newest messages handed to OnMessage
-	sendOrder []uint64           // their keys, a ring of at most maxSends
-	sendNext  int                // the oldest key in sendOrder once it is full
-
 	retaken    int     // retakes in a row (retake.go), until a cursor of the group is accepted
 	retakeBo   backoff // the wait before the sync of a retake in a row
 	retakeWait bool    // a retake's sync waits
@@ -57,86 +52,6 @@ func newGroup(gid string, cursor int64) *group {
 		lock:     make(chan struct{}, 1),
 		retakeBo: backoff{min: retakeMin, max: retakeMax},
 	}
-}
-
-// maxSends bounds the sends a group remembers.
-const maxSends = 1000
-
-// sendSeed keys the hashes of sends: a different one in every process, so
-// that nothing outside can aim two sends at one hash.
-var sendSeed = maphash.MakeSeed()
-
-// sendHash is a send's key: a hash of its sender and client_msg_id. A
-// group remembers hashes, not the strings: its memory of sends holds no
-// pointer for the collector to follow, and two sends share a hash about
-// once in 2^64 tries.
-func sendHash(sender, cmid string) uint64 {
-	var h maphash.Hash
-	h.SetSeed(sendSeed)
-	h.WriteString(sender)
-	h.WriteByte(0)
-	h.WriteString(cmid)
-	return h.Sum64()
-}
-
-// sendRec is the message that holds a send's key: the last one of its
-// sender and client_msg_id in the group that was not a second record.
-type sendRec struct{ msgid, sentAt int64 }
-
-// maxSentAt bounds the sent_at two records are compared by: 2^53 ms either
-// side of 1970, as the server's (store.ClaimSentAt).
-const maxSentAt = 1 << 53
-
-// sameSend reports whether two records of one (gid, sender, client_msg_id),
-// sent at a and b (unix ms), are one send under the server's dedup window
-// win (ms): their sent_at, clamped to ±2^53 ms, are at most win apart. It
-// is the server's rule, store.SameSend, which a test holds it to.
-func sameSend(a, b, win int64) bool {
-	d := min(max(a, -maxSentAt), maxSentAt) - min(max(b, -maxSentAt), maxSentAt)
-	return -win <= d && d <= win
-}
-
-// sentBefore reports whether m is a second record of a send already handed
-// to OnMessage, and remembers m's send; win is the server's dedup window
-// (ms). As the server decides (store.ClaimSends), m is a second record of
-// the earlier message that holds its key (same sender and cmid: a resend
-// the gateway produced twice, which the fan-out may push) when they are
-// one send (sameSend); otherwise m is a new message, the sender's cmid
-// used again past the window, and takes the key over. The same message
-// again, or an older one (delivered again after a retake), is not a second
-// record.
-func (g *group) sentBefore(m protocol.Message, win int64) bool {
-	if m.Cmid == "" {
-		return false
-	}
-	key := sendHash(m.Sender, m.Cmid)
-	if r, ok := g.sends[key]; ok {
-		if r.msgid < m.MsgID && sameSend(m.SentAt, r.sentAt, win) {
-			return true
-		}
-		if r.msgid < m.MsgID {
-			g.sends[key] = sendRec{m.MsgID, m.SentAt} // keeps its place in the ring
-		}
-		return false
-	}
-	if g.sends == nil {
-		g.sends = make(map[uint64]sendRec)
-	}
-	if len(g.sendOrder) < maxSends {
-		g.sendOrder = append(g.sendOrder, key)
-	} else {
-		delete(g.sends, g.sendOrder[g.sendNext])
-		g.sendOrder[g.sendNext] = key
-		g.sendNext = (g.sendNext + 1) % maxSends
-	}
-	g.sends[key] = sendRec{m.MsgID, m.SentAt}
-	return false
-}
-
-// sentBeforeLocked reports whether m is a second record of a send already
-// handed to OnMessage (group.sentBefore), and remembers m's send.
-func (c *Client) sentBeforeLocked(m protocol.Message) bool {
-	return c.groups[m.Gid].sentBefore(m, c.cfg.DedupWindow.Milliseconds())
 }
 
 // Open pulls what is missing of group gid (everything after the client's

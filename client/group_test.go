@@ -383,52 +383,6 @@ func TestASendWrittenTwiceIsHandedOnce(t *testing.T) {
 	})
 }
 
-// A group remembers the sends of its last maxSends messages: a second
-// record of one of them is a duplicate, the same record again (a retake)
-// or another sender's cmid is not, and the oldest is forgotten first. A
-// record past the dedup window of the one that holds its key is a new
-// message, and holds the key from then on.
-func TestAGroupRemembersItsLastSends(t *testing.T) {
-	const win = 1000 // ms
-	g := newGroup("g1", -1)
-	msg := func(id int64, sender, cmid string, sentAt int64) protocol.Message {
-		return protocol.Message{Gid: "g1", MsgID: id, Sender: sender, Cmid: cmid, SentAt: sentAt}
-	}
-	for i := range int64(maxSends) {
-		if g.sentBefore(msg(i, "bob", fmt.Sprint("c", i), 0), win) {
-			t.Fatalf("message %d taken for a second record", i)
-		}
-	}
-	cases := []struct {
-		m    protocol.Message
-		want bool
-	}{
-		{msg(5, "bob", "c5", 0), false},                // the same record again
-		{msg(maxSends, "alice", "c5", 0), false},       // another sender's cmid
-		{msg(maxSends+1, "bob", "c6", win), true},      // a second record of c6, at the window's edge
-		{msg(maxSends+2, "bob", "", 0), false},         // no cmid
-		{msg(maxSends+3, "bob", "new", 0), false},      // remembered; the oldest (c0, c1) forgotten
-		{msg(maxSends+4, "bob", "c0", 0), false},       // forgotten
-		{msg(maxSends+5, "bob", "c3", -win), true},     // still remembered
-		{msg(maxSends+6, "bob", "new", 0), true},       // a second record of new
-		{msg(maxSends+7, "bob", "c7", win+1), false},   // c7 used again past the window: a new message
-		{msg(maxSends+8, "bob", "c7", 2*win), true},    // a second record of that one, not of the first
-		{msg(7, "bob", "c7", 0), false},                // the first, delivered again after a retake
-		{msg(maxSends+9, "bob", "c8", 1<<62), false},   // a sent_at past 2^53 ms
-		{msg(maxSends+10, "bob", "c8", 1<<53), true},   // compared as 2^53, as the server does
-		{msg(maxSends+11, "bob", "c9", -1<<62), false}, // and before -2^53
-		{msg(maxSends+12, "bob", "c9", -1<<53), true},  // compared as -2^53
-	}
-	for _, c := range cases {
-		if got := g.sentBefore(c.m, win); got != c.want {
-			t.Errorf("sentBefore(msgid %d, %s, %q, sent at %d) = %v, want %v", c.m.MsgID, c.m.Sender, c.m.Cmid, c.m.SentAt, got, c.want)
-		}
-	}
-	if len(g.sends) != maxSends || len(g.sendOrder) != maxSends {
-		t.Errorf("a group remembers %d sends (%d in order), want %d", len(g.sends), len(g.sendOrder), maxSends)
-	}
-}
-
 // An Open the server refuses for good (a group the user is not in: a typo,
 // or one they were removed from) fails and leaves nothing behind: the
 // group was kept opened, pulled again (and refused again) on every

@@ -1,7 +1,9 @@
 package client
 
 import (
+	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -9,6 +11,55 @@ import (
 	"github.com/groupchat/chatd/protocol"
 	"github.com/groupchat/chatd/store"
 )
+
+// The client remembers the sends of its last messages, at most a number:
+// a second record of one of them is a duplicate, the same record again (a
+// retake), another sender's cmid or another group's is not, and the
+// oldest is forgotten first. A record past the dedup window of the one
+// that holds its key is a new message, and holds the key from then on.
+func TestTheClientRemembersItsLastSends(t *testing.T) {
+	const win, most = 1000, 1000 // ms, sends
+	var s sendSet
+	msg := func(id int64, sender, cmid string, sentAt int64) protocol.Message {
+		return protocol.Message{Gid: "g1", MsgID: id, Sender: sender, Cmid: cmid, SentAt: sentAt}
+	}
+	for i := range int64(most) {
+		if s.sentBefore(msg(i, "bob", fmt.Sprint("c", i), 0), win, most) {
+			t.Fatalf("message %d taken for a second record", i)
+		}
+	}
+	other := msg(most+13, "bob", "c10", 0)
+	other.Gid = "g2"
+	cases := []struct {
+		m    protocol.Message
+		want bool
+	}{
+		{msg(5, "bob", "c5", 0), false},            // the same record again
+		{msg(most, "alice", "c5", 0), false},       // another sender's cmid
+		{msg(most+1, "bob", "c6", win), true},      // a second record of c6, at the window's edge
+		{msg(most+2, "bob", "", 0), false},         // no cmid
+		{msg(most+3, "bob", "new", 0), false},      // remembered; the oldest (c0, c1) forgotten
+		{msg(most+4, "bob", "c0", 0), false},       // forgotten
+		{msg(most+5, "bob", "c3", -win), true},     // still remembered
+		{msg(most+6, "bob", "new", 0), true},       // a second record of new
+		{msg(most+7, "bob", "c7", win+1), false},   // c7 used again past the window: a new message
+		{msg(most+8, "bob", "c7", 2*win), true},    // a second record of that one, not of the first
+		{msg(7, "bob", "c7", 0), false},            // the first, delivered again after a retake
+		{msg(most+9, "bob", "c8", 1<<62), false},   // a sent_at past 2^53 ms
+		{msg(most+10, "bob", "c8", 1<<53), true},   // compared as 2^53, as the server does
+		{msg(most+11, "bob", "c9", -1<<62), false}, // and before -2^53
+		{msg(most+12, "bob", "c9", -1<<53), true},  // compared as -2^53
+		{other, false}, // another group's
+	}
+	for _, c := range cases {
+		if got := s.sentBefore(c.m, win, most); got != c.want {
+			t.Errorf("sentBefore(%s msgid %d, %s, %q, sent at %d) = %v, want %v", c.m.Gid, c.m.MsgID, c.m.Sender, c.m.Cmid, c.m.SentAt, got, c.want)
+		}
+	}
+	if len(s.m) != most || len(s.order) != most {
+		t.Errorf("the client remembers %d sends (%d in order), want %d", len(s.m), len(s.order), most)
+	}
+}
 
 // A sender who uses a client_msg_id again past the server's dedup window
 // (24 h by sent_at) makes a new message, which the server stores and
@@ -59,5 +110,37 @@ func TestTheClientTellsOneSendAsTheServerDoes(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// The sends the client remembers, to hand a send written twice once, are
+// bounded for the client, not for each group: a group remembered the sends
+// of its last 1,000 messages for as long as the client lived, 46 KiB (62
+// with their sent_at), so a user in 1,000 busy groups held 45 MiB of them.
+// The default DedupSends, 10,000, holds about 0.5 MiB.
+func TestTheSendsRememberedAreBoundedHoweverManyTheGroups(t *testing.T) {
+	const groups, sends = 1000, 1000
+	c := &Client{groups: map[string]*group{}}
+	c.cfg.setDefaults()
+	for i := range groups {
+		c.groupLocked(fmt.Sprint("g", i))
+	}
+	heap := func() int64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return int64(ms.HeapAlloc)
+	}
+	before := heap()
+	for j := range sends {
+		for i := range groups {
+			c.sentBeforeLocked(protocol.Message{Gid: fmt.Sprint("g", i), MsgID: int64(j), Sender: "bob", Cmid: fmt.Sprint("c-", j), SentAt: int64(j)})
+		}
+	}
+	held := heap() - before
+	runtime.KeepAlive(c)
+	t.Logf("%d groups of %d sends each: %d bytes remembered (%.2f MiB, %d bytes a group)", groups, sends, held, float64(held)/(1<<20), held/groups)
+	if most := int64(1 << 20); held > most {
+		t.Fatalf("%d bytes remembered, want at most %d", held, most)
 	}
 }
