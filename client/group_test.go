@@ -76,9 +76,25 @@ func TestOpenPullsAgainWhenRefusedForAWhile(t *testing.T) {
 // for a few minutes). Each push, and the gap's filling, must cost about
 // one step per message, not a scan of the whole buffer: 20,000 waiting
 // pushes took 6.7 s of scans under the client's lock (40,000: 32 s),
-// holding up delivery, acks and the connection's reader.
-func TestALongGapBuffersAndDrainsPushesInLinearTime(t *testing.T) {
-	const n = 20_000
+// holding up delivery, acks and the connection's reader. The test checks
+// the order; BenchmarkALongGap shows the cost.
+func TestALongGapBuffersAndDrainsPushesInOrder(t *testing.T) {
+	longGap(t, 20_000)
+}
+
+// BenchmarkALongGap times longGap: 22.7 ms for 20,000 pushes here (the
+// form that scanned the buffer took 6.7 s). go test ./client -run '^$'
+// -bench ALongGap
+func BenchmarkALongGap(b *testing.B) {
+	for range b.N {
+		longGap(b, 20_000)
+	}
+}
+
+// longGap buffers n pushes behind a gap, then fills it, and checks that
+// all of them are queued in order.
+func longGap(t testing.TB, n int) {
+	t.Helper()
 	c := &Client{groups: map[string]*group{}, named: map[string]bool{"g": true}, deliverKick: make(chan struct{}, 1), closing: true} // named by the last sync; closing: no puller
 	// Every push held.
 	c.cfg.MaxQueued = n + 1
@@ -88,28 +104,23 @@ func TestALongGapBuffersAndDrainsPushesInLinearTime(t *testing.T) {
 	defer c.mu.Unlock()
 	g := c.groupLocked("g")
 	g.contig, g.delivered, g.acked = 0, 0, 0
-	start := time.Now()
-	for id := int64(2); id < n+2; id++ {
+	for id := int64(2); id < int64(n)+2; id++ {
 		prev := id - 1
 		c.pushLocked(protocol.Message{Gid: "g", MsgID: id, Prev: &prev}) // after the gap at 1
 	}
-	c.pushLocked(protocol.Message{Gid: "g", MsgID: n / 2}) // again, prev unknown
+	c.pushLocked(protocol.Message{Gid: "g", MsgID: int64(n / 2)}) // again, prev unknown
 	if len(c.queue) != 0 || len(g.buf) != n {
 		t.Fatalf("%d queued, %d buffered before the gap is filled; want 0 and %d", len(c.queue), len(g.buf), n)
 	}
 	zero := int64(0)
 	c.pushLocked(protocol.Message{Gid: "g", MsgID: 1, Prev: &zero})
-	took := time.Since(start)
-	if len(c.queue) != n+1 || len(g.buf) != 0 || g.contig != n+1 {
+	if len(c.queue) != n+1 || len(g.buf) != 0 || g.contig != int64(n)+1 {
 		t.Fatalf("%d queued, %d buffered, contiguous up to %d; want %d, 0, %d", len(c.queue), len(g.buf), g.contig, n+1, n+1)
 	}
 	for i, m := range c.queue {
 		if m.MsgID != int64(i+1) {
 			t.Fatalf("queue[%d] is msgid %d, want %d", i, m.MsgID, i+1)
 		}
-	}
-	if took > 2*time.Second {
-		t.Fatalf("%d pushes buffered behind a gap and drained in %v: want well under 2 s", n, took.Round(time.Millisecond))
 	}
 }
 
