@@ -10,32 +10,6 @@ import (
 	"github.com/groupchat/chatd/schema"
 )
 
-// MessagesBefore returns the newest messages of gid with after < msgid <
-// before, at most limit, in msgid order: a contiguous run of the group's
-// stored history that ends right before `before`. Each message appears
-// once, however often it was inserted.
-func (c *ClickHouse) MessagesBefore(ctx context.Context, gid string, after, before int64, limit int) ([]schema.Message, error) {
-	if limit <= 0 {
-		return nil, fmt.Errorf("clickhouse: messages: limit %d, want > 0", limit)
-	}
-	if before <= 0 || before <= after+1 {
-		return nil, nil
-	}
-	// As Messages, newest first.
-	msgs, rows, err := c.queryMessages(ctx, gid, false, "msgid >= ? AND msgid < ? ORDER BY msgid DESC LIMIT ?",
-		firstAfter(after), uint64(before), limit)
-	if n := len(msgs); err == nil && n < limit && rows >= limit {
-		var rest []schema.Message
-		rest, _, err = c.queryMessages(ctx, gid, true, "msgid >= ? AND msgid < ? ORDER BY msgid DESC LIMIT ?",
-			firstAfter(after), uint64(msgs[0].MsgID), limit-n)
-		msgs = append(rest, msgs...)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("clickhouse: messages of %s before %d: %w", gid, before, err)
-	}
-	return msgs, nil
-}
-
 // SentBefore returns, of the messages stored in partition part with msgid <
 // before and sent_at_ms >= since, those whose client_msg_id is one of
 // cmids; the body is left out. A backfill asks it for the originals of
