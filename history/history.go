@@ -35,8 +35,9 @@ type Config struct {
 	// DefaultLimit is used when a caller asks for 0 or fewer. Default 100.
 	DefaultLimit int
 	// MaxPageBytes caps what a page reads from the window, in encoded
-	// messages (one message at least): a page of a thousand large messages
-	// is not read whole to be cut afterwards. Default PageBytes.
+	// messages, and from ClickHouse, in bodies (one message at least): a
+	// page of a thousand large messages is not read whole to be cut
+	// afterwards. Default PageBytes.
 	MaxPageBytes int
 }
 
@@ -124,16 +125,22 @@ func (h *History) Pull(ctx context.Context, gid string, after int64, limit int) 
 		if h.cfg.ClickHouse == nil {
 			return Page{}, ErrNoHistory
 		}
-		old, err := h.cfg.ClickHouse.Messages(ctx, gid, after, wr.Floor, limit)
+		old, cut, err := h.cfg.ClickHouse.MessagesWithin(ctx, gid, after, wr.Floor, limit, h.cfg.MaxPageBytes)
 		if err != nil {
 			return Page{}, fmt.Errorf("history: %s from ClickHouse: %w", gid, err)
 		}
-		if n := len(old); n < limit && (n == 0 || old[n-1].MsgID != wr.Floor) {
+		if n := len(old); !cut && n < limit && (n == 0 || old[n-1].MsgID != wr.Floor) {
 			return Page{}, fmt.Errorf("%w (group %s after %d: ClickHouse lacks %d, the newest message the window dropped)",
 				ErrIncomplete, gid, after, wr.Floor)
 		}
-		// The window starts right above the floor: the run goes on there.
-		msgs = append(old, msgs...)
+		if cut {
+			// The budget ends the page below the floor; the window's
+			// messages come on a later one.
+			msgs, page.More = old, true
+		} else {
+			// The window starts right above the floor: the run goes on there.
+			msgs = append(old, msgs...)
+		}
 		page.Source = FromClickHouse
 	}
 	if len(msgs) > limit {
@@ -177,19 +184,21 @@ func (h *History) PullBefore(ctx context.Context, gid string, after, before int6
 	case h.cfg.ClickHouse == nil:
 		return Page{}, ErrNoHistory
 	default:
-		if msgs, err = h.cfg.ClickHouse.MessagesBefore(ctx, gid, after, before, limit+1); err != nil {
+		var cut bool
+		if msgs, cut, err = h.cfg.ClickHouse.MessagesBeforeWithin(ctx, gid, after, before, limit+1, h.cfg.MaxPageBytes); err != nil {
 			return Page{}, fmt.Errorf("history: %s from ClickHouse: %w", gid, err)
 		}
 		// The window holds nothing of the range: when the floor is in it,
-		// ClickHouse must have it, unless the page stops above it. (Above
-		// the floor ClickHouse may hold messages the window is about to
-		// take: the persister writes ClickHouse first.)
+		// ClickHouse must have it, unless the page stops above it (at the
+		// limit or the budget). (Above the floor ClickHouse may hold
+		// messages the window is about to take: the persister writes
+		// ClickHouse first.)
 		if before > wr.Floor && !slices.ContainsFunc(msgs, func(m schema.Message) bool { return m.MsgID == wr.Floor }) &&
-			(len(msgs) <= limit || msgs[0].MsgID < wr.Floor) {
+			(len(msgs) <= limit && !cut || len(msgs) > 0 && msgs[0].MsgID < wr.Floor) {
 			return Page{}, fmt.Errorf("%w (group %s before %d: ClickHouse lacks %d, the newest message the window dropped)",
 				ErrIncomplete, gid, before, wr.Floor)
 		}
-		page.More = len(msgs) > limit
+		page.More = len(msgs) > limit || cut
 		page.Source = FromClickHouse
 	}
 	if len(msgs) > limit {

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"runtime"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -180,6 +183,59 @@ func TestAPageOfLargeMessagesReadsOnlyWhatItSends(t *testing.T) {
 	}
 	if n, _ := pullAll(t, h, "g0", 1000); n != len(ids) {
 		t.Fatalf("paging through the group gave %d messages; want %d", n, len(ids))
+	}
+}
+
+// A page of large messages from ClickHouse is cut by bytes as the window's
+// is: a pull of 1,000 messages of 16 KiB read and decoded all 16 MiB of
+// bodies (119 MiB allocated) for a gateway to send 1 MiB. (The driver
+// allocates about eight times what it decodes.)
+func TestAPageOfLargeMessagesFromClickHouseReadsOnlyWhatItSends(t *testing.T) {
+	f := newFixture(t, 10, true)
+	ids := f.seed(t, 1, 1000, 16<<10)["g0"]
+	h, err := New(Config{Redis: f.redis, ClickHouse: f.ch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	floor := ids[len(ids)-11] // the newest message the window of 10 dropped
+	for _, dir := range []string{"after", "before"} {
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		var p Page
+		if dir == "after" {
+			p, err = h.Pull(ctx, "g0", -1, 1000)
+		} else {
+			p, err = h.PullBefore(ctx, "g0", -1, floor+1, 1000)
+		}
+		runtime.ReadMemStats(&m1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		alloc := m1.TotalAlloc - m0.TotalAlloc
+		t.Logf("a page %s from %s: %d messages, %d KiB allocated", dir, p.Source, len(p.Messages), alloc>>10)
+		if n := len(p.Messages); p.Source != FromClickHouse || n == 0 || n > PageBytes/(16<<10) || !p.More || alloc > 16*PageBytes {
+			t.Errorf("a page %s of 1,000 messages of 16 KiB from %s: %d messages, more %v, %d KiB allocated; want from ClickHouse, at most %d, more, at most %d KiB allocated",
+				dir, p.Source, n, p.More, alloc>>10, PageBytes/(16<<10), 16*PageBytes>>10)
+		}
+	}
+	if n, _ := pullAll(t, h, "g0", 1000); n != len(ids) {
+		t.Fatalf("paging through the group gave %d messages; want %d", n, len(ids))
+	}
+	var got []int64
+	for before := int64(math.MaxInt64); ; {
+		p, err := h.PullBefore(ctx, "g0", -1, before, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(msgIDs(p.Messages), got...)
+		if !p.More {
+			break
+		}
+		before = p.Messages[0].MsgID
+	}
+	if !slices.Equal(got, ids) {
+		t.Fatalf("paging up through the group gave %d messages; want the %d in order", len(got), len(ids))
 	}
 }
 
