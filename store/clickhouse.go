@@ -24,6 +24,7 @@ type ClickHouseConfig struct {
 	Password     string        // default ""
 	DialTimeout  time.Duration // default 5s; also bounds waiting for a pooled connection
 	QueryTimeout time.Duration // default 30s; bounds every call, including a batch insert
+	MaxOpenConns int           // default 10; the pool's connections, all kept when idle
 	Metrics      *metrics.Set  // optional: times inserts and queries (chat_store_seconds)
 }
 
@@ -39,6 +40,9 @@ func (c *ClickHouseConfig) setDefaults() {
 	}
 	if c.QueryTimeout == 0 {
 		c.QueryTimeout = 30 * time.Second
+	}
+	if c.MaxOpenConns == 0 {
+		c.MaxOpenConns = 10
 	}
 }
 
@@ -59,6 +63,9 @@ func (c ClickHouseConfig) Validate() error {
 	}
 	if c.DialTimeout < 0 || c.QueryTimeout < 0 {
 		return errors.New("clickhouse: config: negative timeout")
+	}
+	if c.MaxOpenConns < 0 {
+		return fmt.Errorf("clickhouse: config: MaxOpenConns %d, want >= 1", c.MaxOpenConns)
 	}
 	return nil
 }
@@ -106,11 +113,13 @@ func OpenClickHouse(ctx context.Context, cfg ClickHouseConfig) (*ClickHouse, err
 
 func openConn(cfg ClickHouseConfig, database string) (driver.Conn, error) {
 	conn, err := clickhouse.Open(&clickhouse.Options{
-		Addr:        cfg.Addrs,
-		Auth:        clickhouse.Auth{Database: database, Username: cfg.Username, Password: cfg.Password},
-		DialTimeout: cfg.DialTimeout,
-		ReadTimeout: cfg.QueryTimeout,
-		Compression: &clickhouse.Compression{Method: clickhouse.CompressionLZ4},
+		Addr:         cfg.Addrs,
+		Auth:         clickhouse.Auth{Database: database, Username: cfg.Username, Password: cfg.Password},
+		DialTimeout:  cfg.DialTimeout,
+		ReadTimeout:  cfg.QueryTimeout,
+		MaxOpenConns: cfg.MaxOpenConns,
+		MaxIdleConns: cfg.MaxOpenConns, // a busy pool would otherwise close and dial connections again
+		Compression:  &clickhouse.Compression{Method: clickhouse.CompressionLZ4},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: open: %w", err)

@@ -102,7 +102,8 @@ func rawCount(t *testing.T, c *ClickHouse, table, gid string) uint64 {
 func TestClickHouseConfig(t *testing.T) {
 	var cfg ClickHouseConfig
 	cfg.setDefaults()
-	if cfg.Database != "chat" || cfg.Username != "default" || cfg.DialTimeout != 5*time.Second || cfg.QueryTimeout != 30*time.Second {
+	if cfg.Database != "chat" || cfg.Username != "default" || cfg.DialTimeout != 5*time.Second || cfg.QueryTimeout != 30*time.Second ||
+		cfg.MaxOpenConns != 10 {
 		t.Errorf("defaults: %+v", cfg)
 	}
 	if err := cfg.Validate(); err == nil {
@@ -122,6 +123,25 @@ func TestClickHouseConfig(t *testing.T) {
 	cfg.Addrs = []string{"127.0.0.1:9000", "[::1]:9000"}
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("Validate: %v", err)
+	}
+}
+
+// MaxOpenConns is the pool's size: with its connections held, a query
+// waits for one at most DialTimeout, then fails.
+func TestClickHouseMaxOpenConns(t *testing.T) {
+	c := openTestClickHouse(t, testserver.SharedClickHouse(t), ClickHouseConfig{MaxOpenConns: 2, DialTimeout: 300 * time.Millisecond})
+	ctx := t.Context()
+	for range 2 { // rows hold their connection until closed
+		rows, err := c.Query(ctx, "SELECT number FROM system.numbers LIMIT 1000000")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+	}
+	start := time.Now()
+	err := c.Ping(ctx)
+	if took := time.Since(start); err == nil || took > 5*time.Second {
+		t.Fatalf("a ping with the pool's 2 connections held: %v after %v; want it to fail after about 300ms", err, took)
 	}
 }
 
