@@ -6,7 +6,10 @@
 // for older history. Every page is a contiguous run of the group's stored
 // messages: the persister writes ClickHouse before the window, so whatever
 // the window has dropped is in ClickHouse. A History is safe for concurrent
-// use; it holds no state of its own.
+// use. Its one state is the reads of ClickHouse in flight: a page waits
+// for one a short while, in turn, and a user (see WithUser) holds a few
+// at most, so that one user's deep pulls cannot starve the others' (see
+// Config.ClickHouseReads).
 package history
 
 import (
@@ -14,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
@@ -39,6 +43,17 @@ type Config struct {
 	// page of a thousand large messages is not read whole to be cut
 	// afterwards. Default PageBytes.
 	MaxPageBytes int
+
+	// ClickHouseReads caps the pages read from ClickHouse at once; keep it
+	// below the store's MaxOpenConns, which other callers share, so that
+	// a page never waits for a connection. Default 8.
+	ClickHouseReads int
+	// UserReads caps the pages read from ClickHouse at once for one user
+	// (see WithUser). Default 2.
+	UserReads int
+	// ReadWait bounds how long a page waits for a read of ClickHouse
+	// before it fails with ErrBusy. Default 1s.
+	ReadWait time.Duration
 }
 
 // PageBytes is the default MaxPageBytes, and about what a gateway sends
@@ -55,6 +70,15 @@ func (c *Config) setDefaults() {
 	if c.MaxPageBytes == 0 {
 		c.MaxPageBytes = PageBytes
 	}
+	if c.ClickHouseReads == 0 {
+		c.ClickHouseReads = 8
+	}
+	if c.UserReads == 0 {
+		c.UserReads = 2
+	}
+	if c.ReadWait == 0 {
+		c.ReadWait = time.Second
+	}
 }
 
 // Validate reports the first setting that cannot work.
@@ -62,14 +86,17 @@ func (c Config) Validate() error {
 	if c.Redis == nil {
 		return errors.New("history: Redis is required")
 	}
-	if c.MaxLimit < 0 || c.DefaultLimit < 0 || c.MaxPageBytes < 0 {
+	if c.MaxLimit < 0 || c.DefaultLimit < 0 || c.MaxPageBytes < 0 || c.ClickHouseReads < 0 || c.UserReads < 0 || c.ReadWait < 0 {
 		return errors.New("history: limits must not be negative")
 	}
 	return nil
 }
 
 // History serves pulls and unread counts.
-type History struct{ cfg Config }
+type History struct {
+	cfg   Config
+	reads *reads // of ClickHouse
+}
 
 // New returns a History.
 func New(cfg Config) (*History, error) {
@@ -77,7 +104,7 @@ func New(cfg Config) (*History, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &History{cfg: cfg}, nil
+	return &History{cfg: cfg, reads: newReads(cfg.ClickHouseReads, cfg.UserReads, cfg.ReadWait)}, nil
 }
 
 // Source says where a page came from.
@@ -105,7 +132,9 @@ type Page struct {
 // hold the floor, the newest message trimmed: when it does not (it was
 // attached to a deployment that ran without it, or is being backfilled),
 // the page would jump over messages, and Pull fails with ErrIncomplete
-// instead.
+// instead. A page that needs ClickHouse waits for one of the reads of it
+// (see Config.ClickHouseReads, WithUser), and fails with ErrBusy when it
+// waited ReadWait in vain; PullBefore too.
 func (h *History) Pull(ctx context.Context, gid string, after int64, limit int) (Page, error) {
 	if err := schema.ValidID(gid); err != nil {
 		return Page{}, fmt.Errorf("history: %w", err)
@@ -125,7 +154,12 @@ func (h *History) Pull(ctx context.Context, gid string, after int64, limit int) 
 		if h.cfg.ClickHouse == nil {
 			return Page{}, ErrNoHistory
 		}
+		release, err := h.reads.acquire(ctx)
+		if err != nil {
+			return Page{}, fmt.Errorf("history: %s from ClickHouse: %w", gid, err)
+		}
 		old, cut, err := h.cfg.ClickHouse.MessagesWithin(ctx, gid, after, wr.Floor, limit, h.cfg.MaxPageBytes)
+		release()
 		if err != nil {
 			return Page{}, fmt.Errorf("history: %s from ClickHouse: %w", gid, err)
 		}
@@ -184,8 +218,14 @@ func (h *History) PullBefore(ctx context.Context, gid string, after, before int6
 	case h.cfg.ClickHouse == nil:
 		return Page{}, ErrNoHistory
 	default:
+		release, err := h.reads.acquire(ctx)
+		if err != nil {
+			return Page{}, fmt.Errorf("history: %s from ClickHouse: %w", gid, err)
+		}
 		var cut bool
-		if msgs, cut, err = h.cfg.ClickHouse.MessagesBeforeWithin(ctx, gid, after, before, limit+1, h.cfg.MaxPageBytes); err != nil {
+		msgs, cut, err = h.cfg.ClickHouse.MessagesBeforeWithin(ctx, gid, after, before, limit+1, h.cfg.MaxPageBytes)
+		release()
+		if err != nil {
 			return Page{}, fmt.Errorf("history: %s from ClickHouse: %w", gid, err)
 		}
 		// The window holds nothing of the range: when the floor is in it,
