@@ -34,6 +34,7 @@ type settings struct {
 	ClickHouseDB     string
 	ClickHouseUser   string
 	ClickHousePass   string
+	ClickHouseConns  int
 	Retention        time.Duration
 	EventRetention   time.Duration
 	ShutdownTimeout  time.Duration
@@ -98,6 +99,7 @@ var allSettings = []setting{
 	{"clickhouse-database", "CHAT_CLICKHOUSE_DATABASE", "chat", "ClickHouse database (created if missing)", "all", str(func(s *settings) *string { return &s.ClickHouseDB })},
 	{"clickhouse-user", "CHAT_CLICKHOUSE_USER", "default", "ClickHouse user", "all", str(func(s *settings) *string { return &s.ClickHouseUser })},
 	{"clickhouse-password", "CHAT_CLICKHOUSE_PASSWORD", "", "ClickHouse password", "all", str(func(s *settings) *string { return &s.ClickHousePass })},
+	{"clickhouse-conns", "CHAT_CLICKHOUSE_CONNS", "10", "connections to ClickHouse per process; pages of old messages read through all but two of them (one at least), and a user's through two at most at once", "all", num(func(s *settings) *int { return &s.ClickHouseConns })},
 	{"message-retention", "CHAT_MESSAGE_RETENTION", "168h", "chat.messages retention when ClickHouse keeps the history (without it: forever); negative (e.g. -1h): forever", "all", dur(func(s *settings) *time.Duration { return &s.Retention })},
 	{"event-retention", "CHAT_EVENT_RETENTION", "2160h", "ack and receipt event logs in ClickHouse older than this are dropped, by whole months (0: keep)", "all", dur(func(s *settings) *time.Duration { return &s.EventRetention })},
 	{"shutdown-timeout", "CHAT_SHUTDOWN_TIMEOUT", "10s", "how long shutdown may drain", "all", dur(func(s *settings) *time.Duration { return &s.ShutdownTimeout })},
@@ -209,6 +211,9 @@ func (s *settings) validate(role string) error {
 	}
 	if s.MaxTokenTTL < time.Minute {
 		return fmt.Errorf("max-token-ttl %v is below 1m (CHAT_MAX_TOKEN_TTL): every token would be refused; use e.g. 720h", s.MaxTokenTTL)
+	}
+	if s.ClickHouseConns < 1 {
+		return fmt.Errorf("clickhouse-conns must be a whole number >= 1 (CHAT_CLICKHOUSE_CONNS); use e.g. 10")
 	}
 	if s.MaxAuthing < 1 {
 		return fmt.Errorf("max-authenticating must be a whole number >= 1 (CHAT_MAX_AUTHENTICATING); use e.g. 10000")

@@ -100,7 +100,7 @@ func openStack(ctx context.Context, role string, s *settings, log *slog.Logger) 
 		log.Info("the fan-out does not use ClickHouse; not connecting to it", "addrs", chAddrs)
 	} else if len(chAddrs) > 0 {
 		if st.ch, err = waitClickHouse(ctx, store.ClickHouseConfig{Addrs: chAddrs, Database: s.ClickHouseDB,
-			Username: s.ClickHouseUser, Password: s.ClickHousePass, Metrics: st.metrics}, log); err != nil {
+			Username: s.ClickHouseUser, Password: s.ClickHousePass, MaxOpenConns: s.ClickHouseConns, Metrics: st.metrics}, log); err != nil {
 			return nil, err
 		}
 		st.closers = append(st.closers, func() { st.ch.Close() })
@@ -124,7 +124,10 @@ func openStack(ctx context.Context, role string, s *settings, log *slog.Logger) 
 		return nil, err
 	}
 	st.closers = append(st.closers, func() { st.prod.Close() })
-	if st.hist, err = history.New(history.Config{Redis: st.redis, ClickHouse: st.ch}); err != nil {
+	// Pages leave two connections to the persister and the projectors
+	// that share the process in dev.
+	if st.hist, err = history.New(history.Config{Redis: st.redis, ClickHouse: st.ch,
+		ClickHouseReads: max(1, s.ClickHouseConns-2)}); err != nil {
 		return nil, err
 	}
 	return st, nil
