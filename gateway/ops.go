@@ -272,6 +272,7 @@ func (g *Gateway) pull(ctx context.Context, uid string, r *protocol.Request) (an
 	}
 	var page history.Page
 	var err error
+	ctx = history.WithUser(ctx, uid) // one user's deep pulls take two reads of ClickHouse at most
 	if r.Before != nil {
 		before := *r.Before
 		if m.State == store.MemberLeft {
@@ -284,6 +285,9 @@ func (g *Gateway) pull(ctx context.Context, uid string, r *protocol.Request) (an
 	if err != nil {
 		if errors.Is(err, history.ErrNoHistory) || errors.Is(err, history.ErrIncomplete) {
 			return nil, protocol.Errorf(protocol.CodeUnavailable, "%v", err)
+		}
+		if errors.Is(err, history.ErrBusy) { // load, not a fault: no log line per page
+			return nil, protocol.Errorf(protocol.CodeOverloaded, "too many pulls of older messages at once (yours, or this server's); retry in a second")
 		}
 		return nil, g.unavailable("pull", err)
 	}
