@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -107,6 +108,17 @@ func (a *admin) offsetsAt(ctx context.Context, topic string, parts []int, t time
 	b, err := a.bounds(ctx, topic, parts)
 	if err != nil {
 		return nil, err
+	}
+	// Kafka takes a time as milliseconds since 1970, and a negative one as
+	// the name of an offset (-1 the end, -2 the start, -3 the record of
+	// the latest time) or refuses it; kafka-go counts it in nanoseconds
+	// first, which overflow past 2262. A time outside is asked as the
+	// nearest within, which the same records are at or after.
+	if lo := time.UnixMilli(0); t.Before(lo) {
+		t = lo
+	}
+	if hi := time.Unix(0, math.MaxInt64); t.After(hi) {
+		t = hi
 	}
 	reqs := make([]kafka.OffsetRequest, len(parts))
 	for i, p := range parts {
