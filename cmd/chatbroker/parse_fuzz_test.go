@@ -30,6 +30,18 @@ func FuzzParseEnv(f *testing.F) {
 		{3, "1", false},
 		{3, "true", false},
 		{3, "false", true},
+		// Read otherwise than by the flags, once: a variable that did not
+		// read was refused although its flag was given, -1 was refused
+		// without the variable's name, 010 and 0x10 were read as chatd does
+		// not (10 and refused, for 8 and 16), and any value of
+		// CHAT_BROKER_NO_SYNC, false too, turned the syncs off.
+		{2, "many", true},
+		{2, "-1", false},
+		{2, "010", false},
+		{2, "0x10", false},
+		{3, "false", false},
+		{3, "0", false},
+		{3, "yes", false},
 	} {
 		f.Add(c.i, c.value, c.given)
 	}

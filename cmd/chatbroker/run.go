@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
 
 	"github.com/groupchat/chatd/broker"
+	"github.com/groupchat/chatd/internal/flags"
 	"github.com/groupchat/chatd/topics"
 )
 
@@ -21,33 +21,44 @@ type config struct {
 	NoSync     bool   // CHAT_BROKER_NO_SYNC
 }
 
+// envs are chatbroker's variables: each is its flag's default, read as
+// the flag reads it (CHAT_BROKER_NO_SYNC=false keeps the syncs).
+var envs = []flags.Env{
+	{Name: "CHAT_KAFKA_LISTEN", Flag: "listen"},
+	{Name: "CHAT_DATA_DIR", Flag: "data-dir"},
+	{Name: "CHAT_PARTITIONS", Flag: "partitions", Usage: "a number of partitions, 0 to create no topics"},
+	{Name: "CHAT_BROKER_NO_SYNC", Flag: "no-sync", Usage: "true to skip the fsync of each batch"},
+}
+
 func parse(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
-	def := func(env, fallback string) string {
-		if v := getenv(env); v != "" {
-			return v
-		}
-		return fallback
-	}
 	var c config
 	fs := flag.NewFlagSet("chatbroker", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.Listen, "listen", def("CHAT_KAFKA_LISTEN", "127.0.0.1:9092"), "Kafka listener address; clients are told this address, so restart on the same one (CHAT_KAFKA_LISTEN)")
-	fs.StringVar(&c.DataDir, "data-dir", def("CHAT_DATA_DIR", "./data/kafka"), "where the log is kept; a restart reloads it (CHAT_DATA_DIR)")
-	parts, err := strconv.Atoi(def("CHAT_PARTITIONS", "0"))
-	if err != nil {
-		return c, fmt.Errorf("CHAT_PARTITIONS %q: want a whole number", getenv("CHAT_PARTITIONS"))
+	fs.StringVar(&c.Listen, "listen", "127.0.0.1:9092", "Kafka listener address; clients are told this address, so restart on the same one (CHAT_KAFKA_LISTEN)")
+	fs.StringVar(&c.DataDir, "data-dir", "./data/kafka", "where the log is kept; a restart reloads it (CHAT_DATA_DIR)")
+	fs.IntVar(&c.Partitions, "partitions", 0, "create the chat.* topics with this many partitions when missing; 0: leave it to chatd (CHAT_PARTITIONS)")
+	fs.BoolVar(&c.NoSync, "no-sync", false, "do not fsync each produced batch: faster, but a machine crash may lose acknowledged records; a killed process loses nothing either way (CHAT_BROKER_NO_SYNC)")
+	// A variable is its flag's default, shown by -h when the flag takes it;
+	// CheckEnv refuses, by name, one it does not.
+	for _, e := range envs {
+		if v := getenv(e.Name); v != "" {
+			if f := fs.Lookup(e.Flag); f.Value.Set(v) == nil {
+				f.DefValue = f.Value.String()
+			}
+		}
 	}
-	fs.IntVar(&c.Partitions, "partitions", parts, "create the chat.* topics with this many partitions when missing; 0: leave it to chatd (CHAT_PARTITIONS)")
-	fs.BoolVar(&c.NoSync, "no-sync", def("CHAT_BROKER_NO_SYNC", "") != "", "do not fsync each produced batch: faster, but a machine crash may lose acknowledged records; a killed process loses nothing either way (CHAT_BROKER_NO_SYNC)")
-	if err := fs.Parse(args); err != nil {
+	if err := flags.Parse(fs, args); err != nil {
 		return c, err
 	}
 	if fs.NArg() > 0 {
 		return c, fmt.Errorf("unexpected argument %q; chatbroker takes flags only", fs.Arg(0))
 	}
+	if err := flags.CheckEnv(fs, getenv, envs); err != nil {
+		return c, err
+	}
 	switch {
 	case c.Partitions < 0:
-		return c, errors.New("partitions must be 0 (create no topics) or more")
+		return c, errors.New("partitions must be 0 (create no topics) or more (CHAT_PARTITIONS / -partitions)")
 	case c.DataDir == "":
 		return c, errors.New("data-dir is required: the broker keeps its log on disk (CHAT_DATA_DIR)")
 	}
