@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"math"
 	"net/url"
 	"strings"
 	"time"
@@ -170,26 +171,40 @@ func (c *Config) Validate() error {
 		return errors.New("-pull: -pull-users must be >= 1 and -group-size at least -pull-users + 1 (a sender besides the readers)")
 	case c.Pull > 0:
 		return nil
-	case c.Online <= 0 || c.Online > 1:
+	case !(c.Online > 0 && c.Online <= 1): // NaN too
 		return errors.New("-online must be in (0, 1]")
-	case c.Rate <= 0:
-		return errors.New("-rate must be > 0")
+	case !hasInterval(c.Rate):
+		return fmt.Errorf("-rate %g: want a rate > 0 of at most %g a second", c.Rate, mostPerSecond)
 	case c.Duration <= 0 || c.Warmup < 0 || c.Drain < 0:
 		return errors.New("-duration must be > 0, -warmup and -drain >= 0")
-	case c.Read < 0 || c.Read > 1:
+	case !(c.Read >= 0 && c.Read <= 1):
 		return errors.New("-read must be in [0, 1]: the fraction of delivered messages marked read")
-	case c.Churn < 0 || c.ChurnOffline < 0:
-		return errors.New("-churn and -churn-offline must be >= 0")
+	case c.Churn != 0 && !hasInterval(c.Churn) || c.ChurnOffline < 0:
+		return fmt.Errorf("-churn %g and -churn-offline %v: want 0, or a rate > 0 of at most %g a second, and a duration >= 0", c.Churn, c.ChurnOffline, mostPerSecond)
 	case c.OfflineCheck < -1:
 		return errors.New("-offline-check must be -1 (every offline member), 0 (none) or a number of members")
 	}
 	for _, r := range c.Sweep {
-		if r <= 0 {
-			return fmt.Errorf("-sweep: rate %g: every rate must be > 0", r)
+		if !hasInterval(r) {
+			return fmt.Errorf("-sweep: rate %g: every rate must be > 0 and at most %g a second", r, mostPerSecond)
 		}
 	}
-	if c.FindMax && (c.MaxRate < c.Rate || c.Target <= 0 || c.Tolerance <= 0 || c.MaxSteps < 1) {
+	if c.FindMax && (!hasInterval(c.MaxRate) || !(c.MaxRate >= c.Rate) || c.Target <= 0 || !(c.Tolerance > 0) || c.MaxSteps < 1) {
 		return errors.New("-find-max: want -max-rate >= -rate, -p99-target > 0, -tolerance > 0, -max-steps >= 1")
 	}
 	return nil
+}
+
+// mostPerSecond is the most events a second whose interval a time.Duration
+// holds: one nanosecond.
+const mostPerSecond = float64(time.Second)
+
+// hasInterval reports whether events at rate per second are spaced by a
+// positive time.Duration, as the send schedule (drain.go) and the churn
+// ticker (churn.go) space them: a rate of 0, NaN, infinite, or above
+// mostPerSecond has none (time.NewTicker panics on it, the schedule sends
+// without end), and one so low that its interval overflows neither.
+func hasInterval(rate float64) bool {
+	d := float64(time.Second) / rate
+	return d >= 1 && d < math.MaxInt64
 }

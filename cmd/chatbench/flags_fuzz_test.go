@@ -100,6 +100,20 @@ func FuzzParseConfig(f *testing.F) {
 		{"url", "ws://x", "prefix", "a b"},
 		{"body-size", "39", "page-size", "100000"},
 		{"group-size", "10", "users", "5"},
+		// Taken once, to fail in the run: a churn ticker of no interval
+		// (time.NewTicker panics), sends of none (a schedule without end),
+		// NaN fractions and rates.
+		{"churn", "1e10", "kafka", "0"},
+		{"churn", "+Inf", "rate", "10"},
+		{"churn", "NaN", "rate", "10"},
+		{"churn", "1e-300", "rate", "10"},
+		{"rate", "2e9", "duration", "1s"},
+		{"rate", "NaN", "online", "1"},
+		{"online", "NaN", "read", "NaN"},
+		{"sweep", "50,inf", "rate", "10"},
+		{"sweep", "NaN", "rate", "10"},
+		{"find-max", "true", "max-rate", "NaN"},
+		{"find-max", "true", "tolerance", "NaN"},
 	} {
 		f.Add(index(c[0]), c[1], index(c[2]), c[3])
 	}
