@@ -40,16 +40,19 @@ bench: deps
 	$(GO) test -run '^$$' -bench 'Pushes' -benchtime 500000x ./gateway
 	$(GO) test -run '^$$' -bench 'IdleConnection' -benchtime 1x -count 3 ./gateway
 
-## fuzz: each decoder fuzzed for FUZZTIME (default 30s)
+## fuzz: every fuzz target of every package, found by go test -list (a new
+## one is run without a change here), each for FUZZTIME (default 30s); it
+## names each target as it starts, and the ones that failed at the end
 FUZZTIME ?= 30s
 fuzz:
-	for f in FuzzDecodeMessage FuzzDecodeAck FuzzDecodeReceipt FuzzDecodeMember FuzzRoundTripMessage; do \
-	  $(GO) test ./schema -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; done
-	$(GO) test ./cmd/chatctl -run '^$$' -fuzz '^FuzzRecordJSON$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./client -run '^$$' -fuzz '^FuzzDecodeFrame$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./protocol -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./store -run '^$$' -fuzz '^FuzzDecodePushBatch$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./gateway -run '^$$' -fuzz '^FuzzAwaitFrame$$' -fuzztime $(FUZZTIME)
+	@list=$$($(GO) test -list '^Fuzz' ./...) || { echo "$$list"; exit 1; }; \
+	targets=$$(echo "$$list" | awk '/^Fuzz/ { f[n++] = $$1; next } /^ok/ { for (i = 0; i < n; i++) print $$2 ":" f[i]; n = 0 }'); \
+	echo "fuzz: $$(echo "$$targets" | wc -l) targets, $(FUZZTIME) each:"; echo "$$targets" | sed 's/^/  /'; \
+	failed=""; for t in $$targets; do pkg=$${t%%:*}; f=$${t##*:}; \
+	  echo "== $$pkg $$f ($(FUZZTIME))"; \
+	  $(GO) test $$pkg -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || failed="$$failed $$pkg.$$f"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz: failed:$$failed"; exit 1; fi
 
 clean:
 	rm -rf bin data
