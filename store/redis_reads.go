@@ -151,6 +151,111 @@ func (s *ReadState) Who(msgid int64, sender string) (read, unread []string) {
 	return read, unread
 }
 
+// sendersScript finds messages in a group's window and returns their
+// senders, read out of each window member (8-byte msgid ++
+// schema.AppendMessage: version and kind, then gid and sender, each a
+// uvarint length and its bytes), so that no body leaves Redis. KEYS: the
+// window. ARGV: the two bytes a message's encoding starts with, then the
+// msgids, ascending. It answers msgid, sender for each msgid found, in
+// turn; the sender is "" when the member is no message's encoding.
+//
+// Copying a member into Lua costs Redis about 1.4 ns a byte, more than
+// sending a page of it (0.5 to 1.2), and a call from Lua about 1.5 µs: a
+// range that holds little besides the msgids asked for (a page) is read in
+// one call, scattered msgids one call each, so that no other member is
+// copied.
+var sendersScript = redis.NewScript(`
+local v, k = string.byte(ARGV[1], 1, 2)
+local byte, sub = string.byte, string.sub
+local function uvarint(s, i)
+  local n, mul = 0, 1
+  for j = i, math.min(i + 9, #s) do
+    local b = byte(s, j)
+    n = n + (b % 128) * mul
+    if b < 128 then return n, j + 1 end
+    mul = mul * 128
+  end
+  return nil
+end
+local function sender(m)
+  local a, b, n = byte(m, 9, 11)
+  if a ~= v or b ~= k or not n then return '' end
+  local at = 12
+  if n >= 128 then n, at = uvarint(m, 11) end
+  if n then
+    at = at + n
+    n = byte(m, at)
+    at = at + 1
+    if n and n >= 128 then n, at = uvarint(m, at - 1) end
+  end
+  if n and at + n - 1 <= #m then return sub(m, at, at + n - 1) end
+  return ''
+end
+local lo, hi, out = ARGV[2], ARGV[#ARGV], {}
+if redis.call('ZCOUNT', KEYS[1], lo, hi) <= #ARGV + 15 then
+  local want = {}
+  for i = 2, #ARGV do want[tonumber(ARGV[i])] = ARGV[i] end
+  for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], lo, hi)) do
+    local b1, b2, b3, b4, b5, b6, b7, b8 = byte(m, 1, 8)
+    local id = b8 and want[((((((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5) * 256 + b6) * 256 + b7) * 256 + b8]
+    if id then
+      out[#out + 1] = id
+      out[#out + 1] = sender(m)
+    end
+  end
+  return out
+end
+for i = 2, #ARGV do
+  local m = redis.call('ZRANGEBYSCORE', KEYS[1], ARGV[i], ARGV[i], 'LIMIT', 0, 1)[1]
+  if m then
+    out[#out + 1] = ARGV[i]
+    out[#out + 1] = sender(m)
+  end
+end
+return out
+`)
+
+// messageHead is what every message's encoding starts with.
+var messageHead = string([]byte{schema.Version, byte(schema.KindMessage)})
+
+// WindowSenders returns the sender of each of msgids that is in gid's
+// window, by msgid; those not there (trimmed to the history store, or not
+// the group's) are absent. Only the senders leave Redis, in one round
+// trip: read counts of a page of large messages cost about their answer,
+// not the page's bodies.
+func (r *Redis) WindowSenders(ctx context.Context, gid string, msgids []int64) (map[int64]string, error) {
+	out := make(map[int64]string, len(msgids))
+	if len(msgids) == 0 {
+		return out, nil
+	}
+	ids := slices.Clone(msgids)
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	args := make([]any, 0, 1+len(ids))
+	args = append(args, messageHead)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	cmds, err := r.runScript(ctx, sendersScript, []scriptCall{{keys: []string{windowKey(gid)}, args: args}})
+	var v []any
+	if err == nil {
+		v, err = cmds[0].Slice()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store: senders in the window of %q: %w", gid, err)
+	}
+	for i := 0; i+1 < len(v); i += 2 {
+		s, _ := v[i].(string)
+		sender, _ := v[i+1].(string)
+		id, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || schema.ValidID(sender) != nil {
+			return nil, fmt.Errorf("store: senders in the window of %q: %w: %q sent by %q", gid, ErrCorruptValue, s, sender)
+		}
+		out[id] = sender
+	}
+	return out, nil
+}
+
 // WindowMessages returns the messages of gid with the given msgids that are
 // still in the window, by msgid. A page of a group's messages is one range
 // of the window: it is read with one ZRANGE; what that range does not cover

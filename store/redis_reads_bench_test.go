@@ -2,20 +2,31 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
+	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/schema"
 )
 
 // BenchmarkReadCountsPage50 computes the read counts of a page of 50
-// messages the way the gateway answers read_counts: the messages from the
-// window (for their senders), the group's read state, then a count per
-// message. Groups of 50 and 500 members, every member with a read cursor
-// somewhere in the page, against a real redis-server.
+// messages the way the gateway answers read_counts: the messages' senders
+// from the window, the group's read state, then a count per message.
+// Groups of 50 and 500 members, every member with a read cursor somewhere
+// in the page, and bodies of 20 bytes or 16 KiB, against a real
+// redis-server; redis-B/page is what Redis sends for a page.
 func BenchmarkReadCountsPage50(b *testing.B) {
-	for _, size := range []int{50, 500} {
-		b.Run(strconv.Itoa(size)+"members", func(b *testing.B) {
+	for _, tc := range []struct{ members, body int }{{50, 0}, {500, 0}, {50, 16 << 10}} {
+		name := strconv.Itoa(tc.members) + "members"
+		if tc.body > 0 {
+			name += fmt.Sprintf("-%dKiB", tc.body>>10)
+		}
+		b.Run(name, func(b *testing.B) {
+			size := tc.members
 			r, c := benchRedisServer(b, RedisConfig{})
 			ctx := context.Background()
 			const gid = "g-reads"
@@ -30,6 +41,9 @@ func BenchmarkReadCountsPage50(b *testing.B) {
 			msgs := make([]schema.Message, 1000)
 			for i := range msgs {
 				msgs[i] = msg(gid, uid(i%size), "c"+strconv.Itoa(i), int64(i), t0)
+				if tc.body > 0 {
+					msgs[i].Body = []byte(strings.Repeat("x", tc.body))
+				}
 			}
 			if err := r.AppendWindow(ctx, nil, msgs); err != nil {
 				b.Fatal(err)
@@ -46,11 +60,11 @@ func BenchmarkReadCountsPage50(b *testing.B) {
 			for i := range page {
 				page[i] = int64(950 + i)
 			}
-			cpu0 := redisCPU(b, c)
+			cpu0, out0 := redisCPU(b, c), redisSent(b, c)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for b.Loop() {
-				byID, err := r.WindowMessages(ctx, gid, page)
+				senders, err := r.WindowSenders(ctx, gid, page)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -59,11 +73,11 @@ func BenchmarkReadCountsPage50(b *testing.B) {
 					b.Fatal(err)
 				}
 				for _, id := range page {
-					m, ok := byID[id]
+					sender, ok := senders[id]
 					if !ok {
 						b.Fatalf("message %d not in the window", id)
 					}
-					read, audience := st.Count(id, m.Sender)
+					read, audience := st.Count(id, sender)
 					if audience != size-1 || read < 0 || read > audience {
 						b.Fatalf("message %d: read %d of %d, want an audience of %d", id, read, audience, size-1)
 					}
@@ -71,7 +85,19 @@ func BenchmarkReadCountsPage50(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "µs/page")
+			b.ReportMetric(float64(redisSent(b, c)-out0)/float64(b.N), "redis-B/page")
 			reportRedis(b, c, cpu0, b.N, "pages")
 		})
 	}
+}
+
+// redisSent is how many bytes the server behind c has sent its clients.
+func redisSent(b *testing.B, c redis.UniversalClient) int64 {
+	b.Helper()
+	v, err := testserver.RedisInfo(context.Background(), c, "stats", "total_net_output_bytes")
+	n, perr := strconv.ParseInt(v, 10, 64)
+	if err != nil || perr != nil {
+		b.Fatalf("INFO stats total_net_output_bytes = %q, %v", v, err)
+	}
+	return n
 }

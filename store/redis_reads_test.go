@@ -2,10 +2,12 @@ package store
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -168,5 +170,50 @@ func TestReadStateIsOneSnapshot(t *testing.T) {
 	}
 	if read, _ := st.Count(3, "bob"); read != 0 {
 		t.Errorf("Count(3) = %d read, with members %v and reads %v; want 0: alice never read 3", read, st.Members, st.Reads)
+	}
+}
+
+// A message's sender is read out of the window without its body, for a
+// page (a range of the window, read at once) and for msgids scattered over
+// it (read one by one): msgids trimmed, between messages, past the newest
+// or of another group are absent, and a gid and sender of the longest
+// length (128 bytes, written with a two-byte length) are read whole.
+func testWindowSenders(t *testing.T, c redis.UniversalClient) {
+	r := newTestRedis(t, c, RedisConfig{WindowSize: 30})
+	ctx := context.Background()
+	gid := strings.Repeat("g", schema.MaxIDLen)
+	long := strings.Repeat("s", schema.MaxIDLen)
+	var msgs []schema.Message
+	for i := range 34 { // msgids 0, 3, ..., 99; 0 to 9 trimmed
+		sender := "u" + strconv.Itoa(i%3)
+		if i%4 == 1 {
+			sender = long
+		}
+		msgs = append(msgs, msg(gid, sender, "c"+strconv.Itoa(i), int64(3*i), t0))
+	}
+	appendAll(t, r, append(msgs, msg("g2", "bob", "c", 1, t0))...)
+	for name, ids := range map[string][]int64{
+		"a page":    {0, 9, 12, 13, 1, 15, 18, 21, 24, 27, 30},
+		"scattered": {99, 12, 1, 9, 100, 5000, 51, 52, 15},
+		"one":       {27},
+		"none":      nil,
+	} {
+		want := map[int64]string{}
+		for _, m := range msgs {
+			if m.MsgID >= 12 && slices.Contains(ids, m.MsgID) {
+				want[m.MsgID] = m.Sender
+			}
+		}
+		if got, err := r.WindowSenders(ctx, gid, ids); err != nil || !maps.Equal(got, want) {
+			t.Errorf("%s: WindowSenders(%v) = %v, %v; want %v", name, ids, got, err, want)
+		}
+	}
+	if err := c.ZAdd(ctx, windowKey(gid), redis.Z{Score: 50, Member: "\x00\x00\x00\x00\x00\x00\x00\x32not a message"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, ids := range [][]int64{{48, 50}, {12, 50, 99}} {
+		if got, err := r.WindowSenders(ctx, gid, ids); !errors.Is(err, ErrCorruptValue) {
+			t.Errorf("WindowSenders(%v) of a member that is no message = %v, %v; want ErrCorruptValue", ids, got, err)
+		}
 	}
 }

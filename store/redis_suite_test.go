@@ -41,6 +41,7 @@ func runRedisSuite(t *testing.T, newClient func(t *testing.T) redis.UniversalCli
 		{"WindowBigBatch", testWindowBigBatch},
 		{"WindowFloorOfARoundScore", testWindowFloorOfARoundScore},
 		{"WindowBytes", testWindowBytes},
+		{"WindowSenders", testWindowSenders},
 		{"Head", testHead},
 		{"Unread", testUnread},
 		{"Acks", testAcks},
