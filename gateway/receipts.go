@@ -7,7 +7,6 @@ import (
 
 	"github.com/groupchat/chatd/consumers"
 	"github.com/groupchat/chatd/protocol"
-	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
 )
@@ -21,18 +20,18 @@ func (g *Gateway) readCounts(ctx context.Context, uid string, r *protocol.Reques
 	ids := slices.Clone(r.MsgIDs)
 	slices.Sort(ids)
 	ids = slices.Compact(ids)
-	msgs, st, perr := g.readState(ctx, r.Gid, ids)
+	senders, st, perr := g.readState(ctx, r.Gid, ids)
 	if perr != nil {
 		return nil, perr
 	}
 	out := &protocol.Counts{Op: protocol.OpCounts, ID: r.ID, Gid: r.Gid, Counts: make([]protocol.ReadCount, 0, len(ids))}
 	for _, id := range ids {
-		msg, ok := msgs[id]
+		sender, ok := senders[id]
 		if !ok || !m.Sees(id) {
 			out.Unknown = append(out.Unknown, id)
 			continue
 		}
-		read, aud := st.Count(id, msg.Sender)
+		read, aud := st.Count(id, sender)
 		out.Counts = append(out.Counts, protocol.ReadCount{MsgID: id, Read: read, Audience: aud})
 	}
 	return out, nil
@@ -45,15 +44,15 @@ func (g *Gateway) whoRead(ctx context.Context, uid string, r *protocol.Request) 
 		return nil, perr
 	}
 	id := *r.MsgID
-	msgs, st, perr := g.readState(ctx, r.Gid, []int64{id})
+	senders, st, perr := g.readState(ctx, r.Gid, []int64{id})
 	if perr != nil {
 		return nil, perr
 	}
-	msg, ok := msgs[id]
+	sender, ok := senders[id]
 	if !ok || !m.Sees(id) {
 		return nil, protocol.Errorf(protocol.CodeNotFound, "no message %d in %s that you can see (receipts are kept for the recent window)", id, r.Gid)
 	}
-	read, unread := st.Who(id, msg.Sender)
+	read, unread := st.Who(id, sender)
 	return &protocol.Readers{Op: protocol.OpReaders, ID: r.ID, Gid: r.Gid, MsgID: id,
 		Read: nonNil(read), Unread: nonNil(unread)}, nil
 }
@@ -79,8 +78,10 @@ func extraFrames(ans any) int {
 	return 0
 }
 
-func (g *Gateway) readState(ctx context.Context, gid string, ids []int64) (map[int64]schema.Message, *store.ReadState, *protocol.Error) {
-	msgs, err := g.cfg.Redis.WindowMessages(ctx, gid, ids)
+// readState returns the senders of the messages ids that are in gid's
+// window, and gid's read state.
+func (g *Gateway) readState(ctx context.Context, gid string, ids []int64) (map[int64]string, *store.ReadState, *protocol.Error) {
+	senders, err := g.cfg.Redis.WindowSenders(ctx, gid, ids)
 	if err != nil {
 		return nil, nil, g.unavailable("messages", err)
 	}
@@ -99,7 +100,7 @@ func (g *Gateway) readState(ctx context.Context, gid string, ids []int64) (map[i
 	if err != nil {
 		return nil, nil, g.unavailable("read cursors", err)
 	}
-	return msgs, st, nil
+	return senders, st, nil
 }
 
 func nonNil(s []string) []string {
