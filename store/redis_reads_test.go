@@ -59,45 +59,6 @@ func readsFixture(t *testing.T) (*Redis, []schema.Message) {
 	return r, msgs
 }
 
-func TestWindowMessagesPagesAndScatteredIDs(t *testing.T) {
-	r, msgs := readsFixture(t)
-	byID := make(map[int64]schema.Message)
-	for _, m := range msgs {
-		byID[m.MsgID] = m
-	}
-	page := func(from, n int) []int64 { // n consecutive messages of the group
-		var ids []int64
-		for _, m := range msgs[from : from+n] {
-			ids = append(ids, m.MsgID)
-		}
-		return ids
-	}
-	for name, ids := range map[string][]int64{
-		"a page of 50":                     page(100, 50),
-		"the newest page":                  page(250, 50),
-		"one message":                      {msgs[7].MsgID},
-		"far apart":                        {1, 451, 898},
-		"ids between messages and outside": {0, 2, 3, 4, 5, 899, 900, 5000},
-		"a page with a far one, unsorted":  append([]int64{898}, page(0, 40)...),
-		"more than the range reads":        append(page(0, 10), page(200, 10)...),
-		"nothing":                          {},
-	} {
-		got, err := r.WindowMessages(context.Background(), "g", ids)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		want := make(map[int64]schema.Message)
-		for _, id := range ids {
-			if m, ok := byID[id]; ok {
-				want[id] = m
-			}
-		}
-		if !maps.EqualFunc(got, want, equalMessage) {
-			t.Errorf("%s: got msgids %v, want %v", name, slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
-		}
-	}
-}
-
 func TestReadStateCountMatchesItsMaps(t *testing.T) {
 	r, msgs := readsFixture(t)
 	st, err := r.ReadState(context.Background(), "g")
