@@ -92,12 +92,12 @@ func BenchmarkReadCountsPage50(b *testing.B) {
 }
 
 // redisSent is how many bytes the server behind c has sent its clients.
-func redisSent(b *testing.B, c redis.UniversalClient) int64 {
-	b.Helper()
+func redisSent(tb testing.TB, c redis.UniversalClient) int64 {
+	tb.Helper()
 	v, err := testserver.RedisInfo(context.Background(), c, "stats", "total_net_output_bytes")
 	n, perr := strconv.ParseInt(v, 10, 64)
 	if err != nil || perr != nil {
-		b.Fatalf("INFO stats total_net_output_bytes = %q, %v", v, err)
+		tb.Fatalf("INFO stats total_net_output_bytes = %q, %v", v, err)
 	}
 	return n
 }

@@ -68,17 +68,21 @@ func (r *Redis) Window(ctx context.Context, gid string, after int64, limit, maxB
 }
 
 // firstChunk is how many members a read with a byte budget takes first;
-// their average size tells how many more the budget has room for.
+// their average size tells how many more the budget has room for, up to
+// twice as many as the read before.
 const firstChunk = 32
 
 // windowRange reads up to limit members of the window's range from lo to
 // hi (as ZRANGE BYSCORE takes them; from hi down with rev), with the
 // group's floor and head, in one transaction. With maxBytes > 0 it reads
 // firstChunk members first, then as many as the budget has room for at
-// their average size, and so on, each next read after the last member read
-// and in a transaction with the floor (the highest floor read is the
-// range's), so that a range of large messages is never copied whole to be
-// cut afterwards.
+// their average size but at most twice as many as the read before, and so
+// on, each next read after the last member read and in a transaction with
+// the floor (the highest floor read is the range's), so that a range of
+// large messages is never copied whole to be cut afterwards. Small members
+// first do not make the next read take the rest of the range whatever its
+// size: what it copies past the budget is at most its last read, which
+// takes no more than twice the members of the one before.
 func (r *Redis) windowRange(ctx context.Context, gid, lo, hi string, limit, maxBytes int, rev bool) (WindowRange, error) {
 	want := limit
 	if maxBytes > 0 {
@@ -112,7 +116,7 @@ func (r *Redis) windowRange(ctx context.Context, gid, lo, hi string, limit, maxB
 		} else {
 			lo = from
 		}
-		want = min(limit-len(taken), (maxBytes-bytes)*len(taken)/bytes+1)
+		want = min(limit-len(taken), (maxBytes-bytes)*len(taken)/bytes+1, 2*want)
 		if members, floor, _, err = r.windowRead(ctx, gid, lo, hi, want, rev, false); err != nil {
 			return WindowRange{}, err
 		}
