@@ -16,10 +16,12 @@ import (
 const readStateFresh = 250 * time.Millisecond
 
 // readStates holds the groups' read states recently loaded, at most
-// maxReadStates of them (all dropped when full).
+// maxReadStates of them (all dropped when full), and loads a group's state
+// once at a time: who asks while it loads waits for that load.
 type readStates struct {
-	mu sync.Mutex
-	m  map[string]readStateAt
+	mu      sync.Mutex
+	m       map[string]readStateAt
+	loading map[string]*readStateLoad // by gid
 }
 
 type readStateAt struct {
@@ -29,29 +31,62 @@ type readStateAt struct {
 
 const maxReadStates = 4096
 
+// readStateLoad is a load of a group's read state in flight. st, err and
+// retry are set before done is closed.
+type readStateLoad struct {
+	done  chan struct{}
+	st    *store.ReadState
+	err   error
+	retry bool // it failed as its asker went away: who waited for it loads again
+}
+
 // get returns gid's read state, loading it unless one loaded less than
-// readStateFresh ago is held; check runs before a load (the projection's
-// replay mark).
+// readStateFresh ago is held, or waiting for the load in flight; check
+// runs before a load (the projection's replay mark), and its error is the
+// answer of everyone who waited for the load.
 func (c *readStates) get(ctx context.Context, r *store.Redis, gid string, check func() error) (*store.ReadState, error) {
-	now := time.Now()
-	c.mu.Lock()
-	held, ok := c.m[gid]
-	c.mu.Unlock()
-	if ok && now.Sub(held.at) < readStateFresh {
-		return held.st, nil
+	for {
+		now := time.Now()
+		c.mu.Lock()
+		if held, ok := c.m[gid]; ok && now.Sub(held.at) < readStateFresh {
+			c.mu.Unlock()
+			return held.st, nil
+		}
+		if l := c.loading[gid]; l != nil {
+			c.mu.Unlock()
+			select {
+			case <-l.done:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			if l.retry {
+				continue
+			}
+			return l.st, l.err
+		}
+		l := &readStateLoad{done: make(chan struct{})}
+		if c.loading == nil {
+			c.loading = make(map[string]*readStateLoad)
+		}
+		c.loading[gid] = l
+		c.mu.Unlock()
+
+		var st *store.ReadState
+		err := check()
+		if err == nil {
+			st, err = r.ReadState(ctx, gid)
+		}
+		c.mu.Lock()
+		l.st, l.err, l.retry = st, err, err != nil && ctx.Err() != nil
+		delete(c.loading, gid)
+		if err == nil {
+			if c.m == nil || len(c.m) >= maxReadStates {
+				c.m = make(map[string]readStateAt)
+			}
+			c.m[gid] = readStateAt{st, now}
+		}
+		close(l.done)
+		c.mu.Unlock()
+		return st, err
 	}
-	if err := check(); err != nil {
-		return nil, err
-	}
-	st, err := r.ReadState(ctx, gid)
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.m == nil || len(c.m) >= maxReadStates {
-		c.m = make(map[string]readStateAt)
-	}
-	c.m[gid] = readStateAt{st, now}
-	return st, nil
 }

@@ -1,0 +1,78 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/groupchat/chatd/internal/testserver"
+	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/store"
+)
+
+// readStatesRedis returns a store on a new redis-server that holds groups
+// g0, g1, ... of the given sizes.
+func readStatesRedis(t *testing.T, sizes ...int) *store.Redis {
+	t.Helper()
+	srv := testserver.NewRedis(t)
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { c.Close() })
+	r, err := store.NewRedis(c, store.RedisConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []schema.Member
+	for g, n := range sizes {
+		for i := range n {
+			events = append(events, schema.Member{Gid: fmt.Sprint("g", g), Uid: fmt.Sprint("u", i), Op: schema.OpJoin, Pos: -1})
+		}
+	}
+	if err := r.ApplyMembers(context.Background(), events); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// Asks for a group's read state while it loads wait for that load: 32
+// asks at once on a group not loaded each loaded it, which at 10,000
+// members is 2.7 MiB out of Redis each.
+func TestReadStatesLoadAGroupOnceForAsksAtOnce(t *testing.T) {
+	r := readStatesRedis(t, 5)
+	var c readStates
+	var loads atomic.Int64
+	check := func() error { // before each load; a slow load
+		loads.Add(1)
+		time.Sleep(50 * time.Millisecond)
+		return nil
+	}
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	states := make([]*store.ReadState, 32)
+	for i := range states {
+		wg.Go(func() {
+			<-start
+			st, err := c.get(context.Background(), r, "g0", check)
+			if err != nil {
+				t.Error(err)
+			}
+			states[i] = st
+		})
+	}
+	close(start)
+	wg.Wait()
+	if n := loads.Load(); n != 1 {
+		t.Errorf("32 asks at once loaded the group's read state %d times; want once", n)
+	}
+	distinct := map[*store.ReadState]bool{}
+	for _, st := range states {
+		distinct[st] = true
+	}
+	if len(distinct) != 1 || states[0] == nil || len(states[0].Members) != 5 {
+		t.Errorf("the asks got %d different states; want the one load's, of 5 members", len(distinct))
+	}
+}
