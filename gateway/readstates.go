@@ -15,12 +15,13 @@ import (
 // as this at most.
 const readStateFresh = 250 * time.Millisecond
 
-// readStates holds the groups' read states recently loaded, at most
-// maxReadStates of them (all dropped when full), and loads a group's state
-// once at a time: who asks while it loads waits for that load.
+// readStates holds the groups' read states loaded in the last
+// readStateFresh, each dropped as it goes stale, at most maxReadStates of
+// them (all dropped when full), and loads a group's state once at a time:
+// who asks while it loads waits for that load.
 type readStates struct {
 	mu      sync.Mutex
-	m       map[string]readStateAt
+	m       map[string]*readStateAt
 	loading map[string]*readStateLoad // by gid
 }
 
@@ -80,13 +81,25 @@ func (c *readStates) get(ctx context.Context, r *store.Redis, gid string, check 
 		l.st, l.err, l.retry = st, err, err != nil && ctx.Err() != nil
 		delete(c.loading, gid)
 		if err == nil {
-			if c.m == nil || len(c.m) >= maxReadStates {
-				c.m = make(map[string]readStateAt)
-			}
-			c.m[gid] = readStateAt{st, now}
+			c.hold(gid, &readStateAt{st, now})
 		}
 		close(l.done)
 		c.mu.Unlock()
 		return st, err
 	}
+}
+
+// hold keeps held as gid's state until it is stale. c.mu is held.
+func (c *readStates) hold(gid string, held *readStateAt) {
+	if c.m == nil || len(c.m) >= maxReadStates {
+		c.m = make(map[string]*readStateAt)
+	}
+	c.m[gid] = held
+	time.AfterFunc(time.Until(held.at.Add(readStateFresh)), func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.m[gid] == held {
+			delete(c.m, gid)
+		}
+	})
 }
