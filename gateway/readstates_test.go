@@ -103,3 +103,37 @@ func TestReadStatesDropAStateOnceStale(t *testing.T) {
 	}
 	runtime.KeepAlive(&c) // the cache, not only what it holds, outlives the check
 }
+
+// The states held are bounded by their members, not by their groups: a
+// group of 10,000 members costs as much as 10,000 of one. The oldest go
+// first, and a group larger than the bound is loaded for each ask, not
+// held.
+func TestReadStatesHoldAtMostTheirBoundOfMembers(t *testing.T) {
+	r := readStatesRedis(t, 40, 40, 40, 40, 150)
+	c := readStates{maxMembers: 100}
+	var loads atomic.Int64
+	check := func() error { loads.Add(1); return nil }
+	ptrs := map[string]weak.Pointer[store.ReadState]{}
+	for _, gid := range []string{"g0", "g1", "g2", "g3", "g4"} {
+		st, err := c.get(context.Background(), r, gid, check)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ptrs[gid] = weak.Make(st)
+		c.mu.Lock()
+		held := c.members
+		c.mu.Unlock()
+		if held > 100 {
+			t.Fatalf("after loading %s, %d members held; want at most 100", gid, held)
+		}
+	}
+	for _, gid := range []string{"g0", "g1", "g4"} {
+		if !gone(ptrs[gid]) {
+			t.Errorf("the state of %s is still held, with g2 and g3 (80 members) loaded since or 150 members itself", gid)
+		}
+	}
+	before := loads.Load()
+	if _, err := c.get(context.Background(), r, "g4", check); err != nil || loads.Load() != before+1 {
+		t.Errorf("asking again for g4 (150 members): %v, %d loads; want it loaded again", err, loads.Load()-before)
+	}
+}
