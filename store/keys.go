@@ -14,6 +14,9 @@ import "strconv"
 //	chat:{<gid>}:floor                     STRING  highest msgid ever trimmed from win; absent: nothing trimmed,
 //	                                               win holds the group's whole history
 //	chat:{<gid>}:head                      STRING  highest msgid persisted; only rises
+//	chat:{<gid>}:winsize                   ZSET    member "max", score the bytes of the largest member added to win
+//	                                               since the record began; member "since", score -(msgid): one above
+//	                                               the head when it began (see redis_window_size.go)
 //	chat:{<gid>}:cmid:<sender>/<cmid>      STRING  "<msgid>:<sent_at_ms>[:<prev_msgid>]", expiring: the message
 //	                                               that claimed this client_msg_id, and the claim it replaced
 //	chat:{<gid>}:ack                       ZSET    member uid, score last_ack msgid (written with ZADD GT)
@@ -54,6 +57,7 @@ func groupPrefix(gid string) string { return "chat:{" + gid + "}:" }
 func windowKey(gid string) string  { return groupPrefix(gid) + "win" }
 func floorKey(gid string) string   { return groupPrefix(gid) + "floor" }
 func headKey(gid string) string    { return groupPrefix(gid) + "head" }
+func sizeKey(gid string) string    { return groupPrefix(gid) + "winsize" }
 func ackKey(gid string) string     { return groupPrefix(gid) + "ack" }
 func readKey(gid string) string    { return groupPrefix(gid) + "read" }
 func membersKey(gid string) string { return groupPrefix(gid) + "members" }

@@ -42,6 +42,7 @@ func runRedisSuite(t *testing.T, newClient func(t *testing.T) redis.UniversalCli
 		{"WindowFloorOfARoundScore", testWindowFloorOfARoundScore},
 		{"WindowBytes", testWindowBytes},
 		{"WindowSenders", testWindowSenders},
+		{"WindowSizeRecord", testWindowSizeRecord},
 		{"Head", testHead},
 		{"Unread", testUnread},
 		{"Acks", testAcks},

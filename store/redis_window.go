@@ -153,7 +153,7 @@ func (r *Redis) AppendWindowOver(ctx context.Context, fence *Fence, msgs []schem
 	if len(groups) == 0 {
 		return nil
 	}
-	floors, lowest, err := r.floors(ctx, fence, msgs, groups, older != nil)
+	floors, lowest, heads, err := r.floors(ctx, fence, msgs, groups, older != nil)
 	if err != nil {
 		return fmt.Errorf("store: append window: %w", err)
 	}
@@ -161,7 +161,7 @@ func (r *Redis) AppendWindowOver(ctx context.Context, fence *Fence, msgs []schem
 	if err != nil {
 		return fmt.Errorf("store: append window: %w", err)
 	}
-	if err := r.appendWindow(ctx, msgs, groups, floors, raise); err != nil {
+	if err := r.appendWindow(ctx, msgs, groups, floors, raise, heads); err != nil {
 		return err
 	}
 	if err := r.verify(ctx, fence); err != nil {
@@ -169,7 +169,7 @@ func (r *Redis) AppendWindowOver(ctx context.Context, fence *Fence, msgs []schem
 			keys := make([]string, 0, 3*len(groups))
 			for _, idx := range groups {
 				gid := msgs[idx[0]].Gid
-				keys = append(keys, windowKey(gid), floorKey(gid), headKey(gid))
+				keys = append(keys, windowKey(gid), floorKey(gid), headKey(gid), sizeKey(gid))
 			}
 			if uerr := r.undo(ctx, keys); uerr != nil {
 				return fmt.Errorf("store: append window: %w; deleting what went into the wiped Redis failed: %v", err, uerr)
@@ -180,9 +180,10 @@ func (r *Redis) AppendWindowOver(ctx context.Context, fence *Fence, msgs []schem
 	return nil
 }
 
-// appendWindow writes the batch, given the floors of its groups and the
-// floor to give each (raise, nil or -1: none) besides what trimming sets.
-func (r *Redis) appendWindow(ctx context.Context, msgs []schema.Message, groups [][]int, floors, raise []int64) error {
+// appendWindow writes the batch, given the floors and heads of its groups
+// and the floor to give each (raise, nil or -1: none) besides what
+// trimming sets.
+func (r *Redis) appendWindow(ctx context.Context, msgs []schema.Message, groups [][]int, floors, raise, heads []int64) error {
 	// One buffer for every member: 8-byte big-endian msgid ++ encoding.
 	size := 0
 	for i := range msgs {
@@ -205,6 +206,7 @@ func (r *Redis) appendWindow(ctx context.Context, msgs []schema.Message, groups 
 
 	var trims, appends []scriptCall
 	var zadds, trimCmds []*redis.Cmd
+	var notes []*redis.Cmd
 	zargs := make([]any, 0, 2*len(msgs)+2*len(groups))
 	pipe := r.client.Pipeline()
 	for g, idx := range groups {
@@ -212,15 +214,18 @@ func (r *Redis) appendWindow(ctx context.Context, msgs []schema.Message, groups 
 		if raise != nil {
 			pre = max(pre, raise[g])
 		}
-		head, low := int64(-1), int64(math.MaxInt64)
+		head, low, largest := int64(-1), int64(math.MaxInt64), 0
 		for _, i := range idx {
 			head = max(head, msgs[i].MsgID)
 		}
 		for _, i := range keep {
-			low = min(low, msgs[i].MsgID)
+			low, largest = min(low, msgs[i].MsgID), max(largest, len(member(i)))
 		}
 		gid := msgs[idx[0]].Gid
 		keys := []string{windowKey(gid), floorKey(gid), headKey(gid)}
+		if len(keep) > 0 {
+			notes = append(notes, noteSizes(ctx, pipe, gid, largest, heads[g]+1))
+		}
 		// A floor that must rise first goes with the messages in one step:
 		// between a ZADD and its trim, a reader would see the window run on
 		// from its old floor over the hole below the new one.
@@ -251,6 +256,11 @@ func (r *Redis) appendWindow(ctx context.Context, msgs []schema.Message, groups 
 			return fmt.Errorf("store: append window: %w", err)
 		}
 	}
+	for _, cmd := range notes {
+		if err := cmd.Err(); err != nil {
+			return fmt.Errorf("store: append window: size record: %w", err)
+		}
+	}
 	// Trims whose script the server did not know go again, after the ZADDs.
 	var again []scriptCall
 	for j, cmd := range trimCmds {
@@ -270,38 +280,46 @@ func (r *Redis) appendWindow(ctx context.Context, msgs []schema.Message, groups 
 	return nil
 }
 
-// floors returns the floor of each group (-1: nothing trimmed), one GET per
-// group, pipelined with the fence's check; with withLowest, also the lowest
-// msgid in each group's window (-1: empty).
-func (r *Redis) floors(ctx context.Context, fence *Fence, msgs []schema.Message, groups [][]int, withLowest bool) (floors, lowest []int64, err error) {
-	cmds := make([]*redis.StringCmd, len(groups))
+// floors returns the floor and the head of each group (-1: nothing
+// trimmed, none), one MGET per group, pipelined with the fence's check;
+// with withLowest, also the lowest msgid in each group's window (-1:
+// empty).
+func (r *Redis) floors(ctx context.Context, fence *Fence, msgs []schema.Message, groups [][]int, withLowest bool) (floors, lowest, heads []int64, err error) {
+	cmds := make([]*redis.SliceCmd, len(groups))
 	var lows []*redis.ZSliceCmd
 	var fenced *redis.BoolCmd
 	err = r.execPipe(ctx, func(p redis.Pipeliner) {
 		fenced = fence.check(ctx, p)
 		for g, idx := range groups {
-			cmds[g] = p.Get(ctx, floorKey(msgs[idx[0]].Gid))
+			gid := msgs[idx[0]].Gid
+			cmds[g] = p.MGet(ctx, floorKey(gid), headKey(gid))
 			if withLowest {
-				lows = append(lows, p.ZRangeWithScores(ctx, windowKey(msgs[idx[0]].Gid), 0, 0))
+				lows = append(lows, p.ZRangeWithScores(ctx, windowKey(gid), 0, 0))
 			}
 		}
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if err := fence.held(fenced); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	floors = make([]int64, len(groups))
+	floors, heads = make([]int64, len(groups)), make([]int64, len(groups))
 	for g, cmd := range cmds {
-		f, ok, err := optionalMsgID(cmd)
-		if err != nil {
-			return nil, nil, fmt.Errorf("floor of %q: %w", msgs[groups[g][0]].Gid, err)
+		for i, name := range []string{"floor", "head"} {
+			id := int64(-1)
+			if v := cmd.Val(); len(v) == 2 && v[i] != nil {
+				s, _ := v[i].(string)
+				if id, err = parseMsgID(s); err != nil {
+					return nil, nil, nil, fmt.Errorf("%s of %q: %w", name, msgs[groups[g][0]].Gid, err)
+				}
+			}
+			if i == 0 {
+				floors[g] = id
+			} else {
+				heads[g] = id
+			}
 		}
-		if !ok {
-			f = -1
-		}
-		floors[g] = f
 	}
 	if withLowest {
 		lowest = make([]int64, len(groups))
@@ -312,7 +330,7 @@ func (r *Redis) floors(ctx context.Context, fence *Fence, msgs []schema.Message,
 			}
 		}
 	}
-	return floors, lowest, nil
+	return floors, lowest, heads, nil
 }
 
 // pretrim leaves out of one group's batch the messages that trimming would

@@ -69,26 +69,29 @@ func (r *Redis) Window(ctx context.Context, gid string, after int64, limit, maxB
 
 // firstChunk is how many members a read with a byte budget takes first;
 // their average size tells how many more the budget has room for, up to
-// twice as many as the read before.
+// what it has room for at the window's largest member, or when that is not
+// known, twice as many as the read before.
 const firstChunk = 32
 
 // windowRange reads up to limit members of the window's range from lo to
 // hi (as ZRANGE BYSCORE takes them; from hi down with rev), with the
 // group's floor and head, in one transaction. With maxBytes > 0 it reads
 // firstChunk members first, then as many as the budget has room for at
-// their average size but at most twice as many as the read before, and so
-// on, each next read after the last member read and in a transaction with
-// the floor (the highest floor read is the range's), so that a range of
-// large messages is never copied whole to be cut afterwards. Small members
-// first do not make the next read take the rest of the range whatever its
-// size: what it copies past the budget is at most its last read, which
-// takes no more than twice the members of the one before.
+// their average size, and so on, each next read after the last member read
+// and in a transaction with the floor (the highest floor read is the
+// range's), so that a range of large messages is never copied whole to be
+// cut afterwards. Small members first must not make the next read take the
+// rest of the range whatever its size: a read takes no more than the
+// budget has room for at the window's largest member (its size record),
+// so that it copies at most one member past the budget; when that is not
+// known, no more than twice the members of the read before, so that what
+// it copies past the budget is at most its last read.
 func (r *Redis) windowRange(ctx context.Context, gid, lo, hi string, limit, maxBytes int, rev bool) (WindowRange, error) {
 	want := limit
 	if maxBytes > 0 {
 		want = min(limit, firstChunk)
 	}
-	members, floor, head, err := r.windowRead(ctx, gid, lo, hi, want, rev, true)
+	members, floor, head, largest, err := r.windowRead(ctx, gid, lo, hi, want, rev, true)
 	if err != nil {
 		return WindowRange{}, err
 	}
@@ -116,8 +119,12 @@ func (r *Redis) windowRange(ctx context.Context, gid, lo, hi string, limit, maxB
 		} else {
 			lo = from
 		}
-		want = min(limit-len(taken), (maxBytes-bytes)*len(taken)/bytes+1, 2*want)
-		if members, floor, _, err = r.windowRead(ctx, gid, lo, hi, want, rev, false); err != nil {
+		if largest > 0 {
+			want = min(limit-len(taken), (maxBytes-bytes)*len(taken)/bytes+1, (maxBytes-bytes)/largest+1)
+		} else {
+			want = min(limit-len(taken), (maxBytes-bytes)*len(taken)/bytes+1, 2*want)
+		}
+		if members, floor, _, _, err = r.windowRead(ctx, gid, lo, hi, want, rev, false); err != nil {
 			return WindowRange{}, err
 		}
 		// The window holds every message above the floor read with the
@@ -138,27 +145,30 @@ func (r *Redis) windowRange(ctx context.Context, gid, lo, hi string, limit, maxB
 
 // windowRead reads up to count members of the window's range in one
 // transaction with the group's floor, and with withHead its head (-1 when
-// absent, and without withHead).
-func (r *Redis) windowRead(ctx context.Context, gid, lo, hi string, count int, rev, withHead bool) (members []string, floor, head int64, err error) {
+// absent, and without withHead) and its largest member (see largestMember;
+// 0 without withHead).
+func (r *Redis) windowRead(ctx context.Context, gid, lo, hi string, count int, rev, withHead bool) (members []string, floor, head int64, largest int, err error) {
 	args := redis.ZRangeArgs{Key: windowKey(gid), Start: lo, Stop: hi, ByScore: true, Count: int64(count)}
 	if rev {
 		args.Start, args.Stop, args.Rev = hi, lo, true // with Rev, Start is the high end
 	}
 	var rng *redis.StringSliceCmd
 	var floorCmd, headCmd *redis.StringCmd
+	var record *redis.ZSliceCmd
 	_, err = r.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		rng = p.ZRangeArgs(ctx, args)
 		floorCmd = p.Get(ctx, floorKey(gid))
 		if withHead {
 			headCmd = p.Get(ctx, headKey(gid))
+			record = p.ZRangeWithScores(ctx, sizeKey(gid), 0, -1)
 		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, 0, 0, err
+		return nil, 0, 0, 0, err
 	}
 	if err := rng.Err(); err != nil {
-		return nil, 0, 0, err
+		return nil, 0, 0, 0, err
 	}
 	floor, head = -1, -1
 	for _, v := range []struct {
@@ -171,13 +181,16 @@ func (r *Redis) windowRead(ctx context.Context, gid, lo, hi string, count int, r
 		}
 		id, ok, err := optionalMsgID(v.cmd)
 		if err != nil {
-			return nil, 0, 0, fmt.Errorf("%s: %w", v.name, err)
+			return nil, 0, 0, 0, fmt.Errorf("%s: %w", v.name, err)
 		}
 		if ok {
 			*v.to = id
 		}
 	}
-	return rng.Val(), floor, head, nil
+	if record != nil {
+		largest = largestMember(record.Val(), floor)
+	}
+	return rng.Val(), floor, head, largest, nil
 }
 
 // decodeWindowID reads the msgid a window member begins with.

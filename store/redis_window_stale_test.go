@@ -26,7 +26,7 @@ func (afterFloorsRead) ProcessHook(next redis.ProcessHook) redis.ProcessHook { r
 func (h afterFloorsRead) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		err := next(ctx, cmds)
-		if cmds[0].Name() == "get" {
+		if n := cmds[0].Name(); n == "get" || n == "mget" {
 			h.once.Do(h.run)
 		}
 		return err
