@@ -87,12 +87,16 @@ func TestHTTPRequestsOfAUserInFlightAreCapped(t *testing.T) {
 		fmt.Fprintf(c, "POST /v1/groups/g/read HTTP/1.1\r\nHost: gw\r\nAuthorization: Bearer %s\r\nContent-Length: 12\r\n\r\n{\"upto\"", tok)
 		held = append(held, c)
 	}
-	var last map[string]any
-	waitFor(t, fmt.Sprintf("a request of alice refused beside her %d in hand", maxHTTPInflight), 5*time.Second, func() bool {
-		var status int
-		status, last = e.http("GET", "/v1/sync", tok, nil)
-		return status == http.StatusTooManyRequests
+	waitFor(t, fmt.Sprintf("the gateway to hold alice's %d requests", maxHTTPInflight), 10*time.Second, func() bool {
+		h := &e.gws[0].g.httpUsers
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.inflight["alice"] == maxHTTPInflight
 	})
+	status, last := e.http("GET", "/v1/sync", tok, nil)
+	if status != http.StatusTooManyRequests {
+		t.Fatalf("a request of alice beside her %d in hand: %d %v; want 429", maxHTTPInflight, status, last)
+	}
 	if code(last) != string(protocol.CodeRateLimited) || !strings.Contains(last["message"].(string), "at once") {
 		t.Fatalf("a request past those in hand: %v, want rate_limited saying how many at once", last)
 	}
