@@ -73,6 +73,10 @@ func (f *Fanout) projectedJoiners(ctx context.Context, p *fanPartition, late []j
 // tell (tellJoinsBetweenBatches).
 const joinsTick = time.Second
 
+// tellJoinsTimeout bounds one telling between batches: a batch that comes
+// meanwhile waits for it.
+const tellJoinsTimeout = 2 * time.Second
+
 // tellJoinsBetweenBatches tells, while no batch comes, the joiners whose
 // joins only a batch would take otherwise: a join the follower applied
 // after the partition's last message, or one that waits for the member
@@ -90,7 +94,11 @@ func (f *Fanout) tellJoinsBetweenBatches(ctx context.Context, p *fanPartition) {
 		if !p.handling.TryLock() {
 			continue // a batch is handled: it takes them
 		}
-		if err := f.tellJoins(ctx, p); err != nil && ctx.Err() == nil {
+		// Bounded: the partition's next batch waits for p.handling.
+		tctx, cancel := context.WithTimeout(ctx, tellJoinsTimeout)
+		err := f.tellJoins(tctx, p)
+		cancel()
+		if err != nil && ctx.Err() == nil {
 			f.log.Warn("telling late joiners to sync failed; retried in a second", "partition", p.id, "err", err)
 		}
 		p.handling.Unlock()
