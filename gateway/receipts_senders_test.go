@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -44,15 +45,18 @@ func TestReadCountsOfLargeMessagesLeaveTheirBodiesInRedis(t *testing.T) {
 		return n
 	}
 	alice.call(map[string]any{"op": "read_counts", "gid": "g", "msgids": ask}) // loads the read state
-	const asks = 5
-	before := sent()
-	for range asks {
+	// The least of several asks: Redis's count is of every client, and
+	// the deployment's own work may add to one ask's, never take away.
+	per := int64(math.MaxInt64)
+	for range 5 {
+		before := sent()
 		f := alice.call(map[string]any{"op": "read_counts", "gid": "g", "msgids": ask})
 		if counts, _ := f["counts"].([]any); len(counts) != len(ask) {
 			t.Fatalf("read_counts of %d messages: %v", len(ask), f)
 		}
+		per = min(per, sent()-before)
 	}
-	if per := (sent() - before) / asks; per > 16<<10 {
+	if per > 16<<10 {
 		t.Errorf("read_counts of %d messages of 16 KiB made Redis send %d KiB an answer; want less than one body (16 KiB)", len(ask), per>>10)
 	}
 }
