@@ -40,7 +40,15 @@ const tokenSkew = time.Minute
 // verify checks a token and returns the user it names. A token whose exp
 // is further than maxTTL from now is refused: a stolen token of a far
 // exp would otherwise be good for ever, whatever the deployment rotates.
+//
+// A token is at most protocol.MaxTokenLen bytes wherever it comes from:
+// the auth frame's decoder holds it there, and a URL or header (64 KiB)
+// would otherwise have the gateway decode and check one sixteen times the
+// size on every connection and request.
 func verify(secret []byte, token string, maxTTL time.Duration) (string, *protocol.Error) {
+	if len(token) > protocol.MaxTokenLen {
+		return "", protocol.Errorf(protocol.CodeBadToken, "the token is %d bytes, past the %d a token may have; issue tokens with fewer claims", len(token), protocol.MaxTokenLen)
+	}
 	// Base64 decoders skip line breaks, strict ones too: a token is one
 	// form only, so whitespace anywhere is refused.
 	if strings.ContainsAny(token, " \t\r\n") {

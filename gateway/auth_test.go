@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -77,4 +78,43 @@ func TestAnAuthFrameOverItsLimitClosesTheConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	closed("16 KiB of an auth frame that never ends", r)
+}
+
+// A token in the URL or a header is held to protocol.MaxTokenLen bytes
+// like one in an auth frame: the header limit (64 KiB) would otherwise
+// let anyone make the gateway decode and check a token sixteen times the
+// size, on every connection and HTTP request. The longest token the auth
+// frame takes passes everywhere.
+func TestATokenInTheURLOrAHeaderIsHeldToTheAuthFramesLimit(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	ok := longestToken(t, "alice")
+	long := signed(t, jwt.SigningMethodHS256, []byte(testSecret), jwt.MapClaims{
+		"sub": "alice", "exp": time.Now().Add(time.Hour).Unix(), "roles": strings.Repeat("r", 40<<10)})
+
+	if f := e.dial(0, "?token="+ok).read(); f["op"] != protocol.OpAuthed {
+		t.Fatalf("a token of %d bytes in the URL: %v, want authed", len(ok), f)
+	}
+	if code, ans := e.http("GET", "/v1/sync", ok, nil); code != 200 {
+		t.Fatalf("a token of %d bytes in the HTTP API's header: %d %v, want 200", len(ok), code, ans)
+	}
+
+	refused := func(how string, f map[string]any) {
+		t.Helper()
+		msg, _ := f["message"].(string)
+		if f["code"] != string(protocol.CodeBadToken) || !strings.Contains(msg, "4096") {
+			t.Fatalf("a token of %d bytes %s: %v, want bad_token naming the limit of 4096 bytes", len(long), how, f)
+		}
+	}
+	refused("in the URL", e.dial(0, "?token="+long).read())
+	url := "ws" + strings.TrimPrefix(e.gws[0].srv.URL, "http") + "/v1/ws"
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, url, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + long}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	refused("in the upgrade's header", (&raw{t: t, ws: ws}).read())
+	_, ans := e.http("GET", "/v1/sync", long, nil)
+	refused("in the HTTP API's header", ans)
 }
