@@ -195,7 +195,8 @@ func (r *Runner[E]) markReplayed(ctx context.Context, log *slog.Logger, part int
 var errCommitDue = errors.New("consumers: commit due")
 
 // fetch blocks for one record, then takes whatever else is already there,
-// up to BatchSize, waiting at most Linger for records known to exist.
+// up to BatchSize records and BatchBytes of keys and values, waiting at
+// most Linger for records known to exist.
 // With a due time set, it returns errCommitDue if nothing came by then.
 func (r *Runner[E]) fetch(ctx context.Context, reader *kafka.Reader, batch []kafka.Message, due time.Time) ([]kafka.Message, error) {
 	fctx := ctx
@@ -212,6 +213,7 @@ func (r *Runner[E]) fetch(ctx context.Context, reader *kafka.Reader, batch []kaf
 		return batch, err
 	}
 	batch = append(batch, m)
+	size := len(m.Key) + len(m.Value)
 	// More is there when the broker said so at the last fetch (lag) or
 	// when the reader holds records already fetched: a trickle fetched a
 	// record at a time reports no lag, yet piles up in the reader's queue
@@ -223,7 +225,7 @@ func (r *Runner[E]) fetch(ctx context.Context, reader *kafka.Reader, batch []kaf
 	}
 	lctx, cancel := context.WithTimeout(ctx, r.cfg.Linger)
 	defer cancel()
-	for len(batch) < r.cfg.BatchSize && more() {
+	for len(batch) < r.cfg.BatchSize && size < r.cfg.BatchBytes && more() {
 		m, err := reader.FetchMessage(lctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -232,6 +234,7 @@ func (r *Runner[E]) fetch(ctx context.Context, reader *kafka.Reader, batch []kaf
 			break // linger over: hand what we have
 		}
 		batch = append(batch, m)
+		size += len(m.Key) + len(m.Value)
 	}
 	return batch, nil
 }

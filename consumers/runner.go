@@ -107,9 +107,14 @@ type Config[E any] struct {
 	// DeadLetter receives poison records. Required.
 	DeadLetter *producers.Producer
 
-	BatchSize int           // most records per Handle; default 10000
-	MaxWait   time.Duration // fetch long-poll; default 500ms (kafka-go's is 10s)
-	Linger    time.Duration // longest wait to fill a batch once data is known to exist; default 20ms
+	BatchSize int // most records per Handle; default 10000
+	// BatchBytes bounds a batch's keys and values: a batch ends with the
+	// record that reaches it (one record larger than it is a batch of its
+	// own). Default 16 MiB: 10,000 records of 16 KiB bodies would hold
+	// 160 MiB, and more with CHAT_MAX_BODY raised.
+	BatchBytes int
+	MaxWait    time.Duration // fetch long-poll; default 500ms (kafka-go's is 10s)
+	Linger     time.Duration // longest wait to fill a batch once data is known to exist; default 20ms
 	// CommitInterval is the longest a handled batch waits for its offset
 	// to be saved and committed; default 1s. Batches in between share one
 	// commit, so a busy partition commits once per interval instead of once
@@ -135,6 +140,9 @@ type Config[E any] struct {
 func (c *Config[E]) setDefaults() {
 	if c.BatchSize == 0 {
 		c.BatchSize = 10000
+	}
+	if c.BatchBytes == 0 {
+		c.BatchBytes = DefaultBatchBytes
 	}
 	if c.MaxWait == 0 {
 		c.MaxWait = 500 * time.Millisecond
@@ -176,13 +184,16 @@ func (c Config[E]) Validate() error {
 		return errors.New("consumers: decode and handler are required")
 	case c.DeadLetter == nil:
 		return errors.New("consumers: a dead-letter producer is required")
-	case c.BatchSize < 0 || c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff:
-		return errors.New("consumers: batch size and back-off must be positive, max back-off >= min")
+	case c.BatchSize < 0 || c.BatchBytes < 0 || c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff:
+		return errors.New("consumers: batch size, batch bytes and back-off must be positive, max back-off >= min")
 	case c.StateCheck < 0 || c.SessionTimeout < 0 || c.RebalanceTimeout < 0:
 		return errors.New("consumers: the state check interval and the group's timeouts must be positive durations")
 	}
 	return nil
 }
+
+// DefaultBatchBytes is Config.BatchBytes's default.
+const DefaultBatchBytes = 16 << 20
 
 // Runner consumes one topic as one member of a consumer group.
 type Runner[E any] struct {
