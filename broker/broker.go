@@ -7,6 +7,7 @@
 package broker
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -31,11 +32,26 @@ type Config struct {
 	// Slower, but a crash of the process loses nothing acknowledged.
 	SyncWrites bool
 
+	// TLS, when set, makes the listener speak TLS only, as a managed
+	// Kafka's SSL listener does.
+	TLS *tls.Config
+
+	// Users, when any, turns SASL on: a client must log in as one of them
+	// before any other request, as on a SASL_PLAINTEXT or SASL_SSL
+	// listener.
+	Users []User
+
 	// Log receives the broker's warnings and errors: a damaged segment cut
 	// back when the data dir is loaded (its records are gone, and their
 	// offsets go to the next ones), a write to the data dir that failed.
 	// Nil discards them.
 	Log *slog.Logger
+}
+
+// User is a SASL login the broker takes.
+type User struct {
+	Mechanism      string // PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
+	Name, Password string
 }
 
 func (c *Config) setDefaults() {
@@ -90,6 +106,15 @@ func Start(cfg Config) (*Broker, error) {
 	}
 	if cfg.SyncWrites {
 		opts = append(opts, kfake.SyncWrites())
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, kfake.TLS(cfg.TLS))
+	}
+	if len(cfg.Users) > 0 {
+		opts = append(opts, kfake.EnableSASL())
+		for _, u := range cfg.Users {
+			opts = append(opts, kfake.Superuser(u.Mechanism, u.Name, u.Password))
+		}
 	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"github.com/groupchat/chatd/metrics"
 	"github.com/groupchat/chatd/producers"
 	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/topics"
 )
 
 // The consumer group of each consumer. Operators reset these to replay.
@@ -19,6 +20,7 @@ const (
 // Base holds what every consumer's runner shares.
 type Base struct {
 	Brokers    []string            // required
+	Security   topics.Security     // how to reach them; default plaintext
 	DeadLetter *producers.Producer // required
 	Logger     *slog.Logger        // default slog.Default()
 	Metrics    *metrics.Set        // optional: lag, batch sizes, retries, dead letters
@@ -54,7 +56,7 @@ func keyed[E any](e *E, key []byte) bool {
 
 func runnerConfig[E any](b Base, group, topic string, decode func([]byte) (E, error), h Handler[E], offsets OffsetStore) Config[E] {
 	cfg := Config[E]{
-		Brokers: b.Brokers, Group: group, Topic: topic,
+		Brokers: b.Brokers, Security: b.Security, Group: group, Topic: topic,
 		Decode: decode, Handler: h, Offsets: offsets,
 		DeadLetter: b.DeadLetter, Logger: b.Logger, Metrics: b.Metrics,
 		Keyed: keyed[E],

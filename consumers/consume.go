@@ -47,6 +47,7 @@ func (r *Runner[E]) consume(ctx context.Context, gc *groupCommits, part int, sta
 	}
 	reader := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:         r.cfg.Brokers,
+		Dialer:          r.cfg.Security.Dialer(),
 		Topic:           r.cfg.Topic,
 		Partition:       part,
 		MinBytes:        1,

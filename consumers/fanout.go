@@ -83,6 +83,7 @@ type Fanout struct {
 
 	mu         sync.Mutex
 	brokers    []string
+	security   topics.Security
 	kafka      *kafka.Client // let go by Stop (closeKafka)
 	closeKafka func()
 	log        *slog.Logger
@@ -164,8 +165,8 @@ func (f *Fanout) Runner(b Base) (*Runner[schema.Message], error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.brokers = b.Brokers
-	f.kafka, f.closeKafka = topics.NewClient(b.Brokers, memberSyncTimeout)
+	f.brokers, f.security = b.Brokers, b.Security
+	f.kafka, f.closeKafka = topics.NewClient(b.Brokers, b.Security, memberSyncTimeout)
 	f.log = f.Logger.With("consumer", GroupFanout)
 	f.dedupWin = f.Redis.DedupWindow().Milliseconds()
 	f.parts = map[int]*fanPartition{}

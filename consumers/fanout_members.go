@@ -190,6 +190,7 @@ func (f *Fanout) follow(ctx context.Context, part int, t *memberTable) {
 	log := f.log.With("topic", topics.Members, "partition", part)
 	reader := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:         f.brokers,
+		Dialer:          f.security.Dialer(),
 		Topic:           topics.Members,
 		Partition:       part,
 		StartOffset:     kafka.FirstOffset,

@@ -17,7 +17,7 @@ import (
 // from the consumer's store. For a consumer that starts at the end (the
 // fan-out: pushes only) it is no loss, and said as news.
 func (r *Runner[E]) checkRetained(ctx context.Context, log *slog.Logger, part int, start int64) {
-	client, closeIdle := topics.NewClient(r.cfg.Brokers, 10*time.Second)
+	client, closeIdle := topics.NewClient(r.cfg.Brokers, r.cfg.Security, 10*time.Second)
 	defer closeIdle()
 	resp, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{
 		Topics: map[string][]kafka.OffsetRequest{r.cfg.Topic: {kafka.FirstOffsetOf(part)}},

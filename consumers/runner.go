@@ -13,6 +13,7 @@ import (
 
 	"github.com/groupchat/chatd/metrics"
 	"github.com/groupchat/chatd/producers"
+	"github.com/groupchat/chatd/topics"
 )
 
 // Record is one decoded record.
@@ -83,9 +84,10 @@ type ReplayMarker interface {
 
 // Config of a Runner.
 type Config[E any] struct {
-	Brokers []string // required
-	Group   string   // consumer group id; also names the saved offsets. Required.
-	Topic   string   // required
+	Brokers  []string        // required
+	Security topics.Security // how to reach them; default plaintext
+	Group    string          // consumer group id; also names the saved offsets. Required.
+	Topic    string          // required
 
 	Decode  func([]byte) (E, error) // required
 	Handler Handler[E]              // required
@@ -283,6 +285,7 @@ func (r *Runner[E]) Run(ctx context.Context) error {
 	group, err := kafka.NewConsumerGroup(kafka.ConsumerGroupConfig{
 		ID:                r.cfg.Group,
 		Brokers:           r.cfg.Brokers,
+		Dialer:            r.cfg.Security.Dialer(),
 		Topics:            []string{r.cfg.Topic},
 		StartOffset:       start,
 		HeartbeatInterval: r.cfg.SessionTimeout / 5,

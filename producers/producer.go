@@ -18,6 +18,8 @@ import (
 type Config struct {
 	// Brokers to bootstrap from. Required.
 	Brokers []string
+	// Security is how connections to them are made. Default plaintext.
+	Security topics.Security
 
 	// BatchSize is the most records in one produce request. Default 1000.
 	BatchSize int
@@ -110,7 +112,7 @@ func New(cfg Config) (*Producer, error) {
 		return nil, err
 	}
 	cfg.setDefaults()
-	t := &kafka.Transport{}
+	t := cfg.Security.Transport()
 	return &Producer{
 		cfg:       cfg,
 		client:    &kafka.Client{Addr: kafka.TCP(cfg.Brokers...), Timeout: cfg.WriteTimeout, Transport: t},

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -25,6 +26,7 @@ type ClickHouseConfig struct {
 	DialTimeout  time.Duration // default 5s; also bounds waiting for a pooled connection
 	QueryTimeout time.Duration // default 30s; bounds every call, including a batch insert
 	MaxOpenConns int           // default 10; the pool's connections, all kept when idle
+	TLS          *tls.Config   // nil: plaintext; else TLS (ClickHouse's secure native port)
 	Metrics      *metrics.Set  // optional: times inserts and queries (chat_store_seconds)
 }
 
@@ -120,6 +122,7 @@ func openConn(cfg ClickHouseConfig, database string) (driver.Conn, error) {
 		MaxOpenConns: cfg.MaxOpenConns,
 		MaxIdleConns: cfg.MaxOpenConns, // a busy pool would otherwise close and dial connections again
 		Compression:  &clickhouse.Compression{Method: clickhouse.CompressionLZ4},
+		TLS:          cfg.TLS,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: open: %w", err)

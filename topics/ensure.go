@@ -2,6 +2,7 @@ package topics
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -45,7 +46,7 @@ func Ensure(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	cfg.setDefaults()
-	client, closeClient := NewClient(cfg.Brokers, 10*time.Second)
+	client, closeClient := NewClient(cfg.Brokers, cfg.Security, 10*time.Second)
 	defer closeClient()
 	specs := Specs(cfg)
 
@@ -196,7 +197,7 @@ func describe(ctx context.Context, client *kafka.Client, specs []Spec) ([]State,
 	}
 	md, err := client.Metadata(ctx, &kafka.MetadataRequest{Topics: names})
 	if err != nil {
-		return nil, 0, fmt.Errorf("topics: metadata from %s: %w; is the broker up?", client.Addr, err)
+		return nil, 0, fmt.Errorf("topics: metadata from %s: %w%s", client.Addr, err, upHint(err))
 	}
 	states := make([]State, len(specs))
 	var res []kafka.DescribeConfigRequestResource
@@ -246,4 +247,16 @@ func describe(ctx context.Context, client *kafka.Client, specs []Spec) ([]State,
 		}
 	}
 	return states, len(md.Brokers), nil
+}
+
+// upHint asks whether the broker is up after a request that failed,
+// unless the broker answered (a refused login) or the TLS handshake
+// failed on its certificate: it was up then.
+func upHint(err error) string {
+	var answer kafka.Error
+	var cert *tls.CertificateVerificationError
+	if errors.As(err, &answer) || errors.As(err, &cert) {
+		return ""
+	}
+	return "; is the broker up?"
 }

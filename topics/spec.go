@@ -21,6 +21,8 @@ const (
 type Config struct {
 	// Brokers to bootstrap from. Required.
 	Brokers []string
+	// Security is how connections to them are made. Default plaintext.
+	Security Security
 
 	// Partitions of every chat.* topic. Default 16. It bounds the consumers'
 	// parallelism and cannot change later without breaking per-group order:

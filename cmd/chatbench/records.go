@@ -62,7 +62,7 @@ func recordCounts(ctx context.Context, broker string) topicEnds {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	c, closeClient := topics.NewClient([]string{broker}, 30*time.Second)
+	c, closeClient := topics.NewClient([]string{broker}, topics.Security{}, 30*time.Second)
 	defer closeClient()
 	meta, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: countedTopics})
 	if err != nil {

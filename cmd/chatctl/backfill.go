@@ -67,7 +67,7 @@ func backfill(ctx context.Context, c *command, opts any, args []string) error {
 		return err
 	}
 	defer ch.Close()
-	a := newAdmin(brokers)
+	a := newAdmin(brokers, c.s.kafkaSecurity)
 	defer a.close()
 	for i, t := range todo {
 		topic := want[t]
@@ -77,7 +77,7 @@ func backfill(ctx context.Context, c *command, opts any, args []string) error {
 		}
 		prog := newProgress(c.stderr, "backfill "+t, total)
 		fill := filler(ch, t, o.dedup, c.stderr)
-		err = scan(ctx, scanConfig{brokers: brokers, topic: topic, batch: o.batch, parallel: o.parallel, onRecords: prog.add,
+		err = scan(ctx, scanConfig{brokers: brokers, sec: c.s.kafkaSecurity, topic: topic, batch: o.batch, parallel: o.parallel, onRecords: prog.add,
 			onSkip: skipNotice(c.stderr, topic, "ClickHouse")}, spans, fill.batch)
 		records, took := prog.finish()
 		if err != nil {

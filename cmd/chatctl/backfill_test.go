@@ -64,7 +64,7 @@ func TestBackfillTwiceEqualsOnceAndMatchesTheLiveConsumers(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Close()
-	admin := newAdmin(e.brokers)
+	admin := newAdmin(e.brokers, topics.Security{})
 	for i, topic := range []string{topics.Messages, topics.Acks, topics.Receipts, topics.Members} {
 		_, n, err := admin.spans(ctx, topic, nil)
 		if err != nil {

@@ -43,7 +43,7 @@ func consumerGroupsList(ctx context.Context, c *command, _ any, args []string) e
 	if err != nil {
 		return err
 	}
-	a := newAdmin(brokers)
+	a := newAdmin(brokers, c.s.kafkaSecurity)
 	defer a.close()
 	cluster, err := a.groups(ctx)
 	if err != nil {

@@ -124,7 +124,7 @@ func TestResetOfAStoppedGroupReplaysFromATime(t *testing.T) {
 	stop()
 	e.waitGroupEmpty(consumers.GroupPersister)
 
-	a := newAdmin(e.brokers)
+	a := newAdmin(e.brokers, topics.Security{})
 	parts, err := a.partitions(ctx, topics.Messages)
 	if err != nil {
 		t.Fatal(err)
@@ -207,7 +207,7 @@ func TestResetTargets(t *testing.T) {
 	part := topics.Partition("g", 2)
 	for to, want := range map[string]int64{"earliest": 0, "latest": 10, "4": 4, "99": 10} {
 		out := e.mustCtl("consumer-groups", "reset", consumers.GroupFanout, "-to", to)
-		com, err := newAdmin(e.brokers).committed(ctx, consumers.GroupFanout, topics.Messages, []int{part})
+		com, err := newAdmin(e.brokers, topics.Security{}).committed(ctx, consumers.GroupFanout, topics.Messages, []int{part})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,7 +224,7 @@ func TestResetTargets(t *testing.T) {
 	other := 1 - part
 	e.mustCtl("consumer-groups", "reset", consumers.GroupFanout, "-to", "earliest")
 	out := e.mustCtl("consumer-groups", "reset", consumers.GroupFanout, "-to", "3", "-partition", fmt.Sprint(part))
-	com, err := newAdmin(e.brokers).committed(ctx, consumers.GroupFanout, topics.Messages, []int{0, 1})
+	com, err := newAdmin(e.brokers, topics.Security{}).committed(ctx, consumers.GroupFanout, topics.Messages, []int{0, 1})
 	if err != nil || com[part] != 3 || com[other] != 0 {
 		t.Fatalf("-to 3 -partition %d: committed %v (%v), want %d at 3 and %d left at 0\n%s", part, com, err, part, other, out)
 	}
@@ -240,7 +240,7 @@ func TestResetTargets(t *testing.T) {
 		t.Fatalf("-to yesterday: %v, want an error showing the accepted forms", err)
 	}
 	// A group with offsets on two topics is reset on the one named.
-	a := newAdmin(e.brokers)
+	a := newAdmin(e.brokers, topics.Security{})
 	for _, topic := range []string{topics.Messages, topics.Acks} {
 		if err := a.commit(ctx, "someone.else", topic, map[int]int64{0: 0}); err != nil {
 			t.Fatal(err)
@@ -370,18 +370,18 @@ func TestResetOfAGroupNobodyKnowsIsRefused(t *testing.T) {
 	if out := e.mustCtl("consumer-groups", "list", consumers.GroupPersister); !strings.Contains(out, consumers.GroupPersister) {
 		t.Fatalf("list of the persister before it ran:\n%s", out)
 	}
-	if names, err := newAdmin(e.brokers).groups(ctx); err != nil || len(names) != 0 {
+	if names, err := newAdmin(e.brokers, topics.Security{}).groups(ctx); err != nil || len(names) != 0 {
 		t.Fatalf("the cluster's groups after the refused reset: %v (%v), want none", names, err)
 	}
 	// A group the cluster knows by its offsets is reset as before.
-	if err := newAdmin(e.brokers).commit(ctx, "analytics", topics.Messages, map[int]int64{0: 0}); err != nil {
+	if err := newAdmin(e.brokers, topics.Security{}).commit(ctx, "analytics", topics.Messages, map[int]int64{0: 0}); err != nil {
 		t.Fatal(err)
 	}
 	e.mustCtl("consumer-groups", "reset", "analytics", "-to", "latest", "-topic", topics.Messages)
 	if out := e.mustCtl("consumer-groups", "list", "analytics"); !strings.Contains(out, "analytics") {
 		t.Fatalf("list of analytics, which has offsets:\n%s", out)
 	}
-	if com, err := newAdmin(e.brokers).committed(ctx, "analytics", topics.Messages, []int{0}); err != nil || com[0] != 1 {
+	if com, err := newAdmin(e.brokers, topics.Security{}).committed(ctx, "analytics", topics.Messages, []int{0}); err != nil || com[0] != 1 {
 		t.Fatalf("analytics after its reset to latest: %v (%v), want offset 1", com, err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/groupchat/chatd/producers"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
+	"github.com/groupchat/chatd/topics"
 )
 
 // env is an embedded broker, a real redis-server, optionally the shared
@@ -169,7 +170,7 @@ func (e *env) waitFor(what string, cond func() bool) {
 // stopped runner leaves its group).
 func (e *env) waitGroupEmpty(group string) {
 	e.t.Helper()
-	a := newAdmin(e.brokers)
+	a := newAdmin(e.brokers, topics.Security{})
 	e.waitFor(group+" to have no members", func() bool {
 		info, err := a.describeGroup(context.Background(), group)
 		return err == nil && len(info.Members) == 0

@@ -19,13 +19,14 @@ import (
 // connections of its own (topics.NewClient): close lets them go.
 type admin struct {
 	brokers []string
+	sec     topics.Security
 	client  *kafka.Client
 	close   func()
 }
 
-func newAdmin(brokers []string) *admin {
-	client, closeClient := topics.NewClient(brokers, 15*time.Second)
-	return &admin{brokers: brokers, client: client, close: closeClient}
+func newAdmin(brokers []string, sec topics.Security) *admin {
+	client, closeClient := topics.NewClient(brokers, sec, 15*time.Second)
+	return &admin{brokers: brokers, sec: sec, client: client, close: closeClient}
 }
 
 // upHint is the advice that follows a request to the brokers that failed:

@@ -67,7 +67,7 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 	if err != nil {
 		return err
 	}
-	a := newAdmin(brokers)
+	a := newAdmin(brokers, c.s.kafkaSecurity)
 	defer a.close()
 	current, err := membership(ctx, a, gid, c.s.Partitions)
 	if err != nil {
@@ -97,7 +97,7 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 			return err
 		}
 	}
-	prod, err := producers.New(producers.Config{Brokers: brokers})
+	prod, err := producers.New(producers.Config{Brokers: brokers, Security: c.s.kafkaSecurity})
 	if err != nil {
 		clearJoins(ctx, c, rds, gid, fresh)
 		return err
@@ -238,7 +238,7 @@ func groupsShow(ctx context.Context, c *command, _ any, args []string) error {
 	if err != nil {
 		return err
 	}
-	a := newAdmin(brokers)
+	a := newAdmin(brokers, c.s.kafkaSecurity)
 	defer a.close()
 	ms, err := membership(ctx, a, args[0], c.s.Partitions)
 	if err != nil {
@@ -285,7 +285,7 @@ func membership(ctx context.Context, a *admin, gid string, partitions int) (map[
 		}
 	}
 	out := map[string]store.Membership{}
-	err = scan(ctx, scanConfig{brokers: a.brokers, topic: topics.Members}, spans, func(_ context.Context, _ int, msgs []kafka.Message) error {
+	err = scan(ctx, scanConfig{brokers: a.brokers, sec: a.sec, topic: topics.Members}, spans, func(_ context.Context, _ int, msgs []kafka.Message) error {
 		for _, m := range msgs {
 			if string(schema.GidOfKey(m.Key)) != gid {
 				continue

@@ -59,7 +59,7 @@ func rebuild(ctx context.Context, c *command, opts any, args []string) error {
 	if err != nil {
 		return err
 	}
-	a := newAdmin(brokers)
+	a := newAdmin(brokers, c.s.kafkaSecurity)
 	defer a.close()
 	if err := checkInactive(ctx, a, group, o.force); err != nil {
 		return err
@@ -107,13 +107,13 @@ func rebuild(ctx context.Context, c *command, opts any, args []string) error {
 
 	r := &replay{rds: rds, expect: newExpectation(p)}
 	if p != store.ProjectionMembers {
-		if r.prod, err = producers.New(producers.Config{Brokers: brokers}); err != nil {
+		if r.prod, err = producers.New(producers.Config{Brokers: brokers, Security: c.s.kafkaSecurity}); err != nil {
 			return partly(err)
 		}
 		defer r.prod.Close()
 	}
 	prog := newProgress(c.stderr, "rebuild "+string(p), total)
-	cfg := scanConfig{brokers: brokers, batch: o.batch, parallel: o.parallel, onRecords: prog.add}
+	cfg := scanConfig{brokers: brokers, sec: c.s.kafkaSecurity, batch: o.batch, parallel: o.parallel, onRecords: prog.add}
 	var joinRecords int64 // of chat.members, read for the joins' raises
 	if len(joins) > 0 {
 		cfg.topic = topics.Members

@@ -162,7 +162,7 @@ func TestRebuildGivesTheLiveState(t *testing.T) {
 	stops := []func(){e.start(acks), e.start(reads), e.start(members)}
 	sent := workload(t, e, 12, 10, 20)
 	ends := func(topic string) int64 {
-		s, n, err := newAdmin(e.brokers).spans(ctx, topic, nil)
+		s, n, err := newAdmin(e.brokers, topics.Security{}).spans(ctx, topic, nil)
 		if err != nil || len(s) == 0 {
 			t.Fatal(err)
 		}
@@ -419,7 +419,7 @@ func TestRebuildOfCursorsTakesALoneLeavingForTheJoin(t *testing.T) {
 		e.sendMessages(schema.Message{Gid: "g", Sender: "alice", SentAt: time.Now().UnixMilli(), Body: []byte(fmt.Sprint(i))})
 	}
 	e.mustCtl("members", "add", "g", "bob")
-	ms, err := membership(ctx, newAdmin(e.brokers), "g", 1)
+	ms, err := membership(ctx, newAdmin(e.brokers, topics.Security{}), "g", 1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func consumerGroupsReset(ctx context.Context, c *command, opts any, args []strin
 	if err != nil {
 		return err
 	}
-	a := newAdmin(brokers)
+	a := newAdmin(brokers, c.s.kafkaSecurity)
 	defer a.close()
 	info, err := a.describeGroup(ctx, group)
 	if err != nil {

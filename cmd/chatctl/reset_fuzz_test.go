@@ -12,6 +12,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/groupchat/chatd/internal/testserver"
+	"github.com/groupchat/chatd/topics"
 )
 
 // FuzzResetTarget feeds chatctl consumer-groups reset any -to, against a
@@ -45,7 +46,7 @@ func FuzzResetTarget(f *testing.F) {
 			f.Fatalf("produce to %s/%d: %v, %v", topic, p, err, resp)
 		}
 	}
-	a := newAdmin([]string{b.Addr()})
+	a := newAdmin([]string{b.Addr()}, topics.Security{})
 	f.Cleanup(a.close)
 	parts := []int{0, 1, 2}
 

@@ -11,6 +11,8 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/groupchat/chatd/topics"
 )
 
 // span is the records of one partition to read: offsets in [from, to).
@@ -50,6 +52,7 @@ var fetchDeadline = 30 * time.Second
 // scanConfig says how to read spans.
 type scanConfig struct {
 	brokers  []string
+	sec      topics.Security
 	topic    string
 	batch    int                                       // records per call of fn; default 50000
 	parallel int                                       // partitions read at once; default 4
@@ -97,7 +100,7 @@ func scan(ctx context.Context, cfg scanConfig, spans []span, fn func(ctx context
 }
 
 func scanOne(ctx context.Context, cfg scanConfig, s span, fn func(ctx context.Context, part int, msgs []kafka.Message) error) error {
-	conn, err := dialLeader(ctx, cfg.brokers, cfg.topic, s.part)
+	conn, err := dialLeader(ctx, cfg.brokers, cfg.sec, cfg.topic, s.part)
 	if err != nil {
 		return err
 	}
@@ -225,11 +228,15 @@ func skipNotice(w io.Writer, topic, what string) func(part int, from, to int64) 
 
 // dialLeader connects to the leader of a partition, bootstrapping from
 // the first broker that answers.
-func dialLeader(ctx context.Context, brokers []string, topic string, part int) (*kafka.Conn, error) {
+func dialLeader(ctx context.Context, brokers []string, sec topics.Security, topic string, part int) (*kafka.Conn, error) {
+	d := sec.Dialer()
+	if d == nil {
+		d = kafka.DefaultDialer
+	}
 	var err error
 	for _, b := range brokers {
 		var conn *kafka.Conn
-		if conn, err = kafka.DialLeader(ctx, "tcp", b, topic, part); err == nil {
+		if conn, err = d.DialLeader(ctx, "tcp", b, topic, part); err == nil {
 			return conn, nil
 		}
 	}

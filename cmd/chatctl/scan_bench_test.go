@@ -18,7 +18,7 @@ func BenchmarkScan(b *testing.B) {
 	n := benchN(b)
 	e := newEnvTB(b, 16)
 	fillAcks(b, e, n)
-	a := newAdmin(e.brokers)
+	a := newAdmin(e.brokers, topics.Security{})
 	for _, par := range []int{4, 8} {
 		for _, batch := range []int{10000, 50000} {
 			b.Run(fmt.Sprintf("parallel=%d/batch=%d", par, batch), func(b *testing.B) {

@@ -27,7 +27,7 @@ func TestScanGoesOnWhenRetentionMovesTheLogStart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	spans, total, err := newAdmin(e.brokers).spans(ctx, topics.Messages, nil)
+	spans, total, err := newAdmin(e.brokers, topics.Security{}).spans(ctx, topics.Messages, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +66,7 @@ func TestScanOutlastsASlowWrite(t *testing.T) {
 	if err := e.prod.SendAcks(ctx, acks...); err != nil {
 		t.Fatal(err)
 	}
-	spans, total, err := newAdmin(e.brokers).spans(ctx, topics.Acks, nil)
+	spans, total, err := newAdmin(e.brokers, topics.Security{}).spans(ctx, topics.Acks, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

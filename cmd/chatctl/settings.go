@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/groupchat/chatd/gateway"
 	"github.com/groupchat/chatd/internal/flags"
+	"github.com/groupchat/chatd/internal/tlsclient"
 	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
 )
@@ -23,15 +25,27 @@ import (
 // over the variable, the variable over the default.
 type settings struct {
 	KafkaBrokers     string
+	KafkaTLS         bool
+	KafkaCAFile      string
+	KafkaSASL        string
+	KafkaSASLUser    string
+	KafkaSASLPass    string
 	Partitions       int
 	Replicas         int // CHAT_REPLICATION_FACTOR
 	MessageRetention time.Duration
 	RedisAddrs       string
 	RedisPassword    string
+	RedisUser        string
+	RedisTLS         bool
+	RedisCAFile      string
 	ClickHouseAddrs  string
 	ClickHouseDB     string
 	ClickHouseUser   string
 	ClickHousePass   string
+	ClickHouseTLS    bool
+	ClickHouseCAFile string
+
+	kafkaSecurity topics.Security // of the Kafka* settings, made by validate
 }
 
 // setting describes one knob, for flags, env and `chatctl help`.
@@ -42,15 +56,25 @@ type setting struct {
 
 var allSettings = []setting{
 	{"kafka-brokers", "CHAT_KAFKA_BROKERS", "127.0.0.1:9092", "Kafka bootstrap brokers, host:port,...", strVar(func(s *settings) *string { return &s.KafkaBrokers })},
+	{"kafka-tls", "CHAT_KAFKA_TLS", "false", "connect to the brokers over TLS, trusting the system's CAs or CHAT_KAFKA_CA_FILE's", boolVar(func(s *settings) *bool { return &s.KafkaTLS })},
+	{"kafka-ca-file", "CHAT_KAFKA_CA_FILE", "", "PEM file of the CAs that sign the brokers' certificates, trusted instead of the system's; sets kafka-tls", strVar(func(s *settings) *string { return &s.KafkaCAFile })},
+	{"kafka-sasl", "CHAT_KAFKA_SASL", "", "SASL mechanism to authenticate to the brokers with: plain, scram-sha-256 or scram-sha-512; empty: none", strVar(func(s *settings) *string { return &s.KafkaSASL })},
+	{"kafka-sasl-user", "CHAT_KAFKA_SASL_USER", "", "SASL user name", strVar(func(s *settings) *string { return &s.KafkaSASLUser })},
+	{"kafka-sasl-password", "CHAT_KAFKA_SASL_PASSWORD", "", "SASL password", strVar(func(s *settings) *string { return &s.KafkaSASLPass })},
 	{"partitions", "CHAT_PARTITIONS", "16", "partitions of every chat.* topic (topics create / verify)", intVar(func(s *settings) *int { return &s.Partitions })},
 	{"replication-factor", "CHAT_REPLICATION_FACTOR", "0", "replicas of each chat.* topic, with min.insync.replicas one fewer (topics create / verify); 0: the broker's default, right for a single broker only: set 3 on a cluster of three brokers or more", intVar(func(s *settings) *int { return &s.Replicas })},
 	{"message-retention", "CHAT_MESSAGE_RETENTION", "168h", "chat.messages retention (topics create / verify); negative (e.g. -1h) keeps everything, as chatd does without ClickHouse", durVar(func(s *settings) *time.Duration { return &s.MessageRetention })},
 	{"redis-addrs", "CHAT_REDIS_ADDRS", "", "Redis address, or several for a Redis Cluster", strVar(func(s *settings) *string { return &s.RedisAddrs })},
 	{"redis-password", "CHAT_REDIS_PASSWORD", "", "Redis password", strVar(func(s *settings) *string { return &s.RedisPassword })},
+	{"redis-user", "CHAT_REDIS_USER", "", "Redis ACL user (Redis 6 and later); empty: the default user", strVar(func(s *settings) *string { return &s.RedisUser })},
+	{"redis-tls", "CHAT_REDIS_TLS", "false", "connect to Redis over TLS, trusting the system's CAs or CHAT_REDIS_CA_FILE's", boolVar(func(s *settings) *bool { return &s.RedisTLS })},
+	{"redis-ca-file", "CHAT_REDIS_CA_FILE", "", "PEM file of the CAs that sign Redis's certificate, trusted instead of the system's; sets redis-tls", strVar(func(s *settings) *string { return &s.RedisCAFile })},
 	{"clickhouse-addrs", "CHAT_CLICKHOUSE_ADDRS", "", "ClickHouse native address(es), host:9000,...", strVar(func(s *settings) *string { return &s.ClickHouseAddrs })},
 	{"clickhouse-database", "CHAT_CLICKHOUSE_DATABASE", "chat", "ClickHouse database", strVar(func(s *settings) *string { return &s.ClickHouseDB })},
 	{"clickhouse-user", "CHAT_CLICKHOUSE_USER", "default", "ClickHouse user", strVar(func(s *settings) *string { return &s.ClickHouseUser })},
 	{"clickhouse-password", "CHAT_CLICKHOUSE_PASSWORD", "", "ClickHouse password", strVar(func(s *settings) *string { return &s.ClickHousePass })},
+	{"clickhouse-tls", "CHAT_CLICKHOUSE_TLS", "false", "connect to ClickHouse over TLS (its secure native port, 9440), trusting the system's CAs or CHAT_CLICKHOUSE_CA_FILE's", boolVar(func(s *settings) *bool { return &s.ClickHouseTLS })},
+	{"clickhouse-ca-file", "CHAT_CLICKHOUSE_CA_FILE", "", "PEM file of the CAs that sign ClickHouse's certificate, trusted instead of the system's; sets clickhouse-tls", strVar(func(s *settings) *string { return &s.ClickHouseCAFile })},
 }
 
 // envs are the CHAT_* variables of allSettings.
@@ -66,7 +90,7 @@ func envs() []flags.Env {
 // that chatctl prints for an operator to run leaves it out, as logs and
 // terminal scrollback keep what it prints.
 func secret(flag string) bool {
-	return flag == "redis-password" || flag == "clickhouse-password"
+	return flag == "redis-password" || flag == "clickhouse-password" || flag == "kafka-sasl-password"
 }
 
 // envOf returns the CHAT_* variable of the setting named flag.
@@ -90,6 +114,13 @@ func intVar(f func(*settings) *int) func(*settings, *flag.FlagSet, string, strin
 			v = -2 // reported by validate
 		}
 		fs.IntVar(f(s), n, v, u)
+	}
+}
+
+func boolVar(f func(*settings) *bool) func(*settings, *flag.FlagSet, string, string, string) {
+	return func(s *settings, fs *flag.FlagSet, n, d, u string) {
+		v, _ := strconv.ParseBool(d) // one that does not parse is reported by flags.CheckEnv
+		fs.BoolVar(f(s), n, v, u)
 	}
 }
 
@@ -159,7 +190,13 @@ func (s *settings) validate() error {
 	if s.Partitions < 1 || s.Partitions > 10000 {
 		return errors.New("partitions must be a whole number 1..10000 (CHAT_PARTITIONS / -partitions)")
 	}
-	return topics.CheckReplicationFactor(s.Replicas)
+	if err := topics.CheckReplicationFactor(s.Replicas); err != nil {
+		return err
+	}
+	var err error
+	s.kafkaSecurity, err = topics.NewSecurity(topics.SecuritySettings{TLS: s.KafkaTLS, CAFile: s.KafkaCAFile,
+		Mechanism: s.KafkaSASL, User: s.KafkaSASLUser, Password: s.KafkaSASLPass})
+	return err
 }
 
 func (s *settings) brokers() ([]string, error) {
@@ -179,7 +216,7 @@ func (s *settings) topicsConfig() (topics.Config, error) {
 	if retention == 0 {
 		return topics.Config{}, errors.New("message-retention must be a duration such as 168h, or a negative one such as -1h to keep everything (CHAT_MESSAGE_RETENTION)")
 	}
-	return topics.Config{Brokers: b, Partitions: s.Partitions, ReplicationFactor: s.Replicas, MessageRetention: retention}, nil
+	return topics.Config{Brokers: b, Security: s.kafkaSecurity, Partitions: s.Partitions, ReplicationFactor: s.Replicas, MessageRetention: retention}, nil
 }
 
 // redis connects to Redis and checks that it answers.
@@ -189,7 +226,14 @@ func (s *settings) redis(ctx context.Context) (*store.Redis, func(), error) {
 		return nil, nil, errors.New("this command needs Redis: set CHAT_REDIS_ADDRS or -redis-addrs (host:port, or several for a cluster; " +
 			"against chatd dev, its log names its embedded Redis: \"embedded Redis ... addr=\")")
 	}
-	rc := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, Password: s.RedisPassword})
+	var tc *tls.Config
+	if s.RedisTLS || s.RedisCAFile != "" {
+		var err error
+		if tc, err = tlsclient.Config(s.RedisCAFile, "CHAT_REDIS_CA_FILE"); err != nil {
+			return nil, nil, err
+		}
+	}
+	rc := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, Username: s.RedisUser, Password: s.RedisPassword, TLSConfig: tc})
 	r, err := store.NewRedis(rc, store.RedisConfig{})
 	if err == nil {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -209,8 +253,15 @@ func (s *settings) clickhouse(ctx context.Context) (*store.ClickHouse, error) {
 	if len(addrs) == 0 {
 		return nil, errors.New("this command needs ClickHouse: set CHAT_CLICKHOUSE_ADDRS or -clickhouse-addrs (host:9000,...)")
 	}
+	var tc *tls.Config
+	if s.ClickHouseTLS || s.ClickHouseCAFile != "" {
+		var err error
+		if tc, err = tlsclient.Config(s.ClickHouseCAFile, "CHAT_CLICKHOUSE_CA_FILE"); err != nil {
+			return nil, err
+		}
+	}
 	ch, err := store.OpenClickHouse(ctx, store.ClickHouseConfig{Addrs: addrs, Database: s.ClickHouseDB,
-		Username: s.ClickHouseUser, Password: s.ClickHousePass, QueryTimeout: 5 * time.Minute})
+		Username: s.ClickHouseUser, Password: s.ClickHousePass, QueryTimeout: 5 * time.Minute, TLS: tc})
 	if err != nil {
 		return nil, fmt.Errorf("ClickHouse at %s: %w; check CHAT_CLICKHOUSE_ADDRS", s.ClickHouseAddrs, err)
 	}

@@ -52,7 +52,7 @@ func tail(ctx context.Context, c *command, opts any, args []string) error {
 	if err != nil {
 		return err
 	}
-	a := newAdmin(brokers)
+	a := newAdmin(brokers, c.s.kafkaSecurity)
 	defer a.close()
 	spans, _, err := a.spans(ctx, topic, nil)
 	if err != nil {
@@ -86,7 +86,7 @@ func tail(ctx context.Context, c *command, opts any, args []string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w := &lineWriter{w: c.stdout, limit: o.n, done: cancel}
-	err = scan(ctx, scanConfig{brokers: brokers, topic: topic, batch: 1000, parallel: len(picked), follow: follow}, picked,
+	err = scan(ctx, scanConfig{brokers: brokers, sec: c.s.kafkaSecurity, topic: topic, batch: 1000, parallel: len(picked), follow: follow}, picked,
 		func(_ context.Context, _ int, msgs []kafka.Message) error {
 			for i := range msgs {
 				if !w.write(recordJSON(&msgs[i])) {

@@ -87,7 +87,7 @@ func describe(ctx context.Context, c *command) ([]topics.Spec, []topics.State, e
 		return nil, nil, err
 	}
 	specs := topics.Specs(cfg)
-	client, closeClient := topics.NewClient(cfg.Brokers, 15*time.Second)
+	client, closeClient := topics.NewClient(cfg.Brokers, cfg.Security, 15*time.Second)
 	defer closeClient()
 	states, err := topics.Describe(ctx, client, specs)
 	return specs, states, err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
@@ -10,7 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/groupchat/chatd/internal/flags"
+	"github.com/groupchat/chatd/internal/tlsclient"
 	"github.com/groupchat/chatd/producers"
 	"github.com/groupchat/chatd/topics"
 )
@@ -25,15 +29,25 @@ type settings struct {
 	DataDir          string
 	KafkaListen      string
 	KafkaBrokers     string
+	KafkaTLS         bool
+	KafkaCAFile      string
+	KafkaSASL        string
+	KafkaSASLUser    string
+	KafkaSASLPass    string
 	Partitions       int
 	Replicas         int // CHAT_REPLICATION_FACTOR
 	RedisAddrs       string
 	RedisPassword    string
+	RedisUser        string
+	RedisTLS         bool
+	RedisCAFile      string
 	WindowSize       int
 	ClickHouseAddrs  string
 	ClickHouseDB     string
 	ClickHouseUser   string
 	ClickHousePass   string
+	ClickHouseTLS    bool
+	ClickHouseCAFile string
 	ClickHouseConns  int
 	Retention        time.Duration
 	EventRetention   time.Duration
@@ -49,6 +63,8 @@ type settings struct {
 	MaxAuthing       int
 	DebugAddr        string
 	MetricsAddr      string
+
+	kafkaSecurity topics.Security // of the Kafka* settings, made by validate
 }
 
 // setting describes one knob, for flags, env and `chatd help`.
@@ -72,6 +88,13 @@ func num(f func(*settings) *int) func(*settings, *flag.FlagSet, string, string, 
 	}
 }
 
+func boolean(f func(*settings) *bool) func(*settings, *flag.FlagSet, string, string, string) {
+	return func(s *settings, fs *flag.FlagSet, n, d, u string) {
+		v, _ := strconv.ParseBool(d) // one that does not parse is reported by checkEnv
+		fs.BoolVar(f(s), n, v, u)
+	}
+}
+
 func dur(f func(*settings) *time.Duration) func(*settings, *flag.FlagSet, string, string, string) {
 	return func(s *settings, fs *flag.FlagSet, n, d, u string) {
 		v, err := time.ParseDuration(d)
@@ -90,15 +113,25 @@ var allSettings = []setting{
 	{"data-dir", "CHAT_DATA_DIR", "./data", "where the embedded broker keeps its log", "dev", str(func(s *settings) *string { return &s.DataDir })},
 	{"kafka-listen", "CHAT_KAFKA_LISTEN", "127.0.0.1:9092", "the embedded broker's Kafka listener (kcat and other tools attach here)", "dev", str(func(s *settings) *string { return &s.KafkaListen })},
 	{"kafka-brokers", "CHAT_KAFKA_BROKERS", "", "Kafka bootstrap brokers, host:port,...", "prod", str(func(s *settings) *string { return &s.KafkaBrokers })},
+	{"kafka-tls", "CHAT_KAFKA_TLS", "false", "connect to the brokers over TLS, trusting the system's CAs or CHAT_KAFKA_CA_FILE's (a managed Kafka's SSL or SASL_SSL listener)", "prod", boolean(func(s *settings) *bool { return &s.KafkaTLS })},
+	{"kafka-ca-file", "CHAT_KAFKA_CA_FILE", "", "PEM file of the CAs that sign the brokers' certificates, trusted instead of the system's; sets kafka-tls", "prod", str(func(s *settings) *string { return &s.KafkaCAFile })},
+	{"kafka-sasl", "CHAT_KAFKA_SASL", "", "SASL mechanism to authenticate to the brokers with: plain, scram-sha-256 or scram-sha-512; empty: none", "prod", str(func(s *settings) *string { return &s.KafkaSASL })},
+	{"kafka-sasl-user", "CHAT_KAFKA_SASL_USER", "", "SASL user name", "prod", str(func(s *settings) *string { return &s.KafkaSASLUser })},
+	{"kafka-sasl-password", "CHAT_KAFKA_SASL_PASSWORD", "", "SASL password", "prod", str(func(s *settings) *string { return &s.KafkaSASLPass })},
 	{"partitions", "CHAT_PARTITIONS", "16", "partitions of every chat.* topic; fixed once the topics exist", "all", num(func(s *settings) *int { return &s.Partitions })},
 	{"replication-factor", "CHAT_REPLICATION_FACTOR", "0", "replicas of each chat.* topic created, with min.insync.replicas one fewer; 0: the broker's default (1 on a stock Kafka), right for a single broker only: set 3 on a cluster of three brokers or more. Existing topics with fewer are warned of at start", "prod", num(func(s *settings) *int { return &s.Replicas })},
 	{"redis-addrs", "CHAT_REDIS_ADDRS", "", "Redis address, or several for a Redis Cluster (dev: empty = embedded)", "all", str(func(s *settings) *string { return &s.RedisAddrs })},
 	{"redis-password", "CHAT_REDIS_PASSWORD", "", "Redis password", "all", str(func(s *settings) *string { return &s.RedisPassword })},
+	{"redis-user", "CHAT_REDIS_USER", "", "Redis ACL user (Redis 6 and later); empty: the default user", "all", str(func(s *settings) *string { return &s.RedisUser })},
+	{"redis-tls", "CHAT_REDIS_TLS", "false", "connect to Redis over TLS, trusting the system's CAs or CHAT_REDIS_CA_FILE's", "all", boolean(func(s *settings) *bool { return &s.RedisTLS })},
+	{"redis-ca-file", "CHAT_REDIS_CA_FILE", "", "PEM file of the CAs that sign Redis's certificate, trusted instead of the system's; sets redis-tls", "all", str(func(s *settings) *string { return &s.RedisCAFile })},
 	{"window-size", "CHAT_WINDOW_SIZE", "1000", "messages kept per group in the Redis window (-1: all; the default without ClickHouse)", "all", num(func(s *settings) *int { return &s.WindowSize })},
 	{"clickhouse-addrs", "CHAT_CLICKHOUSE_ADDRS", "", "ClickHouse native address(es), host:9000,...; empty = no ClickHouse", "all", str(func(s *settings) *string { return &s.ClickHouseAddrs })},
 	{"clickhouse-database", "CHAT_CLICKHOUSE_DATABASE", "chat", "ClickHouse database (created if missing)", "all", str(func(s *settings) *string { return &s.ClickHouseDB })},
 	{"clickhouse-user", "CHAT_CLICKHOUSE_USER", "default", "ClickHouse user", "all", str(func(s *settings) *string { return &s.ClickHouseUser })},
 	{"clickhouse-password", "CHAT_CLICKHOUSE_PASSWORD", "", "ClickHouse password", "all", str(func(s *settings) *string { return &s.ClickHousePass })},
+	{"clickhouse-tls", "CHAT_CLICKHOUSE_TLS", "false", "connect to ClickHouse over TLS (its secure native port, 9440), trusting the system's CAs or CHAT_CLICKHOUSE_CA_FILE's", "all", boolean(func(s *settings) *bool { return &s.ClickHouseTLS })},
+	{"clickhouse-ca-file", "CHAT_CLICKHOUSE_CA_FILE", "", "PEM file of the CAs that sign ClickHouse's certificate, trusted instead of the system's; sets clickhouse-tls", "all", str(func(s *settings) *string { return &s.ClickHouseCAFile })},
 	{"clickhouse-conns", "CHAT_CLICKHOUSE_CONNS", "10", "connections to ClickHouse per process; pages of old messages read through all but two of them (one at least), and a user's through two at most at once", "all", num(func(s *settings) *int { return &s.ClickHouseConns })},
 	{"message-retention", "CHAT_MESSAGE_RETENTION", "168h", "chat.messages retention when ClickHouse keeps the history (without it: forever); negative (e.g. -1h): forever", "all", dur(func(s *settings) *time.Duration { return &s.Retention })},
 	{"event-retention", "CHAT_EVENT_RETENTION", "2160h", "ack and receipt event logs in ClickHouse older than this are dropped, by whole months (0: keep)", "all", dur(func(s *settings) *time.Duration { return &s.EventRetention })},
@@ -227,7 +260,47 @@ func (s *settings) validate(role string) error {
 	if s.LogFormat != "text" && s.LogFormat != "json" {
 		return fmt.Errorf("log-format %q: want text or json (CHAT_LOG_FORMAT)", s.LogFormat)
 	}
+	if role != "dev" {
+		var err error
+		if s.kafkaSecurity, err = topics.NewSecurity(topics.SecuritySettings{TLS: s.KafkaTLS, CAFile: s.KafkaCAFile,
+			Mechanism: s.KafkaSASL, User: s.KafkaSASLUser, Password: s.KafkaSASLPass}); err != nil {
+			return err
+		}
+	}
+	if _, err := s.redisTLS(); err != nil {
+		return err
+	}
+	if _, err := s.clickHouseTLS(); err != nil {
+		return err
+	}
 	return nil
+}
+
+// redisClient is a client of the Redis at addrs (several: a cluster)
+// with the settings' user, password and TLS.
+func (s *settings) redisClient(addrs []string) (redis.UniversalClient, error) {
+	tc, err := s.redisTLS()
+	if err != nil {
+		return nil, err
+	}
+	return redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, Username: s.RedisUser, Password: s.RedisPassword, TLSConfig: tc}), nil
+}
+
+// redisTLS is the TLS config of the connections to Redis; nil: plaintext.
+func (s *settings) redisTLS() (*tls.Config, error) {
+	if !s.RedisTLS && s.RedisCAFile == "" {
+		return nil, nil
+	}
+	return tlsclient.Config(s.RedisCAFile, "CHAT_REDIS_CA_FILE")
+}
+
+// clickHouseTLS is the TLS config of the connections to ClickHouse; nil:
+// plaintext.
+func (s *settings) clickHouseTLS() (*tls.Config, error) {
+	if !s.ClickHouseTLS && s.ClickHouseCAFile == "" {
+		return nil, nil
+	}
+	return tlsclient.Config(s.ClickHouseCAFile, "CHAT_CLICKHOUSE_CA_FILE")
 }
 
 func list(s string) []string {

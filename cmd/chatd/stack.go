@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -83,15 +85,20 @@ func openStack(ctx context.Context, role string, s *settings, log *slog.Logger) 
 		if st.brokers = list(s.KafkaBrokers); len(st.brokers) == 0 {
 			return nil, errors.New("no Kafka brokers: set CHAT_KAFKA_BROKERS or -kafka-brokers (host:port,...)")
 		}
+		if s.kafkaSecurity.Plaintext() {
+			log.Warn("CHAT_KAFKA_SASL=plain without TLS sends the Kafka password in the clear; set CHAT_KAFKA_TLS=true unless the network is yours alone")
+		}
 		addrs := list(s.RedisAddrs)
 		if len(addrs) == 0 {
 			return nil, errors.New("no Redis: set CHAT_REDIS_ADDRS or -redis-addrs (host:port, or several for a cluster)")
 		}
-		rc = redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, Password: s.RedisPassword})
+		if rc, err = s.redisClient(addrs); err != nil {
+			return nil, err
+		}
 		st.closers = append(st.closers, func() { rc.Close() })
 	}
 	rc.AddHook(st.metrics.RedisHook())
-	if err := waitRedis(ctx, rc, log); err != nil {
+	if err := waitRedis(ctx, rc, s, log); err != nil {
 		return nil, err
 	}
 
@@ -99,8 +106,13 @@ func openStack(ctx context.Context, role string, s *settings, log *slog.Logger) 
 	if chAddrs := list(s.ClickHouseAddrs); len(chAddrs) > 0 && role == "fanout" {
 		log.Info("the fan-out does not use ClickHouse; not connecting to it", "addrs", chAddrs)
 	} else if len(chAddrs) > 0 {
+		chTLS, err := s.clickHouseTLS()
+		if err != nil {
+			return nil, err
+		}
 		if st.ch, err = waitClickHouse(ctx, store.ClickHouseConfig{Addrs: chAddrs, Database: s.ClickHouseDB,
-			Username: s.ClickHouseUser, Password: s.ClickHousePass, MaxOpenConns: s.ClickHouseConns, Metrics: st.metrics}, log); err != nil {
+			Username: s.ClickHouseUser, Password: s.ClickHousePass, MaxOpenConns: s.ClickHouseConns, Metrics: st.metrics,
+			TLS: chTLS}, log); err != nil {
 			return nil, err
 		}
 		st.closers = append(st.closers, func() { st.ch.Close() })
@@ -115,11 +127,11 @@ func openStack(ctx context.Context, role string, s *settings, log *slog.Logger) 
 	if err := st.checkHistoryMode(ctx, role); err != nil {
 		return nil, err
 	}
-	if err := waitKafka(ctx, topics.Config{Brokers: st.brokers, Partitions: s.Partitions,
+	if err := waitKafka(ctx, topics.Config{Brokers: st.brokers, Security: s.kafkaSecurity, Partitions: s.Partitions,
 		ReplicationFactor: s.Replicas, MessageRetention: retention}, log); err != nil {
 		return nil, err
 	}
-	if st.prod, err = producers.New(producers.Config{Brokers: st.brokers,
+	if st.prod, err = producers.New(producers.Config{Brokers: st.brokers, Security: s.kafkaSecurity,
 		Observe: func(topic string, d time.Duration) { st.metrics.ObserveStore("kafka", "produce "+topic, d) }}); err != nil {
 		return nil, err
 	}
@@ -148,7 +160,10 @@ func (st *stack) openEmbedded() (redis.UniversalClient, error) {
 	st.brokers = []string{b.Addr()}
 	st.log.Info("embedded Kafka broker", "listen", b.Addr(), "data", filepath.Join(st.s.DataDir, "kafka"))
 	if addrs := list(st.s.RedisAddrs); len(addrs) > 0 {
-		rc := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, Password: st.s.RedisPassword})
+		rc, err := st.s.redisClient(addrs)
+		if err != nil {
+			return nil, err
+		}
 		st.closers = append(st.closers, func() { rc.Close() })
 		return rc, nil
 	}
@@ -205,15 +220,19 @@ func waitStart(ctx context.Context, log *slog.Logger, what, hint string, try fun
 
 func never(error) bool { return false }
 
-func waitRedis(ctx context.Context, rc redis.UniversalClient, log *slog.Logger) error {
-	return waitStart(ctx, log, "Redis", "check CHAT_REDIS_ADDRS and that redis-server runs",
+func waitRedis(ctx context.Context, rc redis.UniversalClient, s *settings, log *slog.Logger) error {
+	hint := "check CHAT_REDIS_ADDRS and that redis-server runs"
+	if !s.RedisTLS && s.RedisCAFile == "" {
+		hint += "; if it takes TLS connections only, set CHAT_REDIS_TLS=true"
+	}
+	return waitStart(ctx, log, "Redis", hint,
 		func() error {
 			err := rc.Ping(ctx).Err()
 			if redis.IsAuthError(err) {
-				return fmt.Errorf("Redis refused the password: %w; set CHAT_REDIS_PASSWORD (-redis-password) to the one Redis requires", err)
+				return fmt.Errorf("Redis refused the user or password: %w; set CHAT_REDIS_PASSWORD (-redis-password), and CHAT_REDIS_USER for an ACL user, to what Redis requires", err)
 			}
-			return err
-		}, redis.IsAuthError) // a refused password: waiting does not mend it
+			return tlsHint(err, "CHAT_REDIS_TLS", "CHAT_REDIS_CA_FILE", "Redis's")
+		}, func(err error) bool { return redis.IsAuthError(err) || tlsFailed(err) }) // waiting mends neither
 }
 
 // waitClickHouse opens ClickHouse and applies the migrations.
@@ -224,8 +243,8 @@ func waitClickHouse(ctx context.Context, cfg store.ClickHouseConfig, log *slog.L
 			if ch, err = store.OpenClickHouse(ctx, cfg); clickHouseRefusedLogin(err) {
 				return fmt.Errorf("ClickHouse refused user %q: %w; set CHAT_CLICKHOUSE_USER and CHAT_CLICKHOUSE_PASSWORD to a user of it", cfg.Username, err)
 			}
-			return err
-		}, clickHouseRefusedLogin)
+			return tlsHint(err, "CHAT_CLICKHOUSE_TLS", "CHAT_CLICKHOUSE_CA_FILE", "ClickHouse's")
+		}, func(err error) bool { return clickHouseRefusedLogin(err) || tlsFailed(err) })
 	return ch, err
 }
 
@@ -248,9 +267,45 @@ func clickHouseRefusedLogin(err error) bool {
 // reached, or that is not ready to answer, is waited for: a topic that
 // differs from its spec, or a refused request, ends the start at once.
 func waitKafka(ctx context.Context, cfg topics.Config, log *slog.Logger) error {
-	return waitStart(ctx, log, "Kafka at "+strings.Join(cfg.Brokers, ","),
-		"check CHAT_KAFKA_BROKERS and that the brokers run",
-		func() error { return topics.Ensure(ctx, cfg, log) }, func(err error) bool { return !brokerUnreachable(err) })
+	hint := "check CHAT_KAFKA_BROKERS and that the brokers run"
+	if cfg.Security.TLS == nil {
+		hint += "; if their listener takes TLS (SSL or SASL_SSL), set CHAT_KAFKA_TLS=true"
+	}
+	if cfg.Security.SASL != nil {
+		hint += "; a broker that drops the connection at login may have refused CHAT_KAFKA_SASL_USER and CHAT_KAFKA_SASL_PASSWORD"
+	}
+	return waitStart(ctx, log, "Kafka at "+strings.Join(cfg.Brokers, ","), hint,
+		func() error {
+			err := topics.Ensure(ctx, cfg, log)
+			if errors.Is(err, kafka.SASLAuthenticationFailed) || errors.Is(err, kafka.UnsupportedSASLMechanism) || errors.Is(err, kafka.IllegalSASLState) {
+				return fmt.Errorf("the brokers refused chatd's SASL login: %w; set CHAT_KAFKA_SASL (%s), CHAT_KAFKA_SASL_USER and CHAT_KAFKA_SASL_PASSWORD to what their listener takes",
+					err, strings.Join(topics.SASLMechanisms, ", "))
+			}
+			return tlsHint(err, "CHAT_KAFKA_TLS", "CHAT_KAFKA_CA_FILE", "the brokers'")
+		}, func(err error) bool { return !brokerUnreachable(err) || tlsFailed(err) })
+}
+
+// tlsFailed tells a TLS handshake that failed on certificates or on the
+// protocol (a plaintext server), which waiting does not mend.
+func tlsFailed(err error) bool {
+	var verify *tls.CertificateVerificationError
+	var header tls.RecordHeaderError
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	return errors.As(err, &verify) || errors.As(err, &header) || errors.As(err, &unknown) || errors.As(err, &host)
+}
+
+// tlsHint says which settings mend err when it is a failed TLS handshake;
+// other errors it returns as they are. whose names the certificates.
+func tlsHint(err error, tlsEnv, caEnv, whose string) error {
+	var header tls.RecordHeaderError
+	switch {
+	case errors.As(err, &header):
+		return fmt.Errorf("%w: the server does not speak TLS; unset %s and %s, or name its TLS port", err, tlsEnv, caEnv)
+	case tlsFailed(err):
+		return fmt.Errorf("%w: %s certificate is not trusted; set %s to a PEM file of the CA that signs it", err, whose, caEnv)
+	}
+	return err
 }
 
 // brokerUnreachable tells a network failure, or a broker still starting,
@@ -269,7 +324,7 @@ func brokerUnreachable(err error) bool {
 }
 
 func (st *stack) base() consumers.Base {
-	return consumers.Base{Brokers: st.brokers, DeadLetter: st.prod, Logger: st.log, Metrics: st.metrics}
+	return consumers.Base{Brokers: st.brokers, Security: st.s.kafkaSecurity, DeadLetter: st.prod, Logger: st.log, Metrics: st.metrics}
 }
 
 // run serves HTTP and runs every part until ctx ends or one fails, then

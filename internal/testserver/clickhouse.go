@@ -38,11 +38,15 @@ var errAddrInUse = errors.New("address already in use")
 type ClickHouse struct {
 	Addr     string // native protocol, 127.0.0.1:port
 	HTTPAddr string // HTTP interface, 127.0.0.1:port
-	Dir      string // config.xml, users.xml, data/ and *.log
+	// SecureAddr is the native protocol over TLS, 127.0.0.1:port, with
+	// the TLS option only.
+	SecureAddr string
+	Dir        string // config.xml, users.xml, data/ and *.log
 
-	bin  string   // clickhouse-server, or clickhouse with args ["server"]
-	args []string // before --config-file
-	nice int      // the server's CPU niceness (0: as the caller's)
+	bin  string    // clickhouse-server, or clickhouse with args ["server"]
+	args []string  // before --config-file
+	nice int       // the server's CPU niceness (0: as the caller's)
+	tls  *TLSFiles // the TLS option's certificate
 
 	mu   sync.Mutex
 	proc *Proc // the running server, nil when stopped
@@ -56,6 +60,12 @@ type ClickHouseOption func(*ClickHouse)
 // with latency-bound processes then takes only the CPU they leave.
 func Niceness(n int) ClickHouseOption {
 	return func(c *ClickHouse) { c.nice = n }
+}
+
+// SecurePort makes the server serve the native protocol over TLS too, at
+// SecureAddr, with the certificate of f.
+func SecurePort(f *TLSFiles) ClickHouseOption {
+	return func(c *ClickHouse) { c.tls = f }
 }
 
 // StartClickHouse writes a config into dir (which must exist and hold no
@@ -73,7 +83,7 @@ func StartClickHouse(dir string, opts ...ClickHouseOption) (*ClickHouse, error) 
 	}
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ { // FreePort races other processes
-		ports, err := freePorts(3)
+		ports, err := freePorts(4)
 		if err != nil {
 			return nil, err
 		}
@@ -90,7 +100,22 @@ func StartClickHouse(dir string, opts ...ClickHouseOption) (*ClickHouse, error) 
 		if c.nice < 0 || c.nice > 19 {
 			return nil, fmt.Errorf("testserver: clickhouse: niceness %d is outside 0..19", c.nice)
 		}
-		if err := c.writeConfig(ports[0], ports[1], ports[2]); err != nil {
+		secure := ""
+		if c.tls != nil {
+			c.SecureAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[3]))
+			secure = fmt.Sprintf(`
+    <tcp_port_secure>%d</tcp_port_secure>
+    <openSSL>
+        <server>
+            <certificateFile>%s</certificateFile>
+            <privateKeyFile>%s</privateKeyFile>
+            <verificationMode>none</verificationMode>
+            <loadDefaultCAFile>false</loadDefaultCAFile>
+            <disableProtocols>sslv2,sslv3</disableProtocols>
+        </server>
+    </openSSL>`, ports[3], c.tls.CertFile, c.tls.KeyFile)
+		}
+		if err := c.writeConfig(ports[0], ports[1], ports[2], secure); err != nil {
 			return nil, err
 		}
 		if lastErr = c.Start(); lastErr == nil {
@@ -105,9 +130,9 @@ func StartClickHouse(dir string, opts ...ClickHouseOption) (*ClickHouse, error) 
 
 // NewClickHouse starts a server in t.TempDir() and stops it when the test
 // ends. A failure to start fails the test (it never skips).
-func NewClickHouse(t testing.TB) *ClickHouse {
+func NewClickHouse(t testing.TB, opts ...ClickHouseOption) *ClickHouse {
 	t.Helper()
-	c, err := StartClickHouse(t.TempDir())
+	c, err := StartClickHouse(t.TempDir(), opts...)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, clickHouseInstallHint)
 	}
@@ -339,7 +364,7 @@ func (c *ClickHouse) logTail() string {
 // writeConfig writes config.xml and users.xml: loopback only, every path
 // inside c.Dir, small caches, logs to files in c.Dir. The <yandex> root is
 // read by 18.16 and by current releases alike.
-func (c *ClickHouse) writeConfig(tcpPort, httpPort, interserverPort int) error {
+func (c *ClickHouse) writeConfig(tcpPort, httpPort, interserverPort int, secure string) error {
 	var dir bytes.Buffer
 	if err := xml.EscapeText(&dir, []byte(filepath.Clean(c.Dir))); err != nil {
 		return fmt.Errorf("testserver: clickhouse config: %w", err)
@@ -372,9 +397,9 @@ func (c *ClickHouse) writeConfig(tcpPort, httpPort, interserverPort int) error {
     <uncompressed_cache_size>67108864</uncompressed_cache_size>
     <max_concurrent_queries>100</max_concurrent_queries>
     <keep_alive_timeout>1</keep_alive_timeout>
-    <mlock_executable>false</mlock_executable>
+    <mlock_executable>false</mlock_executable>%[5]s
 </yandex>
-`, d, tcpPort, httpPort, interserverPort)
+`, d, tcpPort, httpPort, interserverPort, secure)
 	users := `<?xml version="1.0"?>
 <yandex>
     <profiles>

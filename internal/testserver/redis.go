@@ -35,8 +35,9 @@ const (
 //
 // Its methods are safe for concurrent use.
 type Redis struct {
-	Addr string // "127.0.0.1:<port>", stable across restarts
-	Dir  string // working directory: the server's --dir and redis.log
+	Addr    string // "127.0.0.1:<port>", stable across restarts
+	TLSAddr string // its TLS port's, when started by NewRedisTLS
+	Dir     string // working directory: the server's --dir and redis.log
 
 	port int
 	bin  string
@@ -51,6 +52,24 @@ type Redis struct {
 func NewRedis(t testing.TB) *Redis {
 	t.Helper()
 	r, err := StartRedis(t.TempDir())
+	if err != nil {
+		t.Fatalf("%v\ninstall it with `make deps` (apt-get install redis-server)", err)
+	}
+	t.Cleanup(func() {
+		if err := r.Stop(); err != nil {
+			t.Errorf("%v", err)
+		}
+	})
+	return r
+}
+
+// NewRedisTLS is NewRedis with a TLS port too (TLSAddr), serving the
+// certificate of f to clients that need none of their own; Addr stays
+// plaintext, for the helpers that check the server is up.
+func NewRedisTLS(t testing.TB, f *TLSFiles) *Redis {
+	t.Helper()
+	r, err := startRedis(t.TempDir(), "--tls-cert-file", f.CertFile, "--tls-key-file", f.KeyFile,
+		"--tls-ca-cert-file", f.CAFile, "--tls-auth-clients", "no")
 	if err != nil {
 		t.Fatalf("%v\ninstall it with `make deps` (apt-get install redis-server)", err)
 	}
@@ -95,12 +114,22 @@ func startRedis(dir string, args ...string) (*Redis, error) {
 			}
 			run = append(slices.Clip(args), "--cluster-port", strconv.Itoa(bus))
 		}
+		tlsAddr := ""
+		if slices.Contains(args, "--tls-cert-file") {
+			tlsPort, err := FreePort()
+			if err != nil {
+				return nil, err
+			}
+			run = append(slices.Clip(run), "--tls-port", strconv.Itoa(tlsPort))
+			tlsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
+		}
 		r := &Redis{
-			Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-			Dir:  work,
-			port: port,
-			bin:  bin,
-			args: run,
+			Addr:    net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+			TLSAddr: tlsAddr,
+			Dir:     work,
+			port:    port,
+			bin:     bin,
+			args:    run,
 		}
 		last = r.Start()
 		if last == nil {

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/groupchat/chatd/broker"
+	"github.com/groupchat/chatd/internal/testserver"
+)
+
+// chatctl reaches a Kafka that takes TLS and SASL PLAIN only (a managed
+// Kafka's SASL_SSL) and a Redis that takes TLS and an ACL user only, with
+// the settings chatd reads: its admin client (topics, consumer groups),
+// its producer (groups create) and its partition readers (tail).
+func TestChatctlReachesKafkaAndRedisOverTLSWithALogin(t *testing.T) {
+	f := testserver.NewTLS(t)
+	b, err := broker.Start(broker.Config{TLS: f.Server, Users: []broker.User{{Mechanism: "PLAIN", Name: "ops", Password: "kafka-secret"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	r := testserver.NewRedisTLS(t, f)
+	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer rc.Close()
+	if err := rc.Do(context.Background(), "ACL", "SETUSER", "ops", "on", ">redis-secret", "~*", "&*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, vars: map[string]string{
+		"CHAT_KAFKA_BROKERS": b.Addr(), "CHAT_PARTITIONS": "2",
+		"CHAT_KAFKA_CA_FILE": f.CAFile, "CHAT_KAFKA_SASL": "plain", "CHAT_KAFKA_SASL_USER": "ops", "CHAT_KAFKA_SASL_PASSWORD": "kafka-secret",
+		"CHAT_REDIS_ADDRS": r.TLSAddr, "CHAT_REDIS_CA_FILE": f.CAFile, "CHAT_REDIS_USER": "ops", "CHAT_REDIS_PASSWORD": "redis-secret",
+	}}
+	e.mustCtl("topics", "create")
+	if out := e.mustCtl("topics", "verify"); !strings.Contains(out, "5 topics match the spec") {
+		t.Errorf("topics verify over TLS: %q", out)
+	}
+	e.mustCtl("groups", "create", "team", "alice", "bob")
+	if out := e.mustCtl("tail", "chat.members", "-n", "10"); !strings.Contains(out, `"alice"`) || !strings.Contains(out, `"bob"`) {
+		t.Errorf("tail chat.members over TLS: %q, want alice's and bob's joins", out)
+	}
+	e.mustCtl("consumer-groups", "list")
+
+	e.vars["CHAT_KAFKA_SASL_PASSWORD"] = ""
+	if _, err := e.ctl("topics", "verify"); err == nil || !strings.Contains(err.Error(), "CHAT_KAFKA_SASL_PASSWORD") {
+		t.Errorf("CHAT_KAFKA_SASL=plain without a password: %v, want an error naming CHAT_KAFKA_SASL_PASSWORD", err)
+	}
+}

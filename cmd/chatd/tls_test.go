@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/groupchat/chatd/broker"
+	"github.com/groupchat/chatd/gateway"
+	"github.com/groupchat/chatd/internal/testserver"
+)
+
+// storesOverTLS is a broker that speaks TLS only and takes SCRAM logins,
+// and a Redis whose TLS port takes an ACL user's password, both signed by
+// a CA of the test's: a managed Kafka's SASL_SSL and a managed Redis.
+type storesOverTLS struct {
+	t      *testing.T
+	files  *testserver.TLSFiles
+	broker *broker.Broker
+	redis  *testserver.Redis
+}
+
+func newStoresOverTLS(t *testing.T) *storesOverTLS {
+	t.Helper()
+	f := testserver.NewTLS(t)
+	b, err := broker.Start(broker.Config{TLS: f.Server, Users: []broker.User{{Mechanism: "SCRAM-SHA-512", Name: "chatd", Password: "kafka-secret"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	r := testserver.NewRedisTLS(t, f)
+	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer rc.Close()
+	if err := rc.Do(context.Background(), "ACL", "SETUSER", "chat", "on", ">redis-secret", "~*", "&*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	return &storesOverTLS{t: t, files: f, broker: b, redis: r}
+}
+
+// clickhouse starts a ClickHouse whose secure native port serves the
+// stores' certificate.
+func (s *storesOverTLS) clickhouse() *testserver.ClickHouse {
+	return testserver.NewClickHouse(s.t, testserver.SecurePort(s.files))
+}
+
+// env is the settings of a role that reaches both over TLS.
+func (s *storesOverTLS) env(httpAddr string) map[string]string {
+	return map[string]string{
+		"CHAT_HTTP_ADDR": httpAddr, "CHAT_PARTITIONS": "2", "CHAT_JWT_SECRET": testSecret, "CHAT_ADMIN_TOKEN": "admin-token-0123456789",
+		"CHAT_LOG_LEVEL":     "warn",
+		"CHAT_KAFKA_BROKERS": s.broker.Addr(), "CHAT_KAFKA_CA_FILE": s.files.CAFile,
+		"CHAT_KAFKA_SASL": "scram-sha-512", "CHAT_KAFKA_SASL_USER": "chatd", "CHAT_KAFKA_SASL_PASSWORD": "kafka-secret",
+		"CHAT_REDIS_ADDRS": s.redis.TLSAddr, "CHAT_REDIS_CA_FILE": s.files.CAFile,
+		"CHAT_REDIS_USER": "chat", "CHAT_REDIS_PASSWORD": "redis-secret",
+	}
+}
+
+// Every role reaches a Kafka that takes TLS and SASL only (SASL_SSL) and a
+// Redis that takes TLS and an ACL user only: a group is made, a message
+// sent is pushed to a member online and pulled from the window, so the
+// producer, the consumer groups, the fan-out's readers, the projectors
+// and Redis's pub/sub all went over them.
+func TestTheRolesReachKafkaAndRedisOverTLSWithALogin(t *testing.T) {
+	s := newStoresOverTLS(t)
+	gw := freeAddr(t)
+	for _, role := range []string{"projector", "persister", "fanout", "gateway"} {
+		addr := gw
+		if role != "gateway" {
+			addr = freeAddr(t)
+		}
+		t.Cleanup(runRole(t, role, s.env(addr), os.Stderr))
+	}
+	base := "http://" + gw
+	waitHealthy(t, base+"/readyz")
+
+	call := func(method, path, token, body string) (int, map[string]any) {
+		t.Helper()
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var out map[string]any
+		json.Unmarshal(b, &out)
+		return resp.StatusCode, out
+	}
+	if st, ans := call("POST", "/v1/admin/groups", "admin-token-0123456789", `{"gid":"team","members":["alice","bob"]}`); st != 200 {
+		t.Fatalf("create the group: %d %v", st, ans)
+	}
+	token := func(uid string) string {
+		tok, err := gateway.IssueToken([]byte(testSecret), uid, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	alice, bob := token("alice"), token("bob")
+	waitMetric(t, "bob's membership projected", func() bool {
+		_, ans := call("GET", "/v1/sync", bob, "")
+		groups, _ := ans["groups"].([]any)
+		return len(groups) == 1
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ws, _, err := websocket.Dial(ctx, "ws://"+gw+"/v1/ws?token="+bob, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.CloseNow()
+	read := func() map[string]any {
+		t.Helper()
+		_, b, err := ws.Read(ctx)
+		if err != nil {
+			t.Fatalf("bob's connection: %v", err)
+		}
+		var f map[string]any
+		json.Unmarshal(b, &f)
+		return f
+	}
+	if f := read(); f["op"] != "authed" {
+		t.Fatalf("bob's first frame: %v", f)
+	}
+	if st, ans := call("POST", "/v1/groups/team/messages", alice, `{"cmid":"c-1","body":"over tls"}`); st != 200 {
+		t.Fatalf("alice's send: %d %v", st, ans)
+	}
+	for {
+		f := read()
+		if f["op"] != "push" {
+			continue
+		}
+		if !strings.Contains(string(mustJSON(f)), "over tls") {
+			t.Fatalf("bob was pushed %v, want alice's message", f)
+		}
+		break
+	}
+	waitMetric(t, "alice's message in the window", func() bool {
+		_, ans := call("GET", "/v1/groups/team/messages?after=-1", bob, "")
+		return strings.Contains(string(mustJSON(ans)), "over tls")
+	})
+}
+
+func mustJSON(v any) []byte {
+	b, _ := json.Marshal(v)
+	return b
+}
+
+// A login the brokers refuse, or a broker certificate no CA of the
+// settings signed, stops the start at once and names what to set: waiting
+// mends neither.
+func TestARefusedKafkaLoginOrCertificateStopsTheStartSayingWhatToSet(t *testing.T) {
+	s := newStoresOverTLS(t)
+	for _, c := range []struct {
+		what   string
+		change map[string]string
+		want   string
+	}{
+		{"the system's CAs only", map[string]string{"CHAT_KAFKA_CA_FILE": "", "CHAT_KAFKA_TLS": "true"}, "CHAT_KAFKA_CA_FILE"},
+		{"Redis's certificate untrusted", map[string]string{"CHAT_REDIS_CA_FILE": "", "CHAT_REDIS_TLS": "true"}, "CHAT_REDIS_CA_FILE"},
+		{"ClickHouse's certificate untrusted", map[string]string{"CHAT_CLICKHOUSE_ADDRS": s.clickhouse().SecureAddr, "CHAT_CLICKHOUSE_TLS": "true"}, "CHAT_CLICKHOUSE_CA_FILE"},
+		{"a wrong SASL password", map[string]string{"CHAT_KAFKA_SASL_PASSWORD": "wrong"}, "CHAT_KAFKA_SASL_PASSWORD"},
+	} {
+		if c.what == "a wrong SASL password" {
+			// kfake drops the connection on a wrong password; Apache
+			// Kafka answers SASL_AUTHENTICATION_FAILED, as here.
+			s.broker.Cluster().ControlKey(int16(kmsg.SASLAuthenticate), func(req kmsg.Request) (kmsg.Response, error, bool) {
+				s.broker.Cluster().KeepControl()
+				return &kmsg.SASLAuthenticateResponse{Version: req.GetVersion(), ErrorCode: kerr.SaslAuthenticationFailed.Code,
+					ErrorMessage: kmsg.StringPtr("Authentication failed during authentication due to invalid credentials with SASL mechanism SCRAM-SHA-512")}, nil, true
+			})
+		}
+		env := s.env(freeAddr(t))
+		for k, v := range c.change {
+			env[k] = v
+		}
+		done := make(chan error, 1)
+		go func() {
+			done <- runTo(context.Background(), []string{"projector"}, func(k string) string { return env[k] }, io.Discard)
+		}()
+		select {
+		case err := <-done:
+			t.Logf("%s: %v", c.what, err)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s: %v; want an error naming %s", c.what, err, c.want)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("%s: the projector still waits after 15 s", c.what)
+		}
+	}
+}

@@ -1,0 +1,97 @@
+package topics
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/sasl"
+	"github.com/segmentio/kafka-go/sasl/plain"
+	"github.com/segmentio/kafka-go/sasl/scram"
+
+	"github.com/groupchat/chatd/internal/tlsclient"
+)
+
+// Security is how chatd's connections to the brokers are made: over TLS,
+// authenticated with SASL, both (a managed Kafka's SASL_SSL), or neither
+// (the zero value: plaintext, as the embedded broker speaks). Every
+// client, reader and consumer group of a deployment takes the same one.
+type Security struct {
+	TLS  *tls.Config    // nil: plaintext
+	SASL sasl.Mechanism // nil: no authentication
+}
+
+// SecuritySettings are the deployment's settings of Security, as chatd
+// and chatctl read them (CHAT_KAFKA_TLS ...).
+type SecuritySettings struct {
+	TLS       bool   // CHAT_KAFKA_TLS
+	CAFile    string // CHAT_KAFKA_CA_FILE; sets TLS
+	Mechanism string // CHAT_KAFKA_SASL: plain, scram-sha-256 or scram-sha-512; empty: none
+	User      string // CHAT_KAFKA_SASL_USER
+	Password  string // CHAT_KAFKA_SASL_PASSWORD
+}
+
+// SASLMechanisms are the names CHAT_KAFKA_SASL takes.
+var SASLMechanisms = []string{"plain", "scram-sha-256", "scram-sha-512"}
+
+// NewSecurity makes the Security of s, or says which setting is wrong.
+func NewSecurity(s SecuritySettings) (Security, error) {
+	var sec Security
+	if s.TLS || s.CAFile != "" {
+		c, err := tlsclient.Config(s.CAFile, "CHAT_KAFKA_CA_FILE")
+		if err != nil {
+			return Security{}, err
+		}
+		sec.TLS = c
+	}
+	mech := strings.ToLower(s.Mechanism)
+	if mech == "" {
+		if s.User != "" || s.Password != "" {
+			return Security{}, errors.New("a Kafka SASL user or password is set but no mechanism: set CHAT_KAFKA_SASL to " + strings.Join(SASLMechanisms, ", ") + " (what your brokers' listener takes)")
+		}
+		return sec, nil
+	}
+	if s.User == "" || s.Password == "" {
+		return Security{}, fmt.Errorf("CHAT_KAFKA_SASL=%s needs a user and a password: set CHAT_KAFKA_SASL_USER and CHAT_KAFKA_SASL_PASSWORD", s.Mechanism)
+	}
+	var err error
+	switch mech {
+	case "plain":
+		sec.SASL = plain.Mechanism{Username: s.User, Password: s.Password}
+	case "scram-sha-256":
+		sec.SASL, err = scram.Mechanism(scram.SHA256, s.User, s.Password)
+	case "scram-sha-512":
+		sec.SASL, err = scram.Mechanism(scram.SHA512, s.User, s.Password)
+	default:
+		return Security{}, fmt.Errorf("CHAT_KAFKA_SASL=%q is no mechanism chatd speaks; use one of %s", s.Mechanism, strings.Join(SASLMechanisms, ", "))
+	}
+	if err != nil {
+		return Security{}, fmt.Errorf("CHAT_KAFKA_SASL=%s: %w; check CHAT_KAFKA_SASL_USER and CHAT_KAFKA_SASL_PASSWORD", s.Mechanism, err)
+	}
+	return sec, nil
+}
+
+// Plaintext reports whether a password would cross the network in the
+// clear: SASL PLAIN without TLS.
+func (s Security) Plaintext() bool {
+	_, isPlain := s.SASL.(plain.Mechanism)
+	return isPlain && s.TLS == nil
+}
+
+// Transport is a kafka-go transport with s, on connections of its own.
+func (s Security) Transport() *kafka.Transport {
+	return &kafka.Transport{TLS: s.TLS, SASL: s.SASL}
+}
+
+// Dialer is the dialer of readers and consumer groups with s, or nil for
+// kafka-go's default dialer when s is plaintext without SASL.
+func (s Security) Dialer() *kafka.Dialer {
+	if s.TLS == nil && s.SASL == nil {
+		return nil
+	}
+	// kafka.DefaultDialer's timeout and dual stack, with s.
+	return &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, TLS: s.TLS, SASLMechanism: s.SASL}
+}
