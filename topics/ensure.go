@@ -166,10 +166,16 @@ func Verify(specs []Spec, states []State) []Problem {
 				}
 				continue
 			}
-			fatal := k == "cleanup.policy"
+			lost := s.OnlyCopy && k == "retention.ms" && got != "-1"
+			fatal := k == "cleanup.policy" || lost
 			detail := fmt.Sprintf("%s is %q, the spec says %q", k, got, want)
 			switch {
-			case fatal:
+			case lost:
+				detail = fmt.Sprintf("deletes messages after %s (retention.ms %s), but this role has no ClickHouse, so the topic would be the only copy of the history: "+
+					"set CHAT_CLICKHOUSE_ADDRS (and CHAT_CLICKHOUSE_DATABASE) as the deployment's other roles have them; "+
+					"if the deployment keeps no ClickHouse, make the topic keep everything first: kafka-configs.sh --alter --entity-type topics --entity-name %s --add-config retention.ms=-1",
+					msDuration(got), got, s.Name)
+			case k == "cleanup.policy":
 				detail += "; a wrong cleanup policy loses data (delete) or history (compact): fix it with kafka-configs or recreate the topic"
 			case s.Name == Messages && k == "retention.ms":
 				// The spec's retention is a setting: the topic may be right.

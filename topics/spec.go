@@ -45,6 +45,12 @@ type Config struct {
 
 	// DeadLetterRetention is chat.deadletter's retention.ms. Default 14 days.
 	DeadLetterRetention time.Duration
+
+	// LogIsHistory says chat.messages holds the only copy of the history
+	// (a deployment without ClickHouse): an existing chat.messages that
+	// deletes records after a time is then refused, not warned of, as
+	// the messages it deletes would be gone.
+	LogIsHistory bool
 }
 
 func (c *Config) setDefaults() {
@@ -100,6 +106,9 @@ type Spec struct {
 	// default, which is not checked.
 	ReplicationFactor int
 	Configs           map[string]string // topic configs set at creation
+	// OnlyCopy: the topic is the only copy of its records, so a retention
+	// in time is a loss (Config.LogIsHistory).
+	OnlyCopy bool
 }
 
 // CleanupPolicy returns the spec's cleanup.policy.
@@ -114,11 +123,13 @@ func Specs(cfg Config) []Spec {
 		}
 		return Spec{Name: name, Partitions: cfg.Partitions, ReplicationFactor: cfg.ReplicationFactor, Configs: configs}
 	}
+	messages := spec(Messages, map[string]string{
+		"cleanup.policy": "delete",
+		"retention.ms":   retentionMs(cfg.MessageRetention),
+	})
+	messages.OnlyCopy = cfg.LogIsHistory
 	return []Spec{
-		spec(Messages, map[string]string{
-			"cleanup.policy": "delete",
-			"retention.ms":   retentionMs(cfg.MessageRetention),
-		}),
+		messages,
 		spec(Acks, map[string]string{"cleanup.policy": "compact"}),
 		spec(Receipts, map[string]string{"cleanup.policy": "compact"}),
 		spec(Members, map[string]string{"cleanup.policy": "compact"}),
@@ -143,4 +154,14 @@ func retentionMs(d time.Duration) string {
 		return "-1"
 	}
 	return strconv.FormatInt(d.Milliseconds(), 10)
+}
+
+// msDuration reads a retention.ms as a duration, for messages; one that
+// does not parse is returned as it is.
+func msDuration(ms string) string {
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil {
+		return ms
+	}
+	return (time.Duration(n) * time.Millisecond).String()
 }

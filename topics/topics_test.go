@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -156,4 +157,26 @@ func TestEnsureLeavesNoKafkaConnectionsBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	before.WaitGone(t, "kafka-go.(*connPool).discover", 5*time.Second)
+}
+
+// Without ClickHouse chat.messages is the only copy of the history: a
+// topic that deletes messages after a week (made by a deployment with
+// ClickHouse) is refused, naming the settings, rather than warned of
+// while the messages it deletes are lost. With ClickHouse it is the
+// deployment's choice, and a warning.
+func TestEnsureRefusesADeletingMessagesTopicWhenTheLogIsTheHistory(t *testing.T) {
+	b := startBroker(t)
+	ctx := context.Background()
+	if err := Ensure(ctx, Config{Brokers: []string{b.Addr()}, Partitions: 2}, nil); err != nil {
+		t.Fatal(err)
+	}
+	forever := Config{Brokers: []string{b.Addr()}, Partitions: 2, MessageRetention: -1}
+	if err := Ensure(ctx, forever, nil); err != nil {
+		t.Fatalf("a role with ClickHouse asking to keep everything, on a topic of a week: %v, want a warning only", err)
+	}
+	forever.LogIsHistory = true
+	err := Ensure(ctx, forever, nil)
+	if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "deletes messages after 168h0m0s") || !strings.Contains(err.Error(), "CHAT_CLICKHOUSE_ADDRS") {
+		t.Fatalf("a role without ClickHouse on a chat.messages of a week: %v, want ErrMismatch naming the retention and CHAT_CLICKHOUSE_ADDRS", err)
+	}
 }

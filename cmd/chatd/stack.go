@@ -127,8 +127,10 @@ func openStack(ctx context.Context, role string, s *settings, log *slog.Logger) 
 	if err := st.checkHistoryMode(ctx, role); err != nil {
 		return nil, err
 	}
+	// Without ClickHouse the log is the history (the fan-out keeps none).
+	logIsHistory := st.ch == nil && role != "fanout"
 	if err := waitKafka(ctx, topics.Config{Brokers: st.brokers, Security: s.kafkaSecurity, Partitions: s.Partitions,
-		ReplicationFactor: s.Replicas, MessageRetention: retention}, log); err != nil {
+		ReplicationFactor: s.Replicas, MessageRetention: retention, LogIsHistory: logIsHistory}, log); err != nil {
 		return nil, err
 	}
 	if st.prod, err = producers.New(producers.Config{Brokers: st.brokers, Security: s.kafkaSecurity,

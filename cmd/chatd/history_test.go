@@ -1,0 +1,40 @@
+package main
+
+import (
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/groupchat/chatd/internal/testserver"
+	"github.com/groupchat/chatd/topics"
+)
+
+// A persister started without ClickHouse in a deployment that keeps its
+// history there is refused even when Redis lost the record of it (a flush,
+// a restart without persistence): chat.messages, made by the roles with
+// ClickHouse, deletes messages after a week, and the persister would have
+// trimmed nothing into ClickHouse while the log let them go. It started,
+// and the messages it took never reached ClickHouse.
+func TestARoleWithoutClickHouseIsRefusedWhereTheLogDeletesMessages(t *testing.T) {
+	b := testserver.NewBroker(t)
+	r := testserver.NewRedis(t) // empty: no record of the history mode
+	if err := topics.Ensure(context.Background(), topics.Config{Brokers: []string{b.Addr()}, Partitions: 2}, nil); err != nil {
+		t.Fatal(err) // as the roles with ClickHouse make it: 168h
+	}
+	env := map[string]string{"CHAT_HTTP_ADDR": freeAddr(t), "CHAT_KAFKA_BROKERS": b.Addr(), "CHAT_REDIS_ADDRS": r.Addr,
+		"CHAT_PARTITIONS": "2", "CHAT_LOG_LEVEL": "error"}
+	done := make(chan error, 1)
+	go func() {
+		done <- runTo(context.Background(), []string{"persister"}, func(k string) string { return env[k] }, io.Discard)
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "CHAT_CLICKHOUSE_ADDRS") || !strings.Contains(err.Error(), "168h") {
+			t.Fatalf("a persister without ClickHouse on a chat.messages of 168h: %v, want a refusal naming the retention and CHAT_CLICKHOUSE_ADDRS", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("a persister without ClickHouse on a chat.messages of 168h still runs after 15 s")
+	}
+}
