@@ -28,7 +28,7 @@ type knownGroup struct {
 }
 
 var knownGroups = map[string]knownGroup{
-	consumers.GroupPersister:        {topics.Messages, true, "messages never written to Redis or ClickHouse", "`chatctl backfill -tables messages` writes them to ClickHouse later"},
+	consumers.GroupPersister:        {topics.Messages, true, "messages never written to Redis or ClickHouse", "clients are served them only once the persister reads them: reset it back to the first one skipped; `chatctl backfill -tables messages` writes them to ClickHouse for analysts only"},
 	consumers.GroupFanout:           {topics.Messages, false, "", ""},
 	consumers.GroupAckProjector:     {topics.Acks, true, "acks never applied to the cursors", "`chatctl rebuild acks` applies them later"},
 	consumers.GroupReceiptProjector: {topics.Receipts, true, "reads never applied to the read cursors and counts", "`chatctl rebuild receipts` applies them later"},
