@@ -386,7 +386,7 @@ func TestComposeRunsChatctlWithTheSettingsOfTheRoles(t *testing.T) {
 			t.Errorf("%s: %s is %q, want the roles' %q", name, k, ctl.Environment[k], roles[k])
 		}
 	}
-	for _, k := range []string{"CHAT_REDIS_PASSWORD", "CHAT_CLICKHOUSE_DATABASE", "CHAT_CLICKHOUSE_USER", "CHAT_CLICKHOUSE_PASSWORD"} {
+	for _, k := range []string{"CHAT_REDIS_PASSWORD", "CHAT_CLICKHOUSE_DATABASE", "CHAT_CLICKHOUSE_USER", "CHAT_CLICKHOUSE_PASSWORD", "CHAT_JWT_SECRET"} { // the secret: chatctl token
 		if ctl.Environment[k] != roles[k] {
 			t.Errorf("%s: %s is %q, the roles' %q", name, k, ctl.Environment[k], roles[k])
 		}
