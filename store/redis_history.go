@@ -11,7 +11,8 @@ import (
 // historyKey says where the deployment keeps the history the window trims.
 const historyKey = "chat:history"
 
-// HistoryInClickHouse is historyKey's value once a role with ClickHouse ran.
+// HistoryInClickHouse begins historyKey's value once a role with ClickHouse
+// ran: "clickhouse:<database>" (before the database was named, alone).
 const HistoryInClickHouse = "clickhouse"
 
 // SetHistoryMode records where this deployment keeps its older history.

@@ -7,7 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+
 	"github.com/groupchat/chatd/internal/testserver"
+	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
 )
 
@@ -36,5 +40,39 @@ func TestARoleWithoutClickHouseIsRefusedWhereTheLogDeletesMessages(t *testing.T)
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("a persister without ClickHouse on a chat.messages of 168h still runs after 15 s")
+	}
+}
+
+// The roles of a deployment keep the history in one ClickHouse database:
+// a role given another is refused, naming both, rather than writing its
+// share where the others never read it. A record of the older form (no
+// database) is taken by the first role with one.
+func TestARoleWithAnotherClickHouseDatabaseIsRefused(t *testing.T) {
+	mr := miniredis.RunT(t)
+	rds, err := store.NewRedis(redis.NewClient(&redis.Options{Addr: mr.Addr()}), store.RedisConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	role := func(db string) *stack {
+		st := &stack{s: &settings{}, redis: rds}
+		if db != "" {
+			st.s.ClickHouseDB, st.ch = db, new(store.ClickHouse)
+		}
+		return st
+	}
+	mr.Set("chat:history", "clickhouse") // written before the database was named
+	if err := role("chat").checkHistoryMode(ctx, "persister"); err != nil {
+		t.Fatalf("a persister of database chat over the older record: %v", err)
+	}
+	if err := role("chat").checkHistoryMode(ctx, "gateway"); err != nil {
+		t.Fatalf("a gateway of the same database: %v", err)
+	}
+	err = role("chat2").checkHistoryMode(ctx, "persister")
+	if err == nil || !strings.Contains(err.Error(), `database "chat"`) || !strings.Contains(err.Error(), "CHAT_CLICKHOUSE_DATABASE") {
+		t.Fatalf("a persister of database chat2 beside roles of chat: %v, want a refusal naming both and CHAT_CLICKHOUSE_DATABASE", err)
+	}
+	if err := role("").checkHistoryMode(ctx, "projector"); err == nil || !strings.Contains(err.Error(), "CHAT_CLICKHOUSE_ADDRS") {
+		t.Fatalf("a projector without ClickHouse: %v, want a refusal", err)
 	}
 }

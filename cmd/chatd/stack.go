@@ -410,16 +410,26 @@ func (st *stack) run(ctx context.Context) error {
 // a persister that trims the window into ClickHouse, a gateway without it
 // answers every older pull `unavailable`, and a projector without it
 // leaves the analysts' tables without its rows.
+//
+// The record names the database: a role given another one would write
+// its share of the history where the others never read it.
 func (st *stack) checkHistoryMode(ctx context.Context, role string) error {
-	if st.ch != nil {
-		return st.redis.SetHistoryMode(ctx, store.HistoryInClickHouse)
-	}
-	if role == "fanout" || role == "dev" {
-		return nil // the fan-out reads no history; dev has a Redis of its own
-	}
 	mode, err := st.redis.HistoryMode(ctx)
-	if err != nil || mode != store.HistoryInClickHouse {
+	if err != nil {
 		return err
+	}
+	db, inClickHouse := strings.CutPrefix(mode, store.HistoryInClickHouse)
+	db = strings.TrimPrefix(db, ":") // "clickhouse" alone: recorded before the database was
+	if st.ch != nil {
+		if db != "" && db != st.s.ClickHouseDB {
+			return fmt.Errorf("this deployment keeps its history in ClickHouse database %q (a role with it has run on this Redis), but this %s has %q: "+
+				"set CHAT_CLICKHOUSE_DATABASE as the other roles have it; if the deployment moved to %q for good, delete the Redis key chat:history once every role has the new setting",
+				db, role, st.s.ClickHouseDB, st.s.ClickHouseDB)
+		}
+		return st.redis.SetHistoryMode(ctx, store.HistoryInClickHouse+":"+st.s.ClickHouseDB)
+	}
+	if role == "fanout" || role == "dev" || !inClickHouse {
+		return nil // the fan-out reads no history; dev has a Redis of its own
 	}
 	return fmt.Errorf("this deployment keeps its history in ClickHouse (a role with CHAT_CLICKHOUSE_ADDRS has run on this Redis), but this %s has none: "+
 		"set CHAT_CLICKHOUSE_ADDRS (and CHAT_CLICKHOUSE_DATABASE) as the other roles have them; if the deployment no longer uses ClickHouse, delete the Redis key chat:history", role)
