@@ -32,6 +32,7 @@ type Gateway struct {
 	authing   sync.Map     // *conn → true: connections authenticating
 	authN     atomic.Int64 // connections upgraded and not yet past authentication
 	instance  string       // this process's claim on cfg.Node (see node.go)
+	leaseEnds atomic.Int64 // unix ns when the lease last renewed ends (see node.go)
 	ready     atomic.Bool  // the node's name is held and its pushes are subscribed to
 	nodeMu    sync.RWMutex
 	released  bool // under nodeMu: Run let the name go, and the presence under it may be a successor's
@@ -138,8 +139,12 @@ func (g *Gateway) Run(ctx context.Context) error {
 }
 
 // Ready tells whether Run holds the node's name and gets its pushes;
-// until then WebSockets are refused (503, unavailable).
-func (g *Gateway) Ready() bool { return g.ready.Load() }
+// until then WebSockets are refused (503, unavailable). A lease whose
+// renewals failed (Redis down) until it ended is not held: another
+// gateway may take the name, and presence written meanwhile failed too.
+func (g *Gateway) Ready() bool {
+	return g.ready.Load() && time.Now().UnixNano() < g.leaseEnds.Load()
+}
 
 // Shutdown stops accepting connections, closes the open ones with "going
 // away" (clients reconnect elsewhere and resync) and waits for them, or

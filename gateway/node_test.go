@@ -158,3 +158,25 @@ func TestAGatewayRefusesWebSocketsUntilItGetsItsPushes(t *testing.T) {
 	}
 	ws.CloseNow()
 }
+
+// A gateway whose lease could not be renewed until it ended (Redis down)
+// is not ready: /readyz said 200 throughout, while it could neither keep
+// its name nor register a connection. Ready again once Redis is back.
+func TestAGatewayIsNotReadyOnceItsLeaseRanOut(t *testing.T) {
+	const lease = time.Second
+	e := newEnv(t, envOpts{gateways: 1, tune: func(c *Config) { c.NodeLease = lease }})
+	g := e.gws[0].g
+	waitFor(t, "the gateway to be ready", 10*time.Second, g.Ready)
+	if err := e.redisSrv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	down := time.Now()
+	waitFor(t, "the gateway to be unready with Redis down", 10*lease, func() bool { return !g.Ready() })
+	if took := time.Since(down); took > 3*lease {
+		t.Errorf("unready %v after Redis went down, want within the lease of %v and a renewal", took, lease)
+	}
+	if err := e.redisSrv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the gateway to be ready again", 20*time.Second, g.Ready)
+}
