@@ -385,7 +385,7 @@ func (r *Runner[E]) consumeSaved(ctx context.Context, gc *groupCommits, part int
 		if !ok {
 			from = -1 // the start
 		}
-		r.log.Warn("the state next to the saved position was lost (Redis restarted without persistence or from an older snapshot, failed over, or another consumer saved the position); going on from what is saved",
+		r.log.Warn("the state next to the saved position was lost (Redis restarted without persistence or from an older snapshot, failed over, or another consumer saved the position, or chatctl moved it: a consumer-groups reset or a rebuild); going on from what is saved",
 			"partition", part, "from", from)
 	}
 }

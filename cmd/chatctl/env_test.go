@@ -206,6 +206,16 @@ func TestACommandGroupWithoutItsCommandSaysWhichItHas(t *testing.T) {
 			t.Errorf("chatctl %s: %v; want %q", args, err, want)
 		}
 	}
+	// Asked for help, a group lists its commands: it answered that it had
+	// no "-h".
+	for _, args := range []string{"consumer-groups -h", "topics --help", "members help"} {
+		var out strings.Builder
+		err := run(context.Background(), strings.Fields(args), func(string) string { return "" }, &out, &out)
+		group, _, _ := strings.Cut(args, " ")
+		if err != nil || !strings.Contains(out.String(), "chatctl "+group+" ") {
+			t.Errorf("chatctl %s: %v, %q; want the lines of chatctl help for %s", args, err, out.String(), group)
+		}
+	}
 }
 
 // A -to that names no position is refused before Kafka is asked, so an

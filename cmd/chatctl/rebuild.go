@@ -170,7 +170,11 @@ func rebuild(ctx context.Context, c *command, opts any, args []string) error {
 			return fmt.Errorf("%w; the gateways answer unavailable on what it holds until %s runs again and marks it", err, group)
 		}
 	}
-	fmt.Fprintf(c.stdout, "marked %s ready: the gateways answer on it now; start %s to apply what %s gets from here\n", p, group, topic)
+	next := fmt.Sprintf("start %s to apply what %s gets from here", group, topic)
+	if o.force {
+		next = fmt.Sprintf("a running %s goes on from here (it logs that its saved position moved)", group)
+	}
+	fmt.Fprintf(c.stdout, "marked %s ready: the gateways answer on it now; %s\n", p, next)
 	return nil
 }
 

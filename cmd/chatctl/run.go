@@ -80,6 +80,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 				subs = append(subs, s)
 			}
 		}
+		if len(subs) > 0 && slices.Contains([]string{"-h", "-help", "--help", "help"}, sub) {
+			for _, line := range strings.Split(usage, "\n") {
+				if strings.HasPrefix(strings.TrimSpace(line), "chatctl "+group+" ") {
+					fmt.Fprintln(stderr, line)
+				}
+			}
+			return nil
+		}
 		if len(subs) > 0 {
 			slices.Sort(subs)
 			what := "needs"
