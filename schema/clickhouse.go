@@ -9,7 +9,10 @@ import "embed"
 // statement is idempotent (CREATE ... IF NOT EXISTS, or ALTER TABLE ... ADD
 // COLUMN, which the store skips when the column exists: 18.16 has no
 // IF NOT EXISTS there), so a migration interrupted half way is safe to run
-// again.
+// again. The store also replays a file's creates, and the ADD COLUMNs of
+// later files, when a table is missing although its file is recorded; it
+// replays no other kind of statement, so a file that needs another kind
+// needs that repair taught about it first.
 //
 // Table names are unqualified: the store connects with its database
 // selected. The DDL runs on ClickHouse 18.16 (Debian's package) and on

@@ -16,10 +16,12 @@ import (
 )
 
 // Migrate applies the files of schema.ClickHouseDDL that are not yet
-// recorded in schema_migrations, in name order, and records each. Running it
-// again is a no-op. Concurrent runs are harmless: every statement is
-// idempotent, and an ADD COLUMN that fails because another run added the
-// column is taken as done.
+// recorded in schema_migrations, in name order, and records each. Then it
+// recreates any table the files create that is missing (dropped while
+// schema_migrations was kept; see recreateLost). Running it again is a
+// no-op. Concurrent runs are harmless: every statement is idempotent, and
+// an ADD COLUMN that fails because another run added the column is taken
+// as done.
 func (c *ClickHouse) Migrate(ctx context.Context) error {
 	return c.migrate(ctx, schema.ClickHouseDDL, "clickhouse")
 }
@@ -51,17 +53,7 @@ func (c *ClickHouse) migrate(ctx context.Context, fsys fs.FS, dir string) error 
 			return fmt.Errorf("clickhouse: migrate %s: %w", version, err)
 		}
 		for i, stmt := range splitStatements(string(text)) {
-			done, err := c.columnAdded(ctx, stmt)
-			if err == nil && !done {
-				if err = c.conn.Exec(ctx, stmt); err != nil {
-					// A run beside this one may have added it between the
-					// look and the ALTER (chatd's roles start together).
-					if added, lerr := c.columnAdded(ctx, stmt); lerr == nil && added {
-						err = nil
-					}
-				}
-			}
-			if err != nil {
+			if err := c.execIdempotent(ctx, stmt); err != nil {
 				return fmt.Errorf("clickhouse: migrate %s: statement %d: %w", version, i+1, err)
 			}
 		}
@@ -69,7 +61,24 @@ func (c *ClickHouse) migrate(ctx context.Context, fsys fs.FS, dir string) error 
 			return fmt.Errorf("clickhouse: migrate %s: record version: %w", version, err)
 		}
 	}
-	return nil
+	return c.recreateLost(ctx, fsys, names)
+}
+
+// execIdempotent runs stmt, but for an ADD COLUMN of a column the table
+// has already.
+func (c *ClickHouse) execIdempotent(ctx context.Context, stmt string) error {
+	done, err := c.columnAdded(ctx, stmt)
+	if err != nil || done {
+		return err
+	}
+	if err = c.conn.Exec(ctx, stmt); err != nil {
+		// A run beside this one may have added it between the look and
+		// the ALTER (chatd's roles start together).
+		if added, lerr := c.columnAdded(ctx, stmt); lerr == nil && added {
+			err = nil
+		}
+	}
+	return err
 }
 
 func (c *ClickHouse) appliedVersions(ctx context.Context) (map[string]bool, error) {
