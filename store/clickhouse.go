@@ -185,14 +185,15 @@ type MemberRow struct {
 }
 
 // sendBatch inserts one row per element of the column slices (all the same
-// length) in one batch. query is "INSERT INTO t (a, b, ...)".
+// length) in one batch. query is "INSERT INTO t (a, b, ...)". A table or
+// database that is gone fails with what to do (hintSchemaLost).
 func (c *ClickHouse) sendBatch(ctx context.Context, query string, columns ...any) error {
 	if f := strings.Fields(query); len(f) > 2 {
 		defer c.cfg.Metrics.TimeStore("clickhouse", "insert "+f[2])()
 	}
 	batch, err := c.conn.PrepareBatch(ctx, query)
 	if err != nil {
-		return err
+		return hintSchemaLost(err)
 	}
 	defer batch.Close()
 	for i, col := range columns {
@@ -201,7 +202,7 @@ func (c *ClickHouse) sendBatch(ctx context.Context, query string, columns ...any
 			return fmt.Errorf("column %d: %w", i, err)
 		}
 	}
-	return batch.Send()
+	return hintSchemaLost(batch.Send())
 }
 
 func checkPosition(partition int32, offset int64) error {

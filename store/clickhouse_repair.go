@@ -2,11 +2,13 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
 	"regexp"
 
+	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 )
 
@@ -110,4 +112,25 @@ func (c *ClickHouse) tableNames(ctx context.Context) (map[string]bool, error) {
 		return nil, fmt.Errorf("list tables: %w", err)
 	}
 	return have, nil
+}
+
+// schemaLostHint is what to do when an insert finds its table or database
+// gone (dropped by hand while the roles ran): the persister and the
+// projectors retry it until one of these recreates the schema.
+const schemaLostHint = "run chatctl backfill, or restart the role, which recreates the schema"
+
+// ClickHouse's codes for a missing table and a missing database.
+const (
+	codeUnknownTable    = 60
+	codeUnknownDatabase = 81
+)
+
+// hintSchemaLost adds schemaLostHint to an error that says the table or
+// the database does not exist; other errors it returns as they are.
+func hintSchemaLost(err error) error {
+	var e *clickhouse.Exception
+	if err == nil || !errors.As(err, &e) || (e.Code != codeUnknownTable && e.Code != codeUnknownDatabase) {
+		return err
+	}
+	return fmt.Errorf("%w (%s)", err, schemaLostHint)
 }

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -87,6 +88,30 @@ func TestClickHouseMigrateDoesNotReplayAnAlter(t *testing.T) {
 		"(SELECT name FROM system.columns WHERE database = currentDatabase() AND table = 'u' ORDER BY name)").Scan(&cols)
 	if err != nil || cols != "a b" {
 		t.Errorf("columns of the recreated u: %q, %v; want a b", cols, err)
+	}
+}
+
+// A running persister or projector whose table (or database) went away
+// retries its insert for ever: the error it logs says how to recover.
+func TestClickHouseInsertIntoALostTableSaysWhatToDo(t *testing.T) {
+	c := testClickHouse(t)
+	ctx := t.Context()
+	if err := c.conn.Exec(ctx, "DROP TABLE messages"); err != nil {
+		t.Fatal(err)
+	}
+	msgs := testMessages("g", 0, 1, 2)
+	for _, what := range []string{"table", "database"} {
+		err := c.InsertMessages(ctx, 0, msgs)
+		if err == nil || !strings.Contains(err.Error(), "doesn't exist") ||
+			!strings.Contains(err.Error(), "run chatctl backfill, or restart the role, which recreates the schema") {
+			t.Errorf("insert with the %s dropped: %v; want the server's error and what to do", what, err)
+		}
+		t.Logf("%s dropped: %v", what, err)
+		if what == "table" {
+			if err := c.conn.Exec(context.Background(), "DROP DATABASE `"+c.cfg.Database+"`"); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
 
