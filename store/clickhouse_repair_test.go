@@ -113,6 +113,15 @@ func TestClickHouseInsertIntoALostTableSaysWhatToDo(t *testing.T) {
 			}
 		}
 	}
+	// What a restart or `chatctl backfill` does; the retry then succeeds.
+	again, err := OpenClickHouse(ctx, ClickHouseConfig{Addrs: c.cfg.Addrs, Database: c.cfg.Database})
+	if err != nil {
+		t.Fatalf("open after dropping the database: %v", err)
+	}
+	again.Close()
+	if err := c.InsertMessages(ctx, 0, msgs); err != nil {
+		t.Errorf("insert retried once the schema was recreated: %v", err)
+	}
 }
 
 // Every statement of the shipped migrations is one that Migrate can
