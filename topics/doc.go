@@ -10,6 +10,8 @@
 // than Config.ReplicationFactor asks for, or a lower min.insync.replicas,
 // is a warning naming the commands that fix it: adding replicas copies
 // whole partitions between brokers, which is the operator's to schedule.
+// A factor above the cluster's brokers is an error (ErrTooFewBrokers) in
+// Ensure and Check alike: no reassignment can meet it.
 //
 // Everything here is safe for concurrent use.
 package topics

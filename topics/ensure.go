@@ -38,9 +38,10 @@ type Problem struct {
 func (p Problem) String() string { return p.Topic + ": " + p.Detail }
 
 // Ensure creates the topics that are missing and verifies the ones that
-// exist. A partition-count or cleanup-policy mismatch returns ErrMismatch
-// with what to do; other drift (retention, replication) is logged as a
-// warning.
+// exist. A replication factor above the cluster's brokers returns
+// ErrTooFewBrokers, whether the topics exist or not. A partition-count or
+// cleanup-policy mismatch returns ErrMismatch with what to do; other drift
+// (retention, replication) is logged as a warning.
 func Ensure(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -52,6 +53,9 @@ func Ensure(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 	states, brokers, err := describe(ctx, client, specs)
 	if err != nil {
+		return err
+	}
+	if err := checkBrokers(cfg.ReplicationFactor, brokers); err != nil {
 		return err
 	}
 	// The topics that exist are checked before any is made: one made
@@ -113,6 +117,28 @@ func Ensure(ctx context.Context, cfg Config, log *slog.Logger) error {
 		warnUnreplicated(cfg, states, brokers, log)
 	}
 	return mismatch(problems)
+}
+
+// Check compares the topics with the specs of cfg (Verify), after
+// refusing, as Ensure does, a replication factor above the cluster's
+// brokers (ErrTooFewBrokers): no reassignment can add those replicas. It
+// changes nothing.
+func Check(ctx context.Context, cfg Config) ([]Problem, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	client, closeClient := NewClient(cfg.Brokers, cfg.Security, 15*time.Second)
+	defer closeClient()
+	specs := Specs(cfg)
+	states, brokers, err := describe(ctx, client, specs)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkBrokers(cfg.ReplicationFactor, brokers); err != nil {
+		return nil, err
+	}
+	return Verify(specs, states), nil
 }
 
 // mismatch returns ErrMismatch with the fatal problems, if any.
@@ -195,7 +221,9 @@ func Describe(ctx context.Context, client *kafka.Client, specs []Spec) ([]State,
 	return states, err
 }
 
-// describe is Describe, and the number of brokers in the cluster.
+// describe is Describe, and the number of brokers in the cluster: those
+// the metadata lists (the ones up), or more when a partition of the
+// spec'd topics has more replicas (its brokers exist, if down).
 func describe(ctx context.Context, client *kafka.Client, specs []Spec) ([]State, int, error) {
 	names := make([]string, len(specs))
 	for i, s := range specs {
@@ -205,6 +233,7 @@ func describe(ctx context.Context, client *kafka.Client, specs []Spec) ([]State,
 	if err != nil {
 		return nil, 0, fmt.Errorf("topics: metadata from %s: %w%s", client.Addr, err, upHint(err))
 	}
+	brokers := len(md.Brokers)
 	states := make([]State, len(specs))
 	var res []kafka.DescribeConfigRequestResource
 	for i, s := range specs {
@@ -217,6 +246,7 @@ func describe(ctx context.Context, client *kafka.Client, specs []Spec) ([]State,
 					if j == 0 || len(p.Replicas) < states[i].ReplicationFactor {
 						states[i].ReplicationFactor = len(p.Replicas)
 					}
+					brokers = max(brokers, len(p.Replicas))
 				}
 			}
 		}
@@ -232,7 +262,7 @@ func describe(ctx context.Context, client *kafka.Client, specs []Spec) ([]State,
 		}
 	}
 	if len(res) == 0 {
-		return states, len(md.Brokers), nil
+		return states, brokers, nil
 	}
 	dc, err := client.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{Resources: res})
 	if err != nil {
@@ -252,7 +282,7 @@ func describe(ctx context.Context, client *kafka.Client, specs []Spec) ([]State,
 			}
 		}
 	}
-	return states, len(md.Brokers), nil
+	return states, brokers, nil
 }
 
 // upHint asks whether the broker is up after a request that failed,

@@ -1,10 +1,31 @@
 package topics
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
 )
+
+// ErrTooFewBrokers is returned by Ensure and Check when the replication
+// factor asked for is more than the cluster has brokers: no topic, new or
+// existing, can have that many replicas.
+var ErrTooFewBrokers = errors.New("topics: replication factor above the cluster's broker count")
+
+// checkBrokers refuses a replication factor above brokers, the brokers the
+// cluster has (see describe), naming the count and what to set. Without
+// it, topics that exist would only be warned of, with a reassignment plan
+// of more brokers than there are.
+func checkBrokers(factor, brokers int) error {
+	if factor <= brokers {
+		return nil
+	}
+	return fmt.Errorf("%w: CHAT_REPLICATION_FACTOR (-replication-factor) asks for %d replicas of each partition, "+
+		"but the cluster has %d broker(s): set CHAT_REPLICATION_FACTOR (-replication-factor) to at most that "+
+		"(CHAT_REPLICATION_FACTOR=%d), or add brokers; a broker that is down counts only if it holds a replica of a chat.* topic, "+
+		"so if brokers are down, start them first",
+		ErrTooFewBrokers, factor, brokers, brokers)
+}
 
 // fewerReplicas says what a topic with fewer replicas than its spec risks,
 // and how to add them.

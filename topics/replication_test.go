@@ -3,6 +3,7 @@ package topics
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -240,5 +241,45 @@ func TestEnsureWarnsOfUnreplicatedTopicsWhenNoFactorIsSet(t *testing.T) {
 	if n := strings.Count(logged.String(), "topic has one replica on a cluster of several brokers"); n != 5 ||
 		!strings.Contains(logged.String(), "set CHAT_REPLICATION_FACTOR=3") {
 		t.Errorf("%d warnings of unreplicated topics, want 5 naming CHAT_REPLICATION_FACTOR=3:\n%s", n, logged.String())
+	}
+}
+
+// A factor above the cluster's brokers is refused for topics that exist
+// too: on one broker, CHAT_REPLICATION_FACTOR=3 cannot be met by adding
+// replicas, so Ensure names the count and what to set rather than
+// warning of a reassignment the cluster cannot run.
+func TestEnsureRefusesAFactorAboveTheBrokersForExistingTopics(t *testing.T) {
+	b := testserver.NewBroker(t)
+	ctx := context.Background()
+	if err := Ensure(ctx, Config{Brokers: []string{b.Addr()}, Partitions: 2}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	err := Ensure(ctx, Config{Brokers: []string{b.Addr()}, Partitions: 2, ReplicationFactor: 3}, slog.New(slog.NewTextHandler(&logged, nil)))
+	if err == nil || !strings.Contains(err.Error(), "the cluster has 1 broker(s): set CHAT_REPLICATION_FACTOR (-replication-factor) to at most that") ||
+		!strings.Contains(err.Error(), "CHAT_REPLICATION_FACTOR=1") {
+		t.Fatalf("Ensure with replication factor 3 over topics on one broker: %v; want the broker count and the setting\n%s", err, logged.String())
+	}
+	if strings.Contains(logged.String(), "kafka-reassign-partitions.sh") {
+		t.Errorf("Ensure told to add replicas the cluster cannot hold:\n%s", logged.String())
+	}
+}
+
+// Check is what `chatctl topics verify` runs: the same refusal, before any
+// per-topic difference; a factor the cluster holds gives the differences.
+func TestCheckRefusesAFactorAboveTheBrokers(t *testing.T) {
+	cl := startCluster(t, 2)
+	ctx := context.Background()
+	if err := Ensure(ctx, Config{Brokers: cl.ListenAddrs(), Partitions: 2, ReplicationFactor: 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Check(ctx, Config{Brokers: cl.ListenAddrs(), Partitions: 2, ReplicationFactor: 3})
+	if !errors.Is(err, ErrTooFewBrokers) || !strings.Contains(err.Error(), "the cluster has 2 broker(s)") ||
+		!strings.Contains(err.Error(), "CHAT_REPLICATION_FACTOR=2") {
+		t.Fatalf("Check with replication factor 3 on two brokers: %v; want %v naming the count and the setting", err, ErrTooFewBrokers)
+	}
+	problems, err := Check(ctx, Config{Brokers: cl.ListenAddrs(), Partitions: 2, ReplicationFactor: 2})
+	if err != nil || len(problems) != 5 || !strings.Contains(problems[0].Detail, "kafka-reassign-partitions.sh") {
+		t.Fatalf("Check with replication factor 2 on two brokers: %v, %v; want a warning per topic to add replicas", problems, err)
 	}
 }

@@ -35,7 +35,8 @@ type Config struct {
 	// N >= 2 sets their min.insync.replicas to MinInsyncReplicas(N), so an
 	// acknowledged record is on that many brokers at least. Verify warns of
 	// existing topics with fewer replicas, or a lower min.insync.replicas.
-	// At most MaxReplicationFactor.
+	// At most MaxReplicationFactor, and at most the cluster's brokers
+	// (Ensure and Check refuse more, for new and existing topics).
 	ReplicationFactor int
 
 	// MessageRetention is chat.messages' retention.ms. Default 7 days.

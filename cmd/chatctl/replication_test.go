@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/groupchat/chatd/internal/testserver"
 )
 
 // ctlOn runs chatctl with vars as its environment and returns what it
@@ -23,9 +25,10 @@ func ctlOn(t *testing.T, vars map[string]string, args ...string) (string, error)
 
 // `chatctl topics create` makes the topics with CHAT_REPLICATION_FACTOR
 // replicas and min.insync.replicas one fewer, describe shows both, and
-// verify warns of topics with fewer replicas than it is asked for.
+// verify warns of topics with fewer replicas than it is asked for (and
+// than the cluster's 5 brokers can hold).
 func TestTopicsCreateTakesTheReplicationFactor(t *testing.T) {
-	cl, err := kfake.NewCluster(kfake.NumBrokers(3))
+	cl, err := kfake.NewCluster(kfake.NumBrokers(5))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,6 +63,25 @@ func TestTopicsRefuseAReplicationFactorOutOfRange(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "(CHAT_REPLICATION_FACTOR / -replication-factor)") ||
 			!strings.Contains(err.Error(), "e.g. CHAT_REPLICATION_FACTOR=3") {
 			t.Errorf("chatctl %v: %v; want a refusal naming CHAT_REPLICATION_FACTOR with an example", args, err)
+		}
+	}
+}
+
+// On existing topics of one broker, CHAT_REPLICATION_FACTOR=3 is refused
+// by verify and create alike, naming the broker count and what to set:
+// no reassignment plan of 3 brokers, no "topics ready".
+func TestTopicsRefuseAFactorAboveTheBrokers(t *testing.T) {
+	b := testserver.NewBroker(t)
+	vars := map[string]string{"CHAT_KAFKA_BROKERS": b.Addr(), "CHAT_PARTITIONS": "2"}
+	if out, err := ctlOn(t, vars, "topics", "create"); err != nil {
+		t.Fatalf("topics create: %v\n%s", err, out)
+	}
+	vars["CHAT_REPLICATION_FACTOR"] = "3"
+	for _, cmd := range []string{"verify", "create"} {
+		out, err := ctlOn(t, vars, "topics", cmd)
+		if err == nil || !strings.Contains(err.Error(), "the cluster has 1 broker(s)") || !strings.Contains(err.Error(), "CHAT_REPLICATION_FACTOR=1") ||
+			strings.Contains(out, "kafka-reassign-partitions.sh") || strings.Contains(out, "topics ready") {
+			t.Errorf("CHAT_REPLICATION_FACTOR=3 chatctl topics %s on one broker: %v; want a refusal naming the count and the setting:\n%s", cmd, err, out)
 		}
 	}
 }

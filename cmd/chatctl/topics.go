@@ -58,13 +58,16 @@ func topicsVerify(ctx context.Context, c *command, _ any, args []string) error {
 	if err := noArgs(c, args); err != nil {
 		return err
 	}
-	specs, states, err := describe(ctx, c)
+	cfg, err := c.s.topicsConfig()
 	if err != nil {
 		return err
 	}
-	problems := topics.Verify(specs, states)
+	problems, err := topics.Check(ctx, cfg)
+	if err != nil {
+		return err
+	}
 	if len(problems) == 0 {
-		fmt.Fprintf(c.stdout, "ok: %d topics match the spec (%d partitions each)\n", len(specs), c.s.Partitions)
+		fmt.Fprintf(c.stdout, "ok: %d topics match the spec (%d partitions each)\n", len(topics.Specs(cfg)), c.s.Partitions)
 		return nil
 	}
 	fatal := 0
