@@ -132,7 +132,7 @@ func TestComposeFileUsesOnlyWhatChatdAndChatctlAccept(t *testing.T) {
 	c := loadCompose(t)
 	bin := buildChatd(t)
 	chatdFlags, chatdEnvs, roles := chatdSettings(t, bin)
-	ctlEnvs := map[string]bool{}
+	ctlEnvs := map[string]bool{"CHAT_JWT_SECRET": true} // chatctl token's
 	for _, e := range envNames() {
 		ctlEnvs[e] = true
 	}
