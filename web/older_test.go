@@ -164,3 +164,44 @@ func TestAGroupTrimmedInTheBackgroundIsReadWhenBackInFront(t *testing.T) {
 		t.Fatalf("back in front at the newest messages, the page sent read upto %d; want the newest on screen (about 1210)", read)
 	}
 }
+
+// A batch larger than a screen (the page that fills a gap) leaves the view
+// on its first message, not at the newest. The group must stay bounded
+// all the same: the page trimmed only while its view was at the newest,
+// and from then on held every message it was handed.
+func TestAGroupScrolledUpByABatchKeepsItsNewestThousand(t *testing.T) {
+	_, b, c := listed(t, 10, 10, 10)
+	opened(c, b, "v")
+	// 11's push was lost: 12's shows the gap, filled by one page of tall
+	// messages, more than a screen.
+	c.write(map[string]any{"op": "push", "msgs": []any{msg(12, 11, "v", "m12")}})
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+	c.answer(f, page(f, false, 110, tallMsgs(11, 110)...))
+	b.WaitUntil("the batch shown", `chat.group('g').contig === 110`)
+	for from := int64(111); from <= 1310; from += 100 {
+		var ms []any
+		for id := from; id < from+100; id++ {
+			ms = append(ms, msg(id, id-1, "v", "m"))
+		}
+		c.write(map[string]any{"op": "push", "msgs": ms})
+	}
+	// The view is near the top: trimming there has it ask for older
+	// pages, which this server answers.
+	deadline := time.Now().Add(20 * time.Second)
+	for browsertest.Eval[bool](b, `chat.group('g').contig !== 1310 || !!chat.group('g').loadingOlder`) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pushes were not all taken within 20 s; page %s", b.State())
+		}
+		if f := c.next("pull", 100*time.Millisecond); f != nil && f["before"] != nil {
+			var older []map[string]any
+			for id := max(1, int64(f["before"].(float64))-50); id < int64(f["before"].(float64)); id++ {
+				older = append(older, msg(id, -2, "v", "m"))
+			}
+			c.answer(f, page(f, len(older) > 0 && older[0]["msgid"].(int64) > 1, 1310, older...))
+		}
+	}
+	got := browsertest.Eval[[]int](b, `[chat.group('g').order.length, document.querySelectorAll('#messages .msg').length]`)
+	if got[0] > 1050 || got[1] > 1050 {
+		t.Fatalf("after a batch taller than the screen and 1,200 pushes the open group holds %d messages and shows %d; want at most the newest 1,000 and an older page", got[0], got[1])
+	}
+}

@@ -315,20 +315,24 @@ function onMessages({ gid, msgs, older }) {
   } else if (!view.loading) {
     $('jump').hidden = false;
   }
-  if (!older && !view.loading && scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 60) {
-    // At the newest: what lies far above goes (chat.trim), the view kept
-    // where it is from the bottom.
-    const keep = scroller.scrollHeight - scroller.scrollTop;
-    chat.trim(gid);
-    scroller.scrollTop = scroller.scrollHeight - keep;
-  }
   olderStatus();
 }
 
 // onForgotten takes off messages of the open group that chat.js no
-// longer holds (see Chat.retake).
+// longer holds (see Chat.trim, Chat.retake), keeping in place the first
+// message on screen that stays.
 function onForgotten({ gid, msgids }) {
   if (!view || gid !== view.gid) return;
+  const gone = new Set(msgids);
+  const top = scroller.getBoundingClientRect().top;
+  let anchor = null;
+  for (const li of $('messages').children) {
+    if (!gone.has(Number(li.dataset.msgid)) && li.getBoundingClientRect().bottom > top) {
+      anchor = li;
+      break;
+    }
+  }
+  const was = anchor?.getBoundingClientRect().top;
   for (const id of msgids) {
     const li = $('messages').querySelector(`.msg[data-msgid="${id}"]`);
     if (!li) continue;
@@ -336,6 +340,7 @@ function onForgotten({ gid, msgids }) {
     visible.delete(id);
     li.remove();
   }
+  if (anchor) scroller.scrollTop += anchor.getBoundingClientRect().top - was;
 }
 
 $('jump').addEventListener('click', () => { scroller.scrollTop = scroller.scrollHeight; });

@@ -32,7 +32,7 @@ const UNREAD_PAGES = 20; // an opened group pages up at most this many older pag
 const HEARTBEAT = 25000;
 const RESYNC_RETRY = 2000; // a sync the server asked for, refused, is asked again after this
 const KEEP_CLOSED = 200; // messages kept of a group that is not open; older ones come back by scrolling up
-const KEEP_OPEN = 1000; // messages kept of the open group while its view is at the newest (see trim)
+const KEEP_OPEN = 1000; // messages kept of the open group, wherever its view is (see trim)
 
 // readMark is how far g is read: the server's read cursor, or what the user
 // has seen since, if further.
@@ -318,6 +318,7 @@ export class Chat extends EventTarget {
     if (shown.length > 0) this.emit('messages', { gid: g.gid, msgs: shown, older: false });
     if (outbox) this.outbox.changed(g);
     if (!g.opened) this.forgetOld(g, KEEP_CLOSED);
+    else this.trim(g.gid);
   }
 
   // forgetOld keeps the newest keep messages of g: the rest is below the
@@ -334,13 +335,16 @@ export class Chat extends EventTarget {
     this.emit('forgotten', { gid: g.gid, msgids: gone });
   }
 
-  // trim forgets the oldest messages of the open group past KEEP_OPEN: the
-  // page calls it while its view is at the newest, so that a group left
-  // open all day does not hold all it was handed. Scrolling up pulls them
-  // again.
+  // trim forgets the oldest messages of the open group past KEEP_OPEN, as
+  // new ones are taken, wherever the view is (the page keeps what is on
+  // screen in place): a group left open all day does not hold all it was
+  // handed, nor one whose view a batch taller than the screen left short
+  // of the newest. Scrolling up pulls them again. An older page under way
+  // is given up (see pullOlder): waiting for it, every message taken
+  // meanwhile was kept.
   trim(gid) {
     const g = this.group(gid);
-    if (g.loadingOlder || g.order.length <= KEEP_OPEN) return;
+    if (g.order.length <= KEEP_OPEN) return;
     // Unread messages among those forgotten (the tab in the background
     // all day): the view no longer reaches back to them, as past the
     // pages of an opening, and is read as it is.
@@ -431,7 +435,7 @@ export class Chat extends EventTarget {
     g.gaveUpRead = false;
     g.olderPages = 0;
     await this.pullForward(g);
-    while (g.olderMore && g.opened) {
+    while (g.olderMore && g.opened && !g.gaveUpRead) { // unread ones trimmed: no paging up reaches them
       if (g.order.length >= FILL && (this.reachesRead(g) || g.olderPages >= UNREAD_PAGES)) break;
       if (g.loadingOlder) { // one the user's scrolling (or reconnect) started
         await g.loadingOlder.catch(() => {});
