@@ -83,6 +83,7 @@ export class Chat extends EventTarget {
     removeEventListener('online', this.onOnline);
     Object.values(this.timers).forEach(clearTimeout);
     this.cursors.stop();
+    this.outbox.stop();
     this.conn.stop();
   }
 

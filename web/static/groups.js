@@ -34,7 +34,8 @@ export function newGroup(gid) {
     retaking: false, retakeAgain: false, retaken: 0, retakeBackoff: retakeBackoff(), // see recovery.js
     unacked: 0, ackDue: 0, readWant: -1, readDue: 0,
     counts: new Map(), // msgid -> {read, audience}, for my messages
-    pending: new Map(), // cmid -> outgoing message not yet shown
+    pending: new Map(), // cmid -> outgoing message not yet shown, in the order sent
+    sending: null, sendWait: 0, sendBackoff: null, // the one send of the group under way, or the timer of its next try (outbox.js)
     sends: new Map(), // sender + cmid -> msgid of the last MAX_SENDS shown, oldest first
   };
 }

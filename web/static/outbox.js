@@ -3,8 +3,15 @@
 // connection drops, is sent again with it, so the group gets one message
 // however many sends it took. The outbox survives a reload of the tab
 // (sessionStorage); the entry of a message goes when the message arrives.
+//
+// A group's sends go out one at a time, first in first out: the next
+// waits until the one before is accepted (or failed for good), so the
+// group stores them in the order they were typed, however often one is
+// refused or resent. A refusal as overloaded pauses every send of the
+// page, as the Go SDK does: 0.25 to 0.5 s at first, twice that while the
+// refusals go on, up to 5 to 10 s.
 
-import { ProtocolError, Disconnected, Timeout, retryable } from './conn.js';
+import { ProtocolError, Disconnected, Timeout, Backoff, retryable } from './conn.js';
 
 const SEND_TIMEOUT = 10000;
 
@@ -15,7 +22,13 @@ function newCmid() {
 }
 
 export class Outbox {
-  constructor(chat) { this.chat = chat; }
+  constructor(chat) {
+    this.chat = chat;
+    this.pause = new Backoff(500, 10000); // after overloaded: all sends wait
+    this.pausedUntil = 0;
+    this.episode = 0; // pauses so far: a refusal of a send made before the last one began does not lengthen it
+    this.timer = 0;
+  }
 
   key() { return `chatd.outbox.${this.chat.uid}`; }
 
@@ -25,44 +38,68 @@ export class Outbox {
     }
   }
 
+  stop() { clearTimeout(this.timer); }
+
   send(gid, body) {
     const g = this.chat.group(gid);
     const p = { gid, cmid: newCmid(), body, state: 'sending', attempts: 0 };
     g.pending.set(p.cmid, p);
     this.changed(g);
-    this.trySend(p);
+    this.pump(g);
   }
 
+  // retry sends a failed message again, after those waiting now.
   retry(gid, cmid) {
     const g = this.chat.group(gid);
     const p = g.pending.get(cmid);
     if (p && p.state === 'failed') {
       p.state = 'sending';
+      g.pending.delete(cmid);
+      g.pending.set(cmid, p);
       this.changed(g);
-      this.trySend(p);
+      this.pump(g);
     }
   }
 
   // resendAll is called by each new session.
   resendAll() {
-    for (const g of this.chat.groups.values()) {
-      for (const p of g.pending.values()) this.trySend(p);
+    for (const g of this.chat.groups.values()) this.pump(g);
+  }
+
+  // pump sends g's oldest message waiting to be sent, unless one of g is
+  // under way, the sends are paused, or the page is offline.
+  pump(g) {
+    const chat = this.chat;
+    if (g.sending || g.sendWait || !chat.online) return;
+    const wait = this.pausedUntil - Date.now();
+    if (wait > 0) {
+      clearTimeout(this.timer);
+      this.timer = setTimeout(() => this.resendAll(), wait);
+      return;
+    }
+    for (const p of g.pending.values()) {
+      if (p.state === 'sending') {
+        this.trySend(g, p);
+        return;
+      }
     }
   }
 
-  // trySend sends p. A timeout sends it again at once, a retryable refusal
-  // after a pause, a lost connection on the next session; the server
-  // answers a resend with the first send's msgid.
-  async trySend(p) {
+  // trySend sends p, g's oldest message waiting. A timeout sends it again
+  // at once, a retryable refusal after a pause, a lost connection on the
+  // next session; the server answers a resend with the first send's
+  // msgid. The next of g goes once p is accepted or failed.
+  async trySend(g, p) {
     const chat = this.chat;
-    if (p.inflight || !chat.online || p.state !== 'sending') return;
-    const g = chat.group(p.gid);
-    p.inflight = true;
+    g.sending = p;
     if (p.attempts++ > 0) chat.stats.resends++;
-    let again = -1;
+    const episode = this.episode;
+    let again = 0; // ms until g's next send; -1: the next session's
     try {
       const f = await chat.conn.request({ op: 'send', gid: p.gid, cmid: p.cmid, body: p.body }, SEND_TIMEOUT);
       chat.stats.sends++;
+      this.pause.reset();
+      g.sendBackoff?.reset();
       p.msgid = f.msgid;
       p.state = 'sent';
       // Held, or below the contiguous cursor (another device of the user
@@ -75,21 +112,32 @@ export class Outbox {
         if (g.contig < f.msgid && g.opened && chat.online) chat.pullForward(g).catch((e) => chat.failed('pull', e));
       }, 2000);
     } catch (e) {
-      if (e instanceof Timeout) {
-        again = 0;
+      if (e instanceof Disconnected) {
+        again = -1;
+      } else if (e instanceof ProtocolError && e.code === 'overloaded') {
+        if (episode === this.episode) {
+          this.episode++;
+          this.pausedUntil = Date.now() + this.pause.next();
+        }
+        // pump waits for the pause
       } else if (e instanceof ProtocolError && retryable(e)) {
         // longer while it repeats, jittered so that clients refused
         // together do not all come back together
-        again = Math.round(1000 * Math.min(p.attempts, 10) * (0.5 + Math.random() / 2));
-      } else if (!(e instanceof Disconnected)) {
+        g.sendBackoff ||= new Backoff(1000, 10000);
+        again = g.sendBackoff.next();
+      } else if (!(e instanceof Timeout)) { // a timeout sends it again at once
         p.state = 'failed';
         p.error = e.detail || e.message;
-        this.changed(g);
+        this.changed(g); // and the next one goes
       }
     } finally {
-      p.inflight = false;
+      g.sending = null;
     }
-    if (again >= 0) setTimeout(() => this.trySend(p), again);
+    if (again > 0) {
+      g.sendWait = setTimeout(() => { g.sendWait = 0; this.pump(g); }, again);
+    } else if (again === 0) {
+      this.pump(g);
+    }
   }
 
   changed(g) {
