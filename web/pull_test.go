@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
+
 	"github.com/groupchat/chatd/internal/browsertest"
 )
 
@@ -113,5 +115,31 @@ func TestASendWrittenTwiceIsShownOnce(t *testing.T) {
 	}
 	if pr := b.TakeProblems(); len(pr) > 0 {
 		t.Errorf("the page logged errors: %v", pr)
+	}
+}
+
+// A cmid used again past the server's dedup window (24 h) is a new
+// message (PROTOCOL.md): the page hid it as a second record of the first,
+// pushed or paged up to.
+func TestACmidUsedAgainAfterADayIsANewMessage(t *testing.T) {
+	const day = 24 * 3600 * 1000
+	_, b, c := listed(t, 10, 9, 9)
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	// 10 used cmid "again", as 9 did two days before and 11 does a day
+	// later.
+	old, first, later := msg(9, -2, "v", "two days ago"), msg(10, -2, "v", "yesterday"), msg(11, 10, "v", "today")
+	old["cmid"], first["cmid"], later["cmid"] = "again", "again", "again"
+	old["sent_at"] = first["sent_at"].(int64) - 2*day
+	later["sent_at"] = first["sent_at"].(int64) + day + 1
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 9.0 })
+	c.answer(f, page(f, false, 10, first))
+	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 10.0 })
+	c.answer(f, page(f, false, 10, old))
+	b.WaitUntil("the older page taken", `!chat.group('g').loadingOlder && chat.stats.olderPulls === 1`)
+	c.write(map[string]any{"op": "push", "msgs": []any{later}})
+	b.WaitUntil("11 taken", `chat.group('g').contig === 11`)
+	roundTrip(t, b)
+	if got, want := b.Bodies(), []string{"two days ago", "yesterday", "today"}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("the page shows %q, want %q: one cmid used a day or more apart is three messages", got, want)
 	}
 }

@@ -36,7 +36,7 @@ export function newGroup(gid) {
     counts: new Map(), // msgid -> {read, audience}, for my messages
     pending: new Map(), // cmid -> outgoing message not yet shown, in the order sent
     sending: null, sendWait: 0, sendBackoff: null, // the one send of the group under way, or the timer of its next try (outbox.js)
-    sends: new Map(), // sender + cmid -> msgid of the last MAX_SENDS shown, oldest first
+    sends: new Map(), // sender + cmid -> {msgid, sentAt} of the last MAX_SENDS shown, oldest first
   };
 }
 
@@ -44,22 +44,48 @@ export function newGroup(gid) {
 // (two msgids, one send) once.
 export const MAX_SENDS = 1000;
 
+// DEDUP_WINDOW is the server's dedup window (ms, 24 h by default): two
+// records of one sender and cmid are one send only when their sent_at
+// are at most this apart; past it, the cmid used again is a new message.
+export const DEDUP_WINDOW = 24 * 3600 * 1000;
+const MAX_SENT_AT = 2 ** 53; // sent_at are compared clamped to this either side of 1970, as the server does
+
+// sameSend reports whether two records of one sender and cmid, sent at a
+// and b (ms), are one send: the server's rule, as the Go SDK's sameSend.
+export function sameSend(a, b, win = DEDUP_WINDOW) {
+  const clamp = (v) => (Number.isFinite(v) ? Math.min(Math.max(v, -MAX_SENT_AT), MAX_SENT_AT) : 0);
+  const d = clamp(a) - clamp(b);
+  return -win <= d && d <= win;
+}
+
 // sendKey is what g.sends knows a send by: its sender and cmid.
 const sendKey = (m) => `${m.sender}\u0000${m.cmid}`;
 
-// shownAs is the msgid under which m's send is shown in g, if it is.
-export const shownAs = (g, m) => (m.cmid ? g.sends.get(sendKey(m)) : undefined);
+// shownAs is the msgid under which m's send is shown in g, if it is: a
+// message of its sender and cmid whose sent_at is within the dedup window.
+export function shownAs(g, m) {
+  const r = m.cmid ? g.sends.get(sendKey(m)) : undefined;
+  return r && sameSend(m.sent_at, r.sentAt) ? r.msgid : undefined;
+}
 
-// sentBefore reports whether m repeats a send shown under another msgid
-// (a resend the server wrote twice: its history keeps the first, but both
-// may be pushed), and remembers m's send.
+// sentBefore reports whether m repeats a send shown under an earlier
+// msgid (a resend the server wrote twice: its history keeps the first,
+// but both may be pushed), and remembers m's send. As the Go SDK's: m is
+// a second record when the message that holds its key came before it and
+// is the same send (sameSend); otherwise it is a new message (the cmid
+// used again past the window) and takes the key over. The same message
+// again, or an older one, is no second record.
 export function sentBefore(g, m) {
   if (!m.cmid) return false;
   const key = sendKey(m);
-  const id = g.sends.get(key);
-  if (id !== undefined) return id !== m.msgid;
+  const r = g.sends.get(key);
+  if (r !== undefined) {
+    if (r.msgid < m.msgid && sameSend(m.sent_at, r.sentAt)) return true;
+    if (r.msgid < m.msgid) g.sends.set(key, { msgid: m.msgid, sentAt: m.sent_at });
+    return false;
+  }
   if (g.sends.size >= MAX_SENDS) g.sends.delete(g.sends.keys().next().value);
-  g.sends.set(key, m.msgid);
+  g.sends.set(key, { msgid: m.msgid, sentAt: m.sent_at });
   return false;
 }
 
