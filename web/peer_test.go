@@ -28,6 +28,7 @@ type peer struct {
 
 	mu      sync.Mutex
 	uid     any           // the uid of its authed frames (authedAs)
+	urls    []string      // the URL of every WebSocket upgrade, in order
 	head    int64         // acks and reads past it are refused (headAt)
 	cursors []cursorFrame // every ack and read taken, in arrival order
 	refused []cursorFrame // every ack and read refused as beyond_head
@@ -70,15 +71,31 @@ func (p *peer) serveWS(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	if r.URL.Query().Get("token") != "t" {
+	p.mu.Lock()
+	p.urls = append(p.urls, r.URL.String())
+	uid := p.uid
+	p.mu.Unlock()
+	// The token in the URL, or in the first frame, as the gateway takes it.
+	authed := map[string]any{"op": "authed", "uid": uid}
+	token := r.URL.Query().Get("token")
+	if token == "" {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, b, err := ws.Read(ctx)
+		cancel()
+		var f map[string]any
+		if err != nil || json.Unmarshal(b, &f) != nil || f["op"] != "auth" {
+			ws.Close(4001, "unauthenticated: no token")
+			return
+		}
+		token, _ = f["token"].(string)
+		authed["id"] = f["id"]
+	}
+	if token != "t" {
 		ws.Close(4001, "bad_token: not the token the peer handed out")
 		return
 	}
 	c := &peerConn{t: p.t, ws: ws, in: make(chan map[string]any, 100), done: make(chan struct{})}
-	p.mu.Lock()
-	uid := p.uid
-	p.mu.Unlock()
-	c.write(map[string]any{"op": "authed", "uid": uid})
+	c.write(authed)
 	p.conns <- c
 	defer close(c.done)
 	for {

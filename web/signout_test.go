@@ -2,6 +2,7 @@ package web
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/chromedp/chromedp"
@@ -52,5 +53,27 @@ func TestSigningOutLeavesNoTokenInTheForm(t *testing.T) {
 	b.WaitUntil("the sign-in form", `!document.getElementById('signin').hidden`)
 	if tok := browsertest.Eval[string](b, `document.querySelector('#signin-form input[name=token]').value`); tok != "" {
 		t.Fatalf("after signing out the sign-in form still holds the last user's token %q", tok)
+	}
+}
+
+// The token goes in the first frame, not in the WebSocket URL, where the
+// access logs of proxies keep it. Signing out takes the unsent outbox
+// with it: the next person at this browser signing in as the same user
+// sent the last one's messages.
+func TestTheTokenStaysOutOfTheURLAndSigningOutForgetsTheOutbox(t *testing.T) {
+	p, b, c := listed(t, 10, 10, 10)
+	p.mu.Lock()
+	url := p.urls[0]
+	p.mu.Unlock()
+	if strings.Contains(url, "token") {
+		t.Errorf("the page put its token in the WebSocket URL (%s), where access logs keep it", url)
+	}
+	opened(c, b, "v")
+	typeAndSend(b, "not sent yet")
+	c.expect("send", nil) // not answered
+	b.Run(chromedp.Click(chromedp.CSS(`#signout`)))
+	b.WaitUntil("the sign-in form", `!document.getElementById('signin').hidden`)
+	if stored := browsertest.Eval[[]string](b, `Object.keys(sessionStorage).filter((k) => k.startsWith('chatd.'))`); len(stored) > 0 {
+		t.Fatalf("after signing out sessionStorage still holds %q: the next sign-in sends the last user's unsent messages", stored)
 	}
 }

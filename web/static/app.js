@@ -55,6 +55,9 @@ function signOut(message) {
   chat = null;
   view = null;
   sessionStorage.removeItem('chatd.session');
+  // The messages not sent yet go too: the next to sign in here, as the
+  // same user, would send them.
+  for (const k of Object.keys(sessionStorage)) if (k.startsWith('chatd.outbox.')) sessionStorage.removeItem(k);
   clearInterval(countdown);
   // The next to sign in at this browser sees nothing of this user's.
   observer.disconnect();
