@@ -36,7 +36,9 @@ type peer struct {
 
 type cursorFrame struct {
 	op   string
+	gid  string
 	upto int64
+	at   time.Time // when the peer took it
 }
 
 type peerConn struct {
@@ -115,7 +117,8 @@ func (p *peer) serveWS(w http.ResponseWriter, r *http.Request) {
 			if gid, _ := f["gid"].(string); !ok || upto != math.Trunc(upto) || gid == "" {
 				p.t.Errorf("the page sent a cursor that names no message of a group: %s", b)
 			}
-			cf := cursorFrame{f["op"].(string), int64(upto)}
+			gid, _ := f["gid"].(string)
+			cf := cursorFrame{f["op"].(string), gid, int64(upto), time.Now()}
 			p.mu.Lock()
 			beyond := cf.upto > p.head
 			if beyond {

@@ -12,7 +12,8 @@
 // often while the server repeats it (recovery.js).
 //
 // Everything runs on the page's one thread; state changes are announced as
-// events: status, groups, messages, pending, counts, error. Acks and reads
+// events: status, groups, messages, pending, counts, error. Acks, reads,
+// pulls and read counts keep to one frame budget (pace.js). Acks and reads
 // are in cursors.js, sending in outbox.js, the connection in conn.js, read
 // counts in receipts.js, taking a group up again in recovery.js, what is
 // held of each group and its bounds in groups.js.
@@ -20,6 +21,7 @@
 import { Conn, Disconnected, Timeout, Backoff, retryable, sleep } from './conn.js';
 import { Cursors } from './cursors.js';
 import { Outbox } from './outbox.js';
+import { Pacer } from './pace.js';
 import * as frames from './frames.js';
 import { recovery } from './recovery.js';
 import { receipts, MAX_COUNTS } from './receipts.js';
@@ -63,6 +65,7 @@ export class Chat extends EventTarget {
     this.resyncAsked = false; // see sessionUp
     this.outbox = new Outbox(this);
     this.cursors = new Cursors(this);
+    this.pace = new Pacer(); // acks, reads, pulls and read counts
     this.onOffline = () => this.conn.drop('the browser went offline');
     this.onOnline = () => this.conn.retryNow();
   }
@@ -363,7 +366,7 @@ export class Chat extends EventTarget {
         for (;;) {
           const after = g.contig;
           this.stats.pulls++;
-          const p = frames.page(await this.conn.request({ op: 'pull', gid: g.gid, after, limit: PAGE }), g.gid);
+          const p = frames.page(await this.paced({ op: 'pull', gid: g.gid, after, limit: PAGE }), g.gid);
           g.head = Math.max(g.head, p.head);
           const fresh = p.msgs.filter((m) => m.msgid > g.contig);
           this.stats.duplicates += p.msgs.length - fresh.length;
@@ -396,7 +399,7 @@ export class Chat extends EventTarget {
     const before = g.order.length ? g.order[0] : g.contig + 1;
     const dropped = g.dropped;
     this.stats.olderPulls++;
-    const p = frames.page(await this.conn.request({ op: 'pull', gid, before, limit: OLDER_PAGE }), gid);
+    const p = frames.page(await this.paced({ op: 'pull', gid, before, limit: OLDER_PAGE }), gid);
     // Closing the group meanwhile (or a retake) forgot messages the page
     // may join onto: taken, it could leave a hole. Scrolling up asks
     // again. Pushes taken meanwhile join on above.
@@ -470,6 +473,18 @@ export class Chat extends EventTarget {
   seen(gid, msgid) {
     const g = this.group(gid);
     if (g.gaveUpRead || g.olderPages >= UNREAD_PAGES || this.reachesRead(g)) this.cursors.seen(g, msgid);
+  }
+
+  // paced sends one of the page's own frames (an ack, read, pull or
+  // read_counts) within the frame budget (pace.js) and resolves with its
+  // answer. One refused as over the server's rate empties the budget.
+  async paced(frame) {
+    try {
+      return await this.pace.run(() => this.conn.request(frame));
+    } catch (e) {
+      if (e.code === 'rate_limited') this.pace.empty();
+      throw e;
+    }
   }
 
   failed(what, e) {

@@ -84,7 +84,7 @@ export class Cursors {
   async send(op, g, upto) {
     const chat = this.chat;
     try {
-      await chat.conn.request({ op, gid: g.gid, upto });
+      await chat.paced({ op, gid: g.gid, upto });
       chat.retakeEnded(g);
       if (op === 'ack') {
         chat.stats.acks++;

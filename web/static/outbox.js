@@ -9,11 +9,13 @@
 // group stores them in the order they were typed, however often one is
 // refused or resent. A refusal as overloaded pauses every send of the
 // page, as the Go SDK does: 0.25 to 0.5 s at first, twice that while the
-// refusals go on, up to 5 to 10 s.
+// refusals go on, up to 5 to 10 s. At most MAX_SENDING groups have a
+// send in flight at once.
 
 import { ProtocolError, Disconnected, Timeout, Backoff, retryable } from './conn.js';
 
 const SEND_TIMEOUT = 10000;
+const MAX_SENDING = 8; // sends in flight at once, of all groups: a new session's resends of many groups wait their turn
 
 // newCmid uses crypto.getRandomValues, not randomUUID: the page may be
 // served over plain http from another host than localhost.
@@ -28,6 +30,7 @@ export class Outbox {
     this.pausedUntil = 0;
     this.episode = 0; // pauses so far: a refusal of a send made before the last one began does not lengthen it
     this.timer = 0;
+    this.inflight = 0;
   }
 
   key() { return `chatd.outbox.${this.chat.uid}`; }
@@ -61,7 +64,8 @@ export class Outbox {
     }
   }
 
-  // resendAll is called by each new session.
+  // resendAll sends what waits in every group: at each new session, at
+  // the end of a pause, and when a place among MAX_SENDING frees.
   resendAll() {
     for (const g of this.chat.groups.values()) this.pump(g);
   }
@@ -70,7 +74,7 @@ export class Outbox {
   // under way, the sends are paused, or the page is offline.
   pump(g) {
     const chat = this.chat;
-    if (g.sending || g.sendWait || !chat.online) return;
+    if (g.sending || g.sendWait || !chat.online || this.inflight >= MAX_SENDING) return;
     const wait = this.pausedUntil - Date.now();
     if (wait > 0) {
       clearTimeout(this.timer);
@@ -92,6 +96,7 @@ export class Outbox {
   async trySend(g, p) {
     const chat = this.chat;
     g.sending = p;
+    this.inflight++;
     if (p.attempts++ > 0) chat.stats.resends++;
     const episode = this.episode;
     let again = 0; // ms until g's next send; -1: the next session's
@@ -132,12 +137,14 @@ export class Outbox {
       }
     } finally {
       g.sending = null;
+      this.inflight--;
     }
     if (again > 0) {
       g.sendWait = setTimeout(() => { g.sendWait = 0; this.pump(g); }, again);
     } else if (again === 0) {
       this.pump(g);
     }
+    this.resendAll(); // a place is free: the groups that wait for one
   }
 
   changed(g) {

@@ -34,7 +34,7 @@ export const receipts = {
     const mine = msgids.filter((id) => g.msgs.get(id)?.sender === this.uid).slice(-newest);
     for (let i = 0; i < mine.length; i += MAX_COUNTS) {
       try {
-        const f = await this.conn.request({ op: 'read_counts', gid: g.gid, msgids: mine.slice(i, i + MAX_COUNTS) });
+        const f = await this.paced({ op: 'read_counts', gid: g.gid, msgids: mine.slice(i, i + MAX_COUNTS) });
         this.receipts(g.gid, f.counts);
       } catch (e) {
         return this.failed('read counts', e);

@@ -1,0 +1,68 @@
+// pace.js: the budget of the page's own frames (acks, reads, pulls, read
+// counts), as the Go SDK's (client/pace.go): a token bucket of RATE a
+// second up to BURST, and at most INFLIGHT answers awaited at once. A
+// gateway allows a connection 200 frames a second (bursts of 400) and
+// refuses those over it as rate_limited, whatever they are: the page's
+// own kept to half of it leave the user's sends room, and a page with
+// hundreds of groups to ack or a session to redo does not send them all
+// in one burst. Waiters go first in, first out.
+
+const RATE = 100; // frames a second
+const BURST = 20;
+const INFLIGHT = 6;
+
+export class Pacer {
+  constructor(rate = RATE, burst = BURST, inflight = INFLIGHT) {
+    this.rate = rate;
+    this.burst = burst;
+    this.max = inflight;
+    this.tokens = burst;
+    this.last = performance.now();
+    this.busy = 0;
+    this.queue = [];
+    this.timer = 0;
+  }
+
+  // run calls fn (which sends one frame and resolves with its answer)
+  // once the budget allows, and resolves or rejects as it does.
+  async run(fn) {
+    await new Promise((resolve) => {
+      this.queue.push(resolve);
+      this.pump();
+    });
+    try {
+      return await fn();
+    } finally {
+      this.busy--;
+      this.pump();
+    }
+  }
+
+  // empty drops the tokens there are: the server refused a frame as over
+  // its rate, so the bucket starts again from none.
+  empty() {
+    this.refill();
+    this.tokens = Math.min(this.tokens, 0);
+  }
+
+  refill() {
+    const now = performance.now();
+    this.tokens = Math.min(this.burst, this.tokens + (now - this.last) / 1000 * this.rate);
+    this.last = now;
+  }
+
+  pump() {
+    clearTimeout(this.timer);
+    this.timer = 0;
+    while (this.queue.length > 0 && this.busy < this.max) {
+      this.refill();
+      if (this.tokens < 1) {
+        this.timer = setTimeout(() => this.pump(), Math.ceil((1 - this.tokens) / this.rate * 1000));
+        return;
+      }
+      this.tokens--;
+      this.busy++;
+      this.queue.shift()();
+    }
+  }
+}
