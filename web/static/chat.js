@@ -254,13 +254,17 @@ export class Chat extends EventTarget {
       return;
     }
     if (g.known && !g.pulling) this.stats.gaps++;
+    // A closed group pulls no gap: what follows one would wait, up to
+    // MAX_BUF in every group, until the opening pulls it anyway.
+    if (g.known && !g.opened) return; // counted
     if (g.buf.size >= MAX_BUF) return; // counted; pulled later (see MAX_BUF)
     g.buf.set(m.msgid, m);
     this.drain(g);
   }
 
   // drain accepts the held-back pushes that now follow the contiguous
-  // cursor. A gap that remains in the open group is pulled.
+  // cursor. A gap that remains in the open group is pulled; in a closed
+  // one, what waits for it goes (the opening pulls it).
   drain(g) {
     if (!g.known) return;
     const ready = [];
@@ -279,6 +283,7 @@ export class Chat extends EventTarget {
       }
     }
     this.accept(g, ready);
+    if (!g.opened) g.buf.clear(); // a gap of a closed group: the opening pulls what follows it
     if (g.buf.size > 0 && g.opened && !g.pulling && !g.gapping && this.online) this.fillGap(g);
   }
 
@@ -453,6 +458,7 @@ export class Chat extends EventTarget {
   closeGroup(gid) {
     const g = this.group(gid);
     g.opened = false;
+    g.buf.clear(); // what waits for a gap: the next opening pulls it
     this.forgetOld(g, KEEP_CLOSED);
     if (this.current === gid) this.current = null;
     this.cursors.flush(true).then(() => this.syncSoon());

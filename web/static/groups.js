@@ -13,9 +13,11 @@
 
 import { retakeBackoff } from './recovery.js';
 
-// MAX_BUF: pushes held back for a group. Those past it are pulled when the
-// group opens; in the open group, by the pull of the gap when it goes on,
-// else at the group's next push (its prev shows the gap) or heartbeat.
+// MAX_BUF: pushes held back for a group: the open group, while its gap
+// is pulled, or one no sync named yet (a closed group holds none: its
+// opening pulls them). Those past it are pulled when the group opens; in
+// the open group, by the pull of the gap when it goes on, else at the
+// group's next push (its prev shows the gap) or heartbeat.
 export const MAX_BUF = 1000;
 export const MAX_UNLISTED = 16; // pushed groups no sync named, kept for when one does
 
@@ -26,7 +28,7 @@ export function newGroup(gid) {
     unread: 0, unreadExact: true, // the badge of a group that is not open
     contig: -1, // every message up to it received (or loadable by scrolling up)
     msgs: new Map(), order: [], // held messages, msgids ascending
-    buf: new Map(), // pushes waiting for their predecessors, at most MAX_BUF
+    buf: new Map(), // pushes waiting for their predecessors, at most MAX_BUF; none in a closed group a sync named
     olderMore: true, loadingOlder: null, // the older page under way (a promise of how many it added)
     dropped: 0, // held messages were forgotten this many times (an older page joins onto what it was asked against)
     olderPages: 0, gaveUpRead: false, // older pages since the opening; unread messages trimmed (see Chat.seen)
