@@ -205,3 +205,29 @@ func TestAGroupScrolledUpByABatchKeepsItsNewestThousand(t *testing.T) {
 		t.Fatalf("after a batch taller than the screen and 1,200 pushes the open group holds %d messages and shows %d; want at most the newest 1,000 and an older page", got[0], got[1])
 	}
 }
+
+// A pull refused as overloaded or rate_limited while the group opens, or
+// an older page refused so, is asked again after a back-off
+// (PROTOCOL.md): it was given up on, and the group stayed empty, or the
+// view without its older messages, until the user opened it again.
+func TestPullsRefusedWhileOpeningAreAskedAgain(t *testing.T) {
+	_, b, c := listed(t, 12, 10, 10)
+	again := func(what string, match func(f map[string]any) bool, code string) map[string]any {
+		t.Helper()
+		f := c.expect("pull", match)
+		c.answer(f, map[string]any{"op": "error", "code": code, "message": "refused for now; retry after a back-off"})
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+			if f := c.next("pull", time.Until(deadline)); f != nil && match(f) {
+				return f
+			}
+		}
+		t.Fatalf("%s, refused as %s, was not asked again within 10 s; page %s", what, code, b.State())
+		return nil
+	}
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	f := again("the opening's pull", func(f map[string]any) bool { return f["after"] == 10.0 }, "overloaded")
+	c.answer(f, page(f, false, 12, msg(11, -2, "v", "m11"), msg(12, -2, "v", "m12")))
+	f = again("the opening's older page", func(f map[string]any) bool { return f["before"] == 11.0 }, "rate_limited")
+	c.answer(f, page(f, false, 12, msg(10, -2, "v", "m10")))
+	b.WaitUntil("the group shown", `document.querySelectorAll('#messages .msg').length === 3`)
+}

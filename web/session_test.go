@@ -157,8 +157,9 @@ func TestAPushWhileOpeningKeepsThePagingToTheFirstUnread(t *testing.T) {
 }
 
 // An opening cut short before its view reaches the first unread message
-// (here, an older page refused) reads nothing: a read of what is on
-// screen would pass the unread messages above it, never shown.
+// (here, an older page refused, and asked again unanswered) reads
+// nothing: a read of what is on screen would pass the unread messages
+// above it, never shown.
 func TestAnOpeningCutShortReadsNothing(t *testing.T) {
 	p, b, c, f := openAckedAhead(t, nil)
 	c.answer(f, map[string]any{"op": "error", "code": "unavailable", "message": "history is unavailable right now; retry shortly"})

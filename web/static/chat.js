@@ -32,6 +32,8 @@ const OLDER_PAGE = 50; // a page when scrolling up
 const FILL = 30; // an opened group shows at least this many messages when it has them
 const UNREAD_PAGES = 20; // an opened group pages up at most this many older pages to its first unread message
 const HEARTBEAT = 25000;
+const PULL_RETRY_MIN = 500; // a pull of the open group refused as retryable is asked again after this,
+const PULL_RETRY_MAX = 10000; // twice that while it is refused, up to this
 const RESYNC_RETRY = 2000; // a sync the server asked for, refused, is asked again after this
 const KEEP_CLOSED = 200; // messages kept of a group that is not open; older ones come back by scrolling up
 const KEEP_OPEN = 1000; // messages kept of the open group, wherever its view is (see trim)
@@ -371,7 +373,7 @@ export class Chat extends EventTarget {
         for (;;) {
           const after = g.contig;
           this.stats.pulls++;
-          const p = frames.page(await this.paced({ op: 'pull', gid: g.gid, after, limit: PAGE }), g.gid);
+          const p = frames.page(await this.pullPage(g, { op: 'pull', gid: g.gid, after, limit: PAGE }), g.gid);
           g.head = Math.max(g.head, p.head);
           const fresh = p.msgs.filter((m) => m.msgid > g.contig);
           this.stats.duplicates += p.msgs.length - fresh.length;
@@ -389,6 +391,26 @@ export class Chat extends EventTarget {
     return g.pulling;
   }
 
+  // pullPage asks for a page of the open group g, and again after a
+  // back-off (PULL_RETRY_MIN doubling to PULL_RETRY_MAX) while the server
+  // refuses it as retryable (overloaded, rate_limited, unavailable,
+  // internal) or does not answer: given up on, the opening's pages left
+  // the group empty, or the view without its older messages, until the
+  // user opened it again. A lost session ends it (the next one pulls
+  // again), and so does closing the group.
+  async pullPage(g, frame) {
+    const bo = new Backoff(PULL_RETRY_MIN, PULL_RETRY_MAX);
+    for (;;) {
+      try {
+        return await this.paced(frame);
+      } catch (e) {
+        if (e instanceof Disconnected || !retryable(e) || !g.opened || !this.online) throw e;
+        console.info(`chatd: a pull of ${g.gid} refused (${e.message}); asking again`);
+      }
+      await sleep(bo.next());
+    }
+  }
+
   // loadOlder pulls the page right before the oldest message held, and
   // returns how many messages it added: 0 while another is under way
   // (g.loadingOlder, which load waits for).
@@ -404,7 +426,7 @@ export class Chat extends EventTarget {
     const before = g.order.length ? g.order[0] : g.contig + 1;
     const dropped = g.dropped;
     this.stats.olderPulls++;
-    const p = frames.page(await this.paced({ op: 'pull', gid, before, limit: OLDER_PAGE }), gid);
+    const p = frames.page(await this.pullPage(g, { op: 'pull', gid, before, limit: OLDER_PAGE }), gid);
     // Closing the group meanwhile (or a retake) forgot messages the page
     // may join onto: taken, it could leave a hole. Scrolling up asks
     // again. Pushes taken meanwhile join on above.
