@@ -29,6 +29,7 @@ type peer struct {
 	mu      sync.Mutex
 	uid     any           // the uid of its authed frames (authedAs)
 	urls    []string      // the URL of every WebSocket upgrade, in order
+	mute    bool          // take tokens and never answer them (muteAuth)
 	head    int64         // acks and reads past it are refused (headAt)
 	cursors []cursorFrame // every ack and read taken, in arrival order
 	refused []cursorFrame // every ack and read refused as beyond_head
@@ -75,8 +76,15 @@ func (p *peer) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	p.mu.Lock()
 	p.urls = append(p.urls, r.URL.String())
-	uid := p.uid
+	uid, mute := p.uid, p.mute
 	p.mu.Unlock()
+	if mute {
+		for {
+			if _, _, err := ws.Read(context.Background()); err != nil {
+				return
+			}
+		}
+	}
 	// The token in the URL, or in the first frame, as the gateway takes it.
 	authed := map[string]any{"op": "authed", "uid": uid}
 	token := r.URL.Query().Get("token")
@@ -157,6 +165,21 @@ func (p *peer) authedAs(uid any) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.uid = uid
+}
+
+// muteAuth makes the peer take the next connections and never answer
+// their token: no authed, no close.
+func (p *peer) muteAuth() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.mute = true
+}
+
+// upgrades is how many WebSocket connections the page opened.
+func (p *peer) upgrades() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.urls)
 }
 
 // headAt makes the peer refuse acks and reads past head as beyond_head.

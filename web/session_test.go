@@ -407,3 +407,27 @@ func TestAResyncFrameDuringASyncIsObeyedAfterIt(t *testing.T) {
 	synced(c, f, 11, 10, 10)
 	b.WaitUntil("the new head counted", `document.querySelector('#groups li[data-gid=g] .badge')?.textContent === '1'`)
 }
+
+// A connection that is let in but never authenticated (a gateway that
+// hangs before its authed, a proxy that swallows frames) is dropped after
+// its time to authenticate and dialled again with backoff: the page said
+// "connecting…" for ever. The 10 s are shortened to 500 ms here.
+func TestAConnectionNeverAuthedIsDialledAgain(t *testing.T) {
+	p := newPeer(t)
+	p.muteAuth()
+	b := browsertest.NewTab(t, browsertest.Start(t), "u")
+	b.Run(func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, tg, cdppage.AddScriptToEvaluateOnNewDocument, cdppage.AddScriptToEvaluateOnNewDocumentParams{
+			Source: `{ const st = window.setTimeout; window.setTimeout = (f, d, ...a) => st(f, d === 10000 ? 500 : d, ...a); }`})
+		return chromedp.Void{}, err
+	})
+	signIn(t, p, b)
+	time.Sleep(6 * time.Second)
+	// Dropped at 0.5 s, then dialled after 0.25-0.5 s, 0.5-1 s, 1-2 s, 2-4 s.
+	if n := p.upgrades(); n < 3 || n > 6 {
+		t.Fatalf("the page opened %d connections in 6 s to a server that never answers its token; want it dropped after 0.5 s and dialled again with backoff; page %s", n, b.State())
+	}
+	if st := browsertest.Eval[string](b, `document.getElementById('status').textContent`); st == "online" {
+		t.Fatalf("the page says %q", st)
+	}
+}

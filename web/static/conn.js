@@ -5,6 +5,11 @@
 
 import { frame, errorText, uid } from './frames.js';
 
+// AUTH_TIMEOUT: a connection not authenticated (authed) within this is
+// dropped and dialled again with backoff, as the gateway gives a client
+// 10 s to send its token.
+const AUTH_TIMEOUT = 10000;
+
 // ProtocolError is an error frame's code and message.
 export class ProtocolError extends Error {
   constructor(code, message) {
@@ -66,7 +71,8 @@ export class Conn {
     this.seq = 0;
     this.waiters = new Map();
     this.backoff = new Backoff();
-    this.timer = 0;
+    this.timer = 0; // the next dial
+    this.authTimer = 0; // the end of the dialled connection's time to authenticate
   }
 
   start() {
@@ -96,6 +102,12 @@ export class Conn {
     };
     ws.onmessage = (ev) => this.received(ws, ev.data);
     ws.onclose = (ev) => this.ended(ws, ev);
+    // A server (or a proxy) that lets the connection in and never says
+    // authed would leave the page connecting for ever.
+    clearTimeout(this.authTimer);
+    this.authTimer = setTimeout(() => {
+      if (ws === this.ws && !this.isUp) this.drop(`not authenticated within ${AUTH_TIMEOUT / 1000} s`);
+    }, AUTH_TIMEOUT);
     ws.onerror = () => {}; // onclose follows and says it
   }
 
@@ -142,6 +154,7 @@ export class Conn {
     }
     if (!f) return;
     if (f.op === 'authed' && !this.isUp) {
+      clearTimeout(this.authTimer);
       this.isUp = true;
       this.hooks.up(uid(f));
       return;
@@ -170,6 +183,7 @@ export class Conn {
   ended(ws, ev) {
     if (ws !== this.ws) return;
     this.ws = null;
+    clearTimeout(this.authTimer);
     const wasUp = this.isUp;
     this.isUp = false;
     const err = new Disconnected(`disconnected (${ev.code}${ev.reason ? ' ' + ev.reason : ''})`);
