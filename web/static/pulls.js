@@ -1,0 +1,99 @@
+// pulls.js: the pages of the open group a session asks for: forward from
+// the contiguous cursor, older ones before the oldest held, each asked
+// again after a back-off while refused for now. Methods of Chat (chat.js),
+// kept apart.
+
+import { Backoff, Disconnected, retryable, sleep } from './conn.js';
+import * as frames from './frames.js';
+import { insertSorted, shownAs } from './groups.js';
+
+const PAGE = 100; // a forward pull page
+const OLDER_PAGE = 50; // a page when scrolling up
+const PULL_RETRY_MIN = 500; // a pull of the open group refused as retryable is asked again after this,
+const PULL_RETRY_MAX = 10000; // twice that while it is refused, up to this
+
+export const pulls = {
+  // pullForward pulls everything after the contiguous cursor, page by page.
+  // Pushes of the group that do not follow the cursor wait meanwhile. One
+  // pull of a group at a time.
+  pullForward(g) {
+    if (g.pulling) return g.pulling;
+    g.pulling = (async () => {
+      try {
+        for (;;) {
+          const after = g.contig;
+          this.stats.pulls++;
+          const p = frames.page(await this.pullPage(g, { op: 'pull', gid: g.gid, after, limit: PAGE }), g.gid);
+          g.head = Math.max(g.head, p.head);
+          const fresh = p.msgs.filter((m) => m.msgid > g.contig);
+          this.stats.duplicates += p.msgs.length - fresh.length;
+          this.accept(g, fresh);
+          if (!p.more) return;
+          // Pushes taken meanwhile may have overtaken the page: go on from
+          // the new cursor. A page with nothing after `after` is the server's.
+          if (!p.msgs.some((m) => m.msgid > after)) throw new Error(`pull of ${g.gid} after ${after}: the page says more but brings nothing new`);
+        }
+      } finally {
+        g.pulling = null;
+        this.drain(g);
+      }
+    })();
+    return g.pulling;
+  },
+
+  // pullPage asks for a page of the open group g, and again after a
+  // back-off (PULL_RETRY_MIN doubling to PULL_RETRY_MAX) while the server
+  // refuses it as retryable (overloaded, rate_limited, unavailable,
+  // internal) or does not answer: given up on, the opening's pages left
+  // the group empty, or the view without its older messages, until the
+  // user opened it again. A lost session ends it (the next one pulls
+  // again), and so does closing the group.
+  async pullPage(g, frame) {
+    const bo = new Backoff(PULL_RETRY_MIN, PULL_RETRY_MAX);
+    for (;;) {
+      try {
+        return await this.paced(frame);
+      } catch (e) {
+        if (e instanceof Disconnected || !retryable(e) || !g.opened || !this.online) throw e;
+        console.info(`chatd: a pull of ${g.gid} refused (${e.message}); asking again`);
+      }
+      await sleep(bo.next());
+    }
+  },
+
+  // loadOlder pulls the page right before the oldest message held, and
+  // returns how many messages it added: 0 while another is under way
+  // (g.loadingOlder, which load waits for).
+  loadOlder(gid) {
+    const g = this.group(gid);
+    if (g.loadingOlder || !g.olderMore || !this.online) return Promise.resolve(0);
+    g.loadingOlder = this.pullOlder(g).finally(() => { g.loadingOlder = null; });
+    return g.loadingOlder;
+  },
+
+  async pullOlder(g) {
+    const gid = g.gid;
+    const before = g.order.length ? g.order[0] : g.contig + 1;
+    const dropped = g.dropped;
+    this.stats.olderPulls++;
+    const p = frames.page(await this.pullPage(g, { op: 'pull', gid, before, limit: OLDER_PAGE }), gid);
+    // Closing the group meanwhile (or a trim, or a retake) forgot
+    // messages the page may join onto: taken, it could leave a hole.
+    // Scrolling up asks again. Pushes taken meanwhile join on above.
+    if (g.dropped !== dropped) return 0;
+    // A resend written twice whose later record is shown already.
+    const fresh = p.msgs.filter((m) => m.msgid < before && !g.msgs.has(m.msgid) && !g.msgs.has(shownAs(g, m)));
+    let outbox = false;
+    for (const m of fresh) {
+      g.msgs.set(m.msgid, m);
+      insertSorted(g.order, m.msgid);
+      if (m.sender === this.uid && g.pending.delete(m.cmid)) outbox = true;
+    }
+    if (outbox) this.outbox.changed(g);
+    g.olderMore = p.more;
+    if (fresh.length > 0) g.olderPages++;
+    this.emit('messages', { gid, msgs: fresh, older: true });
+    this.refreshCounts(g, fresh.map((m) => m.msgid));
+    return fresh.length;
+  },
+};
