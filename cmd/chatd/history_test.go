@@ -76,3 +76,25 @@ func TestARoleWithAnotherClickHouseDatabaseIsRefused(t *testing.T) {
 		t.Fatalf("a projector without ClickHouse: %v, want a refusal", err)
 	}
 }
+
+// make run on a ./data made with ClickHouse, now without it, is refused
+// and says both ways on: its chat.messages deletes after a week.
+func TestDevOnADataDirMadeWithClickHouseIsRefusedWithoutIt(t *testing.T) {
+	data := t.TempDir()
+	env := map[string]string{"CHAT_HTTP_ADDR": freeAddr(t), "CHAT_KAFKA_LISTEN": freeAddr(t), "CHAT_DATA_DIR": data,
+		"CHAT_PARTITIONS": "2", "CHAT_LOG_LEVEL": "error",
+		"CHAT_CLICKHOUSE_ADDRS": testserver.SharedClickHouse(t).Addr, "CHAT_CLICKHOUSE_DATABASE": "dev_history_test"}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"dev"}, func(k string) string { return env[k] }) }()
+	waitHealthy(t, "http://"+env["CHAT_HTTP_ADDR"]+"/readyz")
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("chatd dev with ClickHouse: %v", err)
+	}
+	delete(env, "CHAT_CLICKHOUSE_ADDRS")
+	err := runTo(context.Background(), []string{"dev"}, func(k string) string { return env[k] }, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "CHAT_CLICKHOUSE_ADDRS") || !strings.Contains(err.Error(), "remove "+data) {
+		t.Fatalf("chatd dev without ClickHouse on its data dir: %v, want a refusal naming CHAT_CLICKHOUSE_ADDRS and the data dir to remove", err)
+	}
+}
