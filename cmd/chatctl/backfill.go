@@ -106,7 +106,8 @@ func goOn(c *command, done, rest []string) string {
 		case secret(f.Name):
 			again = append(again, fmt.Sprintf("-%s (or %s)", f.Name, envOf(f.Name)))
 		default:
-			args = append(args, "-"+f.Name, shellQuote(f.Value.String()))
+			// -name=value: a bool flag takes no separate value.
+			args = append(args, "-"+f.Name+"="+shellQuote(f.Value.String()))
 		}
 	})
 	next := fmt.Sprintf("go on with `chatctl backfill %s` (rows written again are harmless)", strings.Join(args, " "))

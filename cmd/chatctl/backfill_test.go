@@ -249,7 +249,7 @@ func TestABackfillCutShortSaysHowToGoOn(t *testing.T) {
 	err := run(ctx, []string{"backfill", "-dedup-window", "48h", "-batch", "500"}, func(k string) string { return e.vars[k] }, out, &strings.Builder{})
 	// The flags set go on too: a backfill of messages with another
 	// dedup window than the first run's would write resends as messages.
-	const want = "chatctl backfill -tables acks,receipts,members -batch 500 -dedup-window 48h0m0s`"
+	const want = "chatctl backfill -tables acks,receipts,members -batch=500 -dedup-window=48h0m0s`"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("backfill cut short after messages: %v\n%s; want an error saying to go on with %s", err, out.String(), want)
 	}
@@ -267,17 +267,18 @@ func TestABackfillsGoOnCommandKeepsSecretsOutAndQuotesValues(t *testing.T) {
 	c := newCommand("backfill", func(string) string { return "" }, io.Discard, io.Discard)
 	backfillFlags(c)
 	given := []string{"-clickhouse-password", "s3cret pass", "-redis-password", "r3dis",
-		"-clickhouse-database", "", "-clickhouse-user", "ops team", "-kafka-brokers", "k1:9092,k2:9092", "-dedup-window", "48h"}
+		"-clickhouse-database", "", "-clickhouse-user", "ops team", "-kafka-brokers", "k1:9092,k2:9092", "-dedup-window", "48h",
+		"-kafka-tls", "-kafka-sasl", "scram-sha-256", "-kafka-sasl-user", "ops", "-kafka-sasl-password", "k4fka"}
 	if _, err := c.parse(given); err != nil {
 		t.Fatal(err)
 	}
 	msg := goOn(c, []string{"messages"}, []string{"acks", "receipts"})
-	for _, s := range []string{"s3cret", "r3dis"} {
+	for _, s := range []string{"s3cret", "r3dis", "k4fka"} {
 		if strings.Contains(msg, s) {
 			t.Errorf("the go-on line shows the password %q: %s", s, msg)
 		}
 	}
-	for _, s := range []string{"-clickhouse-password", "CHAT_CLICKHOUSE_PASSWORD", "-redis-password", "CHAT_REDIS_PASSWORD"} {
+	for _, s := range []string{"-clickhouse-password", "CHAT_CLICKHOUSE_PASSWORD", "-redis-password", "CHAT_REDIS_PASSWORD", "-kafka-sasl-password", "CHAT_KAFKA_SASL_PASSWORD"} {
 		if !strings.Contains(msg, s) {
 			t.Errorf("the go-on line does not say to give %s again: %s", s, msg)
 		}
@@ -295,11 +296,11 @@ func TestABackfillsGoOnCommandKeepsSecretsOutAndQuotesValues(t *testing.T) {
 	args := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
 	again := newCommand("backfill", func(string) string { return "" }, io.Discard, io.Discard)
 	o := backfillFlags(again).(*backfillOpts)
-	if _, err := again.parse(args); err != nil {
-		t.Fatalf("the go-on command %q does not parse back: %v", line, err)
+	if rest, err := again.parse(append(args, "-kafka-sasl-password", "k4fka")); err != nil || len(rest) > 0 { // given again, as the line says
+		t.Fatalf("the go-on command %q does not parse back: %v, arguments %q", line, err, rest)
 	}
-	got := fmt.Sprintf("%q %q %q %q %v", o.tables, again.s.ClickHouseDB, again.s.ClickHouseUser, again.s.KafkaBrokers, o.dedup)
-	if want := `"acks,receipts" "" "ops team" "k1:9092,k2:9092" 48h0m0s`; got != want {
+	got := fmt.Sprintf("%q %q %q %q %v %v", o.tables, again.s.ClickHouseDB, again.s.ClickHouseUser, again.s.KafkaBrokers, o.dedup, again.s.KafkaTLS)
+	if want := `"acks,receipts" "" "ops team" "k1:9092,k2:9092" 48h0m0s true`; got != want {
 		t.Errorf("the shell reads the go-on command %q as %s, want %s", line, got, want)
 	}
 }
