@@ -10,6 +10,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/groupchat/chatd/internal/flags"
 	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
@@ -103,7 +104,7 @@ func goOn(c *command, done, rest []string) string {
 	c.fs.Visit(func(f *flag.Flag) {
 		switch {
 		case f.Name == "tables":
-		case secret(f.Name):
+		case flags.Secret(f.Name): // logs and scrollback keep what is printed
 			again = append(again, fmt.Sprintf("-%s (or %s)", f.Name, envOf(f.Name)))
 		default:
 			// -name=value: a bool flag takes no separate value.

@@ -86,13 +86,6 @@ func envs() []flags.Env {
 	return out
 }
 
-// secret reports whether the setting named flag is a secret: a command
-// that chatctl prints for an operator to run leaves it out, as logs and
-// terminal scrollback keep what it prints.
-func secret(flag string) bool {
-	return flag == "redis-password" || flag == "clickhouse-password" || flag == "kafka-sasl-password"
-}
-
 // envOf returns the CHAT_* variable of the setting named flag.
 func envOf(flag string) string {
 	for _, st := range allSettings {

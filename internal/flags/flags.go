@@ -24,6 +24,13 @@ func Parse(fs *flag.FlagSet, args []string) error {
 	fs.SetOutput(out)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintf(out, "Flags of %s:\n", fs.Name())
+		// A default may come from the environment: a secret's is not
+		// printed, as terminals and CI logs keep what -h shows.
+		fs.VisitAll(func(f *flag.Flag) {
+			if Secret(f.Name) && f.DefValue != "" {
+				f.DefValue = "(set, not shown)"
+			}
+		})
 		fs.PrintDefaults()
 		return err
 	}
@@ -98,4 +105,15 @@ func CheckEnv(fs *flag.FlagSet, getenv func(string) string, envs []Env) error {
 		}
 	}
 	return nil
+}
+
+// Secret reports whether the flag named name holds a secret (a password,
+// a token or a signing secret), whose value is never printed.
+func Secret(name string) bool {
+	for _, w := range []string{"password", "secret", "token"} {
+		if strings.Contains(name, w) {
+			return true
+		}
+	}
+	return false
 }

@@ -69,3 +69,22 @@ func TestCheckEnvNamesTheVariable(t *testing.T) {
 		t.Errorf("CheckEnv with -ttl given: %v; want none", err)
 	}
 }
+
+// -h prints each flag's default, which may come from the environment: a
+// password, token or secret is not printed (it went to terminals and CI
+// logs).
+func TestHelpLeavesOutTheSecretsItWasGiven(t *testing.T) {
+	fs := flag.NewFlagSet("chatd gateway", flag.ContinueOnError)
+	var out strings.Builder
+	fs.SetOutput(&out)
+	for _, name := range []string{"kafka-sasl-password", "jwt-secret", "admin-token"} {
+		fs.String(name, "hunter2-"+name, "from the environment")
+	}
+	fs.String("kafka-brokers", "k1:9092", "not a secret")
+	if err := Parse(fs, []string{"-h"}); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("-h: %v", err)
+	}
+	if strings.Contains(out.String(), "hunter2") || !strings.Contains(out.String(), "k1:9092") {
+		t.Errorf("-h printed:\n%s\nwant the brokers and no secret", out.String())
+	}
+}
