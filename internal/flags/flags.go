@@ -111,7 +111,7 @@ func CheckEnv(fs *flag.FlagSet, getenv func(string) string, envs []Env) error {
 // a token or a signing secret), whose value is never printed.
 func Secret(name string) bool {
 	for _, w := range []string{"password", "secret", "token"} {
-		if strings.Contains(name, w) {
+		if name == w || strings.HasSuffix(name, "-"+w) { // not max-token-ttl
 			return true
 		}
 	}

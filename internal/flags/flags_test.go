@@ -81,10 +81,11 @@ func TestHelpLeavesOutTheSecretsItWasGiven(t *testing.T) {
 		fs.String(name, "hunter2-"+name, "from the environment")
 	}
 	fs.String("kafka-brokers", "k1:9092", "not a secret")
+	fs.Duration("max-token-ttl", 720*time.Hour, "not a secret either")
 	if err := Parse(fs, []string{"-h"}); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-h: %v", err)
 	}
-	if strings.Contains(out.String(), "hunter2") || !strings.Contains(out.String(), "k1:9092") {
+	if strings.Contains(out.String(), "hunter2") || !strings.Contains(out.String(), "k1:9092") || !strings.Contains(out.String(), "720h0m0s") {
 		t.Errorf("-h printed:\n%s\nwant the brokers and no secret", out.String())
 	}
 }
