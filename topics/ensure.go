@@ -192,7 +192,7 @@ func Verify(specs []Spec, states []State) []Problem {
 				}
 				continue
 			}
-			lost := s.OnlyCopy && k == "retention.ms" && got != "-1"
+			lost := s.OnlyCopy && k == "retention.ms" && deletes(got)
 			fatal := k == "cleanup.policy" || lost
 			detail := fmt.Sprintf("%s is %q, the spec says %q", k, got, want)
 			switch {
@@ -295,4 +295,12 @@ func upHint(err error) string {
 		return ""
 	}
 	return "; is the broker up?"
+}
+
+// deletes reports whether a retention.ms deletes records in a time that
+// matters: -1, or a span of a century or more (Long.MAX_VALUE, as some
+// tools write "for ever"), keeps them.
+func deletes(retentionMs string) bool {
+	n, err := strconv.ParseInt(retentionMs, 10, 64)
+	return err != nil || (n >= 0 && n < (100*365*24*time.Hour).Milliseconds())
 }

@@ -174,6 +174,11 @@ func TestEnsureRefusesADeletingMessagesTopicWhenTheLogIsTheHistory(t *testing.T)
 	if err := Ensure(ctx, forever, nil); err != nil {
 		t.Fatalf("a role with ClickHouse asking to keep everything, on a topic of a week: %v, want a warning only", err)
 	}
+	for ms, want := range map[string]bool{"-1": false, "9223372036854775807": false, "604800000": true, "0": true, "": true} {
+		if deletes(ms) != want {
+			t.Errorf("retention.ms %q deletes records: %v, want %v", ms, !want, want)
+		}
+	}
 	forever.LogIsHistory = true
 	err := Ensure(ctx, forever, nil)
 	if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "deletes messages after 168h0m0s") || !strings.Contains(err.Error(), "CHAT_CLICKHOUSE_ADDRS") {

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -214,10 +216,42 @@ func TestSettingsSayWhatIsWrong(t *testing.T) {
 		{nil, map[string]string{"CHAT_PARTITIONS": "many"}, "CHAT_PARTITIONS"},
 		{[]string{"extra"}, nil, "flags only"},
 		{[]string{"-data-dir", ""}, nil, "data-dir is required"},
+		{[]string{"-message-retention", "10m"}, nil, "below 1h"},
+		{nil, map[string]string{"CHAT_MESSAGE_RETENTION": "a week"}, "CHAT_MESSAGE_RETENTION"},
 	} {
 		_, err := parse(c.args, func(k string) string { return c.env[k] }, os.Stderr)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("chatbroker %v %v: %v, want an error mentioning %q", c.args, c.env, err, c.want)
 		}
+	}
+}
+
+// A deployment without ClickHouse keeps the history in chat.messages and
+// refuses a topic that deletes messages after a time: chatbroker
+// -partitions makes it keep everything when told, as chatd would.
+func TestTheTopicsChatbrokerMakesKeepWhatTheyAreTold(t *testing.T) {
+	port, err := testserver.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-listen", addr, "-data-dir", t.TempDir(), "-partitions", "2", "-message-retention", "-1h", "-no-sync"},
+			func(string) string { return "" }, io.Discard)
+	}()
+	defer func() { cancel(); <-done }()
+	cfg := topics.Config{Brokers: []string{addr}, Partitions: 2, MessageRetention: -1, LogIsHistory: true}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := topics.Ensure(context.Background(), cfg, nil)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, topics.ErrMismatch) || time.Now().After(deadline) {
+			t.Fatalf("a role without ClickHouse on the topics of chatbroker -message-retention -1h: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

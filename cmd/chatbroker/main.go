@@ -9,8 +9,9 @@
 //	chatbroker -listen 127.0.0.1:9092 -data-dir ./data/kafka -partitions 16
 //
 // Settings are flags or CHAT_* variables (chatbroker -h lists them). With
-// -partitions it creates the chat.* topics when missing (topics.Ensure);
-// chatd does the same at its start.
+// -partitions it creates the chat.* topics when missing (topics.Ensure),
+// chat.messages with -message-retention (a week; -1h keeps everything,
+// which roles without ClickHouse need); chatd does the same at its start.
 package main
 
 import (

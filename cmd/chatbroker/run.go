@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/groupchat/chatd/broker"
 	"github.com/groupchat/chatd/internal/flags"
@@ -19,6 +20,9 @@ type config struct {
 	DataDir    string // CHAT_DATA_DIR
 	Partitions int    // CHAT_PARTITIONS; 0: create no topics
 	NoSync     bool   // CHAT_BROKER_NO_SYNC
+	// Retention is chat.messages' when -partitions creates it
+	// (CHAT_MESSAGE_RETENTION); negative keeps everything.
+	Retention time.Duration
 }
 
 // envs are chatbroker's variables: each is its flag's default, read as
@@ -28,6 +32,7 @@ var envs = []flags.Env{
 	{Name: "CHAT_DATA_DIR", Flag: "data-dir"},
 	{Name: "CHAT_PARTITIONS", Flag: "partitions", Usage: "a number of partitions, 0 to create no topics"},
 	{Name: "CHAT_BROKER_NO_SYNC", Flag: "no-sync", Usage: "true to skip the fsync of each batch"},
+	{Name: "CHAT_MESSAGE_RETENTION", Flag: "message-retention", Usage: "a duration such as 168h, or negative (-1h) to keep everything"},
 }
 
 func parse(args []string, getenv func(string) string, stderr io.Writer) (config, error) {
@@ -37,6 +42,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 	fs.StringVar(&c.Listen, "listen", "127.0.0.1:9092", "Kafka listener address; clients are told this address, so restart on the same one (CHAT_KAFKA_LISTEN)")
 	fs.StringVar(&c.DataDir, "data-dir", "./data/kafka", "where the log is kept; a restart reloads it (CHAT_DATA_DIR)")
 	fs.IntVar(&c.Partitions, "partitions", 0, "create the chat.* topics with this many partitions when missing; 0: leave it to chatd (CHAT_PARTITIONS)")
+	fs.DurationVar(&c.Retention, "message-retention", 7*24*time.Hour, "chat.messages' retention when -partitions creates it; negative (e.g. -1h) keeps everything, as a deployment without ClickHouse needs (CHAT_MESSAGE_RETENTION)")
 	fs.BoolVar(&c.NoSync, "no-sync", false, "do not fsync each produced batch: faster, but a machine crash may lose acknowledged records; a killed process loses nothing either way (CHAT_BROKER_NO_SYNC)")
 	// A variable is its flag's default, shown by -h when the flag takes it;
 	// CheckEnv refuses, by name, one it does not.
@@ -61,6 +67,8 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (config,
 		return c, errors.New("partitions must be 0 (create no topics) or more (CHAT_PARTITIONS / -partitions)")
 	case c.DataDir == "":
 		return c, errors.New("data-dir is required: the broker keeps its log on disk (CHAT_DATA_DIR)")
+	case c.Retention >= 0 && c.Retention < time.Hour:
+		return c, fmt.Errorf("message-retention %v is below 1h (CHAT_MESSAGE_RETENTION): chat.messages must outlast any persister or ClickHouse outage; use e.g. 168h, or -1h to keep everything", c.Retention)
 	}
 	return c, nil
 }
@@ -81,7 +89,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	defer b.Close()
 	if c.Partitions > 0 {
-		if err := topics.Ensure(ctx, topics.Config{Brokers: []string{b.Addr()}, Partitions: c.Partitions}, log); err != nil {
+		if err := topics.Ensure(ctx, topics.Config{Brokers: []string{b.Addr()}, Partitions: c.Partitions, MessageRetention: c.Retention}, log); err != nil {
 			return err
 		}
 	}
