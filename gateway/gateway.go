@@ -32,7 +32,7 @@ type Gateway struct {
 	authing   sync.Map     // *conn → true: connections authenticating
 	authN     atomic.Int64 // connections upgraded and not yet past authentication
 	instance  string       // this process's claim on cfg.Node (see node.go)
-	leaseEnds atomic.Int64 // unix ns when the lease last renewed ends (see node.go)
+	leaseEnds atomic.Int64 // since() when the lease last renewed ends (see node.go)
 	ready     atomic.Bool  // the node's name is held and its pushes are subscribed to
 	nodeMu    sync.RWMutex
 	released  bool // under nodeMu: Run let the name go, and the presence under it may be a successor's
@@ -143,7 +143,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 // renewals failed (Redis down) until it ended is not held: another
 // gateway may take the name, and presence written meanwhile failed too.
 func (g *Gateway) Ready() bool {
-	return g.ready.Load() && time.Now().UnixNano() < g.leaseEnds.Load()
+	return g.ready.Load() && int64(g.since()) < g.leaseEnds.Load()
 }
 
 // Shutdown stops accepting connections, closes the open ones with "going

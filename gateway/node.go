@@ -31,13 +31,13 @@ func newInstance() string {
 func (g *Gateway) holdNode(ctx context.Context) error {
 	giveUp := time.Now().Add(2 * g.cfg.NodeLease)
 	for warned := false; ; warned = true {
-		asked := time.Now()
+		asked := g.since() // the monotonic clock: a step of the wall clock moves no lease
 		holder, _, err := g.cfg.Redis.HoldNode(ctx, g.cfg.Node, g.instance, g.cfg.NodeLease)
 		if err != nil {
 			return fmt.Errorf("gateway: taking the node name %q: %w", g.cfg.Node, err)
 		}
 		if holder == g.instance {
-			g.leaseEnds.Store(asked.Add(g.cfg.NodeLease).UnixNano())
+			g.leaseEnds.Store(int64(asked + g.cfg.NodeLease))
 			return nil
 		}
 		if time.Now().After(giveUp) {
@@ -71,7 +71,7 @@ func (g *Gateway) keepNode(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		asked := time.Now()
+		asked := g.since() // the monotonic clock: a step of the wall clock moves no lease
 		holder, held, err := g.cfg.Redis.HoldNode(ctx, g.cfg.Node, g.instance, g.cfg.NodeLease)
 		switch {
 		case err != nil:
@@ -84,7 +84,7 @@ func (g *Gateway) keepNode(ctx context.Context) {
 			lost = holder
 		case holder == g.instance:
 			lost = ""
-			g.leaseEnds.Store(asked.Add(g.cfg.NodeLease).UnixNano())
+			g.leaseEnds.Store(int64(asked + g.cfg.NodeLease))
 			if !held {
 				// Redis lost the lease, and likely the presence written
 				// beside it (a FLUSHALL, an eviction), with no restart to

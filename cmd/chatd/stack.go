@@ -242,8 +242,13 @@ func waitRedis(ctx context.Context, rc redis.UniversalClient, s *settings, log *
 
 // waitClickHouse opens ClickHouse and applies the migrations.
 func waitClickHouse(ctx context.Context, cfg store.ClickHouseConfig, log *slog.Logger) (ch *store.ClickHouse, err error) {
-	err = waitStart(ctx, log, "ClickHouse at "+strings.Join(cfg.Addrs, ","),
-		"check CHAT_CLICKHOUSE_ADDRS and that clickhouse-server runs",
+	hint := "check CHAT_CLICKHOUSE_ADDRS and that clickhouse-server runs"
+	if cfg.TLS == nil {
+		hint += "; for its secure port (9440), set CHAT_CLICKHOUSE_TLS=true"
+	} else {
+		hint += "; CHAT_CLICKHOUSE_TLS wants its secure port (9440), not 9000"
+	}
+	err = waitStart(ctx, log, "ClickHouse at "+strings.Join(cfg.Addrs, ","), hint,
 		func() (err error) {
 			if ch, err = store.OpenClickHouse(ctx, cfg); clickHouseRefusedLogin(err) {
 				return fmt.Errorf("ClickHouse refused user %q: %w; set CHAT_CLICKHOUSE_USER and CHAT_CLICKHOUSE_PASSWORD to a user of it", cfg.Username, err)
@@ -275,6 +280,8 @@ func waitKafka(ctx context.Context, cfg topics.Config, log *slog.Logger) error {
 	hint := "check CHAT_KAFKA_BROKERS and that the brokers run"
 	if cfg.Security.TLS == nil {
 		hint += "; if their listener takes TLS (SSL or SASL_SSL), set CHAT_KAFKA_TLS=true"
+	} else {
+		hint += "; if their listener is plaintext (PLAINTEXT or SASL_PLAINTEXT), unset CHAT_KAFKA_TLS and CHAT_KAFKA_CA_FILE"
 	}
 	if cfg.Security.SASL != nil {
 		hint += "; a broker that drops the connection at login may have refused CHAT_KAFKA_SASL_USER and CHAT_KAFKA_SASL_PASSWORD"
@@ -287,7 +294,11 @@ func waitKafka(ctx context.Context, cfg topics.Config, log *slog.Logger) error {
 					err, strings.Join(topics.SASLMechanisms, ", "))
 			}
 			return tlsHint(err, "CHAT_KAFKA_TLS", "CHAT_KAFKA_CA_FILE", "the brokers'")
-		}, func(err error) bool { return !brokerUnreachable(err) || tlsFailed(err) })
+		}, func(err error) bool {
+			// Too few brokers may be one restarting: waited for, and
+			// said at the end of the wait.
+			return (!brokerUnreachable(err) && !errors.Is(err, topics.ErrTooFewBrokers)) || tlsFailed(err)
+		})
 }
 
 // tlsFailed tells a TLS handshake that failed on certificates or on the
@@ -304,9 +315,12 @@ func tlsFailed(err error) bool {
 // other errors it returns as they are. whose names the certificates.
 func tlsHint(err error, tlsEnv, caEnv, whose string) error {
 	var header tls.RecordHeaderError
+	var host x509.HostnameError
 	switch {
 	case errors.As(err, &header):
 		return fmt.Errorf("%w: the server does not speak TLS; unset %s and %s, or name its TLS port", err, tlsEnv, caEnv)
+	case errors.As(err, &host):
+		return fmt.Errorf("%w: %s certificate is for other names; give the address by a name it holds", err, whose)
 	case tlsFailed(err):
 		return fmt.Errorf("%w: %s certificate is not trusted; set %s to a PEM file of the CA that signs it", err, whose, caEnv)
 	}
