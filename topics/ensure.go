@@ -2,7 +2,6 @@ package topics
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+
+	"github.com/groupchat/chatd/internal/tlsclient"
 )
 
 // ErrMismatch is returned by Ensure and Verify when an existing topic does
@@ -289,9 +290,11 @@ func describe(ctx context.Context, client *kafka.Client, specs []Spec) ([]State,
 // unless the broker answered (a refused login) or the TLS handshake
 // failed on its certificate: it was up then.
 func upHint(err error) string {
+	if a := tlsclient.Advice(err, "CHAT_KAFKA_TLS", "CHAT_KAFKA_CA_FILE", "the brokers'"); a != "" {
+		return a
+	}
 	var answer kafka.Error
-	var cert *tls.CertificateVerificationError
-	if errors.As(err, &answer) || errors.As(err, &cert) {
+	if errors.As(err, &answer) {
 		return ""
 	}
 	return "; is the broker up?"

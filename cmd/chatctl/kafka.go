@@ -12,6 +12,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/groupchat/chatd/internal/tlsclient"
 	"github.com/groupchat/chatd/topics"
 )
 
@@ -29,9 +30,13 @@ func newAdmin(brokers []string, sec topics.Security) *admin {
 	return &admin{brokers: brokers, sec: sec, client: client, close: closeClient}
 }
 
-// upHint is the advice that follows a request to the brokers that failed:
-// none when ctx ended (Ctrl-C), which says nothing of the broker.
-func upHint(ctx context.Context) string {
+// upHint is the advice that follows a request to the brokers that failed
+// with err: the TLS settings for a failed handshake, none when ctx ended
+// (Ctrl-C), which says nothing of the broker.
+func upHint(ctx context.Context, err error) string {
+	if a := tlsclient.Advice(err, "CHAT_KAFKA_TLS", "CHAT_KAFKA_CA_FILE", "the brokers'"); a != "" {
+		return a
+	}
 	if ctx.Err() != nil {
 		return ""
 	}
@@ -42,7 +47,7 @@ func upHint(ctx context.Context) string {
 func (a *admin) partitions(ctx context.Context, topic string) ([]int, error) {
 	md, err := a.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
-		return nil, fmt.Errorf("metadata of %s from %v: %w%s", topic, a.brokers, err, upHint(ctx))
+		return nil, fmt.Errorf("metadata of %s from %v: %w%s", topic, a.brokers, err, upHint(ctx, err))
 	}
 	for _, t := range md.Topics {
 		if t.Name != topic {
@@ -177,7 +182,7 @@ func (a *admin) groups(ctx context.Context) ([]string, error) {
 	// without groups.
 	md, err := a.client.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{}})
 	if err != nil {
-		return nil, fmt.Errorf("list consumer groups from %v: %w%s", a.brokers, err, upHint(ctx))
+		return nil, fmt.Errorf("list consumer groups from %v: %w%s", a.brokers, err, upHint(ctx, err))
 	}
 	if len(md.Brokers) == 0 {
 		return nil, fmt.Errorf("list consumer groups from %v: the cluster named no broker", a.brokers)

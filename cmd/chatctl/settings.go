@@ -235,7 +235,7 @@ func (s *settings) redis(ctx context.Context) (*store.Redis, func(), error) {
 	}
 	if err != nil {
 		rc.Close()
-		return nil, nil, fmt.Errorf("Redis at %s: %w; check CHAT_REDIS_ADDRS", s.RedisAddrs, err)
+		return nil, nil, fmt.Errorf("Redis at %s: %w%s; check CHAT_REDIS_ADDRS", s.RedisAddrs, err, tlsclient.Advice(err, "CHAT_REDIS_TLS", "CHAT_REDIS_CA_FILE", "Redis's"))
 	}
 	return r, func() { rc.Close() }, nil
 }
@@ -256,7 +256,7 @@ func (s *settings) clickhouse(ctx context.Context) (*store.ClickHouse, error) {
 	ch, err := store.OpenClickHouse(ctx, store.ClickHouseConfig{Addrs: addrs, Database: s.ClickHouseDB,
 		Username: s.ClickHouseUser, Password: s.ClickHousePass, QueryTimeout: 5 * time.Minute, TLS: tc})
 	if err != nil {
-		return nil, fmt.Errorf("ClickHouse at %s: %w; check CHAT_CLICKHOUSE_ADDRS", s.ClickHouseAddrs, err)
+		return nil, fmt.Errorf("ClickHouse at %s: %w%s; check CHAT_CLICKHOUSE_ADDRS", s.ClickHouseAddrs, err, tlsclient.Advice(err, "CHAT_CLICKHOUSE_TLS", "CHAT_CLICKHOUSE_CA_FILE", "ClickHouse's"))
 	}
 	return ch, nil
 }

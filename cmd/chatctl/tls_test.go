@@ -43,6 +43,18 @@ func TestChatctlReachesKafkaAndRedisOverTLSWithALogin(t *testing.T) {
 	}
 	e.mustCtl("consumer-groups", "list")
 
+	// Certificates no CA of the settings signed are named as such, with
+	// the setting that trusts their CA.
+	e.vars["CHAT_REDIS_CA_FILE"], e.vars["CHAT_REDIS_TLS"] = "", "true"
+	if _, err := e.ctl("consumer-groups", "list"); err == nil || !strings.Contains(err.Error(), "set CHAT_REDIS_CA_FILE") {
+		t.Errorf("Redis's certificate untrusted: %v, want an error naming CHAT_REDIS_CA_FILE", err)
+	}
+	e.vars["CHAT_KAFKA_CA_FILE"], e.vars["CHAT_KAFKA_TLS"] = "", "true"
+	for _, args := range [][]string{{"topics", "verify"}, {"consumer-groups", "list"}} {
+		if _, err := e.ctl(args...); err == nil || !strings.Contains(err.Error(), "set CHAT_KAFKA_CA_FILE") || strings.Contains(err.Error(), "is the broker up") {
+			t.Errorf("chatctl %s with the brokers' certificate untrusted: %v, want an error naming CHAT_KAFKA_CA_FILE", strings.Join(args, " "), err)
+		}
+	}
 	e.vars["CHAT_KAFKA_SASL_PASSWORD"] = ""
 	if _, err := e.ctl("topics", "verify"); err == nil || !strings.Contains(err.Error(), "CHAT_KAFKA_SASL_PASSWORD") {
 		t.Errorf("CHAT_KAFKA_SASL=plain without a password: %v, want an error naming CHAT_KAFKA_SASL_PASSWORD", err)

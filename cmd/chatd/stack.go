@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +27,7 @@ import (
 	"github.com/groupchat/chatd/consumers"
 	"github.com/groupchat/chatd/gateway"
 	"github.com/groupchat/chatd/history"
+	"github.com/groupchat/chatd/internal/tlsclient"
 	"github.com/groupchat/chatd/metrics"
 	"github.com/groupchat/chatd/producers"
 	"github.com/groupchat/chatd/store"
@@ -236,8 +235,8 @@ func waitRedis(ctx context.Context, rc redis.UniversalClient, s *settings, log *
 			if redis.IsAuthError(err) {
 				return fmt.Errorf("Redis refused the user or password: %w; set CHAT_REDIS_PASSWORD (-redis-password), and CHAT_REDIS_USER for an ACL user, to what Redis requires", err)
 			}
-			return tlsHint(err, "CHAT_REDIS_TLS", "CHAT_REDIS_CA_FILE", "Redis's")
-		}, func(err error) bool { return redis.IsAuthError(err) || tlsFailed(err) }) // waiting mends neither
+			return tlsclient.Hint(err, "CHAT_REDIS_TLS", "CHAT_REDIS_CA_FILE", "Redis's")
+		}, func(err error) bool { return redis.IsAuthError(err) || tlsclient.Failed(err) }) // waiting mends neither
 }
 
 // waitClickHouse opens ClickHouse and applies the migrations.
@@ -253,8 +252,8 @@ func waitClickHouse(ctx context.Context, cfg store.ClickHouseConfig, log *slog.L
 			if ch, err = store.OpenClickHouse(ctx, cfg); clickHouseRefusedLogin(err) {
 				return fmt.Errorf("ClickHouse refused user %q: %w; set CHAT_CLICKHOUSE_USER and CHAT_CLICKHOUSE_PASSWORD to a user of it", cfg.Username, err)
 			}
-			return tlsHint(err, "CHAT_CLICKHOUSE_TLS", "CHAT_CLICKHOUSE_CA_FILE", "ClickHouse's")
-		}, func(err error) bool { return clickHouseRefusedLogin(err) || tlsFailed(err) })
+			return tlsclient.Hint(err, "CHAT_CLICKHOUSE_TLS", "CHAT_CLICKHOUSE_CA_FILE", "ClickHouse's")
+		}, func(err error) bool { return clickHouseRefusedLogin(err) || tlsclient.Failed(err) })
 	return ch, err
 }
 
@@ -293,38 +292,12 @@ func waitKafka(ctx context.Context, cfg topics.Config, log *slog.Logger) error {
 				return fmt.Errorf("the brokers refused chatd's SASL login: %w; set CHAT_KAFKA_SASL (%s), CHAT_KAFKA_SASL_USER and CHAT_KAFKA_SASL_PASSWORD to what their listener takes",
 					err, strings.Join(topics.SASLMechanisms, ", "))
 			}
-			return tlsHint(err, "CHAT_KAFKA_TLS", "CHAT_KAFKA_CA_FILE", "the brokers'")
+			return err // topics names the TLS settings a failed handshake wants
 		}, func(err error) bool {
 			// Too few brokers may be one restarting: waited for, and
 			// said at the end of the wait.
-			return (!brokerUnreachable(err) && !errors.Is(err, topics.ErrTooFewBrokers)) || tlsFailed(err)
+			return (!brokerUnreachable(err) && !errors.Is(err, topics.ErrTooFewBrokers)) || tlsclient.Failed(err)
 		})
-}
-
-// tlsFailed tells a TLS handshake that failed on certificates or on the
-// protocol (a plaintext server), which waiting does not mend.
-func tlsFailed(err error) bool {
-	var verify *tls.CertificateVerificationError
-	var header tls.RecordHeaderError
-	var unknown x509.UnknownAuthorityError
-	var host x509.HostnameError
-	return errors.As(err, &verify) || errors.As(err, &header) || errors.As(err, &unknown) || errors.As(err, &host)
-}
-
-// tlsHint says which settings mend err when it is a failed TLS handshake;
-// other errors it returns as they are. whose names the certificates.
-func tlsHint(err error, tlsEnv, caEnv, whose string) error {
-	var header tls.RecordHeaderError
-	var host x509.HostnameError
-	switch {
-	case errors.As(err, &header):
-		return fmt.Errorf("%w: the server does not speak TLS; unset %s and %s, or name its TLS port", err, tlsEnv, caEnv)
-	case errors.As(err, &host):
-		return fmt.Errorf("%w: %s certificate is for other names; give the address by a name it holds", err, whose)
-	case tlsFailed(err):
-		return fmt.Errorf("%w: %s certificate is not trusted; set %s to a PEM file of the CA that signs it", err, whose, caEnv)
-	}
-	return err
 }
 
 // brokerUnreachable tells a network failure, or a broker still starting,

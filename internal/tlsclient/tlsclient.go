@@ -7,6 +7,7 @@ package tlsclient
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"os"
 )
@@ -28,4 +29,40 @@ func Config(caFile, setting string) (*tls.Config, error) {
 		return nil, fmt.Errorf("tlsclient: %s (%s) holds no PEM certificate (\"-----BEGIN CERTIFICATE-----\"); name the CA certificates that sign the servers'", caFile, setting)
 	}
 	return c, nil
+}
+
+// Failed tells a TLS handshake that failed on certificates or on the
+// protocol (a plaintext server), which waiting does not mend.
+func Failed(err error) bool {
+	var verify *tls.CertificateVerificationError
+	var header tls.RecordHeaderError
+	var unknown x509.UnknownAuthorityError
+	var host x509.HostnameError
+	return errors.As(err, &verify) || errors.As(err, &header) || errors.As(err, &unknown) || errors.As(err, &host)
+}
+
+// Hint is err with Advice added.
+func Hint(err error, tlsEnv, caEnv, whose string) error {
+	if a := Advice(err, tlsEnv, caEnv, whose); a != "" {
+		return fmt.Errorf("%w%s", err, a)
+	}
+	return err
+}
+
+// Advice says which settings mend err when it is a failed TLS handshake,
+// as text to follow it ("" for other errors). tlsEnv and caEnv name the
+// store's settings (CHAT_REDIS_TLS, CHAT_REDIS_CA_FILE), whose its
+// certificate ("Redis's").
+func Advice(err error, tlsEnv, caEnv, whose string) string {
+	var header tls.RecordHeaderError
+	var host x509.HostnameError
+	switch {
+	case errors.As(err, &header):
+		return fmt.Sprintf(": the server does not speak TLS; unset %s and %s, or name its TLS port", tlsEnv, caEnv)
+	case errors.As(err, &host):
+		return fmt.Sprintf(": %s certificate is for other names; give the address by a name it holds", whose)
+	case Failed(err):
+		return fmt.Sprintf(": %s certificate is not trusted; set %s to a PEM file of the CA that signs it", whose, caEnv)
+	}
+	return ""
 }
