@@ -2,7 +2,6 @@ package producers
 
 import (
 	"context"
-	"fmt"
 	"testing"
 
 	"github.com/segmentio/kafka-go/sasl/scram"
@@ -10,7 +9,6 @@ import (
 	"github.com/groupchat/chatd/broker"
 	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/internal/tlsclient"
-	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/topics"
 )
 
@@ -53,19 +51,7 @@ func BenchmarkSendMessageParallelOver(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { p.Close() })
-			b.SetParallelism(64)
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				i := 0
-				for pb.Next() {
-					i++
-					m := schema.Message{Gid: fmt.Sprintf("g%d", i%100), Sender: "u1", Body: make([]byte, 200)}
-					if _, err := p.SendMessage(ctx, &m); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+			sendParallel(b, p)
 		})
 	}
 }

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"context"
 	"strings"
 	"testing"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/groupchat/chatd/broker"
 	"github.com/groupchat/chatd/internal/testserver"
@@ -17,17 +14,9 @@ import (
 // its producer (groups create) and its partition readers (tail).
 func TestChatctlReachesKafkaAndRedisOverTLSWithALogin(t *testing.T) {
 	f := testserver.NewTLS(t)
-	b, err := broker.Start(broker.Config{TLS: f.Server, Users: []broker.User{{Mechanism: "PLAIN", Name: "ops", Password: "kafka-secret"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
+	b := testserver.NewBrokerTLS(t, f, broker.User{Mechanism: "PLAIN", Name: "ops", Password: "kafka-secret"})
 	r := testserver.NewRedisTLS(t, f)
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
-	defer rc.Close()
-	if err := rc.Do(context.Background(), "ACL", "SETUSER", "ops", "on", ">redis-secret", "~*", "&*", "+@all").Err(); err != nil {
-		t.Fatal(err)
-	}
+	r.AddUser(t, "ops", "redis-secret")
 	e := &env{t: t, vars: map[string]string{
 		"CHAT_KAFKA_BROKERS": b.Addr(), "CHAT_PARTITIONS": "2",
 		"CHAT_KAFKA_CA_FILE": f.CAFile, "CHAT_KAFKA_SASL": "plain", "CHAT_KAFKA_SASL_USER": "ops", "CHAT_KAFKA_SASL_PASSWORD": "kafka-secret",

@@ -111,6 +111,23 @@ func kcat(t *testing.T, args ...string) string {
 	return string(out)
 }
 
+// api sends an HTTP request with body and, unless empty, a bearer token,
+// and returns the answer's status and body.
+func api(t *testing.T, method, url, token, body string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	port, err := testserver.FreePort()

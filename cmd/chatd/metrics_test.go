@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
@@ -44,18 +43,9 @@ func TestMetricsAfterALoad(t *testing.T) {
 
 	post := func(path, token, body string) []byte {
 		t.Helper()
-		req, _ := http.NewRequest("POST", base+path, strings.NewReader(body))
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 200 {
-			t.Fatalf("POST %s: %d %s", path, resp.StatusCode, b)
+		st, b := api(t, "POST", base+path, token, body)
+		if st != 200 {
+			t.Fatalf("POST %s: %d %s", path, st, b)
 		}
 		return b
 	}

@@ -4,14 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net/http"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
-	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -33,17 +31,9 @@ type storesOverTLS struct {
 func newStoresOverTLS(t *testing.T) *storesOverTLS {
 	t.Helper()
 	f := testserver.NewTLS(t)
-	b, err := broker.Start(broker.Config{TLS: f.Server, Users: []broker.User{{Mechanism: "SCRAM-SHA-512", Name: "chatd", Password: "kafka-secret"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.Close)
+	b := testserver.NewBrokerTLS(t, f, broker.User{Mechanism: "SCRAM-SHA-512", Name: "chatd", Password: "kafka-secret"})
 	r := testserver.NewRedisTLS(t, f)
-	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
-	defer rc.Close()
-	if err := rc.Do(context.Background(), "ACL", "SETUSER", "chat", "on", ">redis-secret", "~*", "&*", "+@all").Err(); err != nil {
-		t.Fatal(err)
-	}
+	r.AddUser(t, "chat", "redis-secret")
 	return &storesOverTLS{t: t, files: f, broker: b, redis: r}
 }
 
@@ -85,17 +75,10 @@ func TestTheRolesReachKafkaAndRedisOverTLSWithALogin(t *testing.T) {
 
 	call := func(method, path, token, body string) (int, map[string]any) {
 		t.Helper()
-		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
+		st, b := api(t, method, base+path, token, body)
 		var out map[string]any
 		json.Unmarshal(b, &out)
-		return resp.StatusCode, out
+		return st, out
 	}
 	if st, ans := call("POST", "/v1/admin/groups", "admin-token-0123456789", `{"gid":"team","members":["alice","bob"]}`); st != 200 {
 		t.Fatalf("create the group: %d %v", st, ans)

@@ -3,6 +3,7 @@ package testserver
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Timeouts of the redis-server child process.
@@ -51,7 +54,22 @@ type Redis struct {
 // ends. A missing or broken redis-server fails the test: it never skips.
 func NewRedis(t testing.TB) *Redis {
 	t.Helper()
-	r, err := StartRedis(t.TempDir())
+	return newRedis(t)
+}
+
+// NewRedisTLS is NewRedis with a TLS port too (TLSAddr), serving the
+// certificate of f to clients that need none of their own; Addr stays
+// plaintext, for the helpers that check the server is up.
+func NewRedisTLS(t testing.TB, f *TLSFiles) *Redis {
+	t.Helper()
+	return newRedis(t, "--tls-cert-file", f.CertFile, "--tls-key-file", f.KeyFile,
+		"--tls-ca-cert-file", f.CAFile, "--tls-auth-clients", "no")
+}
+
+// newRedis starts a redis-server with more arguments for the test.
+func newRedis(t testing.TB, args ...string) *Redis {
+	t.Helper()
+	r, err := startRedis(t.TempDir(), args...)
 	if err != nil {
 		t.Fatalf("%v\ninstall it with `make deps` (apt-get install redis-server)", err)
 	}
@@ -63,22 +81,15 @@ func NewRedis(t testing.TB) *Redis {
 	return r
 }
 
-// NewRedisTLS is NewRedis with a TLS port too (TLSAddr), serving the
-// certificate of f to clients that need none of their own; Addr stays
-// plaintext, for the helpers that check the server is up.
-func NewRedisTLS(t testing.TB, f *TLSFiles) *Redis {
+// AddUser gives the running server an ACL user with every right, as a
+// managed Redis's user of an application.
+func (r *Redis) AddUser(t testing.TB, name, password string) {
 	t.Helper()
-	r, err := startRedis(t.TempDir(), "--tls-cert-file", f.CertFile, "--tls-key-file", f.KeyFile,
-		"--tls-ca-cert-file", f.CAFile, "--tls-auth-clients", "no")
-	if err != nil {
-		t.Fatalf("%v\ninstall it with `make deps` (apt-get install redis-server)", err)
+	rc := redis.NewClient(&redis.Options{Addr: r.Addr})
+	defer rc.Close()
+	if err := rc.Do(context.Background(), "ACL", "SETUSER", name, "on", ">"+password, "~*", "&*", "+@all").Err(); err != nil {
+		t.Fatalf("testserver: add Redis user %s: %v", name, err)
 	}
-	t.Cleanup(func() {
-		if err := r.Stop(); err != nil {
-			t.Errorf("%v", err)
-		}
-	})
-	return r
 }
 
 // StartRedis starts redis-server from PATH on a free loopback port, with

@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/groupchat/chatd/broker"
 )
 
 // TLSFiles are a test CA and a server certificate it signed for
@@ -75,4 +77,17 @@ func NewTLS(tb testing.TB) *TLSFiles {
 	}
 	f.Server = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	return f
+}
+
+// NewBrokerTLS starts an embedded broker for the test that speaks TLS
+// with f's certificate only and takes the login of u only, as a managed
+// Kafka's SASL_SSL listener, and closes it when the test ends.
+func NewBrokerTLS(tb testing.TB, f *TLSFiles, u broker.User) *broker.Broker {
+	tb.Helper()
+	b, err := broker.Start(broker.Config{TLS: f.Server, Users: []broker.User{u}})
+	if err != nil {
+		tb.Fatalf("testserver: start the embedded broker over TLS: %v", err)
+	}
+	tb.Cleanup(b.Close)
+	return b
 }
