@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -223,24 +220,15 @@ func get(t *testing.T, addr, uid, path string) map[string]any {
 func call(t *testing.T, addr, uid, method, path string, body any) map[string]any {
 	t.Helper()
 	call := func(method, path, token string, body any) map[string]any {
-		var rd io.Reader
+		var text []byte
 		if body != nil {
-			b, _ := json.Marshal(body)
-			rd = bytes.NewReader(b)
+			text, _ = json.Marshal(body)
 		}
-		req, _ := http.NewRequest(method, "http://"+addr+path, rd)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
+		st, b := api(t, method, "http://"+addr+path, token, string(text))
 		var out map[string]any
-		json.NewDecoder(resp.Body).Decode(&out)
-		if resp.StatusCode != 200 {
-			t.Fatalf("%s %s: %d %v", method, path, resp.StatusCode, out)
+		json.Unmarshal(b, &out)
+		if st != 200 {
+			t.Fatalf("%s %s: %d %v", method, path, st, out)
 		}
 		return out
 	}
