@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"slices"
 	"sync"
@@ -53,6 +54,10 @@ type Config struct {
 	OnError        func(error)                               // optional: asynchronous errors, serialised
 	OnReceipts     func(protocol.Receipts)                   // optional: new read counts of your messages; called from the reader goroutine: must not block, nor call ReadCounts, WhoRead or Close (they wait for that goroutine)
 	Logger         *slog.Logger                              // default: discard
+	// HTTPClient dials the WebSocket: its transport's TLS config trusts a
+	// private CA of wss:// URLs, its proxy is used. Default
+	// http.DefaultClient (the system's CAs, the environment's proxy).
+	HTTPClient *http.Client
 }
 
 func (c *Config) setDefaults() {

@@ -78,7 +78,7 @@ func (c *Client) connect(ctx context.Context) (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: token: %w", err)
 	}
-	conn, resp, err := websocket.Dial(ctx, c.cfg.URL, nil)
+	conn, resp, err := websocket.Dial(ctx, c.cfg.URL, &websocket.DialOptions{HTTPClient: c.cfg.HTTPClient})
 	if err != nil {
 		if rerr := refusal(resp); rerr != nil {
 			return nil, fmt.Errorf("client: dial: %w", rerr)

@@ -3,6 +3,9 @@ package client
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -193,5 +196,24 @@ func TestDialGivesUpWhenCtxEndsWhileTheServerAsksToTryAgain(t *testing.T) {
 	}
 	if got := errs.all(); len(got) == 0 || websocket.CloseStatus(got[0]) != websocket.StatusTryAgainLater {
 		t.Fatalf("OnError got %v, want the 1013 closes", got)
+	}
+}
+
+// A gateway behind TLS with a private CA (wss://) is reached through the
+// HTTPClient whose transport trusts that CA; without it the dial fails on
+// the certificate, at once.
+func TestAClientReachesAGatewayOverTLSWithItsCA(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g": {"alice", "bob"}})
+	p.srv.Close()
+	p.srv = httptest.NewTLSServer(http.HandlerFunc(p.serveHTTP))
+	p.url = "wss" + strings.TrimPrefix(p.srv.URL, "https") + "/v1/ws"
+
+	_, rec := dial(t, p, "alice", func(c *Config) { c.HTTPClient = p.srv.Client() })
+	if got := rec.bodiesAfter(t, p, "g", "sealed"); !slices.Equal(got, []string{"sealed"}) {
+		t.Fatalf("alice over wss got %q, want [sealed]", got)
+	}
+	_, err := Dial(context.Background(), Config{URL: p.url, Token: func(context.Context) (string, error) { return "bob", nil }})
+	if err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("a dial trusting the system's CAs only: %v, want a certificate error", err)
 	}
 }
