@@ -23,6 +23,8 @@ import (
 // a flag wins over the variable, the variable over the default.
 type settings struct {
 	HTTPAddr         string
+	TLSCertFile      string
+	TLSKeyFile       string
 	HTTPReadTimeout  time.Duration
 	HTTPIdleTimeout  time.Duration
 	HTTPWriteTimeout time.Duration
@@ -107,6 +109,8 @@ func dur(f func(*settings) *time.Duration) func(*settings, *flag.FlagSet, string
 
 var allSettings = []setting{
 	{"http-addr", "CHAT_HTTP_ADDR", "127.0.0.1:8080", "HTTP listen address (health, API)", "all", str(func(s *settings) *string { return &s.HTTPAddr })},
+	{"tls-cert-file", "CHAT_TLS_CERT_FILE", "", "serve HTTPS and wss:// on the HTTP address with this certificate chain (PEM), reloaded when the file changes; empty: plain HTTP (terminate TLS in front)", "all", str(func(s *settings) *string { return &s.TLSCertFile })},
+	{"tls-key-file", "CHAT_TLS_KEY_FILE", "", "the private key (PEM) of CHAT_TLS_CERT_FILE", "all", str(func(s *settings) *string { return &s.TLSKeyFile })},
 	{"http-read-timeout", "CHAT_HTTP_READ_TIMEOUT", "30s", "time a client has to send a whole HTTP request, its body too (WebSockets are not cut by it)", "all", dur(func(s *settings) *time.Duration { return &s.HTTPReadTimeout })},
 	{"http-write-timeout", "CHAT_HTTP_WRITE_TIMEOUT", "10s", "time a client has to take in an HTTP answer once it is ready (the page, health checks, /metrics, the API), or a WebSocket what is queued for it; one that reads nothing is then dropped", "all", dur(func(s *settings) *time.Duration { return &s.HTTPWriteTimeout })},
 	{"http-idle-timeout", "CHAT_HTTP_IDLE_TIMEOUT", "120s", "a keep-alive HTTP connection idle this long is closed; keep it above your load balancer's idle timeout", "all", dur(func(s *settings) *time.Duration { return &s.HTTPIdleTimeout })},
@@ -259,6 +263,14 @@ func (s *settings) validate(role string) error {
 	}
 	if s.LogFormat != "text" && s.LogFormat != "json" {
 		return fmt.Errorf("log-format %q: want text or json (CHAT_LOG_FORMAT)", s.LogFormat)
+	}
+	if (s.TLSCertFile == "") != (s.TLSKeyFile == "") {
+		return fmt.Errorf("tls-cert-file %q and tls-key-file %q: set both (CHAT_TLS_CERT_FILE and CHAT_TLS_KEY_FILE) to serve HTTPS, or neither", s.TLSCertFile, s.TLSKeyFile)
+	}
+	if s.TLSCertFile != "" {
+		if _, err := loadCerts(s.TLSCertFile, s.TLSKeyFile, nil); err != nil { // before the stores are waited for
+			return err
+		}
 	}
 	if role != "dev" {
 		var err error

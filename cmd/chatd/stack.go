@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -326,10 +327,19 @@ func (st *stack) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("HTTP listen on %s: %w; set CHAT_HTTP_ADDR (-http-addr) to a free host:port, e.g. %s", st.s.HTTPAddr, err, otherAddr(st.s.HTTPAddr, err, "127.0.0.1:8080 or :8080"))
 	}
+	scheme := "http"
+	if st.s.TLSCertFile != "" {
+		certs, err := loadCerts(st.s.TLSCertFile, st.s.TLSKeyFile, st.log)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		ln, scheme = tls.NewListener(ln, certs.tlsConfig()), "https"
+	}
 	srv := st.s.httpServer(st.routes(), st.gateway != nil) // the API waits on the stores
-	st.log.Info("serving HTTP", "addr", ln.Addr().String())
+	st.log.Info("serving "+strings.ToUpper(scheme), "addr", ln.Addr().String())
 	if st.gateway != nil {
-		st.log.Info("web client: open it in a browser", "url", "http://"+ln.Addr().String()+"/")
+		st.log.Info("web client: open it in a browser", "url", scheme+"://"+ln.Addr().String()+"/")
 	}
 
 	g, gctx := errgroup.WithContext(ctx)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"github.com/groupchat/chatd/broker"
 	"github.com/groupchat/chatd/gateway"
 	"github.com/groupchat/chatd/internal/testserver"
+	"github.com/groupchat/chatd/internal/tlsclient"
 )
 
 // storesOverTLS is a broker that speaks TLS only and takes SCRAM logins,
@@ -182,5 +185,80 @@ func TestARefusedKafkaLoginOrCertificateStopsTheStartSayingWhatToSet(t *testing.
 		case <-time.After(15 * time.Second):
 			t.Fatalf("%s: the projector still waits after 15 s", c.what)
 		}
+	}
+}
+
+// A gateway serves HTTPS and wss:// itself with CHAT_TLS_CERT_FILE and
+// CHAT_TLS_KEY_FILE, and takes a renewed certificate written over the
+// files without a restart. A pair that does not load is refused at start.
+func TestAGatewayServesTLSAndTakesARenewedCertificate(t *testing.T) {
+	old := certCheckEvery
+	certCheckEvery = 0
+	t.Cleanup(func() { certCheckEvery = old })
+	first, second := testserver.NewTLS(t), testserver.NewTLS(t)
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	install := func(f *testserver.TLSFiles) {
+		t.Helper()
+		for from, to := range map[string]string{f.CertFile: certFile, f.KeyFile: keyFile} {
+			b, err := os.ReadFile(from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(to, b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	install(first)
+	client := func(f *testserver.TLSFiles) *http.Client {
+		ca, err := tlsclient.Config(f.CAFile, "test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &http.Client{Transport: &http.Transport{TLSClientConfig: ca}, Timeout: 5 * time.Second}
+	}
+
+	b := testserver.NewBroker(t)
+	r := testserver.NewRedis(t)
+	addr := freeAddr(t)
+	env := map[string]string{"CHAT_HTTP_ADDR": addr, "CHAT_KAFKA_BROKERS": b.Addr(), "CHAT_REDIS_ADDRS": r.Addr, "CHAT_PARTITIONS": "2",
+		"CHAT_JWT_SECRET": testSecret, "CHAT_LOG_LEVEL": "warn", "CHAT_TLS_CERT_FILE": certFile, "CHAT_TLS_KEY_FILE": keyFile}
+	t.Cleanup(runRole(t, "gateway", env, os.Stderr))
+	waitMetric(t, "the gateway ready over HTTPS", func() bool {
+		resp, err := client(first).Get("https://" + addr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil && resp.StatusCode == 200
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tok, err := gateway.IssueToken([]byte(testSecret), "alice", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws, _, err := websocket.Dial(ctx, "wss://"+addr+"/v1/ws?token="+tok, &websocket.DialOptions{HTTPClient: client(first)})
+	if err != nil {
+		t.Fatalf("wss:// to the gateway: %v", err)
+	}
+	if _, b, err := ws.Read(ctx); err != nil || !strings.Contains(string(b), `"authed"`) {
+		t.Fatalf("wss:// first frame: %s %v", b, err)
+	}
+	ws.CloseNow()
+
+	install(second)
+	waitMetric(t, "the renewed certificate served", func() bool {
+		resp, err := client(second).Get("https://" + addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	})
+
+	env["CHAT_TLS_KEY_FILE"] = first.CertFile // a certificate where the key goes
+	err = runTo(context.Background(), []string{"gateway"}, func(k string) string { return env[k] }, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "CHAT_TLS_KEY_FILE") {
+		t.Fatalf("a key file holding a certificate: %v, want a refusal naming CHAT_TLS_KEY_FILE", err)
 	}
 }
