@@ -96,9 +96,14 @@ func TestPushesHeldBackInTheOpenGroupAreBounded(t *testing.T) {
 	}
 	c.answer(f, page(f, false, last, rest...))
 	waitCursor(t, p, b, "ack", last)
-	// The open group keeps its newest 1,000 (KEEP_OPEN in static/chat.js).
-	if got := browsertest.Eval[[]int](b, `[...document.querySelectorAll('#messages .msg')].map((li) => Number(li.dataset.msgid))`); len(got) != 1000 || got[len(got)-1] != int(last) {
-		t.Errorf("the group shows %d messages up to %v, want the newest 1,000, up to m%d", len(got), got[len(got)-1:], last)
+	// The open group holds 1,000 (keepOpen), from its oldest unread: the
+	// newest come back as the view comes down to them.
+	if got := browsertest.Eval[[]int](b, `[...document.querySelectorAll('#messages .msg')].map((li) => Number(li.dataset.msgid)).concat(Math.max(chat.group('g').read, chat.group('g').readWant))`); len(got) != keepOpen+1 || got[0] > got[keepOpen]+1 {
+		t.Errorf("the group shows %d messages from %v, read up to %d; want 1,000 from the oldest unread", len(got)-1, got[:1], got[len(got)-1])
+	}
+	scrollDownTo(t, b, c, last)
+	if n := browsertest.Eval[int](b, `document.querySelectorAll('#messages .msg').length`); n > keepOpen {
+		t.Errorf("scrolled down to m%d, the group shows %d messages, want at most 1,000", last, n)
 	}
 	if p := b.TakeProblems(); len(p) > 0 {
 		t.Errorf("the page threw: %v", p)

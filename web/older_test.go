@@ -105,8 +105,11 @@ func TestASendWrittenTwiceIsShownOnceWhenPagedUp(t *testing.T) {
 // A group left open while messages keep coming, the view at the newest:
 // the page keeps its newest 1,000 and lets the older go (a tab open all
 // day held everything it was handed), and scrolling up pulls them again.
+// (Pushes come faster here than the view reads them: the newest are let
+// go instead, and pulled again as the view follows them down.)
 func TestAGroupLeftOpenKeepsItsNewestThousand(t *testing.T) {
 	_, b, c := openAndPush1200(t, nil)
+	scrollDownTo(t, b, c, 1210)
 	got := browsertest.Eval[[]int](b, `[chat.group('g').order.length, chat.group('g').order[0], document.querySelectorAll('#messages .msg').length]`)
 	if got[0] > 1000 || got[2] > 1000 || got[1] <= 10 {
 		t.Fatalf("after 1,200 pushes into the open group it holds %d messages from %d, and shows %d; want at most the newest 1,000", got[0], got[1], got[2])
@@ -149,19 +152,29 @@ func openAndPush1200(t *testing.T, before func(b *browsertest.Tab)) (*peer, *bro
 }
 
 // A busy group left open in a tab in the background: its messages go by
-// unseen, and the oldest are let go (trimmed) while still unread. Back in
-// front, the page reads what is on screen: it held every read for the rest
-// of the session, its view no longer reaching back to the read cursor.
+// unseen. The page holds 1,000 of them, from the oldest unread: the newest
+// are let go, and pulled again when the view comes down to them. Back in
+// front, the page reads what is on screen, and no further: it held every
+// read for the rest of the session, its view no longer reaching back to
+// the read cursor; then it let the oldest go while unread and read past
+// them unseen.
 func TestAGroupTrimmedInTheBackgroundIsReadWhenBackInFront(t *testing.T) {
-	p, b, _ := openAndPush1200(t, func(b *browsertest.Tab) {
+	p, b, c := openAndPush1200(t, func(b *browsertest.Tab) {
 		browsertest.Eval[bool](b, `(Object.defineProperty(document, 'visibilityState', { value: 'hidden', configurable: true }), true)`)
 	})
 	browsertest.Eval[bool](b, `(Object.defineProperty(document, 'visibilityState', { value: 'visible', configurable: true }),
 		document.dispatchEvent(new Event('visibilitychange')), true)`)
 	time.Sleep(2500 * time.Millisecond) // past the read interval
 	flushCursors(t, b)
+	oldest := browsertest.Eval[int](b, `chat.group('g').order[0]`)
+	if read, onScreen := p.maxCursor("read"), newestOnScreen(b); oldest > 11 || read <= 10 || read > onScreen {
+		t.Fatalf("back in front, the group holds from %d and the page sent read upto %d, the newest on screen %d; want it to hold 11, the oldest unread, and read what is on screen", oldest, read, onScreen)
+	}
+	scrollDownTo(t, b, c, 1210)
+	time.Sleep(2500 * time.Millisecond)
+	flushCursors(t, b)
 	if read := p.maxCursor("read"); read < 1200 {
-		t.Fatalf("back in front at the newest messages, the page sent read upto %d; want the newest on screen (about 1210)", read)
+		t.Fatalf("scrolled down to the newest messages, the page sent read upto %d; want the newest on screen (about 1210)", read)
 	}
 }
 

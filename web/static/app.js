@@ -93,6 +93,7 @@ function start(s) {
   chat.addEventListener('groups', renderGroups);
   chat.addEventListener('messages', (e) => onMessages(e.detail));
   chat.addEventListener('forgotten', (e) => onForgotten(e.detail));
+  chat.addEventListener('newer', (e) => onNewer(e.detail));
   chat.addEventListener('pending', (e) => e.detail.gid === view?.gid && renderOutbox());
   chat.addEventListener('counts', (e) => onCounts(e.detail));
   chat.addEventListener('error', (e) => toast(e.detail.message));
@@ -113,6 +114,7 @@ function onStatus(d) {
       // An older page lost with the last session: at the top no scroll
       // event asks for it again.
       if (view && !view.loading && scroller.scrollTop < 80) loadOlder(view.gid);
+      if (view && !view.loading && atBottom()) loadNewer(view.gid); // a newer page, likewise
       break;
     case 'connecting':
       st.textContent = 'connecting…';
@@ -247,6 +249,7 @@ async function openGroup(gid) {
   const first = $('messages').querySelector('.first-unread');
   if (first) first.scrollIntoView({ block: 'start' });
   else scroller.scrollTop = scroller.scrollHeight;
+  if (atBottom()) loadNewer(gid); // no scroll event when nothing moved
   olderStatus();
   watchShown(); // what loading scrolled past was never read
   $('composer').body.focus();
@@ -254,7 +257,7 @@ async function openGroup(gid) {
 
 // messageEl draws one message. Messages that were unread when the group was
 // opened (not those arriving live) are marked so.
-function messageEl(m, older) {
+function messageEl(m, paged) {
   const mine = m.sender === chat.uid;
   // Any int64 is a SentAt: one past what a Date holds is shown without it.
   const at = new Date(m.sent_at);
@@ -272,7 +275,7 @@ function messageEl(m, older) {
     li.append(b);
     setReceipt(li, chat.group(m.gid || view.gid).counts.get(m.msgid));
   }
-  if (!mine && m.msgid > view.readAtOpen && (view.loading || older)) li.classList.add('unread');
+  if (!mine && m.msgid > view.readAtOpen && (view.loading || paged)) li.classList.add('unread');
   return li;
 }
 
@@ -286,15 +289,17 @@ function setReceipt(li, c) {
 
 // onMessages draws messages of the open group in msgid order: new ones at
 // the bottom (following them when the view is at the bottom), older pages
-// at the top (keeping what is on screen in place).
-function onMessages({ gid, msgs, older }) {
+// at the top (keeping what is on screen in place), newer pages (pulled
+// again when scrolling down, see Chat.loadNewer) at the bottom, the view
+// where it is.
+function onMessages({ gid, msgs, older, newer }) {
   renderGroups();
   if (!view || gid !== view.gid || msgs.length === 0) return;
   const list = $('messages');
   const fromBottom = scroller.scrollHeight - scroller.scrollTop;
-  const atBottom = fromBottom - scroller.clientHeight < 60;
+  const wasAtBottom = atBottom();
   for (const m of msgs) {
-    const li = messageEl(m, older);
+    const li = messageEl(m, older || newer);
     let next = null;
     for (let c = list.lastElementChild; c && Number(c.dataset.msgid) > m.msgid; c = c.previousElementSibling) next = c;
     list.insertBefore(li, next);
@@ -304,7 +309,9 @@ function onMessages({ gid, msgs, older }) {
   list.querySelector('.unread')?.classList.add('first-unread');
   if (older) {
     scroller.scrollTop = scroller.scrollHeight - fromBottom;
-  } else if (atBottom || msgs.some((m) => m.sender === chat.uid)) {
+  } else if (newer) {
+    // below what is on screen: nothing moves
+  } else if (wasAtBottom || msgs.some((m) => m.sender === chat.uid)) {
     scroller.scrollTop = scroller.scrollHeight;
     // Not past the first new message of others (a resync brings many):
     // what scrolls by unseen is not read.
@@ -346,7 +353,17 @@ function onForgotten({ gid, msgids }) {
   if (anchor) scroller.scrollTop += anchor.getBoundingClientRect().top - was;
 }
 
+// onNewer: messages came that the open group does not hold, its view
+// short of the newest (see Chat.trim); scrolling down pulls them.
+function onNewer({ gid }) {
+  if (!view || gid !== view.gid || view.loading) return;
+  $('jump').hidden = false;
+  if (atBottom()) loadNewer(gid);
+}
+
 $('jump').addEventListener('click', () => { scroller.scrollTop = scroller.scrollHeight; });
+
+const atBottom = () => scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 60;
 
 function olderStatus() {
   const g = view && chat.group(view.gid);
@@ -355,10 +372,15 @@ function olderStatus() {
     : `The beginning of ${g.gid}.`;
 }
 
-// Scrolling near the top pulls the page before the oldest message shown.
+// Scrolling near the top pulls the page before the oldest message shown;
+// near the bottom, the one after the newest, when the newest received are
+// not held.
 scroller.addEventListener('scroll', () => {
   if (view && !view.loading && scroller.scrollTop < 80) loadOlder(view.gid);
-  if (scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 60) $('jump').hidden = true;
+  if (atBottom()) {
+    if (view && !view.loading) loadNewer(view.gid);
+    if (!view || !chat.group(view.gid).newerMore) $('jump').hidden = true;
+  }
 });
 
 async function loadOlder(gid) {
@@ -373,6 +395,16 @@ async function loadOlder(gid) {
     chat.failed('older messages', e);
   } finally {
     olderStatus();
+  }
+}
+
+async function loadNewer(gid) {
+  try {
+    const n = await chat.loadNewer(gid);
+    // Still at the bottom (a short page): the next one.
+    if (n > 0 && view?.gid === gid && atBottom()) loadNewer(gid);
+  } catch (e) {
+    chat.failed('newer messages', e);
   }
 }
 

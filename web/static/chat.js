@@ -1,12 +1,14 @@
 // chat.js: the client's half of the protocol, as the Go SDK (client/) does
 // it, without the DOM. At connect: sync (counts only). On open: pull what
 // follows the cursor; older history page by page when asked (scrolling up).
-// Pushes: dropped when already held (by msgid), held back when their prev is
-// not the contiguous cursor until a pull fills the gap. Acks every 10
-// messages or 1 s; reads only for messages that were shown and only up to
-// the contiguous cursor. Sends keep their cmid across resends. A new session
-// syncs, pulls the open group again, flushes cursors and resends; so does
-// a resync frame (the server may have lost pushes to us), on the same one.
+// The open group holds a window of at most KEEP_OPEN messages that
+// scrolling moves (groups.js). Pushes: dropped when already held (by
+// msgid), held back when their prev is not the contiguous cursor until a
+// pull fills the gap. Acks every 10 messages or 1 s; reads only for
+// messages that were shown and only up to the contiguous cursor. Sends
+// keep their cmid across resends. A new session syncs, pulls the open
+// group again, flushes cursors and resends; so does a resync frame (the
+// server may have lost pushes to us), on the same one.
 // A group whose cursor the server refuses as beyond_head (it took a msgid
 // the group does not have) is taken up again from the confirmed ack, less
 // often while the server repeats it (recovery.js).
@@ -25,7 +27,7 @@ import { Pacer } from './pace.js';
 import * as frames from './frames.js';
 import { recovery } from './recovery.js';
 import { receipts, MAX_COUNTS } from './receipts.js';
-import { groups, insertSorted, MAX_BUF, sentBefore } from './groups.js';
+import { groups, insertSorted, MAX_BUF, readMark, sentBefore } from './groups.js';
 import { pulls } from './pulls.js';
 
 const FILL = 30; // an opened group shows at least this many messages when it has them
@@ -33,11 +35,6 @@ const UNREAD_PAGES = 20; // an opened group pages up at most this many older pag
 const HEARTBEAT = 25000;
 const RESYNC_RETRY = 2000; // a sync the server asked for, refused, is asked again after this
 const KEEP_CLOSED = 200; // messages kept of a group that is not open; older ones come back by scrolling up
-const KEEP_OPEN = 1000; // messages kept of the open group, wherever its view is (see trim)
-
-// readMark is how far g is read: the server's read cursor, or what the user
-// has seen since, if further.
-const readMark = (g) => Math.max(g.read, g.readWant);
 
 export class Chat extends EventTarget {
   constructor({ uid, token, dev, renew }) {
@@ -305,7 +302,8 @@ export class Chat extends EventTarget {
     }
   }
 
-  // accept records messages that extend the contiguous cursor, in order.
+  // accept records messages that extend the contiguous cursor, in order:
+  // held, unless the newest received are not (g.newerMore, see trim).
   accept(g, msgs) {
     if (msgs.length === 0) return;
     let outbox = false;
@@ -317,47 +315,18 @@ export class Chat extends EventTarget {
         this.stats.duplicates++;
         continue;
       }
+      if (m.sender === this.uid && g.pending.delete(m.cmid)) outbox = true;
+      if (g.newerMore) continue;
       g.msgs.set(m.msgid, m);
       insertSorted(g.order, m.msgid);
-      if (m.sender === this.uid && g.pending.delete(m.cmid)) outbox = true;
       shown.push(m);
     }
     this.cursors.received(g, msgs.length);
     if (shown.length > 0) this.emit('messages', { gid: g.gid, msgs: shown, older: false });
+    else if (g.newerMore) this.emit('newer', { gid: g.gid });
     if (outbox) this.outbox.changed(g);
     if (!g.opened) this.forgetOld(g, KEEP_CLOSED);
-    else this.trim(g.gid);
-  }
-
-  // forgetOld keeps the newest keep messages of g: the rest is below the
-  // contiguous cursor, and scrolling up pulls it again.
-  forgetOld(g, keep) {
-    if (g.order.length <= keep) return;
-    g.dropped++;
-    const gone = g.order.splice(0, g.order.length - keep);
-    for (const id of gone) {
-      g.msgs.delete(id);
-      g.counts.delete(id);
-    }
-    g.olderMore = true;
-    this.emit('forgotten', { gid: g.gid, msgids: gone });
-  }
-
-  // trim forgets the oldest messages of the open group past KEEP_OPEN, as
-  // new ones are taken, wherever the view is (the page keeps what is on
-  // screen in place): a group left open all day does not hold all it was
-  // handed, nor one whose view a batch taller than the screen left short
-  // of the newest. Scrolling up pulls them again. An older page under way
-  // is given up (see pullOlder): waiting for it, every message taken
-  // meanwhile was kept.
-  trim(gid) {
-    const g = this.group(gid);
-    if (g.order.length <= KEEP_OPEN) return;
-    // Unread messages among those forgotten (the tab in the background
-    // all day): the view no longer reaches back to them, as past the
-    // pages of an opening, and is read as it is.
-    if (g.order[g.order.length - KEEP_OPEN - 1] > readMark(g)) g.gaveUpRead = true;
-    this.forgetOld(g, KEEP_OPEN);
+    else this.trim(g);
   }
 
   async open(gid) {
@@ -366,6 +335,7 @@ export class Chat extends EventTarget {
     this.current = gid;
     g.opened = true;
     g.unread = 0;
+    g.readingOld = false;
     this.emit('groups');
     if (this.online) await this.load(g); // else the next session does
   }
@@ -376,10 +346,9 @@ export class Chat extends EventTarget {
   // newest, the view would be read past what was never on screen), at
   // most UNREAD_PAGES pages, and asks the read counts of mine.
   async load(g) {
-    g.gaveUpRead = false;
     g.olderPages = 0;
     await this.pullForward(g);
-    while (g.olderMore && g.opened && !g.gaveUpRead) { // unread ones trimmed: no paging up reaches them
+    while (g.olderMore && g.opened) {
       if (g.order.length >= FILL && (this.reachesRead(g) || g.olderPages >= UNREAD_PAGES)) break;
       if (g.loadingOlder) { // one the user's scrolling (or reconnect) started
         await g.loadingOlder.catch(() => {});
@@ -394,7 +363,9 @@ export class Chat extends EventTarget {
     const g = this.group(gid);
     g.opened = false;
     g.buf.clear(); // what waits for a gap: the next opening pulls it
-    this.forgetOld(g, KEEP_CLOSED);
+    // What a closed group holds joins onto the contiguous cursor.
+    this.forgetOld(g, g.newerMore ? 0 : KEEP_CLOSED);
+    g.newerMore = false;
     if (this.current === gid) this.current = null;
     this.cursors.flush(true).then(() => this.syncSoon());
   }
@@ -409,11 +380,11 @@ export class Chat extends EventTarget {
   // reaches back to the read cursor (a load cut short by a disconnect or a
   // failed page), a read would pass unread messages never shown: none is
   // made; scrolling up, or the next load, pages back to them. Past
-  // UNREAD_PAGES older pages since the opening, or once unread messages
-  // were trimmed, the view is read as it is.
+  // UNREAD_PAGES older pages since the opening the view is read as it is.
+  // (A trim lets no unread message go before it was on screen.)
   seen(gid, msgid) {
     const g = this.group(gid);
-    if (g.gaveUpRead || g.olderPages >= UNREAD_PAGES || this.reachesRead(g)) this.cursors.seen(g, msgid);
+    if (g.olderPages >= UNREAD_PAGES || this.reachesRead(g)) this.cursors.seen(g, msgid);
   }
 
   // paced sends one of the page's own frames (an ack, read, pull or

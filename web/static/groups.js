@@ -9,7 +9,10 @@
 // first time. Nothing is lost: its messages come back with the sync that
 // names it and the pull when it is opened. A group the user opened, or
 // has sends pending in, is not forgotten. A group a sync named is kept
-// while the syncs name it. Methods of Chat (chat.js), kept apart.
+// while the syncs name it.
+//
+// The open group holds at most KEEP_OPEN messages, a window of it that
+// scrolling moves (trim). Methods of Chat (chat.js), kept apart.
 
 import { retakeBackoff } from './recovery.js';
 
@@ -20,6 +23,11 @@ import { retakeBackoff } from './recovery.js';
 // group's next push (its prev shows the gap) or heartbeat.
 export const MAX_BUF = 1000;
 export const MAX_UNLISTED = 16; // pushed groups no sync named, kept for when one does
+export const KEEP_OPEN = 1000; // messages held of the open group, wherever its view is (see trim)
+
+// readMark is how far g is read: the server's read cursor, or what the user
+// has seen since, if further.
+export const readMark = (g) => Math.max(g.read, g.readWant);
 
 export function newGroup(gid) {
   return {
@@ -30,8 +38,10 @@ export function newGroup(gid) {
     msgs: new Map(), order: [], // held messages, msgids ascending
     buf: new Map(), // pushes waiting for their predecessors, at most MAX_BUF; none in a closed group a sync named
     olderMore: true, loadingOlder: null, // the older page under way (a promise of how many it added)
-    dropped: 0, // held messages were forgotten this many times (an older page joins onto what it was asked against)
-    olderPages: 0, gaveUpRead: false, // older pages since the opening; unread messages trimmed (see Chat.seen)
+    dropped: 0, // the oldest held were forgotten this many times (an older page joins onto what it was asked against)
+    newerMore: false, loadingNewer: null, // the newest received are not held (see trim); the newer page under way
+    readingOld: false, // an older page was taken since the view was last at the newest
+    olderPages: 0, // older pages since the opening (see Chat.seen)
     opened: false, pulling: null, gapping: false,
     retaking: false, retakeAgain: false, retaken: 0, retakeBackoff: retakeBackoff(), // see recovery.js
     unacked: 0, ackDue: 0, readWant: -1, readDue: 0,
@@ -108,6 +118,53 @@ export const groups = {
       this.groups.set(gid, g);
     }
     return g;
+  },
+
+  // trim keeps the open group g to KEEP_OPEN messages once new ones were
+  // taken, wherever its view is (a tab open all day held all it was
+  // handed; so did a view a batch taller than the screen left short of
+  // the newest). It lets the oldest go while they are read and the user
+  // is not paging up to them; else the newest (newerMore: later ones are
+  // not held either, and scrolling down pulls them again, Chat.loadNewer).
+  // So an older page asked for or just shown stays, and no unread message
+  // goes before it was on screen: the read cursor, which names the newest
+  // shown, never passes one.
+  trim(g) {
+    const over = g.order.length - KEEP_OPEN;
+    if (over <= 0) return;
+    // The newest read one stays: the view reaches back to the read
+    // cursor (Chat.reachesRead), and reads go on.
+    let old = 0;
+    if (!g.readingOld && !g.loadingOlder) while (old < over && g.order[old + 1] <= readMark(g)) old++;
+    this.forgetOld(g, g.order.length - old);
+    this.forgetNewest(g, KEEP_OPEN);
+  },
+
+  // forgetOld keeps the newest keep messages of g: the rest is below the
+  // contiguous cursor, and scrolling up pulls it again.
+  forgetOld(g, keep) {
+    if (g.order.length <= keep) return;
+    g.dropped++;
+    const gone = g.order.splice(0, g.order.length - keep);
+    this.forget(g, gone);
+    g.olderMore = true;
+  },
+
+  // forgetNewest keeps the oldest keep messages of g: the rest, and what
+  // is taken after it until scrolling down pulls it again, was received
+  // and is not held.
+  forgetNewest(g, keep) {
+    if (g.order.length <= keep) return;
+    this.forget(g, g.order.splice(keep));
+    g.newerMore = true;
+  },
+
+  forget(g, gone) {
+    for (const id of gone) {
+      g.msgs.delete(id);
+      g.counts.delete(id);
+    }
+    this.emit('forgotten', { gid: g.gid, msgids: gone });
   },
 
   // listed: a sync named g; it is kept from now on.

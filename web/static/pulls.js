@@ -1,11 +1,12 @@
 // pulls.js: the pages of the open group a session asks for: forward from
-// the contiguous cursor, older ones before the oldest held, each asked
-// again after a back-off while refused for now. Methods of Chat (chat.js),
-// kept apart.
+// the contiguous cursor, older ones before the oldest held, newer ones
+// after the newest held when the newest received are not (trim), each
+// asked again after a back-off while refused for now. Methods of Chat
+// (chat.js), kept apart.
 
 import { Backoff, Disconnected, retryable, sleep } from './conn.js';
 import * as frames from './frames.js';
-import { insertSorted, shownAs } from './groups.js';
+import { insertSorted, KEEP_OPEN, shownAs } from './groups.js';
 
 const PAGE = 100; // a forward pull page
 const OLDER_PAGE = 50; // a page when scrolling up
@@ -91,9 +92,57 @@ export const pulls = {
     }
     if (outbox) this.outbox.changed(g);
     g.olderMore = p.more;
-    if (fresh.length > 0) g.olderPages++;
+    if (fresh.length > 0) {
+      g.olderPages++;
+      g.readingOld = true;
+    }
     this.emit('messages', { gid, msgs: fresh, older: true });
+    this.forgetNewest(g, KEEP_OPEN); // the view is up here
     this.refreshCounts(g, fresh.map((m) => m.msgid));
+    return fresh.length;
+  },
+
+  // loadNewer is called while the view is at the newest message held: it
+  // pulls the page after it when the newest received are not held (trim),
+  // and returns how many messages it added; else the view is at the
+  // newest, and trimming lets the oldest go again.
+  loadNewer(gid) {
+    const g = this.group(gid);
+    if (g.order.length === 0) g.newerMore = false; // nothing to join onto: what comes is held
+    if (!g.newerMore) g.readingOld = false;
+    if (!g.newerMore || g.loadingNewer || !this.online) return Promise.resolve(0);
+    g.loadingNewer = this.pullNewer(g).finally(() => { g.loadingNewer = null; });
+    return g.loadingNewer;
+  },
+
+  async pullNewer(g) {
+    const gid = g.gid;
+    const after = g.order[g.order.length - 1];
+    this.stats.pulls++;
+    const p = frames.page(await this.pullPage(g, { op: 'pull', gid, after, limit: PAGE }), gid);
+    // What the page joins onto went meanwhile (closed, retaken): scrolling
+    // down asks again.
+    if (!g.newerMore || g.order[g.order.length - 1] !== after) return 0;
+    g.head = Math.max(g.head, p.head);
+    const fresh = [];
+    for (const m of p.msgs) {
+      if (m.msgid <= after || m.msgid > g.contig) continue;
+      const first = shownAs(g, m);
+      if (first !== undefined && first < m.msgid) continue; // a resend written twice, taken as one
+      g.msgs.set(m.msgid, m);
+      insertSorted(g.order, m.msgid);
+      fresh.push(m);
+    }
+    this.emit('messages', { gid, msgs: fresh, older: false, newer: true });
+    this.refreshCounts(g, fresh.map((m) => m.msgid));
+    this.forgetOld(g, KEEP_OPEN); // scrolled down past them
+    // Back at the contiguous cursor: what the page has past it is new (a
+    // page follows its after), and pushes join on.
+    if (p.msgs.some((m) => m.msgid >= g.contig)) {
+      g.newerMore = false;
+      g.readingOld = false;
+      this.accept(g, p.msgs.filter((m) => m.msgid > g.contig));
+    }
     return fresh.length;
   },
 };

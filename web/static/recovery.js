@@ -29,6 +29,7 @@ export const recovery = {
       g.counts.delete(id);
     }
     g.contig = g.order.length ? g.order[g.order.length - 1] : Math.min(prev, g.ack);
+    g.newerMore = false; // held ones end at the cursor
     g.readWant = Math.max(g.read, Math.min(g.readWant, g.contig));
     this.emit('forgotten', { gid: g.gid, msgids: gone });
     if (!g.opened) this.syncSoon(); // the badge counted them
@@ -64,6 +65,7 @@ export const recovery = {
         }
         g.buf.clear();
         g.contig = g.order.length ? g.order[g.order.length - 1] : g.ack; // held ones join on
+        g.newerMore = false;
         g.head = g.ack; // the sync says the server's
         g.readWant = Math.max(g.read, Math.min(g.readWant, g.contig));
         g.unacked = 0;

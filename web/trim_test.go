@@ -1,0 +1,136 @@
+package web
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/groupchat/chatd/internal/browsertest"
+)
+
+// keepOpen is KEEP_OPEN in static/chat.js: messages held of the open group.
+const keepOpen = 1000
+
+// msgRange returns messages from..to of g, sent by v, without prev (as a
+// page has them).
+func msgRange(from, to int64) []map[string]any {
+	var ms []map[string]any
+	for id := from; id <= to; id++ {
+		ms = append(ms, msg(id, noPrev, "v", fmt.Sprint("m", id)))
+	}
+	return ms
+}
+
+// Opening a group with 3,000 unread messages: the page holds at most
+// keepOpen of them, but the oldest unread, where the view opens; the read
+// it sends does not pass what was on screen. Trimmed while the opening
+// pulled, the view began at 2001 and read 2,000 messages never shown.
+func TestOpeningPastTheBoundKeepsTheFirstUnread(t *testing.T) {
+	p, b, c := listed(t, 3000, 0, 0)
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	for after := int64(0); after < 3000; after += 100 {
+		f := c.expect("pull", func(f map[string]any) bool { return f["after"] == float64(after) })
+		c.answer(f, page(f, after+100 < 3000, 3000, msgRange(after+1, after+100)...))
+	}
+	// Paging up from 1 finds nothing older (not asked once trimmed).
+	if f := c.next("pull", 2*time.Second); f != nil && f["before"] != nil {
+		c.answer(f, page(f, false, 3000))
+	}
+	b.WaitUntil("loaded", `chat.group('g').contig === 3000 && !chat.group('g').pulling && !chat.group('g').loadingOlder`)
+	time.Sleep(2500 * time.Millisecond) // past the read interval
+	flushCursors(t, b)
+	got := browsertest.Eval[[]int](b, `((o) => [o.length, o[0], Number(document.querySelector('#messages .msg').dataset.msgid)])(chat.group('g').order)`)
+	if got[0] > keepOpen {
+		t.Errorf("opened with 3,000 unread the group holds %d messages, want at most %d", got[0], keepOpen)
+	}
+	read, onScreen := p.maxCursor("read"), newestOnScreen(b)
+	if got[1] != 1 || got[2] != 1 || read > onScreen || read < 1 {
+		t.Fatalf("opened with 3,000 unread the group holds from %d, shows from %d, and sent read upto %d (the newest on screen %d); "+
+			"want it to hold and show the first unread, 1, and read no further than what was on screen", got[1], got[2], read, onScreen)
+	}
+}
+
+// A busy open group holding keepOpen messages, the user scrolling up past
+// them: each older page stays while pushes come, whether one lands while
+// the page is asked for or after it is shown, and scrolling down brings
+// the newest back. Trimmed at every push, the page just loaded went (the
+// 51 oldest), or was thrown away while asked for, and the view jumped.
+func TestScrollingUpPastTheBoundWhilePushesCome(t *testing.T) {
+	_, b, c := listed(t, 2000, 2000, 2000)
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 2000.0 })
+	c.answer(f, page(f, false, 2000))
+	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 2001.0 })
+	c.answer(f, page(f, true, 2000, msgRange(2001-keepOpen, 2000)...))
+	b.WaitUntil("opened at the newest", `chat.group('g').order.length === 1000 && document.getElementById('scroller').scrollTop > 0`)
+	time.Sleep(300 * time.Millisecond) // the scroll to the newest settles
+
+	oldest := func() int64 { return int64(browsertest.Eval[int](b, `chat.group('g').order[0]`)) }
+	shown := func(id int64) bool {
+		return browsertest.Eval[bool](b, fmt.Sprintf(`!!document.querySelector('#messages .msg[data-msgid="%d"]')`, id))
+	}
+	push := func(id int64) {
+		c.write(map[string]any{"op": "push", "msgs": []any{msg(id, id-1, "v", fmt.Sprint("m", id))}})
+		b.WaitUntil("the push taken", fmt.Sprintf(`chat.group('g').contig === %d`, id))
+	}
+	scrollUp := func() map[string]any {
+		browsertest.Eval[bool](b, `(document.getElementById('scroller').scrollTop = 0, true)`)
+		return c.expect("pull", func(f map[string]any) bool { return f["before"] != nil })
+	}
+	answerOlder := func(f map[string]any) int64 {
+		before := int64(f["before"].(float64))
+		c.answer(f, page(f, true, 2000, msgRange(before-50, before-1)...))
+		b.WaitUntil("the older page answered", `!chat.group('g').loadingOlder`)
+		return before - 50
+	}
+
+	// A page shown, then a push.
+	want := answerOlder(scrollUp())
+	push(2001)
+	if got := oldest(); got != want || !shown(want) {
+		t.Errorf("a push after the older page from %d was shown: the group holds from %d (shown: %v); want the page kept", want, got, shown(want))
+	}
+	// A push while the page is asked for.
+	f = scrollUp()
+	push(2002)
+	want = answerOlder(f)
+	if got := oldest(); got != want || !shown(want) {
+		t.Errorf("a push while the older page from %d was asked for: the group holds from %d (shown: %v); want the page taken", want, got, shown(want))
+	}
+	if n := browsertest.Eval[int](b, `chat.group('g').order.length`); n > keepOpen {
+		t.Errorf("scrolled up, the group holds %d messages, want at most %d", n, keepOpen)
+	}
+	if t.Failed() {
+		return
+	}
+
+	// Scrolling down brings the newest back, page by page, and a push
+	// then joins on.
+	scrollDownTo(t, b, c, 2002)
+	push(2003)
+	b.WaitUntil("the push shown", `document.querySelector('#messages .msg[data-msgid="2003"]')`)
+	if n := browsertest.Eval[int](b, `chat.group('g').order.length`); n > keepOpen {
+		t.Errorf("back at the newest, the group holds %d messages, want at most %d", n, keepOpen)
+	}
+}
+
+// scrollDownTo scrolls the view of g to the bottom, again and again,
+// answering the pulls of newer pages (see Chat.loadNewer) with messages
+// up to last, until last is shown.
+func scrollDownTo(t *testing.T, b *browsertest.Tab, c *peerConn, last int64) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !browsertest.Eval[bool](b, fmt.Sprintf(`!!document.querySelector('#messages .msg[data-msgid="%d"]')`, last)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("scrolling down did not bring %d back within 20 s; page %s", last, b.State())
+		}
+		browsertest.Eval[bool](b, `((s) => (s.scrollTop = s.scrollHeight, true))(document.getElementById('scroller'))`)
+		if f := c.next("pull", 200*time.Millisecond); f != nil && f["after"] != nil {
+			after := int64(f["after"].(float64))
+			to := min(after+100, last)
+			c.answer(f, page(f, to < last, last, msgRange(after+1, to)...))
+		}
+	}
+}
