@@ -4,15 +4,8 @@
 
 import { Chat } from './chat.js';
 import { addMember, createGroup, devToken } from './admin.js';
-
-const $ = (id) => document.getElementById(id);
-
-function el(tag, props = {}, ...children) {
-  const e = document.createElement(tag);
-  Object.assign(e, props);
-  e.append(...children);
-  return e;
-}
+import { $, el, toast } from './dom.js';
+import { showReaders as showReadersOf } from './readers.js';
 
 let chat = null;
 let view = null; // the open group: {gid, readAtOpen, loading}
@@ -453,38 +446,7 @@ $('composer').body.addEventListener('keydown', (ev) => {
 
 // --- who read ---
 
-async function showReaders(gid, msgid, anchor) {
-  const box = $('readers');
-  try {
-    const { read, unread } = await chat.whoRead(gid, msgid);
-    const items = (names) => names.length ? names.map((n) => el('li', { textContent: n })) : [el('li', { className: 'hint', textContent: 'nobody' })];
-    $('readers-read').replaceChildren(...items(read));
-    $('readers-unread').replaceChildren(...items(unread));
-    box.dataset.msgid = msgid;
-    // Beside the message, on its left; below it when there is no room.
-    const m = anchor.closest('.msg').getBoundingClientRect();
-    const r = anchor.getBoundingClientRect();
-    const left = m.left - 232 >= 8;
-    box.hidden = false;
-    box.style.left = `${left ? m.left - 232 : Math.max(8, r.right - 220)}px`;
-    const bottom = scroller.getBoundingClientRect().bottom;
-    box.style.top = `${Math.max(8, Math.min(left ? m.top : r.bottom + 4, bottom - box.offsetHeight - 8))}px`;
-  } catch (e) {
-    toast(`Cannot show who read it: ${e.message}`);
-  }
-}
-
-$('readers-close').addEventListener('click', () => { $('readers').hidden = true; });
-document.addEventListener('keydown', (ev) => { if (ev.key === 'Escape') $('readers').hidden = true; });
-
-let toastTimer = 0;
-function toast(message) {
-  const t = $('toast');
-  t.textContent = message;
-  t.hidden = false;
-  clearTimeout(toastTimer);
-  toastTimer = setTimeout(() => { t.hidden = true; }, 6000);
-}
+const showReaders = (gid, msgid, anchor) => showReadersOf(chat, scroller, gid, msgid, anchor);
 
 // --- start ---
 
