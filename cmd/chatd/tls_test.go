@@ -72,9 +72,11 @@ func TestTheRolesReachKafkaAndRedisOverTLSWithALogin(t *testing.T) {
 			addr = freeAddr(t)
 		}
 		t.Cleanup(runRole(t, role, s.env(addr), os.Stderr))
+		// Ready: the fan-out, which starts at the log's end, is then
+		// assigned its partitions and pushes what comes after.
+		waitHealthy(t, "http://"+addr+"/readyz")
 	}
 	base := "http://" + gw
-	waitHealthy(t, base+"/readyz")
 
 	call := func(method, path, token, body string) (int, map[string]any) {
 		t.Helper()
