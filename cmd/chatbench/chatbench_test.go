@@ -276,3 +276,18 @@ func TestTheSearchSummarySaysWhatAPassKept(t *testing.T) {
 		t.Fatalf("the summary of a search whose best step lost 0.5%% of its sends reads:\n%s", out.String())
 	}
 }
+
+// -h lists the flags without the admin token the environment gave: it
+// went to terminals and CI logs as -admin-token's default. The token
+// still comes from the environment.
+func TestHelpLeavesOutTheAdminToken(t *testing.T) {
+	env := func(k string) string { return map[string]string{"CHAT_ADMIN_TOKEN": "hunter2-admin"}[k] }
+	var out strings.Builder
+	if _, err := parseConfig([]string{"-h"}, env, &out); err == nil || strings.Contains(out.String(), "hunter2") || !strings.Contains(out.String(), "-admin-token") {
+		t.Fatalf("chatbench -h: %v\n%s\nwant the flags without the token", err, out.String())
+	}
+	c, err := parseConfig([]string{"-url", "http://127.0.0.1:1"}, env, io.Discard)
+	if err != nil || c.AdminToken != "hunter2-admin" {
+		t.Fatalf("the token from CHAT_ADMIN_TOKEN: %q, %v", c.AdminToken, err)
+	}
+}

@@ -21,7 +21,7 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	}
 
 	urls := fs.String("url", "http://127.0.0.1:8080", "gateway base URL; several comma-separated = several gateways (clients spread round-robin)")
-	fs.StringVar(&c.AdminToken, "admin-token", getenv("CHAT_ADMIN_TOKEN"), "admin token (default $CHAT_ADMIN_TOKEN)")
+	fs.StringVar(&c.AdminToken, "admin-token", "", "admin token (default $CHAT_ADMIN_TOKEN)")
 	tokFile := fs.String("admin-token-file", "", "read the admin token from this file (chatd dev: <data-dir>/admin-token)")
 	fs.IntVar(&c.PID, "pid", 0, "pid of the chatd process (RSS in idle mode; CPU use in load mode)")
 	fs.StringVar(&c.Kafka, "kafka", "", "a Kafka broker of the deployment (host:port): ack and receipt records per message; the pull mode's preload")
@@ -74,6 +74,9 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if c.AdminToken == "" {
+		c.AdminToken = getenv("CHAT_ADMIN_TOKEN") // read after parsing: -h prints the defaults
 	}
 	for _, u := range strings.Split(*urls, ",") {
 		if u = strings.TrimRight(strings.TrimSpace(u), "/"); u != "" {
