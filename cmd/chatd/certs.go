@@ -1,31 +1,32 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// certCheckEvery is how often, at most, the certificate files are looked
-// at for a renewal (a handshake asks at most this often).
+// certCheckEvery is how often the certificate files are looked at for a
+// renewal.
 var certCheckEvery = 10 * time.Second
 
 // certFiles serves the certificate of CHAT_TLS_CERT_FILE and
 // CHAT_TLS_KEY_FILE and takes a renewed one (certbot, cert-manager write
-// the files in place) without a restart: a handshake after the files
-// changed gets the new one. A pair that does not load (caught half
-// written) keeps the old one, with a warning.
+// the files in place) without a restart: watch loads the files again when
+// they change, away from the handshakes, which only read what it loaded
+// (a file system that hangs stalls no handshake). A pair that does not
+// load (caught half written) keeps the old one, with a warning, and is
+// tried again at the next look.
 type certFiles struct {
 	certFile, keyFile string
 	log               *slog.Logger
 
-	mu      sync.Mutex
-	cert    *tls.Certificate
-	mod     time.Time // the files' newest modification when cert was loaded
-	checked time.Time
+	cert atomic.Pointer[tls.Certificate]
+	mod  time.Time // the files' newest modification when cert was loaded; watch's
 }
 
 // loadCerts loads the pair once, or says what is wrong with it.
@@ -35,7 +36,8 @@ func loadCerts(certFile, keyFile string, log *slog.Logger) (*certFiles, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.cert, c.mod, c.checked = cert, mod, time.Now()
+	c.cert.Store(cert)
+	c.mod = mod
 	return c, nil
 }
 
@@ -57,27 +59,34 @@ func (c *certFiles) load() (*tls.Certificate, time.Time, error) {
 	return &cert, mod, nil
 }
 
-// get is tls.Config.GetCertificate.
-func (c *certFiles) get(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if time.Since(c.checked) < certCheckEvery {
-		return c.cert, nil
+// watch loads the pair again whenever the files changed, until ctx ends.
+func (c *certFiles) watch(ctx context.Context) {
+	t := time.NewTicker(certCheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cert, mod, err := c.load()
+		switch {
+		case err != nil:
+			c.log.Warn("the TLS certificate files do not load; serving the one loaded before", "err", err)
+		case !mod.Equal(c.mod):
+			c.cert.Store(cert)
+			c.mod = mod
+			c.log.Info("serving a renewed TLS certificate", "file", c.certFile, "not_after", cert.Leaf.NotAfter)
+		}
 	}
-	c.checked = time.Now()
-	cert, mod, err := c.load()
-	switch {
-	case err != nil:
-		c.log.Warn("the TLS certificate files do not load; serving the one loaded before", "err", err)
-	case !mod.Equal(c.mod):
-		c.cert, c.mod = cert, mod
-		c.log.Info("serving a renewed TLS certificate", "file", c.certFile, "not_after", cert.Leaf.NotAfter)
-	}
-	return c.cert, nil
 }
 
 // tlsConfig is the listener's: HTTP/1.1 only, which WebSocket upgrades
 // need.
 func (c *certFiles) tlsConfig() *tls.Config {
-	return &tls.Config{GetCertificate: c.get, MinVersion: tls.VersionTLS12, NextProtos: []string{"http/1.1"}}
+	return &tls.Config{
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return c.cert.Load(), nil },
+		MinVersion:     tls.VersionTLS12,
+		NextProtos:     []string{"http/1.1"},
+	}
 }

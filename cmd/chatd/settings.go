@@ -109,7 +109,7 @@ func dur(f func(*settings) *time.Duration) func(*settings, *flag.FlagSet, string
 
 var allSettings = []setting{
 	{"http-addr", "CHAT_HTTP_ADDR", "127.0.0.1:8080", "HTTP listen address (health, API)", "all", str(func(s *settings) *string { return &s.HTTPAddr })},
-	{"tls-cert-file", "CHAT_TLS_CERT_FILE", "", "serve HTTPS and wss:// on the HTTP address with this certificate chain (PEM), reloaded when the file changes; empty: plain HTTP (terminate TLS in front)", "all", str(func(s *settings) *string { return &s.TLSCertFile })},
+	{"tls-cert-file", "CHAT_TLS_CERT_FILE", "", "a gateway (and dev) serves HTTPS and wss:// on the HTTP address with this certificate chain (PEM), reloaded when the files change; the other roles keep plain HTTP for probes and scrapes; empty: plain HTTP (terminate TLS in front)", "all", str(func(s *settings) *string { return &s.TLSCertFile })},
 	{"tls-key-file", "CHAT_TLS_KEY_FILE", "", "the private key (PEM) of CHAT_TLS_CERT_FILE", "all", str(func(s *settings) *string { return &s.TLSKeyFile })},
 	{"http-read-timeout", "CHAT_HTTP_READ_TIMEOUT", "30s", "time a client has to send a whole HTTP request, its body too (WebSockets are not cut by it)", "all", dur(func(s *settings) *time.Duration { return &s.HTTPReadTimeout })},
 	{"http-write-timeout", "CHAT_HTTP_WRITE_TIMEOUT", "10s", "time a client has to take in an HTTP answer once it is ready (the page, health checks, /metrics, the API), or a WebSocket what is queued for it; one that reads nothing is then dropped", "all", dur(func(s *settings) *time.Duration { return &s.HTTPWriteTimeout })},

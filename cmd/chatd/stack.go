@@ -200,14 +200,18 @@ func (st *stack) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("HTTP listen on %s: %w; set CHAT_HTTP_ADDR (-http-addr) to a free host:port, e.g. %s", st.s.HTTPAddr, err, otherAddr(st.s.HTTPAddr, err, "127.0.0.1:8080 or :8080"))
 	}
+	// Only gateways serve clients over TLS: the other roles' probes and
+	// scrapes stay plain HTTP, whatever settings they share.
 	scheme := "http"
-	if st.s.TLSCertFile != "" {
-		certs, err := loadCerts(st.s.TLSCertFile, st.s.TLSKeyFile, st.log)
-		if err != nil {
+	var certs *certFiles
+	if st.s.TLSCertFile != "" && st.gateway != nil {
+		if certs, err = loadCerts(st.s.TLSCertFile, st.s.TLSKeyFile, st.log); err != nil {
 			ln.Close()
 			return err
 		}
 		ln, scheme = tls.NewListener(ln, certs.tlsConfig()), "https"
+	} else if st.s.TLSCertFile != "" {
+		st.log.Info("CHAT_TLS_CERT_FILE is a gateway's: this role serves /readyz and /metrics over plain HTTP")
 	}
 	srv := st.s.httpServer(st.routes(), st.gateway != nil) // the API waits on the stores
 	st.log.Info("serving "+strings.ToUpper(scheme), "addr", ln.Addr().String())
@@ -219,6 +223,9 @@ func (st *stack) run(ctx context.Context) error {
 	// The side listeners close at shutdown, or when run returns early.
 	side, closeSide := context.WithCancel(gctx)
 	defer closeSide()
+	if certs != nil {
+		go certs.watch(side)
+	}
 	if st.s.MetricsAddr != "" {
 		m, err := st.serveMetrics(side)
 		if err != nil {

@@ -195,7 +195,7 @@ func TestARefusedKafkaLoginOrCertificateStopsTheStartSayingWhatToSet(t *testing.
 // files without a restart. A pair that does not load is refused at start.
 func TestAGatewayServesTLSAndTakesARenewedCertificate(t *testing.T) {
 	old := certCheckEvery
-	certCheckEvery = 0
+	certCheckEvery = 20 * time.Millisecond
 	t.Cleanup(func() { certCheckEvery = old })
 	first, second := testserver.NewTLS(t), testserver.NewTLS(t)
 	dir := t.TempDir()
