@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"crypto/tls"
 	"encoding/binary"
 	"errors"
 	"net"
@@ -155,9 +156,19 @@ func (w *cork) send(b []byte) error {
 	w.nc.SetWriteDeadline(w.deadline)
 	_, err := w.nc.Write(b)
 	if err != nil {
-		w.nc.Close()
+		closeNow(w.nc)
 	}
 	return err
+}
+
+// closeNow closes nc without a word: over TLS, the close_notify that
+// tls.Conn.Close writes would wait up to 5 s more on a client that reads
+// nothing, holding the writer that gave up on it.
+func closeNow(nc net.Conn) {
+	if tc, ok := nc.(*tls.Conn); ok {
+		nc = tc.NetConn()
+	}
+	nc.Close()
 }
 
 // release uncorks the connection, writing what gathered by hold's
