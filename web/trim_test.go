@@ -134,3 +134,98 @@ func scrollDownTo(t *testing.T, b *browsertest.Tab, c *peerConn, last int64) {
 		}
 	}
 }
+
+// The user sends while the open group is short of its newest (scrolled
+// up past the bound while 200 pushes came, so the newest are not held):
+// the message is drawn, on screen, and leaves the outbox only then; what
+// was skipped to show it is not read. The outbox let it go when it
+// arrived, not drawn, and the view went to the bottom of the window held,
+// which pulled one page of 100: it was nowhere on screen, and the user
+// might send it again. So too for a send of the outbox the composer did
+// not make (one kept from before a reload): the view comes to the newest
+// when it arrives.
+func TestSendingShortOfTheNewestShowsTheMessage(t *testing.T) {
+	t.Run("composer", func(t *testing.T) { sendShortOfTheNewest(t, func(b *browsertest.Tab) { typeAndSend(b, "mine") }) })
+	t.Run("outbox", func(t *testing.T) {
+		sendShortOfTheNewest(t, func(b *browsertest.Tab) { browsertest.Eval[bool](b, `(chat.outbox.send('g', 'mine'), true)`) })
+	})
+}
+
+func sendShortOfTheNewest(t *testing.T, send func(b *browsertest.Tab)) {
+	p, b, c := listed(t, 2000, 2000, 2000)
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 2000.0 })
+	c.answer(f, page(f, false, 2000))
+	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 2001.0 })
+	c.answer(f, page(f, true, 2000, msgRange(2001-keepOpen, 2000)...))
+	b.WaitUntil("opened at the newest", `chat.group('g').order.length === 1000 && document.getElementById('scroller').scrollTop > 0`)
+	time.Sleep(300 * time.Millisecond) // the scroll to the newest settles
+
+	// Scrolled up: an older page; then 200 pushes, whose newest are not held.
+	browsertest.Eval[bool](b, `(document.getElementById('scroller').scrollTop = 0, true)`)
+	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 1001.0 })
+	c.answer(f, page(f, true, 2000, msgRange(951, 1000)...))
+	b.WaitUntil("the older page shown", `document.querySelector('#messages .msg[data-msgid="951"]')`)
+	var pushed []any
+	for id := int64(2001); id <= 2200; id++ {
+		pushed = append(pushed, msg(id, id-1, "v", fmt.Sprint("m", id)))
+	}
+	c.write(map[string]any{"op": "push", "msgs": pushed})
+	b.WaitUntil("the pushes taken, the newest not held", `chat.group('g').contig === 2200 && chat.group('g').newerMore`)
+
+	// The send, its push, and the pulls of a real server meanwhile.
+	send(b)
+	f = c.expect("send", nil)
+	mine := msg(2201, 2200, "u", "mine")
+	mine["cmid"] = f["cmid"]
+	c.answer(f, map[string]any{"op": "accepted", "gid": "g", "cmid": f["cmid"], "msgid": 2201})
+	c.write(map[string]any{"op": "push", "msgs": []any{mine}})
+	of := func(id int64) map[string]any {
+		if id == 2201 {
+			return mine
+		}
+		return msg(id, noPrev, "v", fmt.Sprint("m", id))
+	}
+	shown := `(() => {
+		const li = document.querySelector('#messages .msg[data-msgid="2201"]');
+		if (!li) return 'not drawn';
+		const r = document.getElementById('scroller').getBoundingClientRect(), e = li.getBoundingClientRect();
+		return e.bottom > r.top && e.top < r.bottom ? 'on screen' : 'drawn off screen';
+	})()`
+	deadline := time.Now().Add(10 * time.Second)
+	for browsertest.Eval[string](b, shown) != "on screen" && time.Now().Before(deadline) {
+		f := c.next("pull", 200*time.Millisecond)
+		if f == nil {
+			continue
+		}
+		limit := int64(f["limit"].(float64))
+		var ms []map[string]any
+		var more bool
+		if a, ok := f["after"].(float64); ok {
+			for id := int64(a) + 1; id <= min(int64(a)+limit, 2201); id++ {
+				ms = append(ms, of(id))
+			}
+			more = int64(a)+limit < 2201
+		} else {
+			before := int64(f["before"].(float64))
+			for id := max(1, before-limit); id < before; id++ {
+				ms = append(ms, of(id))
+			}
+			more = before-limit > 1
+		}
+		c.answer(f, page(f, more, 2201, ms...))
+	}
+	if got := browsertest.Eval[string](b, shown); got != "on screen" {
+		t.Fatalf("sent while the newest 200 were not held, the message is %s (the group shows %d to %d, the outbox %d); want it on screen",
+			got, browsertest.Eval[int](b, `Number(document.querySelector('#messages .msg').dataset.msgid)`),
+			browsertest.Eval[int](b, `Number(document.querySelector('#messages .msg:last-child').dataset.msgid)`),
+			browsertest.Eval[int](b, `document.querySelectorAll('#outbox li').length`))
+	}
+	b.WaitUntil("the outbox empty", `document.querySelectorAll('#outbox li').length === 0`)
+	// 2001 on were never on screen before the view came to the newest.
+	time.Sleep(2500 * time.Millisecond) // past the read interval
+	flushCursors(t, b)
+	if read := p.maxCursor("read"); read > 2000 {
+		t.Errorf("brought to the newest, the page read up to %d; want no further than 2000, the newest on screen before", read)
+	}
+}

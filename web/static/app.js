@@ -434,8 +434,29 @@ $('composer').addEventListener('submit', (ev) => {
   body.value = '';
   if (!view || text === '') return;
   chat.outbox.send(view.gid, text);
-  scroller.scrollTop = scroller.scrollHeight;
+  if (chat.group(view.gid).newerMore && !view.loading) toNewest(view.gid);
+  else scroller.scrollTop = scroller.scrollHeight;
 });
+
+// toNewest brings the view of gid, short of the newest messages (see
+// Chat.toNewest), to them: the user sent, and the message shows at the
+// bottom. Scrolling to the bottom of the window held pulled one page
+// below it, and the message was nowhere on screen. As at an opening, what
+// scrolls by meanwhile is not read.
+async function toNewest(gid) {
+  view.loading = true;
+  try {
+    await chat.toNewest(gid);
+  } catch (e) {
+    chat.failed('newest messages', e);
+  }
+  if (view?.gid !== gid) return;
+  view.loading = false;
+  scroller.scrollTop = scroller.scrollHeight;
+  $('jump').hidden = true;
+  olderStatus();
+  watchShown();
+}
 
 $('composer').body.addEventListener('keydown', (ev) => {
   if (ev.key === 'Enter' && !ev.shiftKey && !ev.isComposing) {

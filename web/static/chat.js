@@ -303,9 +303,15 @@ export class Chat extends EventTarget {
   }
 
   // accept records messages that extend the contiguous cursor, in order:
-  // held, unless the newest received are not (g.newerMore, see trim).
+  // held, unless the newest received are not (g.newerMore, see trim). A
+  // message of the outbox leaves it as it is held: one of them arriving
+  // while the newest are not brings the view to the newest (toNewest), as
+  // the send did, else it left the outbox and was nowhere on screen.
   accept(g, msgs) {
     if (msgs.length === 0) return;
+    if (g.newerMore && g.opened && msgs.some((m) => m.sender === this.uid && g.pending.has(m.cmid))) {
+      this.toNewest(g.gid).catch((e) => this.failed('newest messages', e));
+    }
     let outbox = false;
     const shown = [];
     for (const m of msgs) {
@@ -315,11 +321,11 @@ export class Chat extends EventTarget {
         this.stats.duplicates++;
         continue;
       }
-      if (m.sender === this.uid && g.pending.delete(m.cmid)) outbox = true;
       if (g.newerMore) continue;
       g.msgs.set(m.msgid, m);
       insertSorted(g.order, m.msgid);
       shown.push(m);
+      if (m.sender === this.uid && g.pending.delete(m.cmid)) outbox = true;
     }
     this.cursors.received(g, msgs.length);
     if (shown.length > 0) this.emit('messages', { gid: g.gid, msgs: shown, older: false });
@@ -348,14 +354,39 @@ export class Chat extends EventTarget {
   async load(g) {
     g.olderPages = 0;
     await this.pullForward(g);
-    while (g.olderMore && g.opened) {
-      if (g.order.length >= FILL && (this.reachesRead(g) || g.olderPages >= UNREAD_PAGES)) break;
+    await this.pageUp(g, () => g.order.length >= FILL && (this.reachesRead(g) || g.olderPages >= UNREAD_PAGES));
+    await this.refreshCounts(g, g.order, MAX_COUNTS);
+  }
+
+  // pageUp pages the open group g up until enough() holds, or nothing
+  // older is left.
+  async pageUp(g, enough) {
+    while (g.olderMore && g.opened && !enough()) {
       if (g.loadingOlder) { // one the user's scrolling (or reconnect) started
         await g.loadingOlder.catch(() => {});
         continue;
       }
       if ((await this.loadOlder(g.gid)) === 0) break;
     }
+  }
+
+  // toNewest brings the view of the open group to its newest messages
+  // when they are not held (trim): the user sent one, which shows below
+  // them. The window held goes (an older or newer page under way with
+  // it), and the view is made again of what precedes the contiguous
+  // cursor, FILL messages, as at an opening but without paging up to the
+  // read cursor: paged up that far, the window let the newest go again.
+  // What lay between was never on screen and is not read: the view no
+  // longer reaches back to the read cursor (seen) until scrolling up
+  // brings it there.
+  async toNewest(gid) {
+    const g = this.group(gid);
+    if (!g.opened || !g.newerMore) return;
+    this.forgetOld(g, 0);
+    g.newerMore = false;
+    g.readingOld = false;
+    g.olderPages = 0;
+    await this.pageUp(g, () => g.order.length >= FILL);
     await this.refreshCounts(g, g.order, MAX_COUNTS);
   }
 

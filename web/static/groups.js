@@ -12,7 +12,8 @@
 // while the syncs name it.
 //
 // The open group holds at most KEEP_OPEN messages, a window of it that
-// scrolling moves (trim). Methods of Chat (chat.js), kept apart.
+// scrolling moves (trim), and a send of the user's moves to the newest
+// (Chat.toNewest). Methods of Chat (chat.js), kept apart.
 
 import { retakeBackoff } from './recovery.js';
 
