@@ -5,6 +5,7 @@
 import { Chat } from './chat.js';
 import { addMember, createGroup, devToken } from './admin.js';
 import { $, el, toast } from './dom.js';
+import { renderGroupList } from './grouplist.js';
 import { showReaders as showReadersOf } from './readers.js';
 
 let chat = null;
@@ -135,24 +136,7 @@ $('banner-retry').addEventListener('click', () => chat?.retryNow());
 
 // --- groups ---
 
-function renderGroups() {
-  if (!chat) return;
-  const gs = [...chat.groups.values()].filter((g) => g.known).sort((a, b) => a.gid.localeCompare(b.gid));
-  let total = 0;
-  $('groups').replaceChildren(...gs.map((g) => {
-    const b = el('button', { type: 'button', className: 'group' }, el('span', { className: 'name', textContent: g.gid }));
-    if (!g.opened && g.unread > 0) {
-      total += g.unread;
-      b.append(el('span', { className: 'badge', textContent: `${g.unread}${g.unreadExact ? '' : '+'}`, title: 'unread' }));
-    }
-    b.addEventListener('click', () => openGroup(g.gid));
-    const li = el('li', { className: [g.gid === view?.gid && 'current', g.left && 'left'].filter(Boolean).join(' ') }, b);
-    li.dataset.gid = g.gid;
-    return li;
-  }));
-  $('no-groups').hidden = gs.length > 0;
-  document.title = total > 0 ? `(${total}) chatd` : 'chatd';
-}
+const renderGroups = () => chat && renderGroupList(chat, view?.gid, openGroup);
 
 $('new-group').addEventListener('submit', async (ev) => {
   ev.preventDefault();
