@@ -59,13 +59,7 @@ func TestOpeningPastTheBoundKeepsTheFirstUnread(t *testing.T) {
 // 51 oldest), or was thrown away while asked for, and the view jumped.
 func TestScrollingUpPastTheBoundWhilePushesCome(t *testing.T) {
 	_, b, c := listed(t, 2000, 2000, 2000)
-	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
-	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 2000.0 })
-	c.answer(f, page(f, false, 2000))
-	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 2001.0 })
-	c.answer(f, page(f, true, 2000, msgRange(2001-keepOpen, 2000)...))
-	b.WaitUntil("opened at the newest", `chat.group('g').order.length === 1000 && document.getElementById('scroller').scrollTop > 0`)
-	time.Sleep(300 * time.Millisecond) // the scroll to the newest settles
+	openAtTheNewest(b, c)
 
 	oldest := func() int64 { return int64(browsertest.Eval[int](b, `chat.group('g').order[0]`)) }
 	shown := func(id int64) bool {
@@ -93,7 +87,7 @@ func TestScrollingUpPastTheBoundWhilePushesCome(t *testing.T) {
 		t.Errorf("a push after the older page from %d was shown: the group holds from %d (shown: %v); want the page kept", want, got, shown(want))
 	}
 	// A push while the page is asked for.
-	f = scrollUp()
+	f := scrollUp()
 	push(2002)
 	want = answerOlder(f)
 	if got := oldest(); got != want || !shown(want) {
@@ -153,17 +147,11 @@ func TestSendingShortOfTheNewestShowsTheMessage(t *testing.T) {
 
 func sendShortOfTheNewest(t *testing.T, send func(b *browsertest.Tab)) {
 	p, b, c := listed(t, 2000, 2000, 2000)
-	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
-	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 2000.0 })
-	c.answer(f, page(f, false, 2000))
-	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 2001.0 })
-	c.answer(f, page(f, true, 2000, msgRange(2001-keepOpen, 2000)...))
-	b.WaitUntil("opened at the newest", `chat.group('g').order.length === 1000 && document.getElementById('scroller').scrollTop > 0`)
-	time.Sleep(300 * time.Millisecond) // the scroll to the newest settles
+	openAtTheNewest(b, c)
 
 	// Scrolled up: an older page; then 200 pushes, whose newest are not held.
 	browsertest.Eval[bool](b, `(document.getElementById('scroller').scrollTop = 0, true)`)
-	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 1001.0 })
+	f := c.expect("pull", func(f map[string]any) bool { return f["before"] == 1001.0 })
 	c.answer(f, page(f, true, 2000, msgRange(951, 1000)...))
 	b.WaitUntil("the older page shown", `document.querySelector('#messages .msg[data-msgid="951"]')`)
 	var pushed []any
@@ -228,4 +216,17 @@ func sendShortOfTheNewest(t *testing.T, send func(b *browsertest.Tab)) {
 	if read := p.maxCursor("read"); read > 2000 {
 		t.Errorf("brought to the newest, the page read up to %d; want no further than 2000, the newest on screen before", read)
 	}
+}
+
+// openAtTheNewest opens g, everything of its 2,000 read, and answers its
+// pulls: the newest page, then keepOpen before it; it returns once the
+// view is at the newest.
+func openAtTheNewest(b *browsertest.Tab, c *peerConn) {
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 2000.0 })
+	c.answer(f, page(f, false, 2000))
+	f = c.expect("pull", func(f map[string]any) bool { return f["before"] == 2001.0 })
+	c.answer(f, page(f, true, 2000, msgRange(2001-keepOpen, 2000)...))
+	b.WaitUntil("opened at the newest", `chat.group('g').order.length === 1000 && document.getElementById('scroller').scrollTop > 0`)
+	time.Sleep(300 * time.Millisecond) // the scroll to the newest settles
 }
