@@ -40,12 +40,9 @@ var SASLMechanisms = []string{"plain", "scram-sha-256", "scram-sha-512"}
 // NewSecurity makes the Security of s, or says which setting is wrong.
 func NewSecurity(s SecuritySettings) (Security, error) {
 	var sec Security
-	if s.TLS || s.CAFile != "" {
-		c, err := tlsclient.Config(s.CAFile, "CHAT_KAFKA_CA_FILE")
-		if err != nil {
-			return Security{}, err
-		}
-		sec.TLS = c
+	var err error
+	if sec.TLS, err = tlsclient.For(s.TLS, s.CAFile, "CHAT_KAFKA_CA_FILE"); err != nil {
+		return Security{}, err
 	}
 	mech := strings.ToLower(s.Mechanism)
 	if mech == "" {
@@ -57,7 +54,6 @@ func NewSecurity(s SecuritySettings) (Security, error) {
 	if s.User == "" || s.Password == "" {
 		return Security{}, fmt.Errorf("CHAT_KAFKA_SASL=%s needs a user and a password: set CHAT_KAFKA_SASL_USER and CHAT_KAFKA_SASL_PASSWORD", s.Mechanism)
 	}
-	var err error
 	switch mech {
 	case "plain":
 		sec.SASL = plain.Mechanism{Username: s.User, Password: s.Password}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -219,12 +218,9 @@ func (s *settings) redis(ctx context.Context) (*store.Redis, func(), error) {
 		return nil, nil, errors.New("this command needs Redis: set CHAT_REDIS_ADDRS or -redis-addrs (host:port, or several for a cluster; " +
 			"against chatd dev, its log names its embedded Redis: \"embedded Redis ... addr=\")")
 	}
-	var tc *tls.Config
-	if s.RedisTLS || s.RedisCAFile != "" {
-		var err error
-		if tc, err = tlsclient.Config(s.RedisCAFile, "CHAT_REDIS_CA_FILE"); err != nil {
-			return nil, nil, err
-		}
+	tc, err := tlsclient.For(s.RedisTLS, s.RedisCAFile, "CHAT_REDIS_CA_FILE")
+	if err != nil {
+		return nil, nil, err
 	}
 	rc := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, Username: s.RedisUser, Password: s.RedisPassword, TLSConfig: tc})
 	r, err := store.NewRedis(rc, store.RedisConfig{})
@@ -246,12 +242,9 @@ func (s *settings) clickhouse(ctx context.Context) (*store.ClickHouse, error) {
 	if len(addrs) == 0 {
 		return nil, errors.New("this command needs ClickHouse: set CHAT_CLICKHOUSE_ADDRS or -clickhouse-addrs (host:9000,...)")
 	}
-	var tc *tls.Config
-	if s.ClickHouseTLS || s.ClickHouseCAFile != "" {
-		var err error
-		if tc, err = tlsclient.Config(s.ClickHouseCAFile, "CHAT_CLICKHOUSE_CA_FILE"); err != nil {
-			return nil, err
-		}
+	tc, err := tlsclient.For(s.ClickHouseTLS, s.ClickHouseCAFile, "CHAT_CLICKHOUSE_CA_FILE")
+	if err != nil {
+		return nil, err
 	}
 	ch, err := store.OpenClickHouse(ctx, store.ClickHouseConfig{Addrs: addrs, Database: s.ClickHouseDB,
 		Username: s.ClickHouseUser, Password: s.ClickHousePass, QueryTimeout: 5 * time.Minute, TLS: tc})

@@ -300,19 +300,13 @@ func (s *settings) redisClient(addrs []string) (redis.UniversalClient, error) {
 
 // redisTLS is the TLS config of the connections to Redis; nil: plaintext.
 func (s *settings) redisTLS() (*tls.Config, error) {
-	if !s.RedisTLS && s.RedisCAFile == "" {
-		return nil, nil
-	}
-	return tlsclient.Config(s.RedisCAFile, "CHAT_REDIS_CA_FILE")
+	return tlsclient.For(s.RedisTLS, s.RedisCAFile, "CHAT_REDIS_CA_FILE")
 }
 
 // clickHouseTLS is the TLS config of the connections to ClickHouse; nil:
 // plaintext.
 func (s *settings) clickHouseTLS() (*tls.Config, error) {
-	if !s.ClickHouseTLS && s.ClickHouseCAFile == "" {
-		return nil, nil
-	}
-	return tlsclient.Config(s.ClickHouseCAFile, "CHAT_CLICKHOUSE_CA_FILE")
+	return tlsclient.For(s.ClickHouseTLS, s.ClickHouseCAFile, "CHAT_CLICKHOUSE_CA_FILE")
 }
 
 func list(s string) []string {

@@ -31,6 +31,15 @@ func Config(caFile, setting string) (*tls.Config, error) {
 	return c, nil
 }
 
+// For is Config when a store's TLS is on (on, or a CA file named, which
+// implies it), and nil (plaintext) when it is off.
+func For(on bool, caFile, setting string) (*tls.Config, error) {
+	if !on && caFile == "" {
+		return nil, nil
+	}
+	return Config(caFile, setting)
+}
+
 // Failed tells a TLS handshake that failed on certificates or on the
 // protocol (a plaintext server), which waiting does not mend.
 func Failed(err error) bool {
