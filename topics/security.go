@@ -29,6 +29,8 @@ type Security struct {
 type SecuritySettings struct {
 	TLS       bool   // CHAT_KAFKA_TLS
 	CAFile    string // CHAT_KAFKA_CA_FILE; sets TLS
+	CertFile  string // CHAT_KAFKA_CERT_FILE: a client certificate (mutual TLS); sets TLS
+	KeyFile   string // CHAT_KAFKA_KEY_FILE: its key
 	Mechanism string // CHAT_KAFKA_SASL: plain, scram-sha-256 or scram-sha-512; empty: none
 	User      string // CHAT_KAFKA_SASL_USER
 	Password  string // CHAT_KAFKA_SASL_PASSWORD
@@ -41,7 +43,7 @@ var SASLMechanisms = []string{"plain", "scram-sha-256", "scram-sha-512"}
 func NewSecurity(s SecuritySettings) (Security, error) {
 	var sec Security
 	var err error
-	if sec.TLS, err = tlsclient.For(s.TLS, s.CAFile, "CHAT_KAFKA_CA_FILE"); err != nil {
+	if sec.TLS, err = (tlsclient.Files{On: s.TLS, CAFile: s.CAFile, CertFile: s.CertFile, KeyFile: s.KeyFile}).Config("CHAT_KAFKA"); err != nil {
 		return Security{}, err
 	}
 	mech := strings.ToLower(s.Mechanism)

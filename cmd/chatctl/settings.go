@@ -23,26 +23,32 @@ import (
 // flag and the CHAT_* variable chatd reads for the same thing; a flag wins
 // over the variable, the variable over the default.
 type settings struct {
-	KafkaBrokers     string
-	KafkaTLS         bool
-	KafkaCAFile      string
-	KafkaSASL        string
-	KafkaSASLUser    string
-	KafkaSASLPass    string
-	Partitions       int
-	Replicas         int // CHAT_REPLICATION_FACTOR
-	MessageRetention time.Duration
-	RedisAddrs       string
-	RedisPassword    string
-	RedisUser        string
-	RedisTLS         bool
-	RedisCAFile      string
-	ClickHouseAddrs  string
-	ClickHouseDB     string
-	ClickHouseUser   string
-	ClickHousePass   string
-	ClickHouseTLS    bool
-	ClickHouseCAFile string
+	KafkaBrokers       string
+	KafkaTLS           bool
+	KafkaCAFile        string
+	KafkaCertFile      string
+	KafkaKeyFile       string
+	KafkaSASL          string
+	KafkaSASLUser      string
+	KafkaSASLPass      string
+	Partitions         int
+	Replicas           int // CHAT_REPLICATION_FACTOR
+	MessageRetention   time.Duration
+	RedisAddrs         string
+	RedisPassword      string
+	RedisUser          string
+	RedisTLS           bool
+	RedisCAFile        string
+	RedisCertFile      string
+	RedisKeyFile       string
+	ClickHouseAddrs    string
+	ClickHouseDB       string
+	ClickHouseUser     string
+	ClickHousePass     string
+	ClickHouseTLS      bool
+	ClickHouseCAFile   string
+	ClickHouseCertFile string
+	ClickHouseKeyFile  string
 
 	kafkaSecurity topics.Security // of the Kafka* settings, made by validate
 }
@@ -57,6 +63,8 @@ var allSettings = []setting{
 	{"kafka-brokers", "CHAT_KAFKA_BROKERS", "127.0.0.1:9092", "Kafka bootstrap brokers, host:port,...", strVar(func(s *settings) *string { return &s.KafkaBrokers })},
 	{"kafka-tls", "CHAT_KAFKA_TLS", "false", "connect to the brokers over TLS, trusting the system's CAs or CHAT_KAFKA_CA_FILE's", boolVar(func(s *settings) *bool { return &s.KafkaTLS })},
 	{"kafka-ca-file", "CHAT_KAFKA_CA_FILE", "", "PEM file of the CAs that sign the brokers' certificates, trusted instead of the system's; sets kafka-tls", strVar(func(s *settings) *string { return &s.KafkaCAFile })},
+	{"kafka-cert-file", "CHAT_KAFKA_CERT_FILE", "", "client certificate (PEM) for the brokers when it asks for one (mutual TLS); sets kafka-tls", strVar(func(s *settings) *string { return &s.KafkaCertFile })},
+	{"kafka-key-file", "CHAT_KAFKA_KEY_FILE", "", "the private key (PEM) of CHAT_KAFKA_CERT_FILE", strVar(func(s *settings) *string { return &s.KafkaKeyFile })},
 	{"kafka-sasl", "CHAT_KAFKA_SASL", "", "SASL mechanism to authenticate to the brokers with: plain, scram-sha-256 or scram-sha-512; empty: none", strVar(func(s *settings) *string { return &s.KafkaSASL })},
 	{"kafka-sasl-user", "CHAT_KAFKA_SASL_USER", "", "SASL user name", strVar(func(s *settings) *string { return &s.KafkaSASLUser })},
 	{"kafka-sasl-password", "CHAT_KAFKA_SASL_PASSWORD", "", "SASL password", strVar(func(s *settings) *string { return &s.KafkaSASLPass })},
@@ -68,12 +76,16 @@ var allSettings = []setting{
 	{"redis-user", "CHAT_REDIS_USER", "", "Redis ACL user (Redis 6 and later); empty: the default user", strVar(func(s *settings) *string { return &s.RedisUser })},
 	{"redis-tls", "CHAT_REDIS_TLS", "false", "connect to Redis over TLS, trusting the system's CAs or CHAT_REDIS_CA_FILE's", boolVar(func(s *settings) *bool { return &s.RedisTLS })},
 	{"redis-ca-file", "CHAT_REDIS_CA_FILE", "", "PEM file of the CAs that sign Redis's certificate, trusted instead of the system's; sets redis-tls", strVar(func(s *settings) *string { return &s.RedisCAFile })},
+	{"redis-cert-file", "CHAT_REDIS_CERT_FILE", "", "client certificate (PEM) for Redis when it asks for one (mutual TLS); sets redis-tls", strVar(func(s *settings) *string { return &s.RedisCertFile })},
+	{"redis-key-file", "CHAT_REDIS_KEY_FILE", "", "the private key (PEM) of CHAT_REDIS_CERT_FILE", strVar(func(s *settings) *string { return &s.RedisKeyFile })},
 	{"clickhouse-addrs", "CHAT_CLICKHOUSE_ADDRS", "", "ClickHouse native address(es), host:9000,...", strVar(func(s *settings) *string { return &s.ClickHouseAddrs })},
 	{"clickhouse-database", "CHAT_CLICKHOUSE_DATABASE", "chat", "ClickHouse database", strVar(func(s *settings) *string { return &s.ClickHouseDB })},
 	{"clickhouse-user", "CHAT_CLICKHOUSE_USER", "default", "ClickHouse user", strVar(func(s *settings) *string { return &s.ClickHouseUser })},
 	{"clickhouse-password", "CHAT_CLICKHOUSE_PASSWORD", "", "ClickHouse password", strVar(func(s *settings) *string { return &s.ClickHousePass })},
 	{"clickhouse-tls", "CHAT_CLICKHOUSE_TLS", "false", "connect to ClickHouse over TLS (its secure native port, 9440), trusting the system's CAs or CHAT_CLICKHOUSE_CA_FILE's", boolVar(func(s *settings) *bool { return &s.ClickHouseTLS })},
 	{"clickhouse-ca-file", "CHAT_CLICKHOUSE_CA_FILE", "", "PEM file of the CAs that sign ClickHouse's certificate, trusted instead of the system's; sets clickhouse-tls", strVar(func(s *settings) *string { return &s.ClickHouseCAFile })},
+	{"clickhouse-cert-file", "CHAT_CLICKHOUSE_CERT_FILE", "", "client certificate (PEM) for ClickHouse when it asks for one (mutual TLS); sets clickhouse-tls", strVar(func(s *settings) *string { return &s.ClickHouseCertFile })},
+	{"clickhouse-key-file", "CHAT_CLICKHOUSE_KEY_FILE", "", "the private key (PEM) of CHAT_CLICKHOUSE_CERT_FILE", strVar(func(s *settings) *string { return &s.ClickHouseKeyFile })},
 }
 
 // envs are the CHAT_* variables of allSettings.
@@ -187,6 +199,7 @@ func (s *settings) validate() error {
 	}
 	var err error
 	s.kafkaSecurity, err = topics.NewSecurity(topics.SecuritySettings{TLS: s.KafkaTLS, CAFile: s.KafkaCAFile,
+		CertFile: s.KafkaCertFile, KeyFile: s.KafkaKeyFile,
 		Mechanism: s.KafkaSASL, User: s.KafkaSASLUser, Password: s.KafkaSASLPass})
 	return err
 }
@@ -218,7 +231,7 @@ func (s *settings) redis(ctx context.Context) (*store.Redis, func(), error) {
 		return nil, nil, errors.New("this command needs Redis: set CHAT_REDIS_ADDRS or -redis-addrs (host:port, or several for a cluster; " +
 			"against chatd dev, its log names its embedded Redis: \"embedded Redis ... addr=\")")
 	}
-	tc, err := tlsclient.For(s.RedisTLS, s.RedisCAFile, "CHAT_REDIS_CA_FILE")
+	tc, err := (tlsclient.Files{On: s.RedisTLS, CAFile: s.RedisCAFile, CertFile: s.RedisCertFile, KeyFile: s.RedisKeyFile}).Config("CHAT_REDIS")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -242,7 +255,7 @@ func (s *settings) clickhouse(ctx context.Context) (*store.ClickHouse, error) {
 	if len(addrs) == 0 {
 		return nil, errors.New("this command needs ClickHouse: set CHAT_CLICKHOUSE_ADDRS or -clickhouse-addrs (host:9000,...)")
 	}
-	tc, err := tlsclient.For(s.ClickHouseTLS, s.ClickHouseCAFile, "CHAT_CLICKHOUSE_CA_FILE")
+	tc, err := (tlsclient.Files{On: s.ClickHouseTLS, CAFile: s.ClickHouseCAFile, CertFile: s.ClickHouseCertFile, KeyFile: s.ClickHouseKeyFile}).Config("CHAT_CLICKHOUSE")
 	if err != nil {
 		return nil, err
 	}

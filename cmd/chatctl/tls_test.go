@@ -49,3 +49,32 @@ func TestChatctlReachesKafkaAndRedisOverTLSWithALogin(t *testing.T) {
 		t.Errorf("CHAT_KAFKA_SASL=plain without a password: %v, want an error naming CHAT_KAFKA_SASL_PASSWORD", err)
 	}
 }
+
+// A Kafka and a Redis that take clients with a certificate their CA
+// signed only (mutual TLS, as Aiven's Kafka by default) are reached with
+// CHAT_*_CERT_FILE and CHAT_*_KEY_FILE; without them the server refuses
+// the handshake, and a certificate without its key is refused at once.
+func TestChatctlReachesKafkaAndRedisWithAClientCertificate(t *testing.T) {
+	f := testserver.NewTLS(t)
+	b := testserver.NewBrokerMutualTLS(t, f)
+	r := testserver.NewRedisMutualTLS(t, f)
+	e := &env{t: t, vars: map[string]string{
+		"CHAT_KAFKA_BROKERS": b.Addr(), "CHAT_PARTITIONS": "2",
+		"CHAT_KAFKA_CA_FILE": f.CAFile, "CHAT_KAFKA_CERT_FILE": f.ClientCertFile, "CHAT_KAFKA_KEY_FILE": f.ClientKeyFile,
+		"CHAT_REDIS_ADDRS": r.TLSAddr, "CHAT_REDIS_CA_FILE": f.CAFile, "CHAT_REDIS_CERT_FILE": f.ClientCertFile, "CHAT_REDIS_KEY_FILE": f.ClientKeyFile,
+	}}
+	e.mustCtl("topics", "create")
+	e.mustCtl("groups", "create", "team", "alice")
+	if out := e.mustCtl("consumer-groups", "list"); !strings.Contains(out, "GROUP") {
+		t.Errorf("consumer-groups list with client certificates: %q", out)
+	}
+
+	e.vars["CHAT_KAFKA_KEY_FILE"] = ""
+	if _, err := e.ctl("topics", "verify"); err == nil || !strings.Contains(err.Error(), "CHAT_KAFKA_KEY_FILE") {
+		t.Errorf("a client certificate without its key: %v, want an error naming CHAT_KAFKA_KEY_FILE", err)
+	}
+	e.vars["CHAT_KAFKA_CERT_FILE"] = ""
+	if _, err := e.ctl("topics", "verify"); err == nil || !strings.Contains(err.Error(), "set CHAT_KAFKA_CERT_FILE and CHAT_KAFKA_KEY_FILE") {
+		t.Errorf("no client certificate for a broker that requires one: %v, want an error naming CHAT_KAFKA_CERT_FILE and CHAT_KAFKA_KEY_FILE", err)
+	}
+}

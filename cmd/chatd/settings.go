@@ -22,49 +22,55 @@ import (
 // settings are every knob of chatd. Each has a flag and a CHAT_* variable;
 // a flag wins over the variable, the variable over the default.
 type settings struct {
-	HTTPAddr         string
-	TLSCertFile      string
-	TLSKeyFile       string
-	HTTPReadTimeout  time.Duration
-	HTTPIdleTimeout  time.Duration
-	HTTPWriteTimeout time.Duration
-	DataDir          string
-	KafkaListen      string
-	KafkaBrokers     string
-	KafkaTLS         bool
-	KafkaCAFile      string
-	KafkaSASL        string
-	KafkaSASLUser    string
-	KafkaSASLPass    string
-	Partitions       int
-	Replicas         int // CHAT_REPLICATION_FACTOR
-	RedisAddrs       string
-	RedisPassword    string
-	RedisUser        string
-	RedisTLS         bool
-	RedisCAFile      string
-	WindowSize       int
-	ClickHouseAddrs  string
-	ClickHouseDB     string
-	ClickHouseUser   string
-	ClickHousePass   string
-	ClickHouseTLS    bool
-	ClickHouseCAFile string
-	ClickHouseConns  int
-	Retention        time.Duration
-	EventRetention   time.Duration
-	ShutdownTimeout  time.Duration
-	LogLevel         string
-	LogFormat        string
-	JWTSecret        string
-	AdminToken       string
-	NodeID           string
-	AllowedOrigins   string
-	MaxBody          int
-	MaxTokenTTL      time.Duration
-	MaxAuthing       int
-	DebugAddr        string
-	MetricsAddr      string
+	HTTPAddr           string
+	TLSCertFile        string
+	TLSKeyFile         string
+	HTTPReadTimeout    time.Duration
+	HTTPIdleTimeout    time.Duration
+	HTTPWriteTimeout   time.Duration
+	DataDir            string
+	KafkaListen        string
+	KafkaBrokers       string
+	KafkaTLS           bool
+	KafkaCAFile        string
+	KafkaCertFile      string
+	KafkaKeyFile       string
+	KafkaSASL          string
+	KafkaSASLUser      string
+	KafkaSASLPass      string
+	Partitions         int
+	Replicas           int // CHAT_REPLICATION_FACTOR
+	RedisAddrs         string
+	RedisPassword      string
+	RedisUser          string
+	RedisTLS           bool
+	RedisCAFile        string
+	RedisCertFile      string
+	RedisKeyFile       string
+	WindowSize         int
+	ClickHouseAddrs    string
+	ClickHouseDB       string
+	ClickHouseUser     string
+	ClickHousePass     string
+	ClickHouseTLS      bool
+	ClickHouseCAFile   string
+	ClickHouseCertFile string
+	ClickHouseKeyFile  string
+	ClickHouseConns    int
+	Retention          time.Duration
+	EventRetention     time.Duration
+	ShutdownTimeout    time.Duration
+	LogLevel           string
+	LogFormat          string
+	JWTSecret          string
+	AdminToken         string
+	NodeID             string
+	AllowedOrigins     string
+	MaxBody            int
+	MaxTokenTTL        time.Duration
+	MaxAuthing         int
+	DebugAddr          string
+	MetricsAddr        string
 
 	kafkaSecurity topics.Security // of the Kafka* settings, made by validate
 }
@@ -119,6 +125,8 @@ var allSettings = []setting{
 	{"kafka-brokers", "CHAT_KAFKA_BROKERS", "", "Kafka bootstrap brokers, host:port,...", "prod", str(func(s *settings) *string { return &s.KafkaBrokers })},
 	{"kafka-tls", "CHAT_KAFKA_TLS", "false", "connect to the brokers over TLS, trusting the system's CAs or CHAT_KAFKA_CA_FILE's (a managed Kafka's SSL or SASL_SSL listener)", "prod", boolean(func(s *settings) *bool { return &s.KafkaTLS })},
 	{"kafka-ca-file", "CHAT_KAFKA_CA_FILE", "", "PEM file of the CAs that sign the brokers' certificates, trusted instead of the system's; sets kafka-tls", "prod", str(func(s *settings) *string { return &s.KafkaCAFile })},
+	{"kafka-cert-file", "CHAT_KAFKA_CERT_FILE", "", "client certificate (PEM) for the brokers when it asks for one (mutual TLS); sets kafka-tls", "prod", str(func(s *settings) *string { return &s.KafkaCertFile })},
+	{"kafka-key-file", "CHAT_KAFKA_KEY_FILE", "", "the private key (PEM) of CHAT_KAFKA_CERT_FILE", "prod", str(func(s *settings) *string { return &s.KafkaKeyFile })},
 	{"kafka-sasl", "CHAT_KAFKA_SASL", "", "SASL mechanism to authenticate to the brokers with: plain, scram-sha-256 or scram-sha-512; empty: none", "prod", str(func(s *settings) *string { return &s.KafkaSASL })},
 	{"kafka-sasl-user", "CHAT_KAFKA_SASL_USER", "", "SASL user name", "prod", str(func(s *settings) *string { return &s.KafkaSASLUser })},
 	{"kafka-sasl-password", "CHAT_KAFKA_SASL_PASSWORD", "", "SASL password", "prod", str(func(s *settings) *string { return &s.KafkaSASLPass })},
@@ -129,6 +137,8 @@ var allSettings = []setting{
 	{"redis-user", "CHAT_REDIS_USER", "", "Redis ACL user (Redis 6 and later); empty: the default user", "all", str(func(s *settings) *string { return &s.RedisUser })},
 	{"redis-tls", "CHAT_REDIS_TLS", "false", "connect to Redis over TLS, trusting the system's CAs or CHAT_REDIS_CA_FILE's", "all", boolean(func(s *settings) *bool { return &s.RedisTLS })},
 	{"redis-ca-file", "CHAT_REDIS_CA_FILE", "", "PEM file of the CAs that sign Redis's certificate, trusted instead of the system's; sets redis-tls", "all", str(func(s *settings) *string { return &s.RedisCAFile })},
+	{"redis-cert-file", "CHAT_REDIS_CERT_FILE", "", "client certificate (PEM) for Redis when it asks for one (mutual TLS); sets redis-tls", "all", str(func(s *settings) *string { return &s.RedisCertFile })},
+	{"redis-key-file", "CHAT_REDIS_KEY_FILE", "", "the private key (PEM) of CHAT_REDIS_CERT_FILE", "all", str(func(s *settings) *string { return &s.RedisKeyFile })},
 	{"window-size", "CHAT_WINDOW_SIZE", "1000", "messages kept per group in the Redis window (-1: all; the default without ClickHouse)", "all", num(func(s *settings) *int { return &s.WindowSize })},
 	{"clickhouse-addrs", "CHAT_CLICKHOUSE_ADDRS", "", "ClickHouse native address(es), host:9000,...; empty = no ClickHouse", "all", str(func(s *settings) *string { return &s.ClickHouseAddrs })},
 	{"clickhouse-database", "CHAT_CLICKHOUSE_DATABASE", "chat", "ClickHouse database (created if missing)", "all", str(func(s *settings) *string { return &s.ClickHouseDB })},
@@ -136,6 +146,8 @@ var allSettings = []setting{
 	{"clickhouse-password", "CHAT_CLICKHOUSE_PASSWORD", "", "ClickHouse password", "all", str(func(s *settings) *string { return &s.ClickHousePass })},
 	{"clickhouse-tls", "CHAT_CLICKHOUSE_TLS", "false", "connect to ClickHouse over TLS (its secure native port, 9440), trusting the system's CAs or CHAT_CLICKHOUSE_CA_FILE's", "all", boolean(func(s *settings) *bool { return &s.ClickHouseTLS })},
 	{"clickhouse-ca-file", "CHAT_CLICKHOUSE_CA_FILE", "", "PEM file of the CAs that sign ClickHouse's certificate, trusted instead of the system's; sets clickhouse-tls", "all", str(func(s *settings) *string { return &s.ClickHouseCAFile })},
+	{"clickhouse-cert-file", "CHAT_CLICKHOUSE_CERT_FILE", "", "client certificate (PEM) for ClickHouse when it asks for one (mutual TLS); sets clickhouse-tls", "all", str(func(s *settings) *string { return &s.ClickHouseCertFile })},
+	{"clickhouse-key-file", "CHAT_CLICKHOUSE_KEY_FILE", "", "the private key (PEM) of CHAT_CLICKHOUSE_CERT_FILE", "all", str(func(s *settings) *string { return &s.ClickHouseKeyFile })},
 	{"clickhouse-conns", "CHAT_CLICKHOUSE_CONNS", "10", "connections to ClickHouse per process; pages of old messages read through all but two of them (one at least), and a user's through two at most at once", "all", num(func(s *settings) *int { return &s.ClickHouseConns })},
 	{"message-retention", "CHAT_MESSAGE_RETENTION", "168h", "chat.messages retention when ClickHouse keeps the history (without it: forever); negative (e.g. -1h): forever", "all", dur(func(s *settings) *time.Duration { return &s.Retention })},
 	{"event-retention", "CHAT_EVENT_RETENTION", "2160h", "ack and receipt event logs in ClickHouse older than this are dropped, by whole months (0: keep)", "all", dur(func(s *settings) *time.Duration { return &s.EventRetention })},
@@ -275,6 +287,7 @@ func (s *settings) validate(role string) error {
 	if role != "dev" {
 		var err error
 		if s.kafkaSecurity, err = topics.NewSecurity(topics.SecuritySettings{TLS: s.KafkaTLS, CAFile: s.KafkaCAFile,
+			CertFile: s.KafkaCertFile, KeyFile: s.KafkaKeyFile,
 			Mechanism: s.KafkaSASL, User: s.KafkaSASLUser, Password: s.KafkaSASLPass}); err != nil {
 			return err
 		}
@@ -300,13 +313,13 @@ func (s *settings) redisClient(addrs []string) (redis.UniversalClient, error) {
 
 // redisTLS is the TLS config of the connections to Redis; nil: plaintext.
 func (s *settings) redisTLS() (*tls.Config, error) {
-	return tlsclient.For(s.RedisTLS, s.RedisCAFile, "CHAT_REDIS_CA_FILE")
+	return (tlsclient.Files{On: s.RedisTLS, CAFile: s.RedisCAFile, CertFile: s.RedisCertFile, KeyFile: s.RedisKeyFile}).Config("CHAT_REDIS")
 }
 
 // clickHouseTLS is the TLS config of the connections to ClickHouse; nil:
 // plaintext.
 func (s *settings) clickHouseTLS() (*tls.Config, error) {
-	return tlsclient.For(s.ClickHouseTLS, s.ClickHouseCAFile, "CHAT_CLICKHOUSE_CA_FILE")
+	return (tlsclient.Files{On: s.ClickHouseTLS, CAFile: s.ClickHouseCAFile, CertFile: s.ClickHouseCertFile, KeyFile: s.ClickHouseKeyFile}).Config("CHAT_CLICKHOUSE")
 }
 
 func list(s string) []string {

@@ -66,6 +66,14 @@ func NewRedisTLS(t testing.TB, f *TLSFiles) *Redis {
 		"--tls-ca-cert-file", f.CAFile, "--tls-auth-clients", "no")
 }
 
+// NewRedisMutualTLS is NewRedisTLS whose TLS port takes clients with a
+// certificate f's CA signed only (tls-auth-clients yes).
+func NewRedisMutualTLS(t testing.TB, f *TLSFiles) *Redis {
+	t.Helper()
+	return newRedis(t, "--tls-cert-file", f.CertFile, "--tls-key-file", f.KeyFile,
+		"--tls-ca-cert-file", f.CAFile, "--tls-auth-clients", "yes")
+}
+
 // newRedis starts a redis-server with more arguments for the test.
 func newRedis(t testing.TB, args ...string) *Redis {
 	t.Helper()

@@ -18,17 +18,21 @@ import (
 	"github.com/groupchat/chatd/broker"
 )
 
-// TLSFiles are a test CA and a server certificate it signed for
-// 127.0.0.1 and localhost, as PEM files in a temp dir.
+// TLSFiles are a test CA, a server certificate it signed for 127.0.0.1
+// and localhost, and a client certificate it signed (mutual TLS), as PEM
+// files in a temp dir.
 type TLSFiles struct {
-	CAFile   string // the CA's certificate: what a client trusts
-	CertFile string // the server's certificate
-	KeyFile  string // the server's key
-	Server   *tls.Config
+	CAFile         string // the CA's certificate: what a client trusts
+	CertFile       string // the server's certificate
+	KeyFile        string // the server's key
+	ClientCertFile string // a client's certificate, for servers that ask for one
+	ClientKeyFile  string
+	Server         *tls.Config // serves CertFile; asks no client certificate
+	Mutual         *tls.Config // serves CertFile; requires a client certificate the CA signed
 }
 
-// NewTLS makes a CA and a server certificate for loopback servers of the
-// test (a broker, redis-server, a gateway).
+// NewTLS makes a CA and the certificates of TLSFiles for loopback servers
+// of the test (a broker, redis-server, a gateway) and their clients.
 func NewTLS(tb testing.TB) *TLSFiles {
 	tb.Helper()
 	dir := tb.TempDir()
@@ -45,37 +49,45 @@ func NewTLS(tb testing.TB) *TLSFiles {
 		tb.Fatal(err)
 	}
 	ca, _ := x509.ParseCertificate(caDER)
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	f := &TLSFiles{CAFile: filepath.Join(dir, "ca.pem"), CertFile: filepath.Join(dir, "cert.pem"), KeyFile: filepath.Join(dir, "key.pem")}
-	for name, block := range map[string]*pem.Block{
-		f.CAFile:   {Type: "CERTIFICATE", Bytes: caDER},
-		f.CertFile: {Type: "CERTIFICATE", Bytes: der},
-		f.KeyFile:  {Type: "PRIVATE KEY", Bytes: keyDER},
-	} {
-		if err := os.WriteFile(name, pem.EncodeToMemory(block), 0o600); err != nil {
+	write := func(name string, block *pem.Block) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, pem.EncodeToMemory(block), 0o600); err != nil {
 			tb.Fatal(err)
 		}
+		return path
 	}
+	// issue writes a certificate the CA signed, and its key.
+	issue := func(name string, serial int64, tmpl *x509.Certificate) (certFile, keyFile string) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		tmpl.SerialNumber, tmpl.NotBefore, tmpl.NotAfter = big.NewInt(serial), now.Add(-time.Hour), now.Add(24*time.Hour)
+		tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return write(name+".pem", &pem.Block{Type: "CERTIFICATE", Bytes: der}), write(name+"-key.pem", &pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
+	}
+	f := &TLSFiles{CAFile: write("ca.pem", &pem.Block{Type: "CERTIFICATE", Bytes: caDER})}
+	f.CertFile, f.KeyFile = issue("server", 2, &x509.Certificate{Subject: pkix.Name{CommonName: "127.0.0.1"},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, DNSNames: []string{"localhost"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}})
+	f.ClientCertFile, f.ClientKeyFile = issue("client", 3, &x509.Certificate{Subject: pkix.Name{CommonName: "chatd"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
 	cert, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	f.Server = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	f.Mutual = f.Server.Clone()
+	f.Mutual.ClientAuth, f.Mutual.ClientCAs = tls.RequireAndVerifyClientCert, x509.NewCertPool()
+	f.Mutual.ClientCAs.AddCert(ca)
 	return f
 }
 
@@ -87,6 +99,19 @@ func NewBrokerTLS(tb testing.TB, f *TLSFiles, u broker.User) *broker.Broker {
 	b, err := broker.Start(broker.Config{TLS: f.Server, Users: []broker.User{u}})
 	if err != nil {
 		tb.Fatalf("testserver: start the embedded broker over TLS: %v", err)
+	}
+	tb.Cleanup(b.Close)
+	return b
+}
+
+// NewBrokerMutualTLS starts an embedded broker for the test that takes
+// TLS connections with a client certificate f's CA signed only, as
+// Aiven's Kafka does by default, and closes it when the test ends.
+func NewBrokerMutualTLS(tb testing.TB, f *TLSFiles) *broker.Broker {
+	tb.Helper()
+	b, err := broker.Start(broker.Config{TLS: f.Mutual})
+	if err != nil {
+		tb.Fatalf("testserver: start the embedded broker over mutual TLS: %v", err)
 	}
 	tb.Cleanup(b.Close)
 	return b

@@ -9,7 +9,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"strings"
 )
 
 // Config returns the TLS config of a client that trusts the system's roots,
@@ -31,13 +33,49 @@ func Config(caFile, setting string) (*tls.Config, error) {
 	return c, nil
 }
 
-// For is Config when a store's TLS is on (on, or a CA file named, which
-// implies it), and nil (plaintext) when it is off.
-func For(on bool, caFile, setting string) (*tls.Config, error) {
-	if !on && caFile == "" {
+// Files are a store's TLS settings: TLS on, a CA file to trust instead
+// of the system's roots, and a client certificate and its key for a
+// server that asks for one (mutual TLS, as Aiven's Kafka or a Redis with
+// tls-auth-clients). A file named turns TLS on.
+type Files struct {
+	On                        bool
+	CAFile, CertFile, KeyFile string
+}
+
+// Config is the TLS config of f, or nil (plaintext) when TLS is off.
+// prefix names the settings in errors: "CHAT_KAFKA" for CHAT_KAFKA_TLS,
+// CHAT_KAFKA_CA_FILE, CHAT_KAFKA_CERT_FILE and CHAT_KAFKA_KEY_FILE.
+func (f Files) Config(prefix string) (*tls.Config, error) {
+	if !f.On && f.CAFile == "" && f.CertFile == "" && f.KeyFile == "" {
 		return nil, nil
 	}
-	return Config(caFile, setting)
+	c, err := Config(f.CAFile, prefix+"_CA_FILE")
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case (f.CertFile == "") != (f.KeyFile == ""):
+		return nil, fmt.Errorf("tlsclient: %s_CERT_FILE %q and %s_KEY_FILE %q: a client certificate needs both, or neither", prefix, f.CertFile, prefix, f.KeyFile)
+	case f.CertFile != "":
+		cert, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("tlsclient: the client certificate of %s_CERT_FILE and %s_KEY_FILE: %w; name the certificate (PEM) the server's CA signed for this client and its private key", prefix, prefix, err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return c, nil
+}
+
+// certificateAsked tells a server's alert that it wants a client
+// certificate: none was sent, or one it does not take. crypto/tls
+// exports no type for an alert received over TCP.
+func certificateAsked(err error) bool {
+	var op *net.OpError
+	if !errors.As(err, &op) || op.Op != "remote error" {
+		return false
+	}
+	msg := op.Err.Error()
+	return strings.HasSuffix(msg, "certificate required") || strings.HasSuffix(msg, "bad certificate") || strings.HasSuffix(msg, "unknown certificate authority")
 }
 
 // Failed tells a TLS handshake that failed on certificates or on the
@@ -47,7 +85,7 @@ func Failed(err error) bool {
 	var header tls.RecordHeaderError
 	var unknown x509.UnknownAuthorityError
 	var host x509.HostnameError
-	return errors.As(err, &verify) || errors.As(err, &header) || errors.As(err, &unknown) || errors.As(err, &host)
+	return errors.As(err, &verify) || errors.As(err, &header) || errors.As(err, &unknown) || errors.As(err, &host) || certificateAsked(err)
 }
 
 // Hint is err with Advice added.
@@ -65,7 +103,10 @@ func Hint(err error, tlsEnv, caEnv, whose string) error {
 func Advice(err error, tlsEnv, caEnv, whose string) string {
 	var header tls.RecordHeaderError
 	var host x509.HostnameError
+	prefix := strings.TrimSuffix(tlsEnv, "_TLS")
 	switch {
+	case certificateAsked(err):
+		return fmt.Sprintf(": the server wants a client certificate its CA signed; set %s_CERT_FILE and %s_KEY_FILE", prefix, prefix)
 	case errors.As(err, &header):
 		return fmt.Sprintf(": the server does not speak TLS; unset %s and %s, or name its TLS port", tlsEnv, caEnv)
 	case errors.As(err, &host):
