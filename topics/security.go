@@ -49,7 +49,7 @@ func NewSecurity(s SecuritySettings) (Security, error) {
 	mech := strings.ToLower(s.Mechanism)
 	if mech == "" {
 		if s.User != "" || s.Password != "" {
-			return Security{}, errors.New("a Kafka SASL user or password is set but no mechanism: set CHAT_KAFKA_SASL to " + strings.Join(SASLMechanisms, ", ") + " (what your brokers' listener takes)")
+			return Security{}, errors.New("CHAT_KAFKA_SASL_USER or CHAT_KAFKA_SASL_PASSWORD is set but no mechanism: set CHAT_KAFKA_SASL to " + strings.Join(SASLMechanisms, ", ") + " (what your brokers' listener takes), or unset them")
 		}
 		return sec, nil
 	}

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/groupchat/chatd/topics"
 )
 
 // FuzzSettingEnv sets one CHAT_* variable to any value. chatd either
@@ -50,6 +52,14 @@ func FuzzSettingEnv(f *testing.F) {
 		{"CHAT_KAFKA_BROKERS", "kafka:9092", true},
 		{"CHAT_KAFKA_BROKERS", "kafka:9092", false},
 		{"CHAT_JWT_SECRET", "\x00", false},
+		{"CHAT_KAFKA_TLS", "1", false},
+		{"CHAT_KAFKA_TLS", "yes", false},
+		{"CHAT_KAFKA_SASL", "gssapi", false},
+		{"CHAT_KAFKA_SASL_USER", "0", false},
+		{"CHAT_KAFKA_CA_FILE", "/nonexistent/ca.pem", false},
+		{"CHAT_KAFKA_CERT_FILE", "client.pem", false},
+		{"CHAT_REDIS_TLS", "true", false},
+		{"CHAT_TLS_CERT_FILE", "cert.pem", false},
 	} {
 		f.Add(index(c.env), c.value, c.dev)
 	}
@@ -81,6 +91,7 @@ func FuzzSettingEnv(f *testing.F) {
 				t.Fatalf("%s=%q taken, which -%s refuses: %v", st.env, value, st.flag, err)
 			}
 		}
+		s.kafkaSecurity = topics.Security{} // made from the settings compared
 		if !reflect.DeepEqual(s, want) {
 			t.Fatalf("%s=%q gave %+v, want %+v", st.env, value, s, want)
 		}
