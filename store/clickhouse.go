@@ -140,7 +140,7 @@ func (c *ClickHouse) eachRow(ctx context.Context, scan func(driver.Rows) error, 
 	defer c.cfg.Metrics.TimeStore("clickhouse", "query")()
 	rows, err := c.conn.Query(ctx, query, args...)
 	if err != nil {
-		return err
+		return hintSchemaLost(err) // a gateway's page of a lost table says what to do too
 	}
 	defer rows.Close()
 	for rows.Next() {
@@ -148,7 +148,7 @@ func (c *ClickHouse) eachRow(ctx context.Context, scan func(driver.Rows) error, 
 			return err
 		}
 	}
-	return rows.Err()
+	return hintSchemaLost(rows.Err())
 }
 
 // Ping checks that the server answers.

@@ -114,7 +114,7 @@ func (c *ClickHouse) tableNames(ctx context.Context) (map[string]bool, error) {
 	return have, nil
 }
 
-// schemaLostHint is what to do when an insert finds its table or database
+// schemaLostHint is what to do when an insert or a query finds its table or database
 // gone (dropped by hand while the roles ran): the persister and the
 // projectors retry it until one of these recreates the schema.
 const schemaLostHint = "run chatctl backfill, or restart the role, which recreates the schema"

@@ -106,6 +106,9 @@ func TestClickHouseInsertIntoALostTableSaysWhatToDo(t *testing.T) {
 			!strings.Contains(err.Error(), "run chatctl backfill, or restart the role, which recreates the schema") {
 			t.Errorf("insert with the %s dropped: %v; want the server's error and what to do", what, err)
 		}
+		if _, err := c.Messages(ctx, "g", -1, 10, 10); err == nil || !strings.Contains(err.Error(), "run chatctl backfill") {
+			t.Errorf("a page with the %s dropped: %v; want the server's error and what to do", what, err)
+		}
 		t.Logf("%s dropped: %v", what, err)
 		if what == "table" {
 			if err := c.conn.Exec(context.Background(), "DROP DATABASE `"+c.cfg.Database+"`"); err != nil {
