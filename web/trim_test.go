@@ -147,9 +147,64 @@ func TestSendingShortOfTheNewestShowsTheMessage(t *testing.T) {
 
 func sendShortOfTheNewest(t *testing.T, send func(b *browsertest.Tab)) {
 	p, b, c := listed(t, 2000, 2000, 2000)
-	openAtTheNewest(b, c)
+	shortOfTheNewest(b, c)
 
-	// Scrolled up: an older page; then 200 pushes, whose newest are not held.
+	// The send, its push, and the pulls of a real server meanwhile.
+	send(b)
+	f := c.expect("send", nil)
+	mine := msg(2201, 2200, "u", "mine")
+	mine["cmid"] = f["cmid"]
+	c.answer(f, map[string]any{"op": "accepted", "gid": "g", "cmid": f["cmid"], "msgid": 2201})
+	c.write(map[string]any{"op": "push", "msgs": []any{mine}})
+	shown := answerPullsUntil(b, c, 2201, func(id int64) map[string]any {
+		if id == 2201 {
+			return mine
+		}
+		return msg(id, noPrev, "v", fmt.Sprint("m", id))
+	})
+	if shown != "on screen" {
+		t.Fatalf("sent while the newest 200 were not held, the message is %s (the group shows %s, the outbox %d); want it on screen",
+			shown, shownRange(b), browsertest.Eval[int](b, `document.querySelectorAll('#outbox li').length`))
+	}
+	b.WaitUntil("the outbox empty", `document.querySelectorAll('#outbox li').length === 0`)
+	// 2001 on were never on screen before the view came to the newest.
+	time.Sleep(2500 * time.Millisecond) // past the read interval
+	flushCursors(t, b)
+	if read := p.maxCursor("read"); read > 2000 {
+		t.Errorf("brought to the newest, the page read up to %d; want no further than 2000, the newest on screen before", read)
+	}
+}
+
+// The "new messages" button while the open group is short of its newest
+// (scrolled up past the bound while 200 pushes came) brings the view to
+// the newest, as a send does; what was skipped to show them is not read.
+// It scrolled to the bottom of the window held, which pulled one page of
+// 100 below it and stopped there: the newest were nowhere on screen.
+func TestJumpingShortOfTheNewestShowsTheNewest(t *testing.T) {
+	p, b, c := listed(t, 2000, 2000, 2000)
+	shortOfTheNewest(b, c)
+	b.WaitUntil("the jump button shown", `!document.getElementById('jump').hidden`)
+	b.Run(chromedp.Click(chromedp.CSS(`#jump`)))
+	shown := answerPullsUntil(b, c, 2200, func(id int64) map[string]any { return msg(id, noPrev, "v", fmt.Sprint("m", id)) })
+	if shown != "on screen" {
+		t.Fatalf("jumped while the newest 200 were not held, the newest, 2200, is %s (the group shows %s); want it on screen",
+			shown, shownRange(b))
+	}
+	if browsertest.Eval[bool](b, `!document.getElementById('jump').hidden`) {
+		t.Errorf("at the newest, the jump button is still shown")
+	}
+	time.Sleep(2500 * time.Millisecond) // past the read interval
+	flushCursors(t, b)
+	if read := p.maxCursor("read"); read > 2000 {
+		t.Errorf("brought to the newest, the page read up to %d; want no further than 2000, the newest on screen before", read)
+	}
+}
+
+// shortOfTheNewest opens g (2,000 messages, all read) at the newest,
+// scrolls up one older page past the bound, and pushes 2001 to 2200,
+// whose newest the group then does not hold.
+func shortOfTheNewest(b *browsertest.Tab, c *peerConn) {
+	openAtTheNewest(b, c)
 	browsertest.Eval[bool](b, `(document.getElementById('scroller').scrollTop = 0, true)`)
 	f := c.expect("pull", func(f map[string]any) bool { return f["before"] == 1001.0 })
 	c.answer(f, page(f, true, 2000, msgRange(951, 1000)...))
@@ -160,26 +215,19 @@ func sendShortOfTheNewest(t *testing.T, send func(b *browsertest.Tab)) {
 	}
 	c.write(map[string]any{"op": "push", "msgs": pushed})
 	b.WaitUntil("the pushes taken, the newest not held", `chat.group('g').contig === 2200 && chat.group('g').newerMore`)
+}
 
-	// The send, its push, and the pulls of a real server meanwhile.
-	send(b)
-	f = c.expect("send", nil)
-	mine := msg(2201, 2200, "u", "mine")
-	mine["cmid"] = f["cmid"]
-	c.answer(f, map[string]any{"op": "accepted", "gid": "g", "cmid": f["cmid"], "msgid": 2201})
-	c.write(map[string]any{"op": "push", "msgs": []any{mine}})
-	of := func(id int64) map[string]any {
-		if id == 2201 {
-			return mine
-		}
-		return msg(id, noPrev, "v", fmt.Sprint("m", id))
-	}
-	shown := `(() => {
-		const li = document.querySelector('#messages .msg[data-msgid="2201"]');
+// answerPullsUntil answers the pulls of g, whose messages run to last
+// (each of(id)), as a real server does, until last is on screen or 10 s
+// pass, and returns where last is: on screen, drawn off screen, or not
+// drawn.
+func answerPullsUntil(b *browsertest.Tab, c *peerConn, last int64, of func(id int64) map[string]any) string {
+	shown := fmt.Sprintf(`(() => {
+		const li = document.querySelector('#messages .msg[data-msgid="%d"]');
 		if (!li) return 'not drawn';
 		const r = document.getElementById('scroller').getBoundingClientRect(), e = li.getBoundingClientRect();
 		return e.bottom > r.top && e.top < r.bottom ? 'on screen' : 'drawn off screen';
-	})()`
+	})()`, last)
 	deadline := time.Now().Add(10 * time.Second)
 	for browsertest.Eval[string](b, shown) != "on screen" && time.Now().Before(deadline) {
 		f := c.next("pull", 200*time.Millisecond)
@@ -190,10 +238,10 @@ func sendShortOfTheNewest(t *testing.T, send func(b *browsertest.Tab)) {
 		var ms []map[string]any
 		var more bool
 		if a, ok := f["after"].(float64); ok {
-			for id := int64(a) + 1; id <= min(int64(a)+limit, 2201); id++ {
+			for id := int64(a) + 1; id <= min(int64(a)+limit, last); id++ {
 				ms = append(ms, of(id))
 			}
-			more = int64(a)+limit < 2201
+			more = int64(a)+limit < last
 		} else {
 			before := int64(f["before"].(float64))
 			for id := max(1, before-limit); id < before; id++ {
@@ -201,21 +249,14 @@ func sendShortOfTheNewest(t *testing.T, send func(b *browsertest.Tab)) {
 			}
 			more = before-limit > 1
 		}
-		c.answer(f, page(f, more, 2201, ms...))
+		c.answer(f, page(f, more, last, ms...))
 	}
-	if got := browsertest.Eval[string](b, shown); got != "on screen" {
-		t.Fatalf("sent while the newest 200 were not held, the message is %s (the group shows %d to %d, the outbox %d); want it on screen",
-			got, browsertest.Eval[int](b, `Number(document.querySelector('#messages .msg').dataset.msgid)`),
-			browsertest.Eval[int](b, `Number(document.querySelector('#messages .msg:last-child').dataset.msgid)`),
-			browsertest.Eval[int](b, `document.querySelectorAll('#outbox li').length`))
-	}
-	b.WaitUntil("the outbox empty", `document.querySelectorAll('#outbox li').length === 0`)
-	// 2001 on were never on screen before the view came to the newest.
-	time.Sleep(2500 * time.Millisecond) // past the read interval
-	flushCursors(t, b)
-	if read := p.maxCursor("read"); read > 2000 {
-		t.Errorf("brought to the newest, the page read up to %d; want no further than 2000, the newest on screen before", read)
-	}
+	return browsertest.Eval[string](b, shown)
+}
+
+// shownRange says which messages the open group shows: "first to last".
+func shownRange(b *browsertest.Tab) string {
+	return browsertest.Eval[string](b, `((l) => l.length ? l[0].dataset.msgid + ' to ' + l[l.length - 1].dataset.msgid : 'none')(document.querySelectorAll('#messages .msg'))`)
 }
 
 // openAtTheNewest opens g, everything of its 2,000 read, and answers its

@@ -338,7 +338,8 @@ function onNewer({ gid }) {
   if (atBottom()) loadNewer(gid);
 }
 
-$('jump').addEventListener('click', () => { scroller.scrollTop = scroller.scrollHeight; });
+// The button brings the view to the newest, as a send does (toBottom).
+$('jump').addEventListener('click', () => view && toBottom(view.gid));
 
 const atBottom = () => scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 60;
 
@@ -418,15 +419,21 @@ $('composer').addEventListener('submit', (ev) => {
   body.value = '';
   if (!view || text === '') return;
   chat.outbox.send(view.gid, text);
-  if (chat.group(view.gid).newerMore && !view.loading) toNewest(view.gid);
-  else scroller.scrollTop = scroller.scrollHeight;
+  toBottom(view.gid);
 });
 
-// toNewest brings the view of gid, short of the newest messages (see
-// Chat.toNewest), to them: the user sent, and the message shows at the
-// bottom. Scrolling to the bottom of the window held pulled one page
-// below it, and the message was nowhere on screen. As at an opening, what
-// scrolls by meanwhile is not read.
+// toBottom brings the view of the open group gid to its newest message:
+// the user sent, or asked for the newest ("new messages"). Short of the
+// newest (see Chat.toNewest) the view is made again at them (toNewest):
+// scrolling to the bottom of the window held pulled one page below it,
+// and the newest (the message sent) were nowhere on screen.
+function toBottom(gid) {
+  if (chat.group(gid).newerMore && !view.loading) toNewest(gid);
+  else scroller.scrollTop = scroller.scrollHeight;
+}
+
+// toNewest brings the view of gid, short of the newest messages, to them.
+// As at an opening, what scrolls by meanwhile is not read.
 async function toNewest(gid) {
   view.loading = true;
   try {

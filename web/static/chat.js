@@ -372,7 +372,7 @@ export class Chat extends EventTarget {
 
   // toNewest brings the view of the open group to its newest messages
   // when they are not held (trim): the user sent one, which shows below
-  // them. The window held goes (an older or newer page under way with
+  // them, or asked for them (the page's "new messages"). The window held goes (an older or newer page under way with
   // it), and the view is made again of what precedes the contiguous
   // cursor, FILL messages, as at an opening but without paging up to the
   // read cursor: paged up that far, the window let the newest go again.
