@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/coder/websocket"
 
 	"github.com/groupchat/chatd/internal/browsertest"
 )
@@ -75,4 +76,98 @@ func TestResendsOfManyGroupsAreFewAtATime(t *testing.T) {
 	if n > 16 {
 		t.Fatalf("the page has %d sends in flight at once; want a few, the rest waiting", n)
 	}
+}
+
+// Who read a message, asked 300 times in a row (a user clicking "read
+// by" rapidly), and syncs, asked again and again (a server sending resync
+// frame after resync frame): they went out as they were asked, past the
+// page's frame budget and, with acks and reads alongside, past the
+// gateway's frame rate. They keep to the budget, about 100 a second.
+func TestWhoReadAndSyncsArePaced(t *testing.T) {
+	t.Run("who read", func(t *testing.T) {
+		_, b, c := listed(t, 10, 10, 10)
+		opened(c, b, "u")
+		browsertest.Eval[bool](b, `((r) => { for (let i = 0; i < 300; i++) r.click(); return true })(
+			document.querySelector('#messages .msg[data-msgid="10"] .receipt'))`)
+		n, took := answerAll(c, "who_read", func(f map[string]any) map[string]any {
+			return map[string]any{"op": "readers", "gid": "g", "msgid": 10, "read": []any{}, "unread": []any{"v"}}
+		})
+		paced(t, "who_read", n, 300, took)
+	})
+	t.Run("resync", func(t *testing.T) {
+		_, _, c := listed(t, 10, 10, 10)
+		// One every 2 ms for a second: sent together, the page's timers
+		// would make them one sync.
+		go func() {
+			for range 500 {
+				c.write(map[string]any{"op": "resync", "reason": "push_route"})
+				time.Sleep(2 * time.Millisecond)
+			}
+		}()
+		n, took := answerAll(c, "sync", func(f map[string]any) map[string]any {
+			return map[string]any{"op": "synced", "groups": []any{
+				map[string]any{"gid": "g", "head": 10, "ack": 10, "read": 10, "unread": 0, "unread_exact": true}}}
+		})
+		paced(t, "sync", n, 50, took)
+	})
+}
+
+// answerAll answers every frame of op the page sends, with answer(f),
+// until none comes for a second, and returns how many came and the time
+// from the first to the last.
+func answerAll(c *peerConn, op string, answer func(f map[string]any) map[string]any) (int, time.Duration) {
+	var first, last time.Time
+	n := 0
+	for f := c.next(op, time.Second); f != nil; f = c.next(op, time.Second) {
+		if last = time.Now(); n == 0 {
+			first = last
+		}
+		n++
+		c.answer(f, answer(f))
+	}
+	return n, last.Sub(first)
+}
+
+// paced fails t unless the n frames of op (at least least) that took took
+// kept to about 100 a second, past a burst of 20.
+func paced(t *testing.T, op string, n, least int, took time.Duration) {
+	t.Helper()
+	if n < least {
+		t.Fatalf("the page sent %d %s frames; want at least %d", n, op, least)
+	}
+	if want := time.Duration(float64(n-20) / 100 * 0.7 * float64(time.Second)); took < want {
+		t.Fatalf("the page sent %d %s frames in %v, %.0f a second; want about 100 a second at most", n, op, took, float64(n)/took.Seconds())
+	}
+}
+
+// The session's first sync, which the page waits on to be online, does
+// not wait behind the frames queued in the budget before the connection
+// was lost: 300 acks flushed at once (as closing a group does), about 3 s
+// of them.
+func TestTheFirstSyncOfASessionGoesBeforeQueuedAcks(t *testing.T) {
+	p, b, c := listedMany(t, "")
+	// Flushed as soon as they are taken, before the acks' own timer.
+	browsertest.Eval[bool](b, fmt.Sprintf(`(() => {
+		const t = setInterval(() => {
+			if (chat.stats.pushes === %d) clearInterval(t), chat.cursors.flush(true);
+		}, 5);
+		return true;
+	})()`, manyGroups))
+	var ms []any
+	for i := range manyGroups {
+		m := msg(1, 0, "v", "m1")
+		m["gid"] = fmt.Sprint("h", i)
+		ms = append(ms, m)
+	}
+	c.write(map[string]any{"op": "push", "msgs": ms})
+	b.WaitUntil("the acks queued", `chat.pace.queue.length > 200`)
+	c.ws.Close(websocket.StatusGoingAway, "test: going away")
+	c = p.nextConn()
+	up := time.Now()
+	f := c.expect("sync", nil)
+	if d := time.Since(up); d > 500*time.Millisecond {
+		t.Errorf("the first sync of the new session came %v after it was up, behind the acks queued before (%d sent by then); want it first",
+			d, browsertest.Eval[int](b, `chat.stats.acks`))
+	}
+	c.answer(f, map[string]any{"op": "synced", "groups": []any{}})
 }

@@ -15,7 +15,8 @@
 //
 // Everything runs on the page's one thread; state changes are announced as
 // events: status, groups, messages, pending, counts, error. Acks, reads,
-// pulls and read counts keep to one frame budget (pace.js). Acks and reads
+// pulls, read counts, syncs and who-read keep to one frame budget
+// (pace.js); sends to their own window (outbox.js). Acks and reads
 // are in cursors.js, sending in outbox.js, the connection in conn.js, read
 // counts in receipts.js, pulls in pulls.js, taking a group up again in
 // recovery.js, what is held of each group and its bounds in groups.js.
@@ -61,7 +62,8 @@ export class Chat extends EventTarget {
     this.resyncAsked = false; // see sessionUp
     this.outbox = new Outbox(this);
     this.cursors = new Cursors(this);
-    this.pace = new Pacer(); // acks, reads, pulls and read counts
+    this.pace = new Pacer(); // the page's own frames: see paced
+    this.syncWaiting = null; // a sync waiting its turn in the budget: see sync
     this.onOffline = () => this.conn.drop('the browser went offline');
     this.onOnline = () => this.conn.retryNow();
   }
@@ -93,7 +95,7 @@ export class Chat extends EventTarget {
     this.uid = uid || this.uid; // the token's user
     this.resyncAsked = false; // set by a resync frame: see frame()
     try {
-      await this.sync();
+      await this.sync(true);
     } catch (e) {
       if (!(e instanceof Disconnected)) this.conn.drop(`sync failed: ${e.message}`);
       return;
@@ -159,9 +161,35 @@ export class Chat extends EventTarget {
     }, delay);
   }
 
-  async sync() {
-    this.stats.syncs++;
-    const f = await this.conn.request({ op: 'sync' });
+  // sync asks every group's cursors and counts within the frame budget
+  // (resync after resync went past the gateway's rate). One asked while
+  // another waits its turn is that one: its answer comes after both. The
+  // session's first (ahead) joins none and goes before what waits: until
+  // it is answered the page is "connecting…" and sends nothing else of
+  // its own, and what waits was queued before the connection was lost (a
+  // flush of 300 acks is 3 s), redone anyway once online. It still takes
+  // a token, so the budget holds: at most 1/RATE's wait.
+  sync(ahead = false) {
+    if (this.syncWaiting && !ahead) return this.syncWaiting;
+    const p = this.syncOnce(ahead, () => {
+      if (this.syncWaiting === p) this.syncWaiting = null;
+    });
+    this.syncWaiting = p;
+    return p;
+  }
+
+  // syncOnce sends one sync, calling sent as it goes out (or fails to),
+  // and takes its answer.
+  async syncOnce(ahead, sent) {
+    let f;
+    try {
+      f = await this.paced({ op: 'sync' }, ahead, () => {
+        this.stats.syncs++;
+        sent();
+      });
+    } finally {
+      sent();
+    }
     const groups = frames.groups(f.groups);
     for (const gs of groups) {
       const g = this.group(gs.gid);
@@ -418,12 +446,17 @@ export class Chat extends EventTarget {
     if (g.olderPages >= UNREAD_PAGES || this.reachesRead(g)) this.cursors.seen(g, msgid);
   }
 
-  // paced sends one of the page's own frames (an ack, read, pull or
-  // read_counts) within the frame budget (pace.js) and resolves with its
-  // answer. One refused as over the server's rate empties the budget.
-  async paced(frame) {
+  // paced sends one of the page's own frames (an ack, read, pull,
+  // read_counts, sync or who_read) within the frame budget (pace.js),
+  // ahead of those waiting if asked, calling sending as it goes, and
+  // resolves with its answer. One refused as over the server's rate
+  // empties the budget.
+  async paced(frame, ahead = false, sending = null) {
     try {
-      return await this.pace.run(() => this.conn.request(frame));
+      return await this.pace.run(() => {
+        sending?.();
+        return this.conn.request(frame);
+      }, ahead);
     } catch (e) {
       if (e.code === 'rate_limited') this.pace.empty();
       throw e;

@@ -1,11 +1,13 @@
 // pace.js: the budget of the page's own frames (acks, reads, pulls, read
-// counts), as the Go SDK's (client/pace.go): a token bucket of RATE a
-// second up to BURST, and at most INFLIGHT answers awaited at once. A
+// counts, syncs, who read; sends have their own window, outbox.js), as
+// the Go SDK's (client/pace.go): a token bucket of RATE a second up to
+// BURST, and at most INFLIGHT answers awaited at once. A
 // gateway allows a connection 200 frames a second (bursts of 400) and
 // refuses those over it as rate_limited, whatever they are: the page's
 // own kept to half of it leave the user's sends room, and a page with
 // hundreds of groups to ack or a session to redo does not send them all
-// in one burst. Waiters go first in, first out.
+// in one burst. Waiters go first in, first out, but for one that asks to
+// go ahead (a session's first sync, see Chat.sync).
 
 const RATE = 100; // frames a second
 const BURST = 20;
@@ -24,10 +26,12 @@ export class Pacer {
   }
 
   // run calls fn (which sends one frame and resolves with its answer)
-  // once the budget allows, and resolves or rejects as it does.
-  async run(fn) {
+  // once the budget allows, and resolves or rejects as it does. One ahead
+  // goes before those waiting.
+  async run(fn, ahead = false) {
     await new Promise((resolve) => {
-      this.queue.push(resolve);
+      if (ahead) this.queue.unshift(resolve);
+      else this.queue.push(resolve);
       this.pump();
     });
     try {

@@ -43,7 +43,7 @@ export const receipts = {
   },
 
   async whoRead(gid, msgid) {
-    const f = await this.conn.request({ op: 'who_read', gid, msgid });
+    const f = await this.paced({ op: 'who_read', gid, msgid });
     return { read: frames.names(f.read), unread: frames.names(f.unread) };
   },
 };
