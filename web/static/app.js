@@ -6,6 +6,7 @@ import { Chat } from './chat.js';
 import { addMember, createGroup, devToken } from './admin.js';
 import { $, el, toast } from './dom.js';
 import { renderGroupList } from './grouplist.js';
+import { renderOutbox as renderOutboxOf } from './outboxview.js';
 import { showReaders as showReadersOf } from './readers.js';
 
 let chat = null;
@@ -397,20 +398,7 @@ function onCounts({ gid, counts }) {
 
 // --- sending ---
 
-function renderOutbox() {
-  const g = view && chat.group(view.gid);
-  if (!g) return;
-  $('outbox').replaceChildren(...[...g.pending.values()].map((p) => {
-    const state = { sending: 'sending…', sent: 'sent', failed: `not sent: ${p.error}` }[p.state];
-    const li = el('li', { className: `msg mine pending ${p.state}` },
-      el('div', { className: 'body', textContent: p.body }), el('div', { className: 'state', textContent: state }));
-    li.dataset.cmid = p.cmid;
-    if (p.state === 'failed') {
-      li.append(el('button', { type: 'button', textContent: 'Retry', onclick: () => chat.outbox.retry(g.gid, p.cmid) }));
-    }
-    return li;
-  }));
-}
+const renderOutbox = () => view && renderOutboxOf(chat, view.gid);
 
 $('composer').addEventListener('submit', (ev) => {
   ev.preventDefault();
