@@ -43,13 +43,7 @@ func listedMany(t *testing.T, outbox string) (*peer, *browsertest.Tab, *peerConn
 // 100 a second, as the Go SDK's do.
 func TestTheAcksOfManyGroupsArePaced(t *testing.T) {
 	p, b, c := listedMany(t, "")
-	var ms []any
-	for i := range manyGroups {
-		m := msg(1, 0, "v", "m1")
-		m["gid"] = fmt.Sprint("h", i)
-		ms = append(ms, m)
-	}
-	c.write(map[string]any{"op": "push", "msgs": ms})
+	pushToEveryGroup(c)
 	b.WaitUntil("every ack sent", fmt.Sprintf(`chat.stats.acks === %d`, manyGroups))
 	p.mu.Lock()
 	first, last := p.cursors[0].at, p.cursors[len(p.cursors)-1].at
@@ -153,13 +147,7 @@ func TestTheFirstSyncOfASessionGoesBeforeQueuedAcks(t *testing.T) {
 		}, 5);
 		return true;
 	})()`, manyGroups))
-	var ms []any
-	for i := range manyGroups {
-		m := msg(1, 0, "v", "m1")
-		m["gid"] = fmt.Sprint("h", i)
-		ms = append(ms, m)
-	}
-	c.write(map[string]any{"op": "push", "msgs": ms})
+	pushToEveryGroup(c)
 	b.WaitUntil("the acks queued", `chat.pace.queue.length > 200`)
 	c.ws.Close(websocket.StatusGoingAway, "test: going away")
 	c = p.nextConn()
@@ -170,4 +158,16 @@ func TestTheFirstSyncOfASessionGoesBeforeQueuedAcks(t *testing.T) {
 			d, browsertest.Eval[int](b, `chat.stats.acks`))
 	}
 	c.answer(f, map[string]any{"op": "synced", "groups": []any{}})
+}
+
+// pushToEveryGroup pushes message 1 of each of manyGroups groups in one
+// frame: their acks fall due together.
+func pushToEveryGroup(c *peerConn) {
+	var ms []any
+	for i := range manyGroups {
+		m := msg(1, 0, "v", "m1")
+		m["gid"] = fmt.Sprint("h", i)
+		ms = append(ms, m)
+	}
+	c.write(map[string]any{"op": "push", "msgs": ms})
 }
