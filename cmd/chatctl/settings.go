@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/groupchat/chatd/gateway"
+	"github.com/groupchat/chatd/internal/access"
 	"github.com/groupchat/chatd/internal/flags"
 	"github.com/groupchat/chatd/internal/tlsclient"
 	"github.com/groupchat/chatd/store"
@@ -23,32 +24,17 @@ import (
 // flag and the CHAT_* variable chatd reads for the same thing; a flag wins
 // over the variable, the variable over the default.
 type settings struct {
-	KafkaBrokers       string
-	KafkaTLS           bool
-	KafkaCAFile        string
-	KafkaCertFile      string
-	KafkaKeyFile       string
-	KafkaSASL          string
-	KafkaSASLUser      string
-	KafkaSASLPass      string
-	Partitions         int
-	Replicas           int // CHAT_REPLICATION_FACTOR
-	MessageRetention   time.Duration
-	RedisAddrs         string
-	RedisPassword      string
-	RedisUser          string
-	RedisTLS           bool
-	RedisCAFile        string
-	RedisCertFile      string
-	RedisKeyFile       string
-	ClickHouseAddrs    string
-	ClickHouseDB       string
-	ClickHouseUser     string
-	ClickHousePass     string
-	ClickHouseTLS      bool
-	ClickHouseCAFile   string
-	ClickHouseCertFile string
-	ClickHouseKeyFile  string
+	access.Settings  // TLS and logins of the stores, as chatctl has them
+	KafkaBrokers     string
+	Partitions       int
+	Replicas         int // CHAT_REPLICATION_FACTOR
+	MessageRetention time.Duration
+	RedisAddrs       string
+	RedisPassword    string
+	ClickHouseAddrs  string
+	ClickHouseDB     string
+	ClickHouseUser   string
+	ClickHousePass   string
 
 	kafkaSecurity topics.Security // of the Kafka* settings, made by validate
 }
@@ -198,9 +184,7 @@ func (s *settings) validate() error {
 		return err
 	}
 	var err error
-	s.kafkaSecurity, err = topics.NewSecurity(topics.SecuritySettings{TLS: s.KafkaTLS, CAFile: s.KafkaCAFile,
-		CertFile: s.KafkaCertFile, KeyFile: s.KafkaKeyFile,
-		Mechanism: s.KafkaSASL, User: s.KafkaSASLUser, Password: s.KafkaSASLPass})
+	s.kafkaSecurity, err = s.KafkaSecurity()
 	return err
 }
 
@@ -231,7 +215,7 @@ func (s *settings) redis(ctx context.Context) (*store.Redis, func(), error) {
 		return nil, nil, errors.New("this command needs Redis: set CHAT_REDIS_ADDRS or -redis-addrs (host:port, or several for a cluster; " +
 			"against chatd dev, its log names its embedded Redis: \"embedded Redis ... addr=\")")
 	}
-	tc, err := (tlsclient.Files{On: s.RedisTLS, CAFile: s.RedisCAFile, CertFile: s.RedisCertFile, KeyFile: s.RedisKeyFile}).Config("CHAT_REDIS")
+	tc, err := s.RedisTLSConfig()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -255,7 +239,7 @@ func (s *settings) clickhouse(ctx context.Context) (*store.ClickHouse, error) {
 	if len(addrs) == 0 {
 		return nil, errors.New("this command needs ClickHouse: set CHAT_CLICKHOUSE_ADDRS or -clickhouse-addrs (host:9000,...)")
 	}
-	tc, err := (tlsclient.Files{On: s.ClickHouseTLS, CAFile: s.ClickHouseCAFile, CertFile: s.ClickHouseCertFile, KeyFile: s.ClickHouseKeyFile}).Config("CHAT_CLICKHOUSE")
+	tc, err := s.ClickHouseTLSConfig()
 	if err != nil {
 		return nil, err
 	}

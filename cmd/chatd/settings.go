@@ -1,7 +1,6 @@
 package main
 
 import (
-	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
@@ -13,8 +12,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/groupchat/chatd/internal/access"
 	"github.com/groupchat/chatd/internal/flags"
-	"github.com/groupchat/chatd/internal/tlsclient"
 	"github.com/groupchat/chatd/producers"
 	"github.com/groupchat/chatd/topics"
 )
@@ -22,55 +21,40 @@ import (
 // settings are every knob of chatd. Each has a flag and a CHAT_* variable;
 // a flag wins over the variable, the variable over the default.
 type settings struct {
-	HTTPAddr           string
-	TLSCertFile        string
-	TLSKeyFile         string
-	HTTPReadTimeout    time.Duration
-	HTTPIdleTimeout    time.Duration
-	HTTPWriteTimeout   time.Duration
-	DataDir            string
-	KafkaListen        string
-	KafkaBrokers       string
-	KafkaTLS           bool
-	KafkaCAFile        string
-	KafkaCertFile      string
-	KafkaKeyFile       string
-	KafkaSASL          string
-	KafkaSASLUser      string
-	KafkaSASLPass      string
-	Partitions         int
-	Replicas           int // CHAT_REPLICATION_FACTOR
-	RedisAddrs         string
-	RedisPassword      string
-	RedisUser          string
-	RedisTLS           bool
-	RedisCAFile        string
-	RedisCertFile      string
-	RedisKeyFile       string
-	WindowSize         int
-	ClickHouseAddrs    string
-	ClickHouseDB       string
-	ClickHouseUser     string
-	ClickHousePass     string
-	ClickHouseTLS      bool
-	ClickHouseCAFile   string
-	ClickHouseCertFile string
-	ClickHouseKeyFile  string
-	ClickHouseConns    int
-	Retention          time.Duration
-	EventRetention     time.Duration
-	ShutdownTimeout    time.Duration
-	LogLevel           string
-	LogFormat          string
-	JWTSecret          string
-	AdminToken         string
-	NodeID             string
-	AllowedOrigins     string
-	MaxBody            int
-	MaxTokenTTL        time.Duration
-	MaxAuthing         int
-	DebugAddr          string
-	MetricsAddr        string
+	access.Settings  // TLS and logins of the stores, as chatctl has them
+	HTTPAddr         string
+	TLSCertFile      string
+	TLSKeyFile       string
+	HTTPReadTimeout  time.Duration
+	HTTPIdleTimeout  time.Duration
+	HTTPWriteTimeout time.Duration
+	DataDir          string
+	KafkaListen      string
+	KafkaBrokers     string
+	Partitions       int
+	Replicas         int // CHAT_REPLICATION_FACTOR
+	RedisAddrs       string
+	RedisPassword    string
+	WindowSize       int
+	ClickHouseAddrs  string
+	ClickHouseDB     string
+	ClickHouseUser   string
+	ClickHousePass   string
+	ClickHouseConns  int
+	Retention        time.Duration
+	EventRetention   time.Duration
+	ShutdownTimeout  time.Duration
+	LogLevel         string
+	LogFormat        string
+	JWTSecret        string
+	AdminToken       string
+	NodeID           string
+	AllowedOrigins   string
+	MaxBody          int
+	MaxTokenTTL      time.Duration
+	MaxAuthing       int
+	DebugAddr        string
+	MetricsAddr      string
 
 	kafkaSecurity topics.Security // of the Kafka* settings, made by validate
 }
@@ -286,16 +270,14 @@ func (s *settings) validate(role string) error {
 	}
 	if role != "dev" {
 		var err error
-		if s.kafkaSecurity, err = topics.NewSecurity(topics.SecuritySettings{TLS: s.KafkaTLS, CAFile: s.KafkaCAFile,
-			CertFile: s.KafkaCertFile, KeyFile: s.KafkaKeyFile,
-			Mechanism: s.KafkaSASL, User: s.KafkaSASLUser, Password: s.KafkaSASLPass}); err != nil {
+		if s.kafkaSecurity, err = s.KafkaSecurity(); err != nil {
 			return err
 		}
 	}
-	if _, err := s.redisTLS(); err != nil {
+	if _, err := s.RedisTLSConfig(); err != nil {
 		return err
 	}
-	if _, err := s.clickHouseTLS(); err != nil {
+	if _, err := s.ClickHouseTLSConfig(); err != nil {
 		return err
 	}
 	return nil
@@ -304,22 +286,11 @@ func (s *settings) validate(role string) error {
 // redisClient is a client of the Redis at addrs (several: a cluster)
 // with the settings' user, password and TLS.
 func (s *settings) redisClient(addrs []string) (redis.UniversalClient, error) {
-	tc, err := s.redisTLS()
+	tc, err := s.RedisTLSConfig()
 	if err != nil {
 		return nil, err
 	}
 	return redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, Username: s.RedisUser, Password: s.RedisPassword, TLSConfig: tc}), nil
-}
-
-// redisTLS is the TLS config of the connections to Redis; nil: plaintext.
-func (s *settings) redisTLS() (*tls.Config, error) {
-	return (tlsclient.Files{On: s.RedisTLS, CAFile: s.RedisCAFile, CertFile: s.RedisCertFile, KeyFile: s.RedisKeyFile}).Config("CHAT_REDIS")
-}
-
-// clickHouseTLS is the TLS config of the connections to ClickHouse; nil:
-// plaintext.
-func (s *settings) clickHouseTLS() (*tls.Config, error) {
-	return (tlsclient.Files{On: s.ClickHouseTLS, CAFile: s.ClickHouseCAFile, CertFile: s.ClickHouseCertFile, KeyFile: s.ClickHouseKeyFile}).Config("CHAT_CLICKHOUSE")
 }
 
 func list(s string) []string {

@@ -1,0 +1,52 @@
+// Package access holds the settings, shared by chatd and chatctl, that say
+// how the stores are reached beyond their addresses and passwords: TLS,
+// CA files, client certificates, Kafka's SASL login and Redis's ACL user.
+// Settings is a value of strings and flags; its methods make the configs
+// afresh on each call.
+package access
+
+import (
+	"crypto/tls"
+
+	"github.com/groupchat/chatd/internal/tlsclient"
+	"github.com/groupchat/chatd/topics"
+)
+
+// Settings are the CHAT_KAFKA_TLS … CHAT_CLICKHOUSE_KEY_FILE variables.
+type Settings struct {
+	KafkaTLS           bool
+	KafkaCAFile        string
+	KafkaCertFile      string
+	KafkaKeyFile       string
+	KafkaSASL          string
+	KafkaSASLUser      string
+	KafkaSASLPass      string
+	RedisUser          string
+	RedisTLS           bool
+	RedisCAFile        string
+	RedisCertFile      string
+	RedisKeyFile       string
+	ClickHouseTLS      bool
+	ClickHouseCAFile   string
+	ClickHouseCertFile string
+	ClickHouseKeyFile  string
+}
+
+// KafkaSecurity is how to reach the brokers, or which setting is wrong.
+func (a Settings) KafkaSecurity() (topics.Security, error) {
+	return topics.NewSecurity(topics.SecuritySettings{TLS: a.KafkaTLS, CAFile: a.KafkaCAFile,
+		CertFile: a.KafkaCertFile, KeyFile: a.KafkaKeyFile,
+		Mechanism: a.KafkaSASL, User: a.KafkaSASLUser, Password: a.KafkaSASLPass})
+}
+
+// RedisTLSConfig is the TLS config of the connections to Redis; nil:
+// plaintext.
+func (a Settings) RedisTLSConfig() (*tls.Config, error) {
+	return (tlsclient.Files{On: a.RedisTLS, CAFile: a.RedisCAFile, CertFile: a.RedisCertFile, KeyFile: a.RedisKeyFile}).Config("CHAT_REDIS")
+}
+
+// ClickHouseTLSConfig is the TLS config of the connections to ClickHouse;
+// nil: plaintext.
+func (a Settings) ClickHouseTLSConfig() (*tls.Config, error) {
+	return (tlsclient.Files{On: a.ClickHouseTLS, CAFile: a.ClickHouseCAFile, CertFile: a.ClickHouseCertFile, KeyFile: a.ClickHouseKeyFile}).Config("CHAT_CLICKHOUSE")
+}
