@@ -222,36 +222,46 @@ func shortOfTheNewest(b *browsertest.Tab, c *peerConn) {
 // pass, and returns where last is: on screen, drawn off screen, or not
 // drawn.
 func answerPullsUntil(b *browsertest.Tab, c *peerConn, last int64, of func(id int64) map[string]any) string {
+	return answerPullsUntilShown(b, c, last, last, of)
+}
+
+// answerPullsUntilShown answers the pulls of g, whose messages run to
+// last, as answerPullsUntil, until message want is on screen.
+func answerPullsUntilShown(b *browsertest.Tab, c *peerConn, last, want int64, of func(id int64) map[string]any) string {
 	shown := fmt.Sprintf(`(() => {
 		const li = document.querySelector('#messages .msg[data-msgid="%d"]');
 		if (!li) return 'not drawn';
 		const r = document.getElementById('scroller').getBoundingClientRect(), e = li.getBoundingClientRect();
 		return e.bottom > r.top && e.top < r.bottom ? 'on screen' : 'drawn off screen';
-	})()`, last)
+	})()`, want)
 	deadline := time.Now().Add(10 * time.Second)
 	for browsertest.Eval[string](b, shown) != "on screen" && time.Now().Before(deadline) {
-		f := c.next("pull", 200*time.Millisecond)
-		if f == nil {
-			continue
+		if f := c.next("pull", 200*time.Millisecond); f != nil {
+			answerPull(c, f, last, of)
 		}
-		limit := int64(f["limit"].(float64))
-		var ms []map[string]any
-		var more bool
-		if a, ok := f["after"].(float64); ok {
-			for id := int64(a) + 1; id <= min(int64(a)+limit, last); id++ {
-				ms = append(ms, of(id))
-			}
-			more = int64(a)+limit < last
-		} else {
-			before := int64(f["before"].(float64))
-			for id := max(1, before-limit); id < before; id++ {
-				ms = append(ms, of(id))
-			}
-			more = before-limit > 1
-		}
-		c.answer(f, page(f, more, last, ms...))
 	}
 	return browsertest.Eval[string](b, shown)
+}
+
+// answerPull answers pull f of g, whose messages run to last (each
+// of(id)), as a real server does.
+func answerPull(c *peerConn, f map[string]any, last int64, of func(id int64) map[string]any) {
+	limit := int64(f["limit"].(float64))
+	var ms []map[string]any
+	var more bool
+	if a, ok := f["after"].(float64); ok {
+		for id := int64(a) + 1; id <= min(int64(a)+limit, last); id++ {
+			ms = append(ms, of(id))
+		}
+		more = int64(a)+limit < last
+	} else {
+		before := int64(f["before"].(float64))
+		for id := max(1, before-limit); id < before; id++ {
+			ms = append(ms, of(id))
+		}
+		more = before-limit > 1
+	}
+	c.answer(f, page(f, more, last, ms...))
 }
 
 // shownRange says which messages the open group shows: "first to last".

@@ -33,7 +33,7 @@ import { pulls } from './pulls.js';
 import { syncs } from './sync.js';
 
 const FILL = 30; // an opened group shows at least this many messages when it has them
-const UNREAD_PAGES = 20; // an opened group pages up at most this many older pages to its first unread message
+const UNREAD_PAGES = 20; // an opened group pages up at most this many older pages to its first unread message; further, it opens there (fromRead)
 const HEARTBEAT = 25000;
 const RESYNC_RETRY = 2000; // a sync the server asked for, refused, is asked again after this
 const KEEP_CLOSED = 200; // messages kept of a group that is not open; older ones come back by scrolling up
@@ -311,13 +311,31 @@ export class Chat extends EventTarget {
   // load pulls what follows the cursor of the open group g, pages up until
   // the view has FILL messages and reaches back to the first unread one
   // (another device may have acked far past the read cursor: opened at its
-  // newest, the view would be read past what was never on screen), at
-  // most UNREAD_PAGES pages, and asks the read counts of mine.
+  // newest, the view would be read past what was never on screen), and
+  // asks the read counts of mine. Past UNREAD_PAGES pages up, the first
+  // unread is further: the view opens there instead (fromRead).
   async load(g) {
     g.olderPages = 0;
     await this.pullForward(g);
     await this.pageUp(g, () => g.order.length >= FILL && (this.reachesRead(g) || g.olderPages >= UNREAD_PAGES));
+    if (g.opened && !this.reachesRead(g)) await this.fromRead(g);
     await this.refreshCounts(g, g.order, MAX_COUNTS);
+  }
+
+  // fromRead makes the view of the open group g the page after its read
+  // cursor: the first unread message is more than UNREAD_PAGES pages up
+  // from the newest (another device acked them unread). What is held goes,
+  // and the newest are not held (newerMore): scrolling down pulls them,
+  // page by page, as the user reads. Opened at the newest, the view was
+  // read as it was, past every older unread message never on screen.
+  async fromRead(g) {
+    const after = readMark(g);
+    this.forgetOld(g, 0);
+    g.newerMore = true;
+    g.readingOld = true;
+    g.olderPages = 0;
+    g.joinsAfter = after;
+    await this.pullNewer(g);
   }
 
   // pageUp pages the open group g up until enough() holds, or nothing
@@ -359,6 +377,7 @@ export class Chat extends EventTarget {
     // What a closed group holds joins onto the contiguous cursor.
     this.forgetOld(g, g.newerMore ? 0 : KEEP_CLOSED);
     g.newerMore = false;
+    g.joinsAfter = null;
     if (this.current === gid) this.current = null;
     this.cursors.flush(true).then(() => this.syncSoon());
   }
@@ -366,7 +385,8 @@ export class Chat extends EventTarget {
   // reachesRead reports whether g holds every message after its read
   // cursor (or nothing older is left to hold).
   reachesRead(g) {
-    return !g.olderMore || (g.order.length > 0 && g.order[0] <= readMark(g));
+    const read = readMark(g);
+    return !g.olderMore || (g.order.length > 0 && g.order[0] <= read) || (g.joinsAfter !== null && g.joinsAfter <= read);
   }
 
   // seen is called for a message the user has on screen. Until the view

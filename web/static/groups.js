@@ -43,6 +43,7 @@ export function newGroup(gid) {
     newerMore: false, loadingNewer: null, // the newest received are not held (see trim); the newer page under way
     readingOld: false, // an older page was taken since the view was last at the newest
     olderPages: 0, // older pages since the opening (see Chat.seen)
+    joinsAfter: null, // the held messages are every one after this msgid (an opening at the read cursor, Chat.fromRead); null: unknown
     opened: false, pulling: null, gapping: false,
     retaking: false, retakeAgain: false, retaken: 0, retakeBackoff: retakeBackoff(), // see recovery.js
     unacked: 0, ackDue: 0, readWant: -1, readDue: 0,
@@ -149,6 +150,7 @@ export const groups = {
     const gone = g.order.splice(0, g.order.length - keep);
     this.forget(g, gone);
     g.olderMore = true;
+    g.joinsAfter = null;
   },
 
   // forgetNewest keeps the oldest keep messages of g: the rest, and what

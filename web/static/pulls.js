@@ -108,21 +108,24 @@ export const pulls = {
   // newest, and trimming lets the oldest go again.
   loadNewer(gid) {
     const g = this.group(gid);
-    if (g.order.length === 0) g.newerMore = false; // nothing to join onto: what comes is held
+    if (g.order.length === 0 && g.joinsAfter === null) g.newerMore = false; // nothing to join onto: what comes is held
     if (!g.newerMore) g.readingOld = false;
     if (!g.newerMore || g.loadingNewer || !this.online) return Promise.resolve(0);
     g.loadingNewer = this.pullNewer(g).finally(() => { g.loadingNewer = null; });
     return g.loadingNewer;
   },
 
+  // pullNewer pulls the page after the newest held, or, nothing held yet,
+  // after the msgid the view opened after (Chat.fromRead).
   async pullNewer(g) {
     const gid = g.gid;
-    const after = g.order[g.order.length - 1];
+    const held = () => (g.order.length > 0 ? g.order[g.order.length - 1] : g.joinsAfter);
+    const after = held();
     this.stats.pulls++;
     const p = frames.page(await this.pullPage(g, { op: 'pull', gid, after, limit: PAGE }), gid);
     // What the page joins onto went meanwhile (closed, retaken): scrolling
     // down asks again.
-    if (!g.newerMore || g.order[g.order.length - 1] !== after) return 0;
+    if (!g.newerMore || held() !== after) return 0;
     g.head = Math.max(g.head, p.head);
     const fresh = [];
     for (const m of p.msgs) {
