@@ -190,6 +190,23 @@ func TestBrowserPagesConnectOnlyFromAllowedOrigins(t *testing.T) {
 			t.Errorf("origin %q: %v, %v; want 403 forbidden naming CHAT_ALLOWED_ORIGINS", origin, resp, body)
 		}
 	}
+	// Over TLS served here, a page of the gateway's own host served over
+	// plain http is refused, saying to load it over https; its https page
+	// connects.
+	for origin, ok := range map[string]bool{"https://" + base: true, "http://" + base: false, "HTTPS://" + base: true} {
+		r := httptest.NewRequest("GET", "https://"+base+"/v1/ws?token="+e.token("alice"), nil)
+		r.Header.Set("Origin", origin)
+		w := httptest.NewRecorder()
+		e.gws[0].g.Handler().ServeHTTP(w, r)
+		// Past the origin the upgrade fails on the recorder, which cannot
+		// be hijacked: the origin check answers 403.
+		if refused := w.Code == http.StatusForbidden; refused == ok {
+			t.Errorf("origin %q over TLS: %d %s; want it allowed %v", origin, w.Code, strings.TrimSpace(w.Body.String()), ok)
+		}
+		if !ok && !strings.Contains(w.Body.String(), "load the page from https://"+base) {
+			t.Errorf("origin %q over TLS: %s; want it told to load the page over https", origin, w.Body.String())
+		}
+	}
 	// With "*", as the WebSocket library has it, an origin of no host too.
 	req := httptest.NewRequest("GET", "/v1/ws", nil)
 	req.Header.Set("Origin", "null")

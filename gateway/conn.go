@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -113,6 +114,10 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	// The WebSocket library refuses a browser page of another origin with
 	// a bare 403 (checked again there); its operator is told what to set.
 	if origin, ok := allowedOrigin(r, g.cfg.AllowedOrigins); !ok {
+		if u, err := url.Parse(r.Header.Get("Origin")); err == nil && strings.EqualFold(u.Host, r.Host) {
+			g.writeErr(w, protocol.Errorf(protocol.CodeForbidden, "a page served over plain %s may not connect to this server over TLS (%s); load the page from https://%s", u.Scheme, r.Host, r.Host))
+			return
+		}
 		g.writeErr(w, protocol.Errorf(protocol.CodeForbidden, "a page of %q may not connect to this server (%s); its operator adds the host to CHAT_ALLOWED_ORIGINS", origin, r.Host))
 		return
 	}

@@ -11,7 +11,9 @@ import (
 // the WebSocket library decides it: no Origin (not a browser), the
 // server's own host, or a host matching one of patterns (path.Match, any
 // case; a pattern with "://" matches the scheme too). It returns the
-// origin's host.
+// origin's host. Over TLS served here, the server's own host is its
+// https:// pages only (plainPage): the library takes an http:// page of
+// it too, whose script anyone on the network path can write.
 func allowedOrigin(r *http.Request, patterns []string) (string, bool) {
 	origin := r.Header.Get("Origin")
 	if origin == "" {
@@ -21,7 +23,7 @@ func allowedOrigin(r *http.Request, patterns []string) (string, bool) {
 	if err != nil {
 		return origin, false
 	}
-	if strings.EqualFold(r.Host, u.Host) {
+	if strings.EqualFold(r.Host, u.Host) && !plainPage(r, u) {
 		return u.Host, true
 	}
 	for _, p := range patterns {
@@ -37,4 +39,10 @@ func allowedOrigin(r *http.Request, patterns []string) (string, bool) {
 		return origin, false
 	}
 	return u.Host, false
+}
+
+// plainPage tells a page served over plain HTTP (origin u) connecting to
+// this server over TLS.
+func plainPage(r *http.Request, u *url.URL) bool {
+	return r.TLS != nil && !strings.EqualFold(u.Scheme, "https")
 }

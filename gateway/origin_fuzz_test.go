@@ -25,7 +25,9 @@ var plainPattern = regexp.MustCompile(`^(?:\*|(?:\*\.)?[a-zA-Z0-9.-]+(?::[0-9]+)
 // which answers with what its operator sets, to the WebSocket library's,
 // which decides. For any Origin, Host and patterns that chatd takes
 // (path.Match patterns, checked at its start), allowedOrigin allows
-// exactly what websocket.Accept lets through. On an origin as browsers
+// exactly what websocket.Accept lets through (over plain HTTP: over TLS
+// it also refuses an http:// page of the server's own host, which the
+// library takes; TestBrowserPagesConnectOnlyFromAllowedOrigins). On an origin as browsers
 // write it and patterns of the forms documented, it agrees with a reading
 // written out by hand, so never allows a host outside the list: the
 // server's own, one listed (any case), one under a *.domain listed, or
