@@ -1,7 +1,12 @@
 // Package tlsclient builds the TLS settings of chatd's connections to its
 // stores (Kafka, Redis, ClickHouse): the system's roots, or the CAs of a
-// PEM file that a deployment with a private CA names. The configs it
-// returns are never changed after, so they are safe for concurrent use.
+// PEM file that a deployment with a private CA names, and a client
+// certificate for a server that asks for one. The configs it returns are
+// never changed after, so they are safe for concurrent use (and for
+// Clone, which each connection's library makes). The client certificate
+// they send is taken anew from its files when those are renewed in
+// place, at a new connection (clientCert); the CA file is read when the
+// config is made only (Config says why).
 package tlsclient
 
 import (
@@ -17,6 +22,14 @@ import (
 // Config returns the TLS config of a client that trusts the system's roots,
 // or with caFile those of the PEM file only. setting names caFile's
 // setting (CHAT_KAFKA_CA_FILE...) in errors.
+//
+// The CA file is read here only, so a renewed one takes a restart. A
+// client's roots are a field crypto/tls reads from configs the libraries
+// clone, so trusting a file read again would mean verifying the server
+// in VerifyConnection with InsecureSkipVerify set; but there a server
+// dialled by IP address (127.0.0.1, the node addresses of a Redis
+// cluster) comes with no name, since an IP goes in no SNI, and its
+// certificate could not be checked against the address dialled.
 func Config(caFile, setting string) (*tls.Config, error) {
 	c := &tls.Config{MinVersion: tls.VersionTLS12}
 	if caFile == "" {
@@ -57,11 +70,11 @@ func (f Files) Config(prefix string) (*tls.Config, error) {
 	case (f.CertFile == "") != (f.KeyFile == ""):
 		return nil, fmt.Errorf("tlsclient: %s_CERT_FILE %q and %s_KEY_FILE %q: a client certificate needs both, or neither", prefix, f.CertFile, prefix, f.KeyFile)
 	case f.CertFile != "":
-		cert, err := tls.LoadX509KeyPair(f.CertFile, f.KeyFile)
+		cert, err := loadClientCert(f.CertFile, f.KeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("tlsclient: the client certificate of %s_CERT_FILE and %s_KEY_FILE: %w; name the certificate (PEM) the server's CA signed for this client and its private key", prefix, prefix, err)
 		}
-		c.Certificates = []tls.Certificate{cert}
+		c.GetClientCertificate = cert.get
 	}
 	return c, nil
 }

@@ -2,9 +2,14 @@ package tlsclient_test
 
 import (
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/internal/tlsclient"
@@ -127,4 +132,237 @@ func TestAdviceNamesWhatMendsAFailedHandshake(t *testing.T) {
 	if c, err := (tlsclient.Files{}).Config("CHAT_REDIS"); c != nil || err != nil {
 		t.Errorf("no TLS setting: %v, %v; want plaintext", c, err)
 	}
+}
+
+// A client certificate renewed in place (cert-manager, Vault, a cron
+// writing the files) is sent from the next connection after the files are
+// looked at again, without a restart; a config that is not due for a look
+// yet sends the one it loaded.
+func TestARenewedClientCertificateIsSentWithoutARestart(t *testing.T) {
+	f1, f2 := testserver.NewTLS(t), testserver.NewTLS(t)
+	certFile, keyFile := clientFiles(t, f1)
+	tlsclient.SetRecheckEvery(t, time.Hour)
+	slow, err := (tlsclient.Files{CAFile: f1.CAFile, CertFile: certFile, KeyFile: keyFile}).Config("CHAT_REDIS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsclient.SetRecheckEvery(t, 0)
+	quick, err := (tlsclient.Files{CAFile: f1.CAFile, CertFile: certFile, KeyFile: keyFile}).Config("CHAT_REDIS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := mutualServer(t, f1, f1, f2)
+	first, renewed := certOf(t, f1.ClientCertFile), certOf(t, f2.ClientCertFile)
+	for _, c := range []*tls.Config{slow, quick} {
+		if got, err := dial(c); err != nil || !got.Equal(first) {
+			t.Fatalf("before the renewal: the server saw %v (%v); want the first certificate", which(got, first, renewed), err)
+		}
+	}
+
+	writeOver(t, certFile, f2.ClientCertFile)
+	writeOver(t, keyFile, f2.ClientKeyFile)
+	if got, err := dial(quick); err != nil || !got.Equal(renewed) {
+		t.Errorf("after the renewal: the server saw %v (%v); want the renewed certificate, of the other CA", which(got, first, renewed), err)
+	}
+	if got, err := dial(slow); err != nil || !got.Equal(first) {
+		t.Errorf("after the renewal, with the files not due for a look for an hour: the server saw %v (%v); want the first certificate", which(got, first, renewed), err)
+	}
+}
+
+// A pair caught half written, or a certificate beside the key of the one
+// before, keeps the pair loaded before; the whole pair is taken at the
+// next look.
+func TestAHalfWrittenClientCertificateKeepsTheOneBefore(t *testing.T) {
+	f1, f2 := testserver.NewTLS(t), testserver.NewTLS(t)
+	certFile, keyFile := clientFiles(t, f1)
+	tlsclient.SetRecheckEvery(t, 0)
+	c, err := (tlsclient.Files{CAFile: f1.CAFile, CertFile: certFile, KeyFile: keyFile}).Config("CHAT_REDIS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := mutualServer(t, f1, f1, f2)
+	first, renewed := certOf(t, f1.ClientCertFile), certOf(t, f2.ClientCertFile)
+
+	pem, err := os.ReadFile(f2.ClientCertFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeBytesOver(t, certFile, pem[:len(pem)/2])
+	if got, err := dial(c); err != nil || !got.Equal(first) {
+		t.Errorf("with half the renewed certificate written: the server saw %v (%v); want the first certificate", which(got, first, renewed), err)
+	}
+	writeOver(t, certFile, f2.ClientCertFile)
+	if got, err := dial(c); err != nil || !got.Equal(first) {
+		t.Errorf("with the renewed certificate beside the key before: the server saw %v (%v); want the first certificate", which(got, first, renewed), err)
+	}
+	writeOver(t, keyFile, f2.ClientKeyFile)
+	if got, err := dial(c); err != nil || !got.Equal(renewed) {
+		t.Errorf("with the whole renewed pair written: the server saw %v (%v); want the renewed certificate", which(got, first, renewed), err)
+	}
+}
+
+// With a CA file named, the server's certificate must still hold the
+// address dialled, a name as an IP address (for which crypto/tls puts
+// no SNI), and be signed by the file's CA.
+func TestTheCAFileStillChecksTheServersNameAndCA(t *testing.T) {
+	f1, f2 := testserver.NewTLS(t), testserver.NewTLS(t)
+	c, err := (tlsclient.Files{CAFile: f1.CAFile}).Config("CHAT_REDIS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	handshake := func(f *testserver.TLSFiles, serverName string) error {
+		ln, err := tls.Listen("tcp", "127.0.0.1:0", f.Server)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		go func() {
+			if conn, err := ln.Accept(); err == nil {
+				conn.(*tls.Conn).Handshake()
+				conn.Close()
+			}
+		}()
+		conn, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		// As kafka-go's dialers do: ServerName the host of the address.
+		named := c.Clone()
+		named.ServerName = serverName
+		return tls.Client(conn, named).Handshake()
+	}
+	if err := handshake(f1, "127.0.0.1"); err != nil {
+		t.Fatalf("a certificate of the CA file for the address dialled: %v", err)
+	}
+	for _, name := range []string{"127.0.0.2", "redis.example.com"} {
+		err := handshake(f1, name)
+		if a := tlsclient.Advice(err, "CHAT_REDIS_TLS", "CHAT_REDIS_CA_FILE", "Redis's"); !tlsclient.Failed(err) || !strings.Contains(a, "certificate is for other names") {
+			t.Errorf("dialled as %s, a certificate for 127.0.0.1 and localhost: %v, advice %q; want it refused as for other names", name, err, a)
+		}
+	}
+	err = handshake(f2, "127.0.0.1")
+	if a := tlsclient.Advice(err, "CHAT_REDIS_TLS", "CHAT_REDIS_CA_FILE", "Redis's"); !tlsclient.Failed(err) || !strings.Contains(a, "set CHAT_REDIS_CA_FILE") {
+		t.Errorf("a certificate of another CA: %v, advice %q; want it refused as untrusted", err, a)
+	}
+}
+
+// mutualServer serves f's certificate to clients with a certificate one
+// of trust's CAs signed. Its dial connects with a config and returns the
+// client certificate the server saw (nil: the handshake failed).
+func mutualServer(t *testing.T, f *testserver.TLSFiles, trust ...*testserver.TLSFiles) func(*tls.Config) (*x509.Certificate, error) {
+	t.Helper()
+	sc := f.Mutual.Clone()
+	sc.ClientCAs = x509.NewCertPool()
+	for _, tf := range trust {
+		pem, err := os.ReadFile(tf.CAFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc.ClientCAs.AppendCertsFromPEM(pem)
+	}
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	seen := make(chan *x509.Certificate, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			tc := c.(*tls.Conn)
+			var cert *x509.Certificate
+			if tc.Handshake() == nil {
+				cert = tc.ConnectionState().PeerCertificates[0]
+				tc.Write([]byte("+OK\r\n"))
+			}
+			c.Close()
+			seen <- cert
+		}
+	}()
+	return func(c *tls.Config) (*x509.Certificate, error) {
+		conn, err := tls.Dial("tcp", ln.Addr().String(), c)
+		if err == nil {
+			_, err = conn.Read(make([]byte, 8)) // TLS 1.3: the server's verdict comes after the handshake
+			conn.Close()
+		}
+		return <-seen, err
+	}
+}
+
+// clientFiles are copies of f's client certificate and key, for a test
+// to write over.
+func clientFiles(t *testing.T, f *testserver.TLSFiles) (certFile, keyFile string) {
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem")
+	for dst, src := range map[string]string{certFile: f.ClientCertFile, keyFile: f.ClientKeyFile} {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return certFile, keyFile
+}
+
+// writeOver writes the content of src over dst, in place.
+func writeOver(t *testing.T, dst, src string) {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeBytesOver(t, dst, b)
+}
+
+// writeBytesOver writes b over file, in place, and moves its modification
+// time on by a second: written within the clock tick of the write before
+// (a file system of coarse times), it would look unchanged, as a renewal
+// made hours later does not.
+func writeBytesOver(t *testing.T, file string, b []byte) {
+	fi, err := os.Stat(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mod := fi.ModTime().Add(time.Second)
+	if err := os.Chtimes(file, mod, mod); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func certOf(t *testing.T, file string) *x509.Certificate {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(b)
+	if block == nil {
+		t.Fatalf("%s holds no PEM block", file)
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// which tells the client certificate a server saw: first (the one the
+// config loaded), renewed, or another.
+func which(c, first, renewed *x509.Certificate) string {
+	switch {
+	case c == nil:
+		return "no certificate"
+	case c.Equal(first):
+		return "the first certificate"
+	case c.Equal(renewed):
+		return "the renewed certificate"
+	}
+	return "the certificate of " + c.Subject.CommonName
 }
