@@ -61,3 +61,35 @@ func TestSendsInARowAreStoredInOrderAfterARefusal(t *testing.T) {
 		t.Fatalf("%s went out %v after a send was refused as overloaded: every send pauses", stored[0], first)
 	}
 }
+
+// A send the server does not answer within its time is sent again after a
+// pause that grows while the timeouts go on, as the Go SDK's does: sent
+// again at once, a server too slow to answer was sent every waiting
+// message again at each timeout, by every page at once. The 10 s are
+// shortened to 300 ms here.
+func TestResendsAfterTimeoutsBackOff(t *testing.T) {
+	p := newPeer(t)
+	b := browsertest.NewTab(t, browsertest.Start(t), "u")
+	shortenTimers(b, 10000, 300)
+	signIn(t, p, b)
+	c := p.nextConn()
+	synced(c, c.expect("sync", nil), 10, 10, 10)
+	b.WaitUntil("g listed", `document.querySelector('#groups li[data-gid=g] button')`)
+	opened(c, b, "v")
+	typeAndSend(b, "one")
+	start := time.Now()
+	n := 0
+	for end := start.Add(4 * time.Second); time.Now().Before(end); {
+		if f := c.next("send", time.Until(end)); f != nil {
+			if f["cmid"] == nil || f["body"] != "one" {
+				t.Fatalf("the page sent %v; want the message one again, under its cmid", f)
+			}
+			n++
+		}
+	}
+	// Timeouts at 0.3 s, then pauses of 0.5-1 s, 1-2 s, 2-4 s: 3 or 4
+	// sends in 4 s; sent again at once, about 13.
+	if n < 2 || n > 5 {
+		t.Fatalf("the page sent one %d times in 4 s to a server that never answers it; want it sent again after pauses that grow", n)
+	}
+}

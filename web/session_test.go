@@ -416,11 +416,7 @@ func TestAConnectionNeverAuthedIsDialledAgain(t *testing.T) {
 	p := newPeer(t)
 	p.muteAuth()
 	b := browsertest.NewTab(t, browsertest.Start(t), "u")
-	b.Run(func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
-		_, err := cdp.Call(ctx, tg, cdppage.AddScriptToEvaluateOnNewDocument, cdppage.AddScriptToEvaluateOnNewDocumentParams{
-			Source: `{ const st = window.setTimeout; window.setTimeout = (f, d, ...a) => st(f, d === 10000 ? 500 : d, ...a); }`})
-		return chromedp.Void{}, err
-	})
+	shortenTimers(b, 10000, 500)
 	signIn(t, p, b)
 	time.Sleep(6 * time.Second)
 	// Dropped at 0.5 s, then dialled after 0.25-0.5 s, 0.5-1 s, 1-2 s, 2-4 s.
@@ -430,6 +426,16 @@ func TestAConnectionNeverAuthedIsDialledAgain(t *testing.T) {
 	if st := browsertest.Eval[string](b, `document.getElementById('status').textContent`); st == "online" {
 		t.Fatalf("the page says %q", st)
 	}
+}
+
+// shortenTimers makes the page's timers of from ms last to ms instead,
+// wrapping setTimeout before the page's scripts run.
+func shortenTimers(b *browsertest.Tab, from, to int) {
+	b.Run(func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		_, err := cdp.Call(ctx, tg, cdppage.AddScriptToEvaluateOnNewDocument, cdppage.AddScriptToEvaluateOnNewDocumentParams{
+			Source: fmt.Sprintf(`{ const st = window.setTimeout; window.setTimeout = (f, d, ...a) => st(f, d === %d ? %d : d, ...a); }`, from, to)})
+		return chromedp.Void{}, err
+	})
 }
 
 // Another device acked 3,000 messages of which the user read 10: the

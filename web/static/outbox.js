@@ -89,9 +89,9 @@ export class Outbox {
     }
   }
 
-  // trySend sends p, g's oldest message waiting. A timeout sends it again
-  // at once, a retryable refusal after a pause, a lost connection on the
-  // next session; the server answers a resend with the first send's
+  // trySend sends p, g's oldest message waiting. A timeout or a retryable
+  // refusal sends it again after a pause, a lost connection on the next
+  // session; the server answers a resend with the first send's
   // msgid. The next of g goes once p is accepted or failed.
   async trySend(g, p) {
     const chat = this.chat;
@@ -125,12 +125,13 @@ export class Outbox {
           this.pausedUntil = Date.now() + this.pause.next();
         }
         // pump waits for the pause
-      } else if (e instanceof ProtocolError && retryable(e)) {
+      } else if ((e instanceof ProtocolError && retryable(e)) || e instanceof Timeout) {
         // longer while it repeats, jittered so that clients refused
-        // together do not all come back together
+        // together (or a server too slow to answer) do not all come back
+        // together
         g.sendBackoff ||= new Backoff(1000, 10000);
         again = g.sendBackoff.next();
-      } else if (!(e instanceof Timeout)) { // a timeout sends it again at once
+      } else {
         p.state = 'failed';
         p.error = e.detail || e.message;
         this.changed(g); // and the next one goes
