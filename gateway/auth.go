@@ -47,7 +47,7 @@ const tokenSkew = time.Minute
 // size on every connection and request.
 func verify(secret []byte, token string, maxTTL time.Duration) (string, *protocol.Error) {
 	if len(token) > protocol.MaxTokenLen {
-		return "", protocol.Errorf(protocol.CodeBadToken, "the token is %d bytes, past the %d a token may have; issue tokens with fewer claims", len(token), protocol.MaxTokenLen)
+		return "", protocol.TokenTooLong(len(token))
 	}
 	// Base64 decoders skip line breaks, strict ones too: a token is one
 	// form only, so whitespace anywhere is refused.
@@ -60,8 +60,10 @@ func verify(secret []byte, token string, maxTTL time.Duration) (string, *protoco
 	switch {
 	case errors.Is(err, jwt.ErrTokenExpired):
 		return "", protocol.Errorf(protocol.CodeTokenExpired, "the token expired; get a new one and reconnect")
-	case err != nil && !strings.Contains(token, "."):
-		// A JWT is three parts joined by dots; the admin token has none.
+	case err != nil && !strings.Contains(token, ".") && len(token) >= 32:
+		// A JWT is three parts joined by dots; the admin token has none,
+		// and is a long secret (a short word is no more likely it than
+		// anything else).
 		return "", protocol.Errorf(protocol.CodeBadToken, "the token is not valid (%v); this looks like the admin token, where a client token (a JWT) is wanted: "+
 			"client tokens come from POST /v1/dev/token (chatd dev) or chatctl token UID, in production from your login service", err)
 	case err != nil:

@@ -172,6 +172,10 @@ func TestTheAdminTokenAsAClientTokenIsToldWhereClientTokensComeFrom(t *testing.T
 		!strings.Contains(perr.Message, "POST /v1/dev/token") || !strings.Contains(perr.Message, "chatctl token") {
 		t.Fatalf("a token with no dots: %v, want bad_token saying it looks like the admin token and where client tokens come from", perr)
 	}
+	// A short word is no more likely the admin token than anything else.
+	if _, perr := verify(fuzzSecret, "garbage", fuzzTTL); perr == nil || perr.Code != protocol.CodeBadToken || strings.Contains(perr.Message, "admin token") {
+		t.Fatalf(`the token "garbage": %v, want bad_token without the admin token's hint`, perr)
+	}
 	tok, err := IssueToken(fuzzSecret, "alice", fuzzTTL)
 	if err != nil {
 		t.Fatal(err)

@@ -117,4 +117,20 @@ func TestATokenInTheURLOrAHeaderIsHeldToTheAuthFramesLimit(t *testing.T) {
 	refused("in the upgrade's header", (&raw{t: t, ws: ws}).read())
 	_, ans := e.http("GET", "/v1/sync", long, nil)
 	refused("in the HTTP API's header", ans)
+
+	// In the auth frame too, as PROTOCOL.md says: it was "invalid", and
+	// an auth frame with no token "invalid" where the table says
+	// unauthenticated. Both close with 4001.
+	for _, c := range []struct {
+		token string
+		code  protocol.Code
+	}{{strings.Repeat("t", protocol.MaxTokenLen+1), protocol.CodeBadToken}, {"", protocol.CodeUnauthenticated}} {
+		r := e.dial(0, "")
+		r.send(map[string]any{"op": "auth", "id": "1", "token": c.token})
+		f := r.read()
+		ce, _, err := r.awaitClose(5 * time.Second)
+		if f["code"] != string(c.code) || ce == nil || ce.Code != 4001 {
+			t.Errorf("an auth frame with a token of %d bytes: %v, closed by %v; want %s and close 4001", len(c.token), f, err, c.code)
+		}
+	}
 }

@@ -85,11 +85,21 @@ func readableID(b []byte) string {
 	return id
 }
 
+// TokenTooLong is the refusal of a token of n bytes, past MaxTokenLen,
+// wherever it is given.
+func TokenTooLong(n int) *Error {
+	return Errorf(CodeBadToken, "the token is %d bytes, past the %d a token may have; issue tokens with fewer claims", n, MaxTokenLen)
+}
+
 func (r *Request) validate(maxBody int) error {
 	switch r.Op {
 	case OpAuth:
-		if r.Token == "" || len(r.Token) > MaxTokenLen {
-			return Errorf(CodeInvalid, "auth needs a token of 1 to %d bytes", MaxTokenLen)
+		// The codes a token gets wherever it is given (PROTOCOL.md).
+		if r.Token == "" {
+			return Errorf(CodeUnauthenticated, `auth needs a token: {"op":"auth","token":"<JWT>"}, a client token from your login service (chatd dev: POST /v1/dev/token)`)
+		}
+		if len(r.Token) > MaxTokenLen {
+			return TokenTooLong(len(r.Token))
 		}
 	case OpSend:
 		if err := checkGid(r.Gid); err != nil {

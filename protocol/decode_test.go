@@ -14,7 +14,8 @@ func TestDecodeValidatesEachOp(t *testing.T) {
 		want Code
 	}{
 		{`{"op":"auth","token":"t"}`, ""},
-		{`{"op":"auth"}`, CodeInvalid},
+		{`{"op":"auth"}`, CodeUnauthenticated},
+		{`{"op":"auth","token":"` + strings.Repeat("t", MaxTokenLen+1) + `"}`, CodeBadToken},
 		{`{"op":"send","gid":"g","cmid":"c","body":"b"}`, ""},
 		{`{"op":"send","gid":"g","body":"b"}`, CodeInvalid},
 		{`{"op":"send","gid":"g","cmid":"c","body":""}`, CodeInvalid},

@@ -206,6 +206,19 @@ func TestACommandGroupWithoutItsCommandSaysWhichItHas(t *testing.T) {
 			t.Errorf("chatctl %s: %v; want %q", args, err, want)
 		}
 	}
+	// A command's -h prints its flags and is no failure (exit status 1,
+	// "flag: help requested"); chatctl help names the token's settings too.
+	for _, args := range []string{"token -h", "groups create -h", "tail --help"} {
+		var out strings.Builder
+		if err := run(context.Background(), strings.Fields(args), func(string) string { return "" }, &out, &out); err != nil || !strings.Contains(out.String(), "-kafka-brokers") {
+			t.Errorf("chatctl %s: %v, %q; want its flags, and no error", args, err, out.String())
+		}
+	}
+	var help strings.Builder
+	if err := run(context.Background(), []string{"help"}, func(string) string { return "" }, &help, &help); err != nil ||
+		!strings.Contains(help.String(), "CHAT_JWT_SECRET") || !strings.Contains(help.String(), "CHAT_MAX_TOKEN_TTL") {
+		t.Errorf("chatctl help: %v; want CHAT_JWT_SECRET and CHAT_MAX_TOKEN_TTL among the settings:\n%s", err, help.String())
+	}
 	// Asked for help, a group lists its commands: it answered that it had
 	// no "-h".
 	for _, args := range []string{"consumer-groups -h", "topics --help", "members help"} {

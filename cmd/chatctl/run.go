@@ -105,6 +105,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		opts = cmd.flags(c)
 	}
 	rest, err := c.parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // asked for: the flags were printed
+	}
 	if err != nil {
 		return err
 	}
@@ -119,6 +122,10 @@ func printUsage(w io.Writer) {
 			def = `""`
 		}
 		fmt.Fprintf(w, "  -%-20s %-26s %s (default %s)\n", s.flag, s.env, s.usage, def)
+	}
+	fmt.Fprintln(w, "\nSettings of chatctl token only:")
+	for _, s := range tokenSettings {
+		fmt.Fprintf(w, "  -%-20s %-26s %s\n", s.flag, s.env, s.usage)
 	}
 	names := make([]string, 0, len(commands))
 	for n := range commands {

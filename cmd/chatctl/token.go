@@ -15,11 +15,18 @@ type tokenOpts struct {
 	secret string
 }
 
+// tokenSettings are the settings of chatctl token that the others do not
+// read, as chatctl help lists them.
+var tokenSettings = []struct{ flag, env, usage string }{
+	{"jwt-secret", "CHAT_JWT_SECRET", "the deployment's token secret, the gateways' (default: $CHAT_JWT_SECRET)"},
+	{"max-ttl", "CHAT_MAX_TOKEN_TTL", "the longest -ttl the gateways take (default: $CHAT_MAX_TOKEN_TTL, else 720h)"},
+}
+
 func tokenFlags(c *command) any {
 	o := &tokenOpts{}
 	c.fs.DurationVar(&o.ttl, "ttl", 24*time.Hour, "how long the token is valid")
-	c.fs.StringVar(&o.maxTTL, "max-ttl", "", "the longest -ttl the gateways take (default: $CHAT_MAX_TOKEN_TTL, else 720h)")
-	c.fs.StringVar(&o.secret, "jwt-secret", "", "the deployment's token secret (default: $CHAT_JWT_SECRET)")
+	c.fs.StringVar(&o.secret, tokenSettings[0].flag, "", tokenSettings[0].usage)
+	c.fs.StringVar(&o.maxTTL, tokenSettings[1].flag, "", tokenSettings[1].usage)
 	return o
 }
 
