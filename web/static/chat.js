@@ -358,12 +358,15 @@ export class Chat extends EventTarget {
   // read cursor: paged up that far, the window let the newest go again.
   // What lay between was never on screen and is not read: the view no
   // longer reaches back to the read cursor (seen) until scrolling up
-  // brings it there.
+  // brings it there. Nor does it join onto the read cursor (joinsAfter,
+  // which forgetOld leaves set when nothing is held: a fromRead whose page
+  // is not in yet).
   async toNewest(gid) {
     const g = this.group(gid);
     if (!g.opened || !g.newerMore) return;
     this.forgetOld(g, 0);
     g.newerMore = false;
+    g.joinsAfter = null;
     g.readingOld = false;
     g.olderPages = 0;
     await this.pageUp(g, () => g.order.length >= FILL);
