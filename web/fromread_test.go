@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/coder/websocket"
 
 	"github.com/groupchat/chatd/internal/browsertest"
 )
@@ -58,5 +59,29 @@ func TestSendingWhileOpeningAtTheFirstUnreadReadsNothingSkipped(t *testing.T) {
 	if read := p.maxCursor("read"); !drawn || read > 10 {
 		t.Fatalf("sent while the page after the read cursor, 10, was asked for, the message is drawn: %v (the group shows %s), "+
 			"and the page read up to %d; want it drawn and no read past 10, 11 to 2950 never on screen", drawn, shownRange(b), read)
+	}
+}
+
+// The connection drops while the page after the read cursor is asked
+// for: the view then holds nothing. Once back, the view opens there
+// still, and the read passes nothing that was not on screen. The next
+// session paged up from the newest instead, still joining onto the read
+// cursor: it read the newest 50, past 11 to 2950.
+func TestAReconnectWhileOpeningAtTheFirstUnreadOpensThere(t *testing.T) {
+	p, b, c, _ := openingFromRead(t)
+	c.ws.Close(websocket.StatusGoingAway, "test: going away")
+	c = p.nextConn()
+	synced(c, c.expect("sync", nil), 3000, 3000, 10)
+	shown := answerPullsUntilShown(b, c, 3000, 11, plain)
+	for f := c.next("pull", 500*time.Millisecond); f != nil; f = c.next("pull", 500*time.Millisecond) {
+		answerPull(c, f, 3000, plain)
+	}
+	time.Sleep(2500 * time.Millisecond) // past the read interval
+	flushCursors(t, b)
+	read, onScreen := p.maxCursor("read"), newestOnScreen(b)
+	if shown != "on screen" || read > onScreen {
+		t.Fatalf("back after a drop while the page after the read cursor, 10, was asked for, 11 is %s (the group shows %s), "+
+			"and the page read up to %d with %d the newest on screen; want the view at 11 and no read past what was on screen",
+			shown, shownRange(b), read, onScreen)
 	}
 }

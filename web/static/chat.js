@@ -317,6 +317,11 @@ export class Chat extends EventTarget {
   async load(g) {
     g.olderPages = 0;
     await this.pullForward(g);
+    // The page after the read cursor went with the last session (fromRead,
+    // nothing held yet): it is asked again. Paged up from the newest
+    // instead, the view still joined onto the read cursor, and was read
+    // past the unread messages between.
+    if (g.order.length === 0 && g.joinsAfter !== null) await (g.loadingNewer || this.loadNewer(g.gid));
     await this.pageUp(g, () => g.order.length >= FILL && (this.reachesRead(g) || g.olderPages >= UNREAD_PAGES));
     if (g.opened && !this.reachesRead(g)) await this.fromRead(g);
     await this.refreshCounts(g, g.order, MAX_COUNTS);

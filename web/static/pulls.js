@@ -64,10 +64,14 @@ export const pulls = {
 
   // loadOlder pulls the page right before the oldest message held, and
   // returns how many messages it added: 0 while another is under way
-  // (g.loadingOlder, which load waits for).
+  // (g.loadingOlder, which load waits for), and 0 while nothing is held
+  // of a view that opens after g.joinsAfter (Chat.fromRead): the page
+  // after it comes first (loadNewer). Paged up from the newest, the view
+  // joined onto nothing it held.
   loadOlder(gid) {
     const g = this.group(gid);
     if (g.loadingOlder || !g.olderMore || !this.online) return Promise.resolve(0);
+    if (g.order.length === 0 && g.joinsAfter !== null) return Promise.resolve(0);
     g.loadingOlder = this.pullOlder(g).finally(() => { g.loadingOlder = null; });
     return g.loadingOlder;
   },
