@@ -85,3 +85,31 @@ func TestAReconnectWhileOpeningAtTheFirstUnreadOpensThere(t *testing.T) {
 			shown, shownRange(b), read, onScreen)
 	}
 }
+
+// A push the server then refuses as beyond_head comes while the page
+// after the read cursor is asked for: the group is taken up again from
+// the ack (Chat.retake). The view still opens at the first unread, and
+// no read passes what was on screen. Joined on the ack instead, the
+// view held the next message pushed and read it, past 11 to 3000.
+func TestARetakeWhileOpeningAtTheFirstUnreadOpensThere(t *testing.T) {
+	p, b, c, f := openingFromRead(t)
+	p.headAt(3000)
+	c.write(map[string]any{"op": "push", "msgs": []any{msg(3001, 3000, "v", "not stored")}})
+	synced(c, c.expect("sync", nil), 3000, 3000, 10)
+	fw := c.expect("pull", func(f map[string]any) bool { return f["after"] == 3000.0 })
+	c.answer(fw, page(fw, false, 3000))
+	answerPull(c, f, 3000, plain)
+	b.WaitUntil("taken up again", `!chat.group('g').retaking && !chat.group('g').pulling`)
+	p.headAt(3001)
+	c.write(map[string]any{"op": "push", "msgs": []any{msg(3001, 3000, "v", "m3001")}})
+	for f := c.next("pull", 2*time.Second); f != nil; f = c.next("pull", 500*time.Millisecond) {
+		answerPull(c, f, 3001, plain)
+	}
+	time.Sleep(2500 * time.Millisecond) // past the read interval
+	flushCursors(t, b)
+	read, onScreen := p.maxCursor("read"), newestOnScreen(b)
+	if shown := browsertest.Eval[bool](b, `!!document.querySelector('#messages .msg[data-msgid="11"]')`); !shown || read > onScreen {
+		t.Fatalf("taken up again while the page after the read cursor, 10, was asked for, the group shows %s and the page read up to %d "+
+			"with %d the newest on screen; want the view at 11 and no read past what was on screen", shownRange(b), read, onScreen)
+	}
+}

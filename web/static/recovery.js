@@ -64,8 +64,14 @@ export const recovery = {
           g.counts.delete(id);
         }
         g.buf.clear();
+        // Nothing held of a view that opens after joinsAfter (Chat.fromRead),
+        // its page under way or lost: it opens there still, the newest not
+        // held. Joined onto the ack instead, it was read past what lay
+        // between.
+        const opening = g.order.length === 0 && g.joinsAfter !== null && g.joinsAfter <= g.ack;
+        if (g.order.length === 0 && !opening) g.joinsAfter = null;
         g.contig = g.order.length ? g.order[g.order.length - 1] : g.ack; // held ones join on
-        g.newerMore = false;
+        g.newerMore = opening;
         g.head = g.ack; // the sync says the server's
         g.readWant = Math.max(g.read, Math.min(g.readWant, g.contig));
         g.unacked = 0;
