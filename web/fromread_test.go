@@ -113,3 +113,41 @@ func TestARetakeWhileOpeningAtTheFirstUnreadOpensThere(t *testing.T) {
 			"with %d the newest on screen; want the view at 11 and no read past what was on screen", shownRange(b), read, onScreen)
 	}
 }
+
+// The view opened at the first unread, the user jumps to the newest
+// ("new messages") and scrolls up 20 pages from there, short of the read
+// cursor: nothing is read, what lies between never on screen. Past 20
+// older pages the view was read as it was (a rule of the openings that
+// stopped there), past some 1,900 unread messages never on screen.
+func TestJumpingFromTheFirstUnreadAndScrollingUpReadsNothingSkipped(t *testing.T) {
+	p, b, c, f := openingFromRead(t)
+	answerPull(c, f, 3000, plain)
+	b.WaitUntil("opened", `document.querySelector('#messages .first-unread') && !chat.group('g').pulling`)
+	for f := c.next("pull", 500*time.Millisecond); f != nil; f = c.next("pull", 300*time.Millisecond) {
+		answerPull(c, f, 3000, plain)
+	}
+	time.Sleep(2500 * time.Millisecond) // past the read interval
+	flushCursors(t, b)
+	before := p.maxCursor("read")
+	c.write(map[string]any{"op": "push", "msgs": []any{msg(3001, 3000, "v", "m3001")}})
+	b.WaitUntil("the jump button shown", `!document.getElementById('jump').hidden`)
+	b.Run(chromedp.Click(chromedp.CSS(`#jump`)))
+	if shown := answerPullsUntil(b, c, 3001, plain); shown != "on screen" {
+		t.Fatalf("jumped to the newest, 3001 is %s (the group shows %s)", shown, shownRange(b))
+	}
+	for deadline := time.Now().Add(30 * time.Second); browsertest.Eval[int](b, `chat.group('g').order[0]`) > 1951; {
+		if time.Now().After(deadline) {
+			t.Fatalf("scrolling up did not reach 1951 within 30 s; the group shows %s", shownRange(b))
+		}
+		browsertest.Eval[bool](b, `(document.getElementById('scroller').scrollTop = 0, true)`)
+		if f := c.next("pull", 300*time.Millisecond); f != nil {
+			answerPull(c, f, 3001, plain)
+		}
+	}
+	time.Sleep(2500 * time.Millisecond) // past the read interval
+	flushCursors(t, b)
+	if read := p.maxCursor("read"); read > before {
+		t.Fatalf("read up to %d at the first unread, then jumped to the newest and scrolled up to %s, the page read up to %d; "+
+			"want no read past %d, what follows it up to what was scrolled to never on screen", before, shownRange(b), read, before)
+	}
+}

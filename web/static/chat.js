@@ -399,13 +399,15 @@ export class Chat extends EventTarget {
 
   // seen is called for a message the user has on screen. Until the view
   // reaches back to the read cursor (a load cut short by a disconnect or a
-  // failed page), a read would pass unread messages never shown: none is
-  // made; scrolling up, or the next load, pages back to them. Past
-  // UNREAD_PAGES older pages since the opening the view is read as it is.
+  // failed page, a view brought to the newest), a read would pass unread
+  // messages never shown: none is made; scrolling up, or the next load
+  // (fromRead), pages back to them. No count of older pages ends this:
+  // read as it was past UNREAD_PAGES of them, a view brought to the
+  // newest and scrolled up that far passed the unread messages above.
   // (A trim lets no unread message go before it was on screen.)
   seen(gid, msgid) {
     const g = this.group(gid);
-    if (g.olderPages >= UNREAD_PAGES || this.reachesRead(g)) this.cursors.seen(g, msgid);
+    if (this.reachesRead(g)) this.cursors.seen(g, msgid);
   }
 
   // paced sends one of the page's own frames (an ack, read, pull,
