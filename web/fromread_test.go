@@ -151,3 +151,33 @@ func TestJumpingFromTheFirstUnreadAndScrollingUpReadsNothingSkipped(t *testing.T
 			"want no read past %d, what follows it up to what was scrolled to never on screen", before, shownRange(b), read, before)
 	}
 }
+
+// The view opened at the first unread and brought to the newest leaves
+// unread messages above it that reads never pass: the user can mark them
+// read, which reads the group up to what it received, and the reads of
+// what is on screen go on. With no such word a busy group stayed unread
+// until its user scrolled back through everything skipped.
+func TestMarkingAllReadReadsWhatTheViewSkipped(t *testing.T) {
+	p, b, c, f := openingFromRead(t)
+	answerPull(c, f, 3000, plain)
+	b.WaitUntil("opened", `document.querySelector('#messages .first-unread') && !chat.group('g').pulling`)
+	if browsertest.Eval[bool](b, `!document.getElementById('mark-read').hidden`) {
+		t.Fatalf("opened at the first unread, the page offers to mark all read; want it only when the view skipped unread messages")
+	}
+	c.write(map[string]any{"op": "push", "msgs": []any{msg(3001, 3000, "v", "m3001")}})
+	b.WaitUntil("the jump button shown", `!document.getElementById('jump').hidden`)
+	b.Run(chromedp.Click(chromedp.CSS(`#jump`)))
+	if shown := answerPullsUntil(b, c, 3001, plain); shown != "on screen" {
+		t.Fatalf("jumped to the newest, 3001 is %s (the group shows %s)", shown, shownRange(b))
+	}
+	b.WaitUntil("mark all read offered", `!document.getElementById('mark-read').hidden`)
+	b.Run(chromedp.Click(chromedp.CSS(`#mark-read`)))
+	time.Sleep(2500 * time.Millisecond) // past the read interval
+	flushCursors(t, b)
+	if read := p.maxCursor("read"); read != 3001 {
+		t.Fatalf("marked all read at the newest, the page read up to %d; want 3001, all it received", read)
+	}
+	if browsertest.Eval[bool](b, `!document.getElementById('mark-read').hidden`) {
+		t.Errorf("marked all read, the page still offers it")
+	}
+}

@@ -6,6 +6,7 @@ import { Chat } from './chat.js';
 import { addMember, createGroup, devToken } from './admin.js';
 import { $, el, toast } from './dom.js';
 import { renderGroupList } from './grouplist.js';
+import { readMark } from './groups.js';
 import { renderOutbox as renderOutboxOf } from './outboxview.js';
 import { showReaders as showReadersOf } from './readers.js';
 
@@ -64,7 +65,7 @@ function signOut(message) {
   $('composer').body.value = ''; // a draft
   $('signin-form').token.value = ''; // the last user's token
   document.title = 'chatd';
-  for (const id of ['chat-head', 'scroller', 'composer', 'jump', 'readers']) $(id).hidden = true;
+  for (const id of ['chat-head', 'scroller', 'composer', 'jump', 'mark-read', 'readers']) $(id).hidden = true;
   $('pick').hidden = false;
   showSignin(message);
 }
@@ -202,7 +203,7 @@ function watchShown() {
 
 async function openGroup(gid) {
   const g = chat.group(gid);
-  view = { gid, readAtOpen: Math.max(g.read, g.readWant), loading: true };
+  view = { gid, readAtOpen: readMark(g), loading: true };
   observer.takeRecords();
   observer.disconnect();
   visible.clear();
@@ -213,6 +214,7 @@ async function openGroup(gid) {
   $('chat-title').textContent = gid;
   $('messages').replaceChildren();
   $('jump').hidden = true;
+  $('mark-read').hidden = true;
   $('composer').body.disabled = g.left;
   $('composer').body.placeholder = g.left ? 'You left this group.' : 'Write a message; Enter sends, Shift+Enter for a new line';
   onMessages({ gid, msgs: g.order.map((id) => g.msgs.get(id)), older: false });
@@ -349,7 +351,17 @@ function olderStatus() {
   if (!g) return;
   $('older').textContent = g.olderMore ? (g.loadingOlder ? 'Loading older messages…' : 'Scroll up for older messages.')
     : `The beginning of ${g.gid}.`;
+  // Unread messages above the view, never on screen (the view was brought
+  // to the newest): nothing is read until it reaches them, or the user
+  // marks them read.
+  $('mark-read').hidden = view.loading || chat.reachesRead(g) || g.contig <= readMark(g);
 }
+
+$('mark-read').addEventListener('click', () => {
+  if (!view) return;
+  chat.markRead(view.gid);
+  olderStatus();
+});
 
 // Scrolling near the top pulls the page before the oldest message shown;
 // near the bottom, the one after the newest, when the newest received are

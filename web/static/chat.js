@@ -410,6 +410,14 @@ export class Chat extends EventTarget {
     if (this.reachesRead(g)) this.cursors.seen(g, msgid);
   }
 
+  // markRead reads the open group up to what it received, at the user's
+  // word ("Mark all read"): the view does not reach back to the read
+  // cursor, so seen reads nothing on screen until it does.
+  markRead(gid) {
+    const g = this.group(gid);
+    this.cursors.seen(g, g.contig);
+  }
+
   // paced sends one of the page's own frames (an ack, read, pull,
   // read_counts, sync or who_read) within the frame budget (pace.js),
   // ahead of those waiting if asked, calling sending as it goes, and
