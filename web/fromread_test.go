@@ -181,3 +181,20 @@ func TestMarkingAllReadReadsWhatTheViewSkipped(t *testing.T) {
 		t.Errorf("marked all read, the page still offers it")
 	}
 }
+
+// The sync counted 2,990 unread messages, more than the opening's 20
+// older pages hold: the view opens at the first unread at once. It paged
+// up 20 pages from the newest first, and threw them away, at every
+// opening.
+func TestOpeningFarBelowTheFirstUnreadPagesNothingUpFirst(t *testing.T) {
+	_, b, c := listed(t, 3000, 3000, 10)
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 3000.0 })
+	answerPull(c, f, 3000, plain)
+	f = c.expect("pull", nil)
+	if f["after"] != 10.0 {
+		t.Fatalf("with 2,990 unread, the opening asked %v after its forward pull; want the page after the read cursor, 10", f)
+	}
+	answerPull(c, f, 3000, plain)
+	b.WaitUntil("opened at the first unread", `document.querySelector('#messages .first-unread')?.dataset.msgid === '11'`)
+}

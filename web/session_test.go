@@ -451,6 +451,10 @@ func TestOpeningFarBelowTheFirstUnreadOpensThere(t *testing.T) {
 		t.Fatalf("opened with its first unread, 11, 2,990 messages up from the newest, 11 is %s (the group shows %s); want the view opened there",
 			shown, shownRange(b))
 	}
+	// The view at the top of what it holds pages up too (1 to 10, read).
+	for f := c.next("pull", 500*time.Millisecond); f != nil; f = c.next("pull", 500*time.Millisecond) {
+		answerPull(c, f, 3000, func(id int64) map[string]any { return msg(id, noPrev, "v", fmt.Sprint("m", id)) })
+	}
 	b.WaitUntil("opened", `!chat.group('g').pulling && !chat.group('g').loadingOlder`)
 	time.Sleep(2500 * time.Millisecond) // past the read interval
 	flushCursors(t, b)

@@ -29,7 +29,7 @@ import * as frames from './frames.js';
 import { recovery } from './recovery.js';
 import { receipts, MAX_COUNTS } from './receipts.js';
 import { groups, insertSorted, MAX_BUF, readMark, sentBefore } from './groups.js';
-import { pulls } from './pulls.js';
+import { OLDER_PAGE, pulls } from './pulls.js';
 import { syncs } from './sync.js';
 
 const FILL = 30; // an opened group shows at least this many messages when it has them
@@ -302,10 +302,11 @@ export class Chat extends EventTarget {
     const g = this.group(gid);
     this.current = gid;
     g.opened = true;
+    const unread = g.unread;
     g.unread = 0;
     g.readingOld = false;
     this.emit('groups');
-    if (this.online) await this.load(g); // else the next session does
+    if (this.online) await this.load(g, unread); // else the next session does
   }
 
   // load pulls what follows the cursor of the open group g, pages up until
@@ -313,17 +314,29 @@ export class Chat extends EventTarget {
   // (another device may have acked far past the read cursor: opened at its
   // newest, the view would be read past what was never on screen), and
   // asks the read counts of mine. Past UNREAD_PAGES pages up, the first
-  // unread is further: the view opens there instead (fromRead).
-  async load(g) {
+  // unread is further: the view opens there instead (fromRead), at once
+  // when the badge's count of unread messages (unread, at the opening)
+  // says so, rather than after paging up that far for nothing.
+  async load(g, unread = 0) {
     g.olderPages = 0;
+    const received = g.contig; // before this opening
     await this.pullForward(g);
     // The page after the read cursor went with the last session (fromRead,
     // nothing held yet): it is asked again. Paged up from the newest
     // instead, the view still joined onto the read cursor, and was read
     // past the unread messages between.
     if (g.order.length === 0 && g.joinsAfter !== null) await (g.loadingNewer || this.loadNewer(g.gid));
-    await this.pageUp(g, () => g.order.length >= FILL && (this.reachesRead(g) || g.olderPages >= UNREAD_PAGES));
-    if (g.opened && !this.reachesRead(g)) await this.fromRead(g);
+    // Unread messages received before (acked, by another device perhaps)
+    // and not held: the forward pull brought the rest, and a trim keeps
+    // the first of those.
+    const read = readMark(g);
+    const above = received > read ? unread - g.order.filter((id) => id > read).length : 0;
+    if (g.opened && !this.reachesRead(g) && above > UNREAD_PAGES * OLDER_PAGE) {
+      await this.fromRead(g);
+    } else {
+      await this.pageUp(g, () => g.order.length >= FILL && (this.reachesRead(g) || g.olderPages >= UNREAD_PAGES));
+      if (g.opened && !this.reachesRead(g)) await this.fromRead(g);
+    }
     await this.refreshCounts(g, g.order, MAX_COUNTS);
   }
 

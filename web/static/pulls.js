@@ -9,7 +9,7 @@ import * as frames from './frames.js';
 import { insertSorted, KEEP_OPEN, shownAs } from './groups.js';
 
 const PAGE = 100; // a forward pull page
-const OLDER_PAGE = 50; // a page when scrolling up
+export const OLDER_PAGE = 50; // a page when scrolling up
 const PULL_RETRY_MIN = 500; // a pull of the open group refused as retryable is asked again after this,
 const PULL_RETRY_MAX = 10000; // twice that while it is refused, up to this
 
