@@ -139,20 +139,9 @@ func TestAdviceNamesWhatMendsAFailedHandshake(t *testing.T) {
 // looked at again, without a restart; a config that is not due for a look
 // yet sends the one it loaded.
 func TestARenewedClientCertificateIsSentWithoutARestart(t *testing.T) {
-	f1, f2 := testserver.NewTLS(t), testserver.NewTLS(t)
-	certFile, keyFile := clientFiles(t, f1)
-	tlsclient.SetRecheckEvery(t, time.Hour)
-	slow, err := (tlsclient.Files{CAFile: f1.CAFile, CertFile: certFile, KeyFile: keyFile}).Config("CHAT_REDIS")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tlsclient.SetRecheckEvery(t, 0)
-	quick, err := (tlsclient.Files{CAFile: f1.CAFile, CertFile: certFile, KeyFile: keyFile}).Config("CHAT_REDIS")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dial := mutualServer(t, f1, f1, f2)
-	first, renewed := certOf(t, f1.ClientCertFile), certOf(t, f2.ClientCertFile)
+	r := newRenewal(t)
+	slow, quick := r.config(t, time.Hour), r.config(t, 0)
+	f2, certFile, keyFile, dial, first, renewed := r.f2, r.certFile, r.keyFile, r.dial, r.first, r.renewed
 	for _, c := range []*tls.Config{slow, quick} {
 		if got, err := dial(c); err != nil || !got.Equal(first) {
 			t.Fatalf("before the renewal: the server saw %v (%v); want the first certificate", which(got, first, renewed), err)
@@ -173,15 +162,9 @@ func TestARenewedClientCertificateIsSentWithoutARestart(t *testing.T) {
 // before, keeps the pair loaded before; the whole pair is taken at the
 // next look.
 func TestAHalfWrittenClientCertificateKeepsTheOneBefore(t *testing.T) {
-	f1, f2 := testserver.NewTLS(t), testserver.NewTLS(t)
-	certFile, keyFile := clientFiles(t, f1)
-	tlsclient.SetRecheckEvery(t, 0)
-	c, err := (tlsclient.Files{CAFile: f1.CAFile, CertFile: certFile, KeyFile: keyFile}).Config("CHAT_REDIS")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dial := mutualServer(t, f1, f1, f2)
-	first, renewed := certOf(t, f1.ClientCertFile), certOf(t, f2.ClientCertFile)
+	r := newRenewal(t)
+	c := r.config(t, 0)
+	f2, certFile, keyFile, dial, first, renewed := r.f2, r.certFile, r.keyFile, r.dial, r.first, r.renewed
 
 	pem, err := os.ReadFile(f2.ClientCertFile)
 	if err != nil {
@@ -250,6 +233,36 @@ func TestTheCAFileStillChecksTheServersNameAndCA(t *testing.T) {
 // mutualServer serves f's certificate to clients with a certificate one
 // of trust's CAs signed. Its dial connects with a config and returns the
 // client certificate the server saw (nil: the handshake failed).
+// renewal is a client certificate of one CA (first) in files of its
+// own, the pair of another (renewed) to write over them, and dial, to a
+// server that trusts both and says which it saw.
+type renewal struct {
+	f1, f2            *testserver.TLSFiles
+	certFile, keyFile string
+	dial              func(*tls.Config) (*x509.Certificate, error)
+	first, renewed    *x509.Certificate
+}
+
+func newRenewal(t *testing.T) renewal {
+	r := renewal{f1: testserver.NewTLS(t), f2: testserver.NewTLS(t)}
+	r.certFile, r.keyFile = clientFiles(t, r.f1)
+	r.dial = mutualServer(t, r.f1, r.f1, r.f2)
+	r.first, r.renewed = certOf(t, r.f1.ClientCertFile), certOf(t, r.f2.ClientCertFile)
+	return r
+}
+
+// config is the client config of r's files, which it looks at again for
+// a renewal at most every every.
+func (r renewal) config(t *testing.T, every time.Duration) *tls.Config {
+	t.Helper()
+	tlsclient.SetRecheckEvery(t, every)
+	c, err := (tlsclient.Files{CAFile: r.f1.CAFile, CertFile: r.certFile, KeyFile: r.keyFile}).Config("CHAT_REDIS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func mutualServer(t *testing.T, f *testserver.TLSFiles, trust ...*testserver.TLSFiles) func(*tls.Config) (*x509.Certificate, error) {
 	t.Helper()
 	sc := f.Mutual.Clone()
