@@ -289,6 +289,13 @@ function onMessages({ gid, msgs, older, newer }) {
   list.querySelector('.unread')?.classList.add('first-unread');
   if (older) {
     scroller.scrollTop = scroller.scrollHeight - fromBottom;
+    // The page brought the view back to the read cursor (Chat.reachesRead):
+    // the unread messages it, or the pages before it, put above the view
+    // were never on screen. The view goes to the first of them, as at an
+    // opening; kept in place, it was read as it was, past them.
+    const g = chat.group(gid);
+    const first = chat.reachesRead(g) && [...list.children].find((li) => Number(li.dataset.msgid) > readMark(g));
+    if (first && first.getBoundingClientRect().top < scroller.getBoundingClientRect().top) first.scrollIntoView({ block: 'start' });
   } else if (newer) {
     // below what is on screen: nothing moves
   } else if (wasAtBottom || msgs.some((m) => m.sender === chat.uid)) {
