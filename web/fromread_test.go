@@ -198,3 +198,29 @@ func TestOpeningFarBelowTheFirstUnreadPagesNothingUpFirst(t *testing.T) {
 	answerPull(c, f, 3000, plain)
 	b.WaitUntil("opened at the first unread", `document.querySelector('#messages .first-unread')?.dataset.msgid === '11'`)
 }
+
+// As the real server counts it: the window holds the newest 1,000 (its
+// default), trimmed above the read cursor, so the sync says 1000, not
+// exact (a lower bound: 1,000 in the window, at least one more below
+// it). That is more than the opening's 20 older pages hold, so the view
+// opens at the first unread at once. Taken as 1,000, the count never
+// passed 20 pages, and the opening paged up 20 pages first.
+func TestOpeningFarBelowTheFirstUnreadCountedInexactlyPagesNothingUpFirst(t *testing.T) {
+	p := newPeer(t)
+	b := browsertest.NewTab(t, browsertest.Start(t), "u")
+	signIn(t, p, b)
+	c := p.nextConn()
+	f := c.expect("sync", nil)
+	c.answer(f, map[string]any{"op": "synced", "groups": []any{
+		map[string]any{"gid": "g", "head": 3000, "ack": 3000, "read": 10, "unread": 1000, "unread_exact": false}}})
+	b.WaitUntil("g listed", `document.querySelector('#groups li[data-gid=g] button')`)
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	f = c.expect("pull", func(f map[string]any) bool { return f["after"] == 3000.0 })
+	answerPull(c, f, 3000, plain)
+	f = c.expect("pull", nil)
+	if f["after"] != 10.0 {
+		t.Fatalf("with 1000+ unread, the opening asked %v after its forward pull; want the page after the read cursor, 10", f)
+	}
+	answerPull(c, f, 3000, plain)
+	b.WaitUntil("opened at the first unread", `document.querySelector('#messages .first-unread')?.dataset.msgid === '11'`)
+}

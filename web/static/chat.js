@@ -302,7 +302,10 @@ export class Chat extends EventTarget {
     const g = this.group(gid);
     this.current = gid;
     g.opened = true;
-    const unread = g.unread;
+    // The badge's count, a lower bound: one not exact counts a window
+    // trimmed above the read cursor, past one message at least (the
+    // server's window, 1,000 by default, counts 1000 of 2,990).
+    const unread = g.unread + (g.unreadExact ? 0 : 1);
     g.unread = 0;
     g.readingOld = false;
     this.emit('groups');
@@ -315,8 +318,8 @@ export class Chat extends EventTarget {
   // newest, the view would be read past what was never on screen), and
   // asks the read counts of mine. Past UNREAD_PAGES pages up, the first
   // unread is further: the view opens there instead (fromRead), at once
-  // when the badge's count of unread messages (unread, at the opening)
-  // says so, rather than after paging up that far for nothing.
+  // when the badge's count of unread messages (unread, at the opening; a
+  // lower bound) says so, rather than after paging up that far for nothing.
   async load(g, unread = 0) {
     g.olderPages = 0;
     const received = g.contig; // before this opening
