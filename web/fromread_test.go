@@ -224,3 +224,22 @@ func TestOpeningFarBelowTheFirstUnreadCountedInexactlyPagesNothingUpFirst(t *tes
 	answerPull(c, f, 3000, plain)
 	b.WaitUntil("opened at the first unread", `document.querySelector('#messages .first-unread')?.dataset.msgid === '11'`)
 }
+
+// Opened at the first unread, 2,890 messages below the view not held:
+// the page offers to bring the view to the newest ("new messages"), as it
+// does when a push comes below a view short of the newest. Without a
+// push it did not, and a quiet group was brought to its newest (and to
+// "Mark all read") only by scrolling down through 30 pages.
+func TestOpeningAtTheFirstUnreadOffersTheNewest(t *testing.T) {
+	_, b, c, f := openingFromRead(t)
+	answerPull(c, f, 3000, plain)
+	b.WaitUntil("opened", `document.querySelector('#messages .first-unread') && !chat.group('g').pulling`)
+	roundTrip(t, b)
+	if browsertest.Eval[bool](b, `document.getElementById('jump').hidden`) {
+		t.Fatalf("opened at the first unread, 11, the newest 3000 not held (the group shows %s), the page offers no way to them", shownRange(b))
+	}
+	b.Run(chromedp.Click(chromedp.CSS(`#jump`)))
+	if shown := answerPullsUntil(b, c, 3000, plain); shown != "on screen" {
+		t.Fatalf("jumped to the newest, 3000 is %s (the group shows %s)", shown, shownRange(b))
+	}
+}

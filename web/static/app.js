@@ -230,6 +230,9 @@ async function openGroup(gid) {
   if (first) first.scrollIntoView({ block: 'start' });
   else scroller.scrollTop = scroller.scrollHeight;
   if (atBottom()) loadNewer(gid); // no scroll event when nothing moved
+  // Opened short of the newest (at the first unread, far up): the pushes
+  // that say so came while loading, or none came.
+  if (chat.group(gid).newerMore) $('jump').hidden = false;
   olderStatus();
   watchShown(); // what loading scrolled past was never read
   $('composer').body.focus();
