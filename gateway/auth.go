@@ -60,11 +60,10 @@ func verify(secret []byte, token string, maxTTL time.Duration) (string, *protoco
 	switch {
 	case errors.Is(err, jwt.ErrTokenExpired):
 		return "", protocol.Errorf(protocol.CodeTokenExpired, "the token expired; get a new one and reconnect")
-	case err != nil && !strings.Contains(token, ".") && len(token) >= 32:
-		// A JWT is three parts joined by dots; the admin token has none,
-		// and is a long secret (a short word is no more likely it than
-		// anything else).
-		return "", protocol.Errorf(protocol.CodeBadToken, "the token is not valid (%v); this looks like the admin token, where a client token (a JWT) is wanted: "+
+	case err != nil && !strings.Contains(token, "."):
+		// A JWT is three parts joined by dots. What has none is no client
+		// token at all, often the admin token given in its place.
+		return "", protocol.Errorf(protocol.CodeBadToken, "the token is not valid (%v): a client token is a JWT, three parts joined by dots (the admin token is none: it is for /v1/admin/* only); "+
 			"client tokens come from POST /v1/dev/token (chatd dev) or chatctl token UID, in production from your login service", err)
 	case err != nil:
 		return "", protocol.Errorf(protocol.CodeBadToken, "the token is not valid (%v); get a token signed by this deployment", err)

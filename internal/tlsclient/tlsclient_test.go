@@ -230,9 +230,6 @@ func TestTheCAFileStillChecksTheServersNameAndCA(t *testing.T) {
 	}
 }
 
-// mutualServer serves f's certificate to clients with a certificate one
-// of trust's CAs signed. Its dial connects with a config and returns the
-// client certificate the server saw (nil: the handshake failed).
 // renewal is a client certificate of one CA (first) in files of its
 // own, the pair of another (renewed) to write over them, and dial, to a
 // server that trusts both and says which it saw.
@@ -263,6 +260,9 @@ func (r renewal) config(t *testing.T, every time.Duration) *tls.Config {
 	return c
 }
 
+// mutualServer serves f's certificate to clients with a certificate one
+// of trust's CAs signed. Its dial connects with a config and returns the
+// client certificate the server saw (nil: the handshake failed).
 func mutualServer(t *testing.T, f *testserver.TLSFiles, trust ...*testserver.TLSFiles) func(*tls.Config) (*x509.Certificate, error) {
 	t.Helper()
 	sc := f.Mutual.Clone()
