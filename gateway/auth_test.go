@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -132,5 +133,21 @@ func TestATokenInTheURLOrAHeaderIsHeldToTheAuthFramesLimit(t *testing.T) {
 		if f["code"] != string(c.code) || ce == nil || ce.Code != 4001 {
 			t.Errorf("an auth frame with a token of %d bytes: %v, closed by %v; want %s and close 4001", len(c.token), f, err, c.code)
 		}
+	}
+	// Once authenticated, an auth frame is invalid whatever its token: its
+	// token's refusal said the connection closed, and it went on.
+	r := e.dial(0, "?token="+e.token("alice"))
+	r.read() // authed
+	for _, token := range []any{nil, strings.Repeat("t", protocol.MaxTokenLen+1), "x"} {
+		req := map[string]any{"op": "auth"}
+		if token != nil {
+			req["token"] = token
+		}
+		if f := r.call(req); f["code"] != string(protocol.CodeInvalid) || !strings.Contains(fmt.Sprint(f["message"]), "already authenticated") {
+			t.Errorf("an auth frame on an authenticated connection, token %.20v: %v; want invalid, already authenticated", token, f)
+		}
+	}
+	if f := r.call(map[string]any{"op": "sync"}); f["op"] != protocol.OpSynced {
+		t.Errorf("after the auth frames: %v; want the connection serving", f)
 	}
 }

@@ -119,6 +119,9 @@ var errBinary = protocol.Errorf(protocol.CodeBadFrame, "frames are JSON text, no
 // refuse a user with many tabs in normal use (RELIABILITY.md).
 func (c *conn) frameRate() (float64, int) { return c.g.cfg.frameRate() }
 
+// errAuthed answers an auth frame on a connection that authenticated.
+var errAuthed = protocol.Errorf(protocol.CodeInvalid, "already authenticated; open a new connection to change user")
+
 // handle answers one frame. Every frame counts against the frame rate,
 // whatever its type: a flood of binary frames is refused as one of text.
 func (c *conn) handle(typ websocket.MessageType, data []byte) {
@@ -132,6 +135,11 @@ func (c *conn) handle(typ websocket.MessageType, data []byte) {
 	if !c.frames.take(c.frameRate()) {
 		c.reply(protocol.Errorf(protocol.CodeRateLimited, "too many frames; slow down and retry (a send with the same cmid)").Frame(req.ID))
 		return
+	}
+	if err != nil && req.Op == protocol.OpAuth {
+		// Its token's refusals (unauthenticated, bad_token) would say the
+		// connection closes, which it does not.
+		err = errAuthed
 	}
 	if err != nil {
 		c.reply(asProtocol(err).Frame(req.ID))

@@ -37,7 +37,7 @@ func (g *Gateway) do(ctx context.Context, uid string, r *protocol.Request) (any,
 	case protocol.OpWhoRead:
 		return g.whoRead(ctx, uid, r)
 	case protocol.OpAuth:
-		return nil, protocol.Errorf(protocol.CodeInvalid, "already authenticated; open a new connection to change user")
+		return nil, errAuthed
 	}
 	return nil, protocol.Errorf(protocol.CodeUnknownOp, "unknown op %q", r.Op)
 }
