@@ -243,3 +243,30 @@ func TestOpeningAtTheFirstUnreadOffersTheNewest(t *testing.T) {
 		t.Fatalf("jumped to the newest, 3000 is %s (the group shows %s)", shown, shownRange(b))
 	}
 }
+
+// The view opened at the first unread, the user jumps to the newest and
+// the connection drops: back, the view stays at the newest, where the
+// user brought it. The next session paged up 20 pages from there, then
+// opened at the first unread again ("the group shows 19 to 118").
+func TestAReconnectKeepsAViewBroughtToTheNewest(t *testing.T) {
+	p, b, c, f := openingFromRead(t)
+	answerPull(c, f, 3000, plain)
+	b.WaitUntil("opened", `document.querySelector('#messages .first-unread') && !chat.group('g').pulling`)
+	c.write(map[string]any{"op": "push", "msgs": []any{msg(3001, 3000, "v", "m3001")}})
+	b.WaitUntil("the jump button shown", `!document.getElementById('jump').hidden`)
+	b.Run(chromedp.Click(chromedp.CSS(`#jump`)))
+	if shown := answerPullsUntil(b, c, 3001, plain); shown != "on screen" {
+		t.Fatalf("jumped to the newest, 3001 is %s (the group shows %s)", shown, shownRange(b))
+	}
+	c.ws.Close(websocket.StatusGoingAway, "test: going away")
+	c = p.nextConn()
+	synced(c, c.expect("sync", nil), 3001, 3001, 10)
+	for f := c.next("pull", time.Second); f != nil; f = c.next("pull", 500*time.Millisecond) {
+		answerPull(c, f, 3001, plain)
+	}
+	b.WaitUntil("back", `chat.online && !chat.group('g').pulling`)
+	if newest := newestOnScreen(b); newest != 3001 {
+		t.Fatalf("jumped to the newest, then back after a drop, the newest on screen is %d (the group shows %s); want the view where the user brought it, at 3001",
+			newest, shownRange(b))
+	}
+}

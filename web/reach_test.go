@@ -87,9 +87,11 @@ func TestAReconnectWhilePagingUpToTheFirstUnreadReadsNothingSkipped(t *testing.T
 
 // The view brought to the newest past unread messages (the jump button,
 // the newest 200 not held; read 2000), the connection drops. The next
-// session's load pages up from the view to the read cursor, and the view
-// goes to 2001. Kept at the newest, it was read as it was: past 2001 on,
-// never on screen.
+// session keeps the view where the user brought it and reads nothing
+// above it; scrolled up to the read cursor, the view goes to 2001, and
+// the reads go on from there, only of what was on screen. Kept at the
+// newest by a load that paged up to the read cursor, it was read as it
+// was: past 2001 on, never on screen.
 func TestAReconnectAfterJumpingToTheNewestReadsNothingSkipped(t *testing.T) {
 	p, b, c := listed(t, 2000, 2000, 2000)
 	shortOfTheNewest(b, c)
@@ -108,5 +110,24 @@ func TestAReconnectAfterJumpingToTheNewestReadsNothingSkipped(t *testing.T) {
 	for f := c.next("pull", 2*time.Second); f != nil; f = c.next("pull", 500*time.Millisecond) {
 		answerPull(c, f, 2200, plain)
 	}
-	readOnlyWhatWasOnScreen(t, p, b, 2000, "brought to the newest past 2001 to 2200, unread, and back from a drop")
+	time.Sleep(2500 * time.Millisecond) // past the read interval
+	flushCursors(t, b)
+	if read, newest := p.maxCursor("read"), newestOnScreen(b); read > 2000 || newest != 2200 {
+		t.Fatalf("brought to the newest past 2001 to 2200, unread, and back from a drop, the page read up to %d with %d the newest on screen (the group shows %s); "+
+			"want the view kept at 2200 and nothing read past 2000", read, newest, shownRange(b))
+	}
+	for deadline := time.Now().Add(20 * time.Second); browsertest.Eval[int](b, `chat.group('g').order[0]`) > 2000; {
+		if time.Now().After(deadline) {
+			t.Fatalf("scrolling up did not reach the read cursor, 2000, within 20 s; the group shows %s", shownRange(b))
+		}
+		browsertest.Eval[bool](b, `(document.getElementById('scroller').scrollTop = 0, true)`)
+		if f := c.next("pull", 300*time.Millisecond); f != nil {
+			answerPull(c, f, 2200, plain)
+		}
+	}
+	for f := c.next("pull", 500*time.Millisecond); f != nil; f = c.next("pull", 300*time.Millisecond) {
+		answerPull(c, f, 2200, plain)
+	}
+	browsertest.Eval[bool](b, `(document.querySelector('#messages .msg[data-msgid="2001"]').scrollIntoView({ block: 'start' }), true)`)
+	readOnlyWhatWasOnScreen(t, p, b, 2000, "brought to the newest past 2001 to 2200, back from a drop and scrolled up to the first unread")
 }

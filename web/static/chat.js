@@ -302,6 +302,7 @@ export class Chat extends EventTarget {
     const g = this.group(gid);
     this.current = gid;
     g.opened = true;
+    g.atNewest = false;
     // The badge's count, a lower bound: one not exact counts a window
     // trimmed above the read cursor, past one message at least (the
     // server's window, 1,000 by default, counts 1000 of 2,990).
@@ -329,6 +330,10 @@ export class Chat extends EventTarget {
     // instead, the view still joined onto the read cursor, and was read
     // past the unread messages between.
     if (g.order.length === 0 && g.joinsAfter !== null) await (g.loadingNewer || this.loadNewer(g.gid));
+    // The user brought the view to the newest (toNewest): a reconnect
+    // keeps it there. Paged up to the first unread again, the view the
+    // user chose went.
+    if (g.atNewest) return this.refreshCounts(g, g.order, MAX_COUNTS);
     // Unread messages received before (acked, by another device perhaps)
     // and not held: the forward pull brought the rest, and a trim keeps
     // the first of those.
@@ -337,8 +342,8 @@ export class Chat extends EventTarget {
     if (g.opened && !this.reachesRead(g) && above > UNREAD_PAGES * OLDER_PAGE) {
       await this.fromRead(g);
     } else {
-      await this.pageUp(g, () => g.order.length >= FILL && (this.reachesRead(g) || g.olderPages >= UNREAD_PAGES));
-      if (g.opened && !this.reachesRead(g)) await this.fromRead(g);
+      await this.pageUp(g, () => g.atNewest || (g.order.length >= FILL && (this.reachesRead(g) || g.olderPages >= UNREAD_PAGES)));
+      if (g.opened && !g.atNewest && !this.reachesRead(g)) await this.fromRead(g);
     }
     await this.refreshCounts(g, g.order, MAX_COUNTS);
   }
@@ -388,6 +393,7 @@ export class Chat extends EventTarget {
     this.forgetOld(g, 0);
     g.newerMore = false;
     g.joinsAfter = null;
+    g.atNewest = true;
     g.readingOld = false;
     g.olderPages = 0;
     await this.pageUp(g, () => g.order.length >= FILL);

@@ -43,6 +43,7 @@ export function newGroup(gid) {
     newerMore: false, loadingNewer: null, // the newest received are not held (see trim); the newer page under way
     readingOld: false, // an older page was taken since the view was last at the newest
     olderPages: 0, // older pages since the opening (see Chat.load)
+    atNewest: false, // the user brought the open group's view to the newest (Chat.toNewest): a reconnect keeps it there
     joinsAfter: null, // the held messages are every one after this msgid (an opening at the read cursor, Chat.fromRead); null: unknown
     opened: false, pulling: null, gapping: false,
     retaking: false, retakeAgain: false, retaken: 0, retakeBackoff: retakeBackoff(), // see recovery.js
