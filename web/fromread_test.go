@@ -270,3 +270,40 @@ func TestAReconnectKeepsAViewBroughtToTheNewest(t *testing.T) {
 			newest, shownRange(b))
 	}
 }
+
+// Another device acked 3,000 messages of which the user read 10: the
+// first unread is more than the opening's 20 older pages up from the
+// newest. The view opens at it, and the read starts there. Opened at the
+// newest 1,000 instead, the page read from 2001, past 1,990 unread
+// messages never on screen.
+func TestOpeningFarBelowTheFirstUnreadOpensThere(t *testing.T) {
+	p, b, c := listed(t, 3000, 3000, 10)
+	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+	shown := answerPullsUntilShown(b, c, 3000, 11, func(id int64) map[string]any { return msg(id, noPrev, "v", fmt.Sprint("m", id)) })
+	if shown != "on screen" {
+		t.Fatalf("opened with its first unread, 11, 2,990 messages up from the newest, 11 is %s (the group shows %s); want the view opened there",
+			shown, shownRange(b))
+	}
+	// The view at the top of what it holds pages up too (1 to 10, read).
+	for f := c.next("pull", 500*time.Millisecond); f != nil; f = c.next("pull", 500*time.Millisecond) {
+		answerPull(c, f, 3000, func(id int64) map[string]any { return msg(id, noPrev, "v", fmt.Sprint("m", id)) })
+	}
+	b.WaitUntil("opened", `!chat.group('g').pulling && !chat.group('g').loadingOlder`)
+	time.Sleep(2500 * time.Millisecond) // past the read interval
+	flushCursors(t, b)
+	if read, onScreen := p.maxCursor("read"), newestOnScreen(b); read > onScreen || read < 11 {
+		t.Fatalf("opened at the first unread, the page sent read upto %d with %d the newest on screen; want it read from 11 up to what was on screen", read, onScreen)
+	}
+	// Scrolling down brings the newer pages, and reads follow.
+	for deadline := time.Now().Add(15 * time.Second); newestOnScreen(b) < 300 && time.Now().Before(deadline); {
+		browsertest.Eval[bool](b, `(document.getElementById('scroller').scrollTop = 1e9, true)`)
+		if f := c.next("pull", 200*time.Millisecond); f != nil {
+			answerPull(c, f, 3000, func(id int64) map[string]any { return msg(id, noPrev, "v", fmt.Sprint("m", id)) })
+		}
+	}
+	time.Sleep(2500 * time.Millisecond) // past the read interval
+	flushCursors(t, b)
+	if read, onScreen := p.maxCursor("read"), newestOnScreen(b); read < 300 || read > onScreen {
+		t.Fatalf("scrolled down to %d, the page read up to %d; want the reads to follow the view", onScreen, read)
+	}
+}

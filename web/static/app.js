@@ -4,8 +4,9 @@
 
 import { Chat } from './chat.js';
 import { addMember, createGroup, devToken } from './admin.js';
-import { $, el, toast } from './dom.js';
+import { $, toast } from './dom.js';
 import { renderGroupList } from './grouplist.js';
+import { drawMessage, setReceipt, takeOff } from './message.js';
 import { readMark } from './groups.js';
 import { renderOutbox as renderOutboxOf } from './outboxview.js';
 import { showReaders as showReadersOf } from './readers.js';
@@ -238,36 +239,17 @@ async function openGroup(gid) {
   $('composer').body.focus();
 }
 
-// messageEl draws one message. Messages that were unread when the group was
-// opened (not those arriving live) are marked so.
+// messageEl draws one message of the open group. Messages that were
+// unread when the group was opened (not those arriving live) are marked
+// so.
 function messageEl(m, paged) {
   const mine = m.sender === chat.uid;
-  // Any int64 is a SentAt: one past what a Date holds is shown without it.
-  const at = new Date(m.sent_at);
-  const ok = !isNaN(at);
-  const li = el('li', { className: mine ? 'msg mine' : 'msg' },
-    el('div', { className: 'meta' }, el('b', { textContent: m.sender }), ' ',
-      el('time', { textContent: ok ? at.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' }) : '',
-        dateTime: ok ? at.toISOString() : '' })),
-    el('div', { className: 'body', textContent: m.body }));
-  li.dataset.msgid = m.msgid;
-  li.dataset.sender = m.sender;
-  if (mine) {
-    const b = el('button', { type: 'button', className: 'receipt' });
-    b.addEventListener('click', () => showReaders(view.gid, m.msgid, b));
-    li.append(b);
-    setReceipt(li, chat.group(m.gid || view.gid).counts.get(m.msgid));
-  }
-  if (!mine && m.msgid > view.readAtOpen && (view.loading || paged)) li.classList.add('unread');
-  return li;
-}
-
-function setReceipt(li, c) {
-  const b = li.querySelector('.receipt');
-  if (!b) return;
-  b.textContent = `read by ${c ? c.read : 0}`;
-  b.title = c ? `${c.read} of ${c.audience} members have read it; click to see who` : 'click to see who has read it';
-  b.classList.toggle('all', !!c && c.audience > 0 && c.read >= c.audience);
+  return drawMessage(m, {
+    mine,
+    unread: !mine && m.msgid > view.readAtOpen && (view.loading || paged),
+    count: chat.group(m.gid || view.gid).counts.get(m.msgid),
+    readers: (b) => showReaders(view.gid, m.msgid, b),
+  });
 }
 
 // onMessages draws messages of the open group in msgid order: new ones at
@@ -319,28 +301,13 @@ function onMessages({ gid, msgs, older, newer }) {
 }
 
 // onForgotten takes off messages of the open group that chat.js no
-// longer holds (see Chat.trim, Chat.retake), keeping in place the first
-// message on screen that stays.
+// longer holds (see Chat.trim, Chat.retake).
 function onForgotten({ gid, msgids }) {
   if (!view || gid !== view.gid) return;
-  const gone = new Set(msgids);
-  const top = scroller.getBoundingClientRect().top;
-  let anchor = null;
-  for (const li of $('messages').children) {
-    if (!gone.has(Number(li.dataset.msgid)) && li.getBoundingClientRect().bottom > top) {
-      anchor = li;
-      break;
-    }
-  }
-  const was = anchor?.getBoundingClientRect().top;
-  for (const id of msgids) {
-    const li = $('messages').querySelector(`.msg[data-msgid="${id}"]`);
-    if (!li) continue;
+  takeOff($('messages'), scroller, msgids, (li, id) => {
     observer.unobserve(li);
     visible.delete(id);
-    li.remove();
-  }
-  if (anchor) scroller.scrollTop += anchor.getBoundingClientRect().top - was;
+  });
 }
 
 // onNewer: messages came that the open group does not hold, its view

@@ -19,7 +19,8 @@
 // (pace.js); sends to their own window (outbox.js). Acks and reads
 // are in cursors.js, sending in outbox.js, the connection in conn.js, read
 // counts in receipts.js, pulls in pulls.js, syncs in sync.js, taking a group up again in
-// recovery.js, what is held of each group and its bounds in groups.js.
+// recovery.js, what is held of each group and its bounds in groups.js,
+// the open group's view (opening, reads of what was on screen) in view.js.
 
 import { Conn, Disconnected, Timeout, Backoff, retryable, sleep } from './conn.js';
 import { Cursors } from './cursors.js';
@@ -27,16 +28,14 @@ import { Outbox } from './outbox.js';
 import { Pacer } from './pace.js';
 import * as frames from './frames.js';
 import { recovery } from './recovery.js';
-import { receipts, MAX_COUNTS } from './receipts.js';
-import { groups, insertSorted, MAX_BUF, readMark, sentBefore } from './groups.js';
-import { OLDER_PAGE, pulls } from './pulls.js';
+import { receipts } from './receipts.js';
+import { groups, insertSorted, MAX_BUF, sentBefore } from './groups.js';
+import { pulls } from './pulls.js';
+import { KEEP_CLOSED, views } from './view.js';
 import { syncs } from './sync.js';
 
-const FILL = 30; // an opened group shows at least this many messages when it has them
-const UNREAD_PAGES = 20; // an opened group pages up at most this many older pages to its first unread message; further, it opens there (fromRead)
 const HEARTBEAT = 25000;
 const RESYNC_RETRY = 2000; // a sync the server asked for, refused, is asked again after this
-const KEEP_CLOSED = 200; // messages kept of a group that is not open; older ones come back by scrolling up
 
 export class Chat extends EventTarget {
   constructor({ uid, token, dev, renew }) {
@@ -297,149 +296,6 @@ export class Chat extends EventTarget {
     else this.trim(g);
   }
 
-  async open(gid) {
-    if (this.current && this.current !== gid) this.closeGroup(this.current);
-    const g = this.group(gid);
-    this.current = gid;
-    g.opened = true;
-    g.atNewest = false;
-    // The badge's count, a lower bound: one not exact counts a window
-    // trimmed above the read cursor, past one message at least (the
-    // server's window, 1,000 by default, counts 1000 of 2,990).
-    const unread = g.unread + (g.unreadExact ? 0 : 1);
-    g.unread = 0;
-    g.readingOld = false;
-    this.emit('groups');
-    if (this.online) await this.load(g, unread); // else the next session does
-  }
-
-  // load pulls what follows the cursor of the open group g, pages up until
-  // the view has FILL messages and reaches back to the first unread one
-  // (another device may have acked far past the read cursor: opened at its
-  // newest, the view would be read past what was never on screen), and
-  // asks the read counts of mine. Past UNREAD_PAGES pages up, the first
-  // unread is further: the view opens there instead (fromRead), at once
-  // when the badge's count of unread messages (unread, at the opening; a
-  // lower bound) says so, rather than after paging up that far for nothing.
-  async load(g, unread = 0) {
-    g.olderPages = 0;
-    const received = g.contig; // before this opening
-    await this.pullForward(g);
-    // The page after the read cursor went with the last session (fromRead,
-    // nothing held yet): it is asked again. Paged up from the newest
-    // instead, the view still joined onto the read cursor, and was read
-    // past the unread messages between.
-    if (g.order.length === 0 && g.joinsAfter !== null) await (g.loadingNewer || this.loadNewer(g.gid));
-    // The user brought the view to the newest (toNewest): a reconnect
-    // keeps it there. Paged up to the first unread again, the view the
-    // user chose went.
-    if (g.atNewest) return this.refreshCounts(g, g.order, MAX_COUNTS);
-    // Unread messages received before (acked, by another device perhaps)
-    // and not held: the forward pull brought the rest, and a trim keeps
-    // the first of those.
-    const read = readMark(g);
-    const above = received > read ? unread - g.order.filter((id) => id > read).length : 0;
-    if (g.opened && !this.reachesRead(g) && above > UNREAD_PAGES * OLDER_PAGE) {
-      await this.fromRead(g);
-    } else {
-      await this.pageUp(g, () => g.atNewest || (g.order.length >= FILL && (this.reachesRead(g) || g.olderPages >= UNREAD_PAGES)));
-      if (g.opened && !g.atNewest && !this.reachesRead(g)) await this.fromRead(g);
-    }
-    await this.refreshCounts(g, g.order, MAX_COUNTS);
-  }
-
-  // fromRead makes the view of the open group g the page after its read
-  // cursor: the first unread message is more than UNREAD_PAGES pages up
-  // from the newest (another device acked them unread). What is held goes,
-  // and the newest are not held (newerMore): scrolling down pulls them,
-  // page by page, as the user reads. Opened at the newest, the view was
-  // read as it was, past every older unread message never on screen.
-  async fromRead(g) {
-    const after = readMark(g);
-    this.forgetOld(g, 0);
-    g.newerMore = true;
-    g.readingOld = true;
-    g.olderPages = 0;
-    g.joinsAfter = after;
-    await this.pullNewer(g);
-  }
-
-  // pageUp pages the open group g up until enough() holds, or nothing
-  // older is left.
-  async pageUp(g, enough) {
-    while (g.olderMore && g.opened && !enough()) {
-      if (g.loadingOlder) { // one the user's scrolling (or reconnect) started
-        await g.loadingOlder.catch(() => {});
-        continue;
-      }
-      if ((await this.loadOlder(g.gid)) === 0) break;
-    }
-  }
-
-  // toNewest brings the view of the open group to its newest messages
-  // when they are not held (trim): the user sent one, which shows below
-  // them, or asked for them (the page's "new messages"). The window held goes (an older or newer page under way with
-  // it), and the view is made again of what precedes the contiguous
-  // cursor, FILL messages, as at an opening but without paging up to the
-  // read cursor: paged up that far, the window let the newest go again.
-  // What lay between was never on screen and is not read: the view no
-  // longer reaches back to the read cursor (seen) until scrolling up
-  // brings it there. Nor does it join onto the read cursor (joinsAfter,
-  // which forgetOld leaves set when nothing is held: a fromRead whose page
-  // is not in yet).
-  async toNewest(gid) {
-    const g = this.group(gid);
-    if (!g.opened || !g.newerMore) return;
-    this.forgetOld(g, 0);
-    g.newerMore = false;
-    g.joinsAfter = null;
-    g.atNewest = true;
-    g.readingOld = false;
-    g.olderPages = 0;
-    await this.pageUp(g, () => g.order.length >= FILL);
-    await this.refreshCounts(g, g.order, MAX_COUNTS);
-  }
-
-  closeGroup(gid) {
-    const g = this.group(gid);
-    g.opened = false;
-    g.buf.clear(); // what waits for a gap: the next opening pulls it
-    // What a closed group holds joins onto the contiguous cursor.
-    this.forgetOld(g, g.newerMore ? 0 : KEEP_CLOSED);
-    g.newerMore = false;
-    g.joinsAfter = null;
-    if (this.current === gid) this.current = null;
-    this.cursors.flush(true).then(() => this.syncSoon());
-  }
-
-  // reachesRead reports whether g holds every message after its read
-  // cursor (or nothing older is left to hold).
-  reachesRead(g) {
-    const read = readMark(g);
-    return !g.olderMore || (g.order.length > 0 && g.order[0] <= read) || (g.joinsAfter !== null && g.joinsAfter <= read);
-  }
-
-  // seen is called for a message the user has on screen. Until the view
-  // reaches back to the read cursor (a load cut short by a disconnect or a
-  // failed page, a view brought to the newest), a read would pass unread
-  // messages never shown: none is made; scrolling up, or the next load
-  // (fromRead), pages back to them. No count of older pages ends this:
-  // read as it was past UNREAD_PAGES of them, a view brought to the
-  // newest and scrolled up that far passed the unread messages above.
-  // (A trim lets no unread message go before it was on screen.)
-  seen(gid, msgid) {
-    const g = this.group(gid);
-    if (this.reachesRead(g)) this.cursors.seen(g, msgid);
-  }
-
-  // markRead reads the open group up to what it received, at the user's
-  // word ("Mark all read"): the view does not reach back to the read
-  // cursor, so seen reads nothing on screen until it does.
-  markRead(gid) {
-    const g = this.group(gid);
-    this.cursors.seen(g, g.contig);
-  }
-
   // paced sends one of the page's own frames (an ack, read, pull,
   // read_counts, sync or who_read) within the frame budget (pace.js),
   // ahead of those waiting if asked, calling sending as it goes, and
@@ -464,4 +320,4 @@ export class Chat extends EventTarget {
   }
 }
 
-Object.assign(Chat.prototype, groups, pulls, recovery, receipts, syncs);
+Object.assign(Chat.prototype, groups, pulls, recovery, receipts, syncs, views);
