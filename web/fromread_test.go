@@ -178,47 +178,36 @@ func TestMarkingAllReadReadsWhatTheViewSkipped(t *testing.T) {
 	}
 }
 
-// The sync counted 2,990 unread messages, more than the opening's 20
-// older pages hold: the view opens at the first unread at once. It paged
-// up 20 pages from the newest first, and threw them away, at every
-// opening.
+// The sync counted more unread messages than the opening's 20 older
+// pages hold: the view opens at the first unread at once. It paged up 20
+// pages from the newest first, and threw them away, at every opening.
+// The real server counts as the second case does: its window holds the
+// newest 1,000 (its default), trimmed above the read cursor, so the sync
+// says 1000, not exact (a lower bound: at least one more below it).
+// Taken as 1,000, that count never passed 20 pages.
 func TestOpeningFarBelowTheFirstUnreadPagesNothingUpFirst(t *testing.T) {
-	_, b, c := listed(t, 3000, 3000, 10)
-	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
-	f := c.expect("pull", func(f map[string]any) bool { return f["after"] == 3000.0 })
-	answerPull(c, f, 3000, plain)
-	f = c.expect("pull", nil)
-	if f["after"] != 10.0 {
-		t.Fatalf("with 2,990 unread, the opening asked %v after its forward pull; want the page after the read cursor, 10", f)
+	for _, unread := range []struct {
+		n     int
+		exact bool
+	}{{2990, true}, {1000, false}} {
+		p := newPeer(t)
+		b := browsertest.NewTab(t, browsertest.Start(t), "u")
+		signIn(t, p, b)
+		c := p.nextConn()
+		f := c.expect("sync", nil)
+		c.answer(f, map[string]any{"op": "synced", "groups": []any{
+			map[string]any{"gid": "g", "head": 3000, "ack": 3000, "read": 10, "unread": unread.n, "unread_exact": unread.exact}}})
+		b.WaitUntil("g listed", `document.querySelector('#groups li[data-gid=g] button')`)
+		b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
+		f = c.expect("pull", func(f map[string]any) bool { return f["after"] == 3000.0 })
+		answerPull(c, f, 3000, plain)
+		f = c.expect("pull", nil)
+		if f["after"] != 10.0 {
+			t.Fatalf("with %d unread (exact %v), the opening asked %v after its forward pull; want the page after the read cursor, 10", unread.n, unread.exact, f)
+		}
+		answerPull(c, f, 3000, plain)
+		b.WaitUntil("opened at the first unread", `document.querySelector('#messages .first-unread')?.dataset.msgid === '11'`)
 	}
-	answerPull(c, f, 3000, plain)
-	b.WaitUntil("opened at the first unread", `document.querySelector('#messages .first-unread')?.dataset.msgid === '11'`)
-}
-
-// As the real server counts it: the window holds the newest 1,000 (its
-// default), trimmed above the read cursor, so the sync says 1000, not
-// exact (a lower bound: 1,000 in the window, at least one more below
-// it). That is more than the opening's 20 older pages hold, so the view
-// opens at the first unread at once. Taken as 1,000, the count never
-// passed 20 pages, and the opening paged up 20 pages first.
-func TestOpeningFarBelowTheFirstUnreadCountedInexactlyPagesNothingUpFirst(t *testing.T) {
-	p := newPeer(t)
-	b := browsertest.NewTab(t, browsertest.Start(t), "u")
-	signIn(t, p, b)
-	c := p.nextConn()
-	f := c.expect("sync", nil)
-	c.answer(f, map[string]any{"op": "synced", "groups": []any{
-		map[string]any{"gid": "g", "head": 3000, "ack": 3000, "read": 10, "unread": 1000, "unread_exact": false}}})
-	b.WaitUntil("g listed", `document.querySelector('#groups li[data-gid=g] button')`)
-	b.Run(chromedp.Click(chromedp.CSS(`#groups li[data-gid=g] button`)))
-	f = c.expect("pull", func(f map[string]any) bool { return f["after"] == 3000.0 })
-	answerPull(c, f, 3000, plain)
-	f = c.expect("pull", nil)
-	if f["after"] != 10.0 {
-		t.Fatalf("with 1000+ unread, the opening asked %v after its forward pull; want the page after the read cursor, 10", f)
-	}
-	answerPull(c, f, 3000, plain)
-	b.WaitUntil("opened at the first unread", `document.querySelector('#messages .first-unread')?.dataset.msgid === '11'`)
 }
 
 // Opened at the first unread, 2,890 messages below the view not held:
