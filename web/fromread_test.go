@@ -126,11 +126,7 @@ func TestJumpingFromTheFirstUnreadAndScrollingUpReadsNothingSkipped(t *testing.T
 	flushCursors(t, b)
 	before := p.maxCursor("read")
 	c.write(map[string]any{"op": "push", "msgs": []any{msg(3001, 3000, "v", "m3001")}})
-	b.WaitUntil("the jump button shown", `!document.getElementById('jump').hidden`)
-	b.Run(chromedp.Click(chromedp.CSS(`#jump`)))
-	if shown := answerPullsUntil(b, c, 3001, plain); shown != "on screen" {
-		t.Fatalf("jumped to the newest, 3001 is %s (the group shows %s)", shown, shownRange(b))
-	}
+	jumpToTheNewest(t, b, c, 3001)
 	for deadline := time.Now().Add(30 * time.Second); browsertest.Eval[int](b, `chat.group('g').order[0]`) > 1951; {
 		if time.Now().After(deadline) {
 			t.Fatalf("scrolling up did not reach 1951 within 30 s; the group shows %s", shownRange(b))
@@ -161,11 +157,7 @@ func TestMarkingAllReadReadsWhatTheViewSkipped(t *testing.T) {
 		t.Fatalf("opened at the first unread, the page offers to mark all read; want it only when the view skipped unread messages")
 	}
 	c.write(map[string]any{"op": "push", "msgs": []any{msg(3001, 3000, "v", "m3001")}})
-	b.WaitUntil("the jump button shown", `!document.getElementById('jump').hidden`)
-	b.Run(chromedp.Click(chromedp.CSS(`#jump`)))
-	if shown := answerPullsUntil(b, c, 3001, plain); shown != "on screen" {
-		t.Fatalf("jumped to the newest, 3001 is %s (the group shows %s)", shown, shownRange(b))
-	}
+	jumpToTheNewest(t, b, c, 3001)
 	b.WaitUntil("mark all read offered", `!document.getElementById('mark-read').hidden`)
 	b.Run(chromedp.Click(chromedp.CSS(`#mark-read`)))
 	time.Sleep(2500 * time.Millisecond) // past the read interval
@@ -238,11 +230,7 @@ func TestAReconnectKeepsAViewBroughtToTheNewest(t *testing.T) {
 	answerPull(c, f, 3000, plain)
 	b.WaitUntil("opened", `document.querySelector('#messages .first-unread') && !chat.group('g').pulling`)
 	c.write(map[string]any{"op": "push", "msgs": []any{msg(3001, 3000, "v", "m3001")}})
-	b.WaitUntil("the jump button shown", `!document.getElementById('jump').hidden`)
-	b.Run(chromedp.Click(chromedp.CSS(`#jump`)))
-	if shown := answerPullsUntil(b, c, 3001, plain); shown != "on screen" {
-		t.Fatalf("jumped to the newest, 3001 is %s (the group shows %s)", shown, shownRange(b))
-	}
+	jumpToTheNewest(t, b, c, 3001)
 	c.ws.Close(websocket.StatusGoingAway, "test: going away")
 	c = p.nextConn()
 	synced(c, c.expect("sync", nil), 3001, 3001, 10)

@@ -95,11 +95,7 @@ func TestAReconnectWhilePagingUpToTheFirstUnreadReadsNothingSkipped(t *testing.T
 func TestAReconnectAfterJumpingToTheNewestReadsNothingSkipped(t *testing.T) {
 	p, b, c := listed(t, 2000, 2000, 2000)
 	shortOfTheNewest(b, c)
-	b.WaitUntil("the jump button shown", `!document.getElementById('jump').hidden`)
-	b.Run(chromedp.Click(chromedp.CSS(`#jump`)))
-	if shown := answerPullsUntil(b, c, 2200, plain); shown != "on screen" {
-		t.Fatalf("jumped to the newest, 2200 is %s (the group shows %s)", shown, shownRange(b))
-	}
+	jumpToTheNewest(t, b, c, 2200)
 	for f := c.next("pull", 500*time.Millisecond); f != nil; f = c.next("pull", 300*time.Millisecond) {
 		answerPull(c, f, 2200, plain)
 	}
@@ -130,4 +126,16 @@ func TestAReconnectAfterJumpingToTheNewestReadsNothingSkipped(t *testing.T) {
 	}
 	browsertest.Eval[bool](b, `(document.querySelector('#messages .msg[data-msgid="2001"]').scrollIntoView({ block: 'start' }), true)`)
 	readOnlyWhatWasOnScreen(t, p, b, 2000, "brought to the newest past 2001 to 2200, back from a drop and scrolled up to the first unread")
+}
+
+// jumpToTheNewest clicks "new messages" once the page shows it, answers
+// the pulls of g, whose messages run to last, and returns once last is on
+// screen.
+func jumpToTheNewest(t *testing.T, b *browsertest.Tab, c *peerConn, last int64) {
+	t.Helper()
+	b.WaitUntil("the jump button shown", `!document.getElementById('jump').hidden`)
+	b.Run(chromedp.Click(chromedp.CSS(`#jump`)))
+	if shown := answerPullsUntil(b, c, last, plain); shown != "on screen" {
+		t.Fatalf("jumped to the newest, %d is %s (the group shows %s)", last, shown, shownRange(b))
+	}
 }
