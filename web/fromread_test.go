@@ -2,6 +2,7 @@ package web
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -278,5 +279,36 @@ func TestOpeningFarBelowTheFirstUnreadOpensThere(t *testing.T) {
 	flushCursors(t, b)
 	if read, onScreen := p.maxCursor("read"), newestOnScreen(b); read < 300 || read > onScreen {
 		t.Fatalf("scrolled down to %d, the page read up to %d; want the reads to follow the view", onScreen, read)
+	}
+}
+
+// The page after the read cursor refused as unavailable again and again
+// (ClickHouse down, or lacking what Redis let go): the view goes to the
+// newest, which the server holds in Redis, reads nothing above it, and
+// says why. It stayed empty while the page was asked again and again.
+func TestAnOpeningWhoseFirstUnreadIsUnavailableShowsTheNewest(t *testing.T) {
+	p, b, c, f := openingFromRead(t)
+	for i := 0; i < 3; i++ {
+		if i > 0 {
+			f = c.expect("pull", func(f map[string]any) bool { return f["after"] == 10.0 })
+		}
+		c.answer(f, map[string]any{"op": "error", "code": "unavailable", "message": "history is unavailable right now; retry shortly"})
+	}
+	drawn := `!!document.querySelector('#messages .msg[data-msgid="3000"]')`
+	for deadline := time.Now().Add(10 * time.Second); !browsertest.Eval[bool](b, drawn); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the page after the read cursor refused three times, the newest, 3000, is not drawn within 10 s (the group shows %s); want the view made of the newest", shownRange(b))
+		}
+		if f := c.next("pull", 200*time.Millisecond); f != nil {
+			answerPull(c, f, 3000, plain)
+		}
+	}
+	time.Sleep(2500 * time.Millisecond) // past the read interval
+	flushCursors(t, b)
+	if read := p.maxCursor("read"); read > 10 {
+		t.Fatalf("brought to the newest past the unread messages it could not get, the page read up to %d; want nothing past 10", read)
+	}
+	if msg := browsertest.Eval[string](b, `document.getElementById('toast').textContent`); !strings.Contains(msg, "unavailable") {
+		t.Errorf("the page says %q; want it to say the history was unavailable", msg)
 	}
 }

@@ -48,14 +48,14 @@ export const pulls = {
   // internal) or does not answer: given up on, the opening's pages left
   // the group empty, or the view without its older messages, until the
   // user opened it again. A lost session ends it (the next one pulls
-  // again), and so does closing the group.
-  async pullPage(g, frame) {
+  // again), and so does closing the group, and tries refusals.
+  async pullPage(g, frame, tries = Infinity) {
     const bo = new Backoff(PULL_RETRY_MIN, PULL_RETRY_MAX);
-    for (;;) {
+    for (let n = 1; ; n++) {
       try {
         return await this.paced(frame);
       } catch (e) {
-        if (e instanceof Disconnected || !retryable(e) || !g.opened || !this.online) throw e;
+        if (e instanceof Disconnected || !retryable(e) || !g.opened || !this.online || n >= tries) throw e;
         console.info(`chatd: a pull of ${g.gid} refused (${e.message}); asking again`);
       }
       await sleep(bo.next());
@@ -120,13 +120,14 @@ export const pulls = {
   },
 
   // pullNewer pulls the page after the newest held, or, nothing held yet,
-  // after the msgid the view opened after (Chat.fromRead).
-  async pullNewer(g) {
+  // after the msgid the view opened after (Chat.fromRead), asking at most
+  // tries times while it is refused.
+  async pullNewer(g, tries = Infinity) {
     const gid = g.gid;
     const held = () => (g.order.length > 0 ? g.order[g.order.length - 1] : g.joinsAfter);
     const after = held();
     this.stats.pulls++;
-    const p = frames.page(await this.pullPage(g, { op: 'pull', gid, after, limit: PAGE }), gid);
+    const p = frames.page(await this.pullPage(g, { op: 'pull', gid, after, limit: PAGE }, tries), gid);
     // What the page joins onto went meanwhile (closed, retaken): scrolling
     // down asks again.
     if (!g.newerMore || held() !== after) return 0;

@@ -4,12 +4,14 @@
 // what was on screen, and never past unread messages above it. Methods
 // of Chat (chat.js), kept apart.
 
+import { Disconnected, retryable } from './conn.js';
 import { readMark } from './groups.js';
 import { OLDER_PAGE } from './pulls.js';
 import { MAX_COUNTS } from './receipts.js';
 
 const FILL = 30; // an opened group shows at least this many messages when it has them
 const UNREAD_PAGES = 20; // an opened group pages up at most this many older pages to its first unread message; further, it opens there (fromRead)
+const FROM_READ_TRIES = 3; // the page after the read cursor refused this often, the view goes to the newest (fromRead)
 export const KEEP_CLOSED = 200; // messages kept of a group that is not open; older ones come back by scrolling up
 
 export const views = {
@@ -70,6 +72,7 @@ export const views = {
   // and the newest are not held (newerMore): scrolling down pulls them,
   // page by page, as the user reads. Opened at the newest, the view was
   // read as it was, past every older unread message never on screen.
+  // Refused FROM_READ_TRIES times, the page gives way to the newest.
   async fromRead(g) {
     const after = readMark(g);
     this.forgetOld(g, 0);
@@ -77,7 +80,17 @@ export const views = {
     g.readingOld = true;
     g.olderPages = 0;
     g.joinsAfter = after;
-    await this.pullNewer(g);
+    try {
+      await this.pullNewer(g, FROM_READ_TRIES);
+    } catch (e) {
+      if (e instanceof Disconnected || !retryable(e) || !g.newerMore || g.order.length > 0 || g.joinsAfter !== after) throw e;
+      // History that far up is unavailable for now (ClickHouse down, or
+      // lacking what Redis let go): the view goes to the newest, which
+      // Redis holds, reading nothing above it, rather than stay empty
+      // while the page is asked again and again. The user is told.
+      this.failed(`the first unread message of ${g.gid}`, e);
+      await this.toNewest(g.gid);
+    }
   },
 
   // pageUp pages the open group g up until enough() holds, or nothing
