@@ -280,7 +280,12 @@ function onMessages({ gid, msgs, older, newer }) {
     // opening; kept in place, it was read as it was, past them.
     const g = chat.group(gid);
     const first = chat.reachesRead(g) && [...list.children].find((li) => Number(li.dataset.msgid) > readMark(g));
-    if (first && first.getBoundingClientRect().top < scroller.getBoundingClientRect().top) first.scrollIntoView({ block: 'start' });
+    if (first && first.getBoundingClientRect().top < scroller.getBoundingClientRect().top) {
+      first.scrollIntoView({ block: 'start' });
+      // Reports of what was on screen before, queued and not yet handed
+      // over, would be read now that the view reaches the read cursor.
+      watchShown();
+    }
   } else if (newer) {
     // below what is on screen: nothing moves
   } else if (wasAtBottom || msgs.some((m) => m.sender === chat.uid)) {
