@@ -54,8 +54,7 @@ func TestSendingWhileOpeningAtTheFirstUnreadReadsNothingSkipped(t *testing.T) {
 	for ; f != nil; f = c.next("pull", 500*time.Millisecond) {
 		answerPull(c, f, 3001, of)
 	}
-	time.Sleep(2500 * time.Millisecond) // past the read interval
-	flushCursors(t, b)
+	pastTheReadInterval(t, b)
 	drawn := browsertest.Eval[bool](b, `!!document.querySelector('#messages .msg[data-msgid="3001"]')`)
 	if read := p.maxCursor("read"); !drawn || read > 10 {
 		t.Fatalf("sent while the page after the read cursor, 10, was asked for, the message is drawn: %v (the group shows %s), "+
@@ -123,8 +122,7 @@ func TestJumpingFromTheFirstUnreadAndScrollingUpReadsNothingSkipped(t *testing.T
 	for f := c.next("pull", 500*time.Millisecond); f != nil; f = c.next("pull", 300*time.Millisecond) {
 		answerPull(c, f, 3000, plain)
 	}
-	time.Sleep(2500 * time.Millisecond) // past the read interval
-	flushCursors(t, b)
+	pastTheReadInterval(t, b)
 	before := p.maxCursor("read")
 	c.write(map[string]any{"op": "push", "msgs": []any{msg(3001, 3000, "v", "m3001")}})
 	jumpToTheNewest(t, b, c, 3001)
@@ -137,8 +135,7 @@ func TestJumpingFromTheFirstUnreadAndScrollingUpReadsNothingSkipped(t *testing.T
 			answerPull(c, f, 3001, plain)
 		}
 	}
-	time.Sleep(2500 * time.Millisecond) // past the read interval
-	flushCursors(t, b)
+	pastTheReadInterval(t, b)
 	if read := p.maxCursor("read"); read > before {
 		t.Fatalf("read up to %d at the first unread, then jumped to the newest and scrolled up to %s, the page read up to %d; "+
 			"want no read past %d, what follows it up to what was scrolled to never on screen", before, shownRange(b), read, before)
@@ -161,8 +158,7 @@ func TestMarkingAllReadReadsWhatTheViewSkipped(t *testing.T) {
 	jumpToTheNewest(t, b, c, 3001)
 	b.WaitUntil("mark all read offered", `!document.getElementById('mark-read').hidden`)
 	b.Run(chromedp.Click(chromedp.CSS(`#mark-read`)))
-	time.Sleep(2500 * time.Millisecond) // past the read interval
-	flushCursors(t, b)
+	pastTheReadInterval(t, b)
 	if read := p.maxCursor("read"); read != 3001 {
 		t.Fatalf("marked all read at the newest, the page read up to %d; want 3001, all it received", read)
 	}
@@ -263,8 +259,7 @@ func TestOpeningFarBelowTheFirstUnreadOpensThere(t *testing.T) {
 		answerPull(c, f, 3000, func(id int64) map[string]any { return msg(id, noPrev, "v", fmt.Sprint("m", id)) })
 	}
 	b.WaitUntil("opened", `!chat.group('g').pulling && !chat.group('g').loadingOlder`)
-	time.Sleep(2500 * time.Millisecond) // past the read interval
-	flushCursors(t, b)
+	pastTheReadInterval(t, b)
 	if read, onScreen := p.maxCursor("read"), newestOnScreen(b); read > onScreen || read < 11 {
 		t.Fatalf("opened at the first unread, the page sent read upto %d with %d the newest on screen; want it read from 11 up to what was on screen", read, onScreen)
 	}
@@ -275,8 +270,7 @@ func TestOpeningFarBelowTheFirstUnreadOpensThere(t *testing.T) {
 			answerPull(c, f, 3000, func(id int64) map[string]any { return msg(id, noPrev, "v", fmt.Sprint("m", id)) })
 		}
 	}
-	time.Sleep(2500 * time.Millisecond) // past the read interval
-	flushCursors(t, b)
+	pastTheReadInterval(t, b)
 	if read, onScreen := p.maxCursor("read"), newestOnScreen(b); read < 300 || read > onScreen {
 		t.Fatalf("scrolled down to %d, the page read up to %d; want the reads to follow the view", onScreen, read)
 	}
@@ -303,8 +297,7 @@ func TestAnOpeningWhoseFirstUnreadIsUnavailableShowsTheNewest(t *testing.T) {
 			answerPull(c, f, 3000, plain)
 		}
 	}
-	time.Sleep(2500 * time.Millisecond) // past the read interval
-	flushCursors(t, b)
+	pastTheReadInterval(t, b)
 	if read := p.maxCursor("read"); read > 10 {
 		t.Fatalf("brought to the newest past the unread messages it could not get, the page read up to %d; want nothing past 10", read)
 	}

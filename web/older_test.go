@@ -164,8 +164,7 @@ func TestAGroupTrimmedInTheBackgroundIsReadWhenBackInFront(t *testing.T) {
 	})
 	browsertest.Eval[bool](b, `(Object.defineProperty(document, 'visibilityState', { value: 'visible', configurable: true }),
 		document.dispatchEvent(new Event('visibilitychange')), true)`)
-	time.Sleep(2500 * time.Millisecond) // past the read interval
-	flushCursors(t, b)
+	pastTheReadInterval(t, b)
 	oldest := browsertest.Eval[int](b, `chat.group('g').order[0]`)
 	if read, onScreen := p.maxCursor("read"), newestOnScreen(b); oldest > 11 || read <= 10 || read > onScreen {
 		t.Fatalf("back in front, the group holds from %d and the page sent read upto %d, the newest on screen %d; want it to hold 11, the oldest unread, and read what is on screen", oldest, read, onScreen)

@@ -280,6 +280,14 @@ func roundTrip(t *testing.T, b *browsertest.Tab) {
 // flushCursors has the page send at once every ack and read it holds
 // back, due or not (what its timers would send later), waits for their
 // answers, and makes a round trip after them.
+// pastTheReadInterval waits past the page's read interval (1 s after a
+// message is seen) and flushes what it holds back (flushCursors), so
+// every read it would make of what was on screen has reached the peer.
+func pastTheReadInterval(t *testing.T, b *browsertest.Tab) {
+	time.Sleep(2500 * time.Millisecond)
+	flushCursors(t, b)
+}
+
 func flushCursors(t *testing.T, b *browsertest.Tab) {
 	t.Helper()
 	roundTripAfter(t, b, `while (chat.cursors.flushing) await new Promise((r) => setTimeout(r, 10));

@@ -31,8 +31,7 @@ func recordOnScreen(b *browsertest.Tab) {
 // recordOnScreen.
 func readOnlyWhatWasOnScreen(t *testing.T, p *peer, b *browsertest.Tab, read0 int64, what string) {
 	t.Helper()
-	time.Sleep(2500 * time.Millisecond) // past the read interval
-	flushCursors(t, b)
+	pastTheReadInterval(t, b)
 	read := p.maxCursor("read")
 	if read <= read0 {
 		t.Fatalf("%s, the page read nothing past %d (the group shows %s); want the reads to go on from %d", what, read0, shownRange(b), read0+1)
@@ -106,8 +105,7 @@ func TestAReconnectAfterJumpingToTheNewestReadsNothingSkipped(t *testing.T) {
 	for f := c.next("pull", 2*time.Second); f != nil; f = c.next("pull", 500*time.Millisecond) {
 		answerPull(c, f, 2200, plain)
 	}
-	time.Sleep(2500 * time.Millisecond) // past the read interval
-	flushCursors(t, b)
+	pastTheReadInterval(t, b)
 	if read, newest := p.maxCursor("read"), newestOnScreen(b); read > 2000 || newest != 2200 {
 		t.Fatalf("brought to the newest past 2001 to 2200, unread, and back from a drop, the page read up to %d with %d the newest on screen (the group shows %s); "+
 			"want the view kept at 2200 and nothing read past 2000", read, newest, shownRange(b))

@@ -164,8 +164,7 @@ func TestAnOpeningCutShortReadsNothing(t *testing.T) {
 	p, b, c, f := openAckedAhead(t, nil)
 	c.answer(f, map[string]any{"op": "error", "code": "unavailable", "message": "history is unavailable right now; retry shortly"})
 	b.WaitUntil("shown", `document.querySelectorAll('#messages .msg').length === 50`)
-	time.Sleep(2500 * time.Millisecond) // past the read interval
-	flushCursors(t, b)
+	pastTheReadInterval(t, b)
 	if read := p.maxCursor("read"); read > 10 {
 		t.Fatalf("the page sent read upto %d with messages 11..50 never loaded", read)
 	}

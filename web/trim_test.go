@@ -39,8 +39,7 @@ func TestOpeningPastTheBoundKeepsTheFirstUnread(t *testing.T) {
 		c.answer(f, page(f, false, 3000))
 	}
 	b.WaitUntil("loaded", `chat.group('g').contig === 3000 && !chat.group('g').pulling && !chat.group('g').loadingOlder`)
-	time.Sleep(2500 * time.Millisecond) // past the read interval
-	flushCursors(t, b)
+	pastTheReadInterval(t, b)
 	got := browsertest.Eval[[]int](b, `((o) => [o.length, o[0], Number(document.querySelector('#messages .msg').dataset.msgid)])(chat.group('g').order)`)
 	if got[0] > keepOpen {
 		t.Errorf("opened with 3,000 unread the group holds %d messages, want at most %d", got[0], keepOpen)
@@ -168,8 +167,7 @@ func sendShortOfTheNewest(t *testing.T, send func(b *browsertest.Tab)) {
 	}
 	b.WaitUntil("the outbox empty", `document.querySelectorAll('#outbox li').length === 0`)
 	// 2001 on were never on screen before the view came to the newest.
-	time.Sleep(2500 * time.Millisecond) // past the read interval
-	flushCursors(t, b)
+	pastTheReadInterval(t, b)
 	if read := p.maxCursor("read"); read > 2000 {
 		t.Errorf("brought to the newest, the page read up to %d; want no further than 2000, the newest on screen before", read)
 	}
@@ -193,8 +191,7 @@ func TestJumpingShortOfTheNewestShowsTheNewest(t *testing.T) {
 	if browsertest.Eval[bool](b, `!document.getElementById('jump').hidden`) {
 		t.Errorf("at the newest, the jump button is still shown")
 	}
-	time.Sleep(2500 * time.Millisecond) // past the read interval
-	flushCursors(t, b)
+	pastTheReadInterval(t, b)
 	if read := p.maxCursor("read"); read > 2000 {
 		t.Errorf("brought to the newest, the page read up to %d; want no further than 2000, the newest on screen before", read)
 	}
