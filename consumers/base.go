@@ -6,7 +6,6 @@ import (
 
 	"github.com/groupchat/chatd/metrics"
 	"github.com/groupchat/chatd/producers"
-	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/topics"
 )
 
@@ -38,28 +37,12 @@ type RunnerTuning struct {
 	CommitInterval                            time.Duration
 }
 
-// keyed reports whether key is the record key chatd writes e under
-// (producers: schema.MessageKey, schema.MemberKey).
-func keyed[E any](e *E, key []byte) bool {
-	switch v := any(e).(type) {
-	case *schema.Message:
-		return schema.IsKeyOf(key, v.Gid, "")
-	case *schema.Ack:
-		return schema.IsKeyOf(key, v.Gid, v.Uid)
-	case *schema.Receipt:
-		return schema.IsKeyOf(key, v.Gid, v.Uid)
-	case *schema.Member:
-		return schema.IsKeyOf(key, v.Gid, v.Uid)
-	}
-	return true
-}
-
 func runnerConfig[E any](b Base, group, topic string, decode func([]byte) (E, error), h Handler[E], offsets OffsetStore) Config[E] {
 	cfg := Config[E]{
 		Brokers: b.Brokers, Security: b.Security, Group: group, Topic: topic,
 		Decode: decode, Handler: h, Offsets: offsets,
 		DeadLetter: b.DeadLetter, Logger: b.Logger, Metrics: b.Metrics,
-		Keyed: keyed[E],
+		Misfiled: Misfiled[E],
 	}
 	if b.Tune != nil {
 		t := RunnerTuning{}

@@ -126,8 +126,8 @@ func (r *Runner[E]) consume(ctx context.Context, gc *groupCommits, part int, sta
 		recs = recs[:0]
 		for _, m := range batch {
 			e, err := r.cfg.Decode(m.Value)
-			if err == nil && r.cfg.Keyed != nil && !r.cfg.Keyed(&e, m.Key) {
-				err = fmt.Errorf("its key %q is not the one its event is written under (chat.messages: the gid; the other chat.* topics: gid/uid): a producer outside chatd wrote it; its partition, and the msgid of a message, belong to another group", m.Key)
+			if err == nil && r.cfg.Misfiled != nil {
+				err = r.cfg.Misfiled(&e, m.Key, part, r.partitions)
 			}
 			if err != nil {
 				if !r.deadLetter(ctx, log, m, err) {

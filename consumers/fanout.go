@@ -125,7 +125,7 @@ type FanoutStats struct {
 	Lookups     int64 // presence lookups in Redis (cache misses)
 	CacheHits   int64 // presence lookups answered by the cache
 	MemberRecs  int64 // chat.members records applied (every assignment reads its partition again)
-	BadMembers  int64 // chat.members records that did not decode
+	BadMembers  int64 // chat.members records that did not decode or lay misfiled
 	Assignments int64 // partitions taken on (each starts its state afresh)
 }
 

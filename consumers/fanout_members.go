@@ -41,7 +41,7 @@ type memberTable struct {
 	next    int64                                  // offset after the last record applied
 	changed chan struct{}                          // closed and replaced when next moves
 	records int64                                  // records applied
-	bad     int64                                  // records that did not decode, skipped
+	bad     int64                                  // records that did not decode or lay misfiled, skipped
 
 	joinsMu  sync.Mutex // guards joins and tracking; taken under mu
 	tracking bool       // joins are noted: a Handle has synced with the table
@@ -95,21 +95,26 @@ func newMemberTable() *memberTable {
 	return &memberTable{groups: map[string]map[string]store.Membership{}, changed: make(chan struct{})}
 }
 
-// apply folds one record of chat.members. A record that does not decode is
-// skipped, as the member projector's runner skips it to the dead-letter
-// topic; a tombstone (no value) deletes the membership it is keyed by.
-func (t *memberTable) apply(m kafka.Message, log *slog.Logger) {
+// apply folds one record of chat.members, of partitions partitions. A
+// record that does not decode, or is misfiled (Misfiled), is skipped, as
+// the member projector's runner skips it to the dead-letter topic; a
+// tombstone (no value) deletes the membership it is keyed by.
+func (t *memberTable) apply(m kafka.Message, partitions int, log *slog.Logger) {
 	var ev schema.Member
 	var err error
 	if m.Value != nil {
-		ev, err = schema.DecodeMember(m.Value)
+		if ev, err = schema.DecodeMember(m.Value); err == nil {
+			err = Misfiled(&ev, m.Key, m.Partition, partitions)
+		}
+	} else {
+		err = Misplaced(m.Key, m.Partition, partitions)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	switch {
 	case err != nil:
 		t.bad++
-		log.Warn("undecodable member record skipped", "offset", m.Offset, "err", err)
+		log.Warn("member record skipped (the member projector dead-letters it)", "offset", m.Offset, "err", err)
 	case m.Value == nil:
 		gid, uid, _ := bytes.Cut(m.Key, []byte("/"))
 		if g := t.groups[string(gid)]; g != nil {
@@ -201,7 +206,23 @@ func (f *Fanout) follow(ctx context.Context, part int, t *memberTable) {
 		ErrorLogger:     kafka.LoggerFunc(func(f string, a ...any) { log.Debug(fmt.Sprintf(f, a...)) }),
 	})
 	defer reader.Close()
+	partitions := 0
 	for attempt := 0; ; {
+		if partitions == 0 {
+			n, err := topics.PartitionCount(ctx, f.kafka, topics.Members)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				log.Warn("reading the topic's partition count failed; retrying", "err", err)
+				if !sleep(ctx, min(100*time.Millisecond<<min(attempt, 6), 5*time.Second)) {
+					return
+				}
+				attempt++
+				continue
+			}
+			partitions, attempt = n, 0
+		}
 		m, err := reader.FetchMessage(ctx)
 		if ctx.Err() != nil {
 			return
@@ -218,7 +239,7 @@ func (f *Fanout) follow(ctx context.Context, part int, t *memberTable) {
 		if f.beforeApply != nil {
 			f.beforeApply(m)
 		}
-		t.apply(m, log)
+		t.apply(m, partitions, log)
 	}
 }
 

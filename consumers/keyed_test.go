@@ -9,6 +9,7 @@ import (
 
 	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/schema"
+	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"
 )
 
@@ -45,5 +46,88 @@ func TestARecordKeyedForAnotherGroupIsPoison(t *testing.T) {
 	}
 	if got := r.Stats().DeadLettered; got != 1 {
 		t.Errorf("%d records dead-lettered; want 1, the one keyed for another group", got)
+	}
+}
+
+// fixedPartition is a kafka.Balancer that writes every record to one
+// partition, as a client with another partitioner (librdkafka's default,
+// CRC32) may place a key.
+type fixedPartition int
+
+func (f fixedPartition) Balance(kafka.Message, ...int) int { return int(f) }
+
+// A chat.messages record keyed and valued for gb but written to ga's
+// partition (a tool with another partitioner: kcat's default is not
+// murmur2 of the gid) was stored as a message of gb with a msgid of ga's
+// partition: gb's head jumped past msgids gb had not reached, as with a
+// record keyed for another group (TestARecordKeyedForAnotherGroupIsPoison).
+// It is poison too.
+func TestARecordInAnotherGroupsPartitionIsPoison(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 2, window: 1000})
+	ctx := context.Background()
+	ga, gb := "ga", "gb"
+	for i := 0; topics.Partition(ga, 2) == topics.Partition(gb, 2); i++ {
+		gb = "gb" + string(rune('a'+i))
+	}
+	s := sent{}
+	p.sendTo(t, []string{ga}, 5, s) // msgids 0..4 of ga's partition
+	w := &kafka.Writer{Transport: testserver.KafkaTransport(t), Addr: kafka.TCP(p.broker.Addr()), Topic: topics.Messages,
+		Balancer: fixedPartition(topics.Partition(ga, 2)), BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+	defer w.Close()
+	bad := schema.Message{Gid: gb, Sender: "mallory", SentAt: time.Now().UnixMilli(), Body: []byte("in ga's partition")}
+	if err := w.WriteMessages(ctx, kafka.Message{Key: []byte(gb), Value: schema.AppendMessage(nil, &bad)}); err != nil {
+		t.Fatal(err)
+	}
+	p.sendTo(t, []string{gb}, 1, s) // gb's own first message: msgid 0 of its partition
+	r, _ := p.persister(t, nil)
+	p.waitPersisted(t, sent{ga: s[ga]}, 30*time.Second)
+	waitFor(t, "a head of gb", 30*time.Second, func() bool {
+		head, err := p.redis.Head(ctx, gb)
+		return err == nil && head >= 0
+	})
+	time.Sleep(time.Second)
+	if head, err := p.redis.Head(ctx, gb); err != nil || head != s[gb][0] {
+		t.Errorf("gb's head is %d (%v); want %d, its only message in its partition: a record keyed %q in partition %d (gb's is %d) became a message of gb with a msgid of another partition",
+			head, err, s[gb][0], gb, topics.Partition(ga, 2), topics.Partition(gb, 2))
+	}
+	if got := r.Stats().DeadLettered; got != 1 {
+		t.Errorf("%d records dead-lettered; want 1, the one in another group's partition", got)
+	}
+}
+
+// A chat.members record keyed for another member (a producer outside
+// chatd) is poison for the member projector (dead-lettered, never a member
+// in Redis); the fan-out's member table applied it and pushed the group's
+// messages to a user who is not a member. It skips it too.
+func TestTheFanoutSkipsAMemberRecordThatIsPoison(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 1, window: 1000})
+	ctx := context.Background()
+	const g = "g1"
+	join := p.member(t, g, "alice", schema.OpJoin)
+	w := &kafka.Writer{Transport: testserver.KafkaTransport(t), Addr: kafka.TCP(p.broker.Addr()), Topic: topics.Members,
+		Balancer: topics.Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+	defer w.Close()
+	rogue := schema.Member{Gid: g, Uid: "eve", Op: schema.OpJoin, Pos: join.Pos, At: time.Now().UnixMilli(), By: "x"}
+	if err := w.WriteMessages(ctx, kafka.Message{Key: schema.MemberKey("other", "eve"), Value: schema.AppendMember(nil, &rogue)}); err != nil {
+		t.Fatal(err)
+	}
+	mp, _ := p.memberProjector(t)
+	waitFor(t, "the member projector dead-letters the mis-keyed join", 20*time.Second, func() bool { return mp.Stats().DeadLettered == 1 })
+	if m, _ := p.redis.Membership(ctx, g, "eve", nil); m.State != store.MemberNone {
+		t.Fatalf("eve in Redis: %+v; want none", m)
+	}
+
+	n1 := subscribeNode(t, p.redis, "n1")
+	p.online(t, "n1", "alice", "eve")
+	p.fanout(t, &Fanout{})
+	p.probe(t, n1)
+	m1 := p.say(t, g, "alice", "", time.Now())
+	p.online(t, "n1", "bob")
+	p.member(t, g, "bob", schema.OpJoin)
+	m2 := p.say(t, g, "alice", "", time.Now())
+	waitFor(t, "bob gets m2", 20*time.Second, func() bool { return n1.has("bob", g, m2) })
+	if n1.has("eve", g, m1) || n1.has("eve", g, m2) {
+		t.Fatalf("eve, not a member of %s (the member projector dead-lettered her join keyed %q), was pushed its messages: %v",
+			g, schema.MemberKey("other", "eve"), n1.pushed("eve", g))
 	}
 }

@@ -91,11 +91,10 @@ type Config[E any] struct {
 
 	Decode  func([]byte) (E, error) // required
 	Handler Handler[E]              // required
-	// Keyed, when set, reports whether a record's key is the one its
-	// event is written under; a record whose key is not is poison: its
-	// partition (and for chat.messages, its offset, the msgid) belongs to
-	// another group. Optional.
-	Keyed func(e *E, key []byte) bool
+	// Misfiled, when set, says why a record does not belong where it
+	// lies (see Misfiled): such a record is poison. The runner reads the
+	// topic's partition count for it before joining the group. Optional.
+	Misfiled func(e *E, key []byte, part, partitions int) error
 
 	// Offsets, when set, is where the position lives: the group's committed
 	// offsets are then only a mirror for operators' lag tools.
@@ -202,6 +201,8 @@ type Runner[E any] struct {
 	cfg Config[E]
 	log *slog.Logger
 
+	partitions int // the topic's partition count, for Config.Misfiled; set by Run before any partition is read
+
 	mu     sync.Mutex
 	joined bool          // a generation of the group has been joined
 	lag    map[int]int64 // per assigned partition, after the last batch
@@ -278,6 +279,9 @@ func (r *Runner[E]) Run(ctx context.Context) error {
 	if s, ok := r.cfg.Handler.(Stopper); ok {
 		defer s.Stop()
 	}
+	if r.cfg.Misfiled != nil && !r.readPartitions(ctx) {
+		return nil
+	}
 	start := kafka.FirstOffset
 	if r.cfg.StartAtEnd && r.cfg.Offsets == nil {
 		start = kafka.LastOffset
@@ -313,6 +317,27 @@ func (r *Runner[E]) Run(ctx context.Context) error {
 		}
 		attempt = 0
 		r.startGeneration(ctx, gen)
+	}
+}
+
+// readPartitions reads the topic's partition count into r.partitions,
+// trying again until it can or ctx ends (false).
+func (r *Runner[E]) readPartitions(ctx context.Context) bool {
+	client, done := topics.NewClient(r.cfg.Brokers, r.cfg.Security, 10*time.Second)
+	defer done()
+	for attempt := 0; ; attempt++ {
+		n, err := topics.PartitionCount(ctx, client, r.cfg.Topic)
+		if err == nil {
+			r.partitions = n
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		r.log.Warn("reading the topic's partition count failed; retrying", "err", err)
+		if !sleep(ctx, r.backoff(attempt)) {
+			return false
+		}
 	}
 }
 

@@ -12,6 +12,12 @@ func Partition(gid string, n int) int {
 	return int(murmur2([]byte(gid))&0x7fffffff) % n
 }
 
+// PartitionOfKey returns the partition of a record keyed key (a gid, or
+// gid/uid) among n partitions: the gid's, as Balancer places it.
+func PartitionOfKey(key []byte, n int) int {
+	return int(murmur2(schema.GidOfKey(key))&0x7fffffff) % n
+}
+
 // Balancer routes every record by the gid in its key (see schema.GidOfKey),
 // so "gid" and "gid/uid" keys of one group land in the same partition.
 type Balancer struct{}
@@ -20,8 +26,7 @@ var _ kafka.Balancer = Balancer{}
 
 // Balance implements kafka.Balancer.
 func (Balancer) Balance(msg kafka.Message, partitions ...int) int {
-	gid := schema.GidOfKey(msg.Key)
-	return partitions[int(murmur2(gid)&0x7fffffff)%len(partitions)]
+	return partitions[PartitionOfKey(msg.Key, len(partitions))]
 }
 
 // murmur2 is the 32-bit MurmurHash2 with the seed Kafka's Java client uses

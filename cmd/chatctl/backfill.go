@@ -77,14 +77,14 @@ func backfill(ctx context.Context, c *command, opts any, args []string) error {
 			return fmt.Errorf("backfill %s: %w; %s", t, err, goOn(c, todo[:i], todo[i:]))
 		}
 		prog := newProgress(c.stderr, "backfill "+t, total)
-		fill := filler(ch, t, o.dedup, c.stderr)
+		fill := filler(ch, t, len(spans), o.dedup, c.stderr)
 		err = scan(ctx, scanConfig{brokers: brokers, sec: c.s.kafkaSecurity, topic: topic, batch: o.batch, parallel: o.parallel, onRecords: prog.add,
 			onSkip: skipNotice(c.stderr, topic, "ClickHouse")}, spans, fill.batch)
 		records, took := prog.finish()
 		if err != nil {
 			return fmt.Errorf("backfill %s from %s: %w; %s", t, topic, err, goOn(c, todo[:i], todo[i:]))
 		}
-		fmt.Fprintf(c.stdout, "backfill %s: %d records of %s in %v (%.0f records/s): %d rows written, %d duplicate sends dropped, %d did not decode\n",
+		fmt.Fprintf(c.stdout, "backfill %s: %d records of %s in %v (%.0f records/s): %d rows written, %d duplicate sends dropped, %d did not decode or lay misfiled\n",
 			t, records, topic, took.Round(time.Millisecond), float64(records)/took.Seconds(), fill.rows.Load(), fill.dups.Load(), fill.poison.Load())
 	}
 	return nil
@@ -137,7 +137,8 @@ type fill struct {
 	rows, dups, poison counter
 }
 
-func filler(ch *store.ClickHouse, table string, dedupWin time.Duration, stderr io.Writer) *fill {
+// filler returns the fill of table from a topic of partitions partitions.
+func filler(ch *store.ClickHouse, table string, partitions int, dedupWin time.Duration, stderr io.Writer) *fill {
 	f := &fill{}
 	retry := func(ctx context.Context, part int, what string, do func() error) error {
 		return retrying(ctx, insertAttempts, time.Second, do, func(attempt int, wait time.Duration, err error) {
@@ -151,7 +152,7 @@ func filler(ch *store.ClickHouse, table string, dedupWin time.Duration, stderr i
 		f.batch = func(ctx context.Context, part int, msgs []kafka.Message) error {
 			all := make([]schema.Message, 0, len(msgs))
 			for i := range msgs {
-				m, err := schema.DecodeMessage(msgs[i].Value)
+				m, err := decode(&msgs[i], part, partitions, schema.DecodeMessage)
 				if err != nil {
 					f.poison.Add(1)
 					continue
@@ -180,7 +181,7 @@ func filler(ch *store.ClickHouse, table string, dedupWin time.Duration, stderr i
 		f.batch = func(ctx context.Context, part int, msgs []kafka.Message) error {
 			rows := make([]store.AckRow, 0, len(msgs))
 			for i := range msgs {
-				e, err := schema.DecodeAck(msgs[i].Value)
+				e, err := decode(&msgs[i], part, partitions, schema.DecodeAck)
 				if err != nil {
 					f.poison.Add(1)
 					continue
@@ -194,7 +195,7 @@ func filler(ch *store.ClickHouse, table string, dedupWin time.Duration, stderr i
 		f.batch = func(ctx context.Context, part int, msgs []kafka.Message) error {
 			rows := make([]store.ReceiptRow, 0, len(msgs))
 			for i := range msgs {
-				e, err := schema.DecodeReceipt(msgs[i].Value)
+				e, err := decode(&msgs[i], part, partitions, schema.DecodeReceipt)
 				if err != nil {
 					f.poison.Add(1)
 					continue
@@ -208,7 +209,7 @@ func filler(ch *store.ClickHouse, table string, dedupWin time.Duration, stderr i
 		f.batch = func(ctx context.Context, part int, msgs []kafka.Message) error {
 			rows := make([]store.MemberRow, 0, len(msgs))
 			for i := range msgs {
-				e, err := schema.DecodeMember(msgs[i].Value)
+				e, err := decode(&msgs[i], part, partitions, schema.DecodeMember)
 				if err != nil {
 					f.poison.Add(1)
 					continue

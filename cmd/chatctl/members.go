@@ -290,7 +290,7 @@ func membership(ctx context.Context, a *admin, gid string, partitions int) (map[
 			if string(schema.GidOfKey(m.Key)) != gid {
 				continue
 			}
-			ev, err := schema.DecodeMember(m.Value)
+			ev, err := decode(&m, part, partitions, schema.DecodeMember)
 			if err != nil || ev.Gid != gid {
 				continue // poison: the projector dead-letters it
 			}

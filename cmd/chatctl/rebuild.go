@@ -105,7 +105,7 @@ func rebuild(ctx context.Context, c *command, opts any, args []string) error {
 		return fmt.Errorf("%w; %s is wiped and only partly rebuilt: run `chatctl rebuild %s` again before starting %s", err, p, p, group)
 	}
 
-	r := &replay{rds: rds, expect: newExpectation(p)}
+	r := &replay{rds: rds, partitions: len(spans), expect: newExpectation(p)}
 	if p != store.ProjectionMembers {
 		if r.prod, err = producers.New(producers.Config{Brokers: brokers, Security: c.s.kafkaSecurity}); err != nil {
 			return partly(err)
@@ -148,7 +148,7 @@ func rebuild(ctx context.Context, c *command, opts any, args []string) error {
 	if len(joins) > 0 {
 		of = fmt.Sprintf(" of %s and %d of %s (its joins raise cursors)", topic, joinRecords, topics.Members)
 	}
-	fmt.Fprintf(c.stdout, "replayed %d records%s in %v (%.0f records/s); %d did not decode (the live consumer dead-letters them)\n",
+	fmt.Fprintf(c.stdout, "replayed %d records%s in %v (%.0f records/s); %d did not decode or lay misfiled (the live consumer dead-letters them)\n",
 		records-joinRecords, of, took.Round(time.Millisecond), float64(records)/took.Seconds(), r.poison.Load())
 	if n := r.corrected.Load(); n > 0 {
 		fmt.Fprintf(c.stdout, "appended %d cursors to %s whose last record was below them, so that compaction keeps them\n", n, topic)
@@ -180,11 +180,12 @@ func rebuild(ctx context.Context, c *command, opts any, args []string) error {
 
 // replay applies records to Redis and folds what the state must be.
 type replay struct {
-	rds       *store.Redis
-	prod      *producers.Producer // cursor projections: appends the cursors the log left behind
-	expect    *expectation
-	poison    counter
-	corrected counter
+	rds        *store.Redis
+	partitions int                 // of the topics replayed (co-partitioned)
+	prod       *producers.Producer // cursor projections: appends the cursors the log left behind
+	expect     *expectation
+	poison     counter
+	corrected  counter
 }
 
 // joins returns the scan function that folds the cursor raise of every
@@ -196,7 +197,7 @@ func (r *replay) joins(p store.Projection) func(context.Context, int, []kafka.Me
 	return func(ctx context.Context, part int, msgs []kafka.Message) error {
 		f := r.expect.fold(part)
 		for i := range msgs {
-			ev, err := schema.DecodeMember(msgs[i].Value)
+			ev, err := decode(&msgs[i], part, r.partitions, schema.DecodeMember)
 			if err != nil {
 				continue
 			}
@@ -232,14 +233,14 @@ func (r *replay) records(p store.Projection, group, topic string) func(context.C
 				var gid, uid string
 				var upto int64
 				if p == store.ProjectionAcks {
-					e, err := schema.DecodeAck(msgs[i].Value)
+					e, err := decode(&msgs[i], part, r.partitions, schema.DecodeAck)
 					if err != nil {
 						r.poison.Add(1)
 						continue
 					}
 					gid, uid, upto = e.Gid, e.Uid, e.Upto
 				} else {
-					e, err := schema.DecodeReceipt(msgs[i].Value)
+					e, err := decode(&msgs[i], part, r.partitions, schema.DecodeReceipt)
 					if err != nil {
 						r.poison.Add(1)
 						continue
@@ -257,7 +258,7 @@ func (r *replay) records(p store.Projection, group, topic string) func(context.C
 	default:
 		h := &consumers.MemberProjector{Redis: r.rds}
 		return func(ctx context.Context, part int, msgs []kafka.Message) error {
-			recs := decodeAll(msgs, schema.DecodeMember, &r.poison)
+			recs := decodeAll(msgs, part, r.partitions, schema.DecodeMember, &r.poison)
 			r.expect.memberRecords(len(recs), func(i int) schema.Member { return recs[i].Event })
 			if err := h.Handle(ctx, part, recs); err != nil {
 				return err
@@ -327,11 +328,24 @@ func (r *replay) finishCursors(p store.Projection, group, topic string) func(ctx
 	}
 }
 
-// decodeAll decodes msgs, counting and skipping the ones that do not.
-func decodeAll[E any](msgs []kafka.Message, decode func([]byte) (E, error), poison *counter) []consumers.Record[E] {
+// decode decodes the value of m (dec), of partition part of a topic of
+// partitions partitions, refusing a record that is misfiled as the live
+// consumers do (consumers.Misfiled), so that what chatctl builds from the
+// topics is what they build.
+func decode[E any](m *kafka.Message, part, partitions int, dec func([]byte) (E, error)) (E, error) {
+	e, err := dec(m.Value)
+	if err == nil {
+		err = consumers.Misfiled(&e, m.Key, part, partitions)
+	}
+	return e, err
+}
+
+// decodeAll decodes msgs of partition part (decode), counting and skipping
+// the ones that do not.
+func decodeAll[E any](msgs []kafka.Message, part, partitions int, dec func([]byte) (E, error), poison *counter) []consumers.Record[E] {
 	recs := make([]consumers.Record[E], 0, len(msgs))
 	for i := range msgs {
-		e, err := decode(msgs[i].Value)
+		e, err := decode(&msgs[i], part, partitions, dec)
 		if err != nil {
 			poison.Add(1)
 			continue
