@@ -184,6 +184,7 @@ type Client struct {
 	groups        map[string]*group
 	lastSync      []protocol.GroupState
 	named         map[string]bool    // the gids of lastSync
+	forgotten     map[string]int64   // groups dropped, and how far they were delivered (dropLocked)
 	dropWarned    bool               // a push was dropped for MaxUnnamedGroups since the last sync: logged
 	queue         []protocol.Message // accepted, not yet handed to OnMessage
 	held          int                // pushes held behind gaps, in every group's buf
@@ -300,9 +301,10 @@ func (c *Client) Groups() []protocol.GroupState {
 	return slices.Clone(c.lastSync)
 }
 
-// Cursor returns, for group gid, the ack cursor the server confirmed and the
-// client's contiguous cursor (every message up to it received). Both are -1
-// for a group the client knows nothing of.
+// Cursor returns, for group gid, the ack cursor the server confirmed (or
+// refused for good, as for a member removed: the client owes it nothing up
+// to there) and the client's contiguous cursor (every message up to it
+// received). Both are -1 for a group the client knows nothing of.
 func (c *Client) Cursor(gid string) (ackedUpto, contiguousUpto int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -14,7 +14,9 @@
 // A gap that a complete pull does not close (the server's store lags behind
 // its pushes) is pulled again with back-off. Messages are deduplicated by
 // msgid, so re-deliveries after a lost ack, a resend or a reconnect never
-// reach the application twice within the life of a Client; and by sender
+// reach the application twice within the life of a Client (a group a sync
+// stops naming is forgotten, but where it was is kept for the last 10,000
+// such groups, and a group taken up again starts there); and by sender
 // and client_msg_id among the last Config.DedupSends messages of all groups
 // (10,000, about 0.5 MiB however many the groups), so a resend that was
 // written twice (the server stores it once, but may push both) is shown

@@ -97,7 +97,7 @@ func (c *Client) Open(ctx context.Context, gid string) error {
 				c.mu.Lock()
 				g.opened = false
 				if c.groups[gid] == g && !c.named[gid] && g.idle() && !g.puller {
-					delete(c.groups, gid)
+					c.dropLocked(g)
 				}
 				c.mu.Unlock()
 			}
@@ -238,7 +238,7 @@ func (c *Client) puller(g *group, backOff bool) {
 			g.owed = -1
 			g.pullDue = false
 			if c.groups[g.gid] == g && !c.named[g.gid] && g.idle() {
-				delete(c.groups, g.gid) // and forgotten, as by a sync not naming it
+				c.dropLocked(g) // and forgotten, as by a sync not naming it
 			}
 			c.mu.Unlock()
 			c.reportError(fmt.Errorf("client: pull %s: %w", g.gid, err))

@@ -14,6 +14,11 @@ const (
 	// MaxUnnamedHeld is the most pushes held behind a gap in a group no
 	// sync named (at most MaxQueued); the others are dropped and pulled.
 	MaxUnnamedHeld = 10
+	// maxForgotten is the most forgotten groups whose cursors the client
+	// remembers (about 50 bytes each): one pushed, pulled or named again
+	// starts from there, not from what the server says, which may be
+	// behind (a sync cut short by a rebuild of the server's state).
+	maxForgotten = 10000
 )
 
 // groupLocked returns gid's state, creating it for a group the last sync did
@@ -21,10 +26,39 @@ const (
 func (c *Client) groupLocked(gid string) *group {
 	g := c.groups[gid]
 	if g == nil {
-		g = newGroup(gid, -1)
-		c.groups[gid] = g
+		g = c.remadeLocked(gid, -1)
 	}
 	return g
+}
+
+// remadeLocked makes gid's state again, from cursor or, for a group the
+// client forgot, from where it was, whichever is further: the messages up
+// to it were handed to OnMessage, and never are twice.
+func (c *Client) remadeLocked(gid string, cursor int64) *group {
+	if f, ok := c.forgotten[gid]; ok {
+		cursor = max(cursor, f)
+		delete(c.forgotten, gid)
+	}
+	g := newGroup(gid, cursor)
+	c.groups[gid] = g
+	return g
+}
+
+// dropLocked forgets g, remembering how far it was delivered (maxForgotten
+// groups at most, the others forgotten whole: a server naming new groups
+// on every reconnect must not grow the client without bound).
+func (c *Client) dropLocked(g *group) {
+	delete(c.groups, g.gid)
+	if len(c.forgotten) >= maxForgotten {
+		for gid := range c.forgotten {
+			delete(c.forgotten, gid)
+			break
+		}
+	}
+	if c.forgotten == nil {
+		c.forgotten = map[string]int64{}
+	}
+	c.forgotten[g.gid] = g.delivered
 }
 
 // unnamedLocked is the number of groups the last sync did not name: every
@@ -44,13 +78,13 @@ func (c *Client) heldLocked(g *group) int {
 // opened, every message received handed to OnMessage and its ack confirmed,
 // no read to send, no push buffered, no pull. A server naming new groups on
 // every reconnect would otherwise grow the client without bound. Nothing
-// is delivered twice: a group named again starts at the server's ack
-// cursor, which never moves back from the one confirmed.
+// is delivered twice: a group named or pushed again starts where it was
+// (dropLocked), or at the server's ack cursor if that is further.
 func (c *Client) forgetLocked(named map[string]bool) {
 	c.named, c.dropWarned = named, false
 	for gid, g := range c.groups {
 		if !named[gid] && g.idle() && !g.puller {
-			delete(c.groups, gid)
+			c.dropLocked(g)
 		}
 	}
 }

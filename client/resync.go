@@ -19,9 +19,8 @@ func (c *Client) applyGroupsLocked(groups []protocol.GroupState) {
 		g := c.groups[gs.Gid]
 		if g == nil {
 			// First sight of the group: start at the member's ack cursor.
-			g = newGroup(gs.Gid, gs.Ack)
+			g = c.remadeLocked(gs.Gid, gs.Ack)
 			g.read, g.readWant = gs.Read, gs.Read
-			c.groups[gs.Gid] = g
 		}
 		g.acked = max(g.acked, gs.Ack)
 		g.read = max(g.read, gs.Read)
