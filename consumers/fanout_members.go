@@ -1,7 +1,6 @@
 package consumers
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -96,18 +95,14 @@ func newMemberTable() *memberTable {
 }
 
 // apply folds one record of chat.members, of partitions partitions. A
-// record that does not decode, or is misfiled (Misfiled), is skipped, as
-// the member projector's runner skips it to the dead-letter topic; a
-// tombstone (no value) deletes the membership it is keyed by.
+// record that does not decode (a tombstone among them: chatd writes
+// none), or is misfiled (Misfiled), is skipped, as the member projector's
+// runner skips it to the dead-letter topic: the fan-out pushes to whom
+// the gateways let read.
 func (t *memberTable) apply(m kafka.Message, partitions int, log *slog.Logger) {
-	var ev schema.Member
-	var err error
-	if m.Value != nil {
-		if ev, err = schema.DecodeMember(m.Value); err == nil {
-			err = Misfiled(&ev, m.Key, m.Partition, partitions)
-		}
-	} else {
-		err = Misplaced(m.Key, m.Partition, partitions)
+	ev, err := schema.DecodeMember(m.Value)
+	if err == nil {
+		err = Misfiled(&ev, m.Key, m.Partition, partitions)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -115,11 +110,6 @@ func (t *memberTable) apply(m kafka.Message, partitions int, log *slog.Logger) {
 	case err != nil:
 		t.bad++
 		log.Warn("member record skipped (the member projector dead-letters it)", "offset", m.Offset, "err", err)
-	case m.Value == nil:
-		gid, uid, _ := bytes.Cut(m.Key, []byte("/"))
-		if g := t.groups[string(gid)]; g != nil {
-			delete(g, string(uid))
-		}
 	case ev.Op == schema.OpLeaving:
 		// A leave is being written at a position at least ev.Pos
 		// (producers.Remove): the member sees nothing past ev.Pos from

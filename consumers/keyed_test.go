@@ -131,3 +131,39 @@ func TestTheFanoutSkipsAMemberRecordThatIsPoison(t *testing.T) {
 			g, schema.MemberKey("other", "eve"), n1.pushed("eve", g))
 	}
 }
+
+// A chat.members record with no value (a tombstone, which chatd never
+// writes) is poison to the member projector: dead-lettered, bob stays a
+// member in Redis (he may send, pull, ack). The fan-out's member table
+// deleted his membership and stopped pushing to him; it skips it too.
+func TestTheFanoutSkipsAMemberTombstoneAsTheProjectorDoes(t *testing.T) {
+	p := newPipeline(t, pipelineOpts{partitions: 1, window: 1000})
+	ctx := context.Background()
+	const g = "g1"
+	p.member(t, g, "alice", schema.OpJoin)
+	p.member(t, g, "bob", schema.OpJoin)
+	w := &kafka.Writer{Transport: testserver.KafkaTransport(t), Addr: kafka.TCP(p.broker.Addr()), Topic: topics.Members,
+		Balancer: topics.Balancer{}, BatchTimeout: time.Millisecond, RequiredAcks: kafka.RequireAll}
+	defer w.Close()
+	if err := w.WriteMessages(ctx, kafka.Message{Key: schema.MemberKey(g, "bob"), Value: nil}); err != nil {
+		t.Fatal(err)
+	}
+	mp, _ := p.memberProjector(t)
+	waitFor(t, "the member projector dead-letters the tombstone", 20*time.Second, func() bool { return mp.Stats().DeadLettered == 1 })
+	if m, _ := p.redis.Membership(ctx, g, "bob", nil); m.State != store.MemberJoined {
+		t.Fatalf("bob in Redis: %+v; want joined", m)
+	}
+
+	n1 := subscribeNode(t, p.redis, "n1")
+	p.online(t, "n1", "alice", "bob", "carol")
+	p.fanout(t, &Fanout{})
+	p.probe(t, n1)
+	p.member(t, g, "carol", schema.OpJoin)
+	m := p.say(t, g, "alice", "", time.Now())
+	waitFor(t, "carol gets m", 20*time.Second, func() bool { return n1.has("carol", g, m) })
+	time.Sleep(500 * time.Millisecond)
+	if !n1.has("bob", g, m) {
+		t.Fatalf("bob, a member of %s in Redis (the member projector dead-lettered the tombstone keyed %q), was not pushed its message %d: the fan-out's member table deleted him",
+			g, schema.MemberKey(g, "bob"), m)
+	}
+}
