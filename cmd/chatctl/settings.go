@@ -189,7 +189,10 @@ func (s *settings) validate() error {
 }
 
 func (s *settings) brokers() ([]string, error) {
-	b := list(s.KafkaBrokers)
+	b, err := access.Addrs(s.KafkaBrokers, "CHAT_KAFKA_BROKERS (-kafka-brokers)", "kafka-1:9092,kafka-2:9092")
+	if err != nil {
+		return nil, err
+	}
 	if len(b) == 0 {
 		return nil, errors.New("no Kafka brokers: set CHAT_KAFKA_BROKERS or -kafka-brokers (host:port,...)")
 	}
@@ -210,7 +213,10 @@ func (s *settings) topicsConfig() (topics.Config, error) {
 
 // redis connects to Redis and checks that it answers.
 func (s *settings) redis(ctx context.Context) (*store.Redis, func(), error) {
-	addrs := list(s.RedisAddrs)
+	addrs, err := access.Addrs(s.RedisAddrs, "CHAT_REDIS_ADDRS (-redis-addrs)", "redis:6379")
+	if err != nil {
+		return nil, nil, err
+	}
 	if len(addrs) == 0 {
 		return nil, nil, errors.New("this command needs Redis: set CHAT_REDIS_ADDRS or -redis-addrs (host:port, or several for a cluster; " +
 			"against chatd dev, its log names its embedded Redis: \"embedded Redis ... addr=\")")
@@ -235,7 +241,10 @@ func (s *settings) redis(ctx context.Context) (*store.Redis, func(), error) {
 
 // clickhouse connects to ClickHouse and applies the migrations.
 func (s *settings) clickhouse(ctx context.Context) (*store.ClickHouse, error) {
-	addrs := list(s.ClickHouseAddrs)
+	addrs, err := access.Addrs(s.ClickHouseAddrs, "CHAT_CLICKHOUSE_ADDRS (-clickhouse-addrs)", "clickhouse:9000 (the native protocol's port, not the HTTP port 8123)")
+	if err != nil {
+		return nil, err
+	}
 	if len(addrs) == 0 {
 		return nil, errors.New("this command needs ClickHouse: set CHAT_CLICKHOUSE_ADDRS or -clickhouse-addrs (host:9000,...)")
 	}
@@ -246,7 +255,7 @@ func (s *settings) clickhouse(ctx context.Context) (*store.ClickHouse, error) {
 	ch, err := store.OpenClickHouse(ctx, store.ClickHouseConfig{Addrs: addrs, Database: s.ClickHouseDB,
 		Username: s.ClickHouseUser, Password: s.ClickHousePass, QueryTimeout: 5 * time.Minute, TLS: tc})
 	if err != nil {
-		return nil, fmt.Errorf("ClickHouse at %s: %w%s; check CHAT_CLICKHOUSE_ADDRS", s.ClickHouseAddrs, err, tlsclient.Advice(err, "CHAT_CLICKHOUSE_TLS", "CHAT_CLICKHOUSE_CA_FILE", "ClickHouse's"))
+		return nil, fmt.Errorf("ClickHouse at %s: %w%s; check CHAT_CLICKHOUSE_ADDRS (the native protocol's port, 9000 by default, not the HTTP port 8123)", s.ClickHouseAddrs, err, tlsclient.Advice(err, "CHAT_CLICKHOUSE_TLS", "CHAT_CLICKHOUSE_CA_FILE", "ClickHouse's"))
 	}
 	return ch, nil
 }

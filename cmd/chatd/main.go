@@ -12,9 +12,12 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func main() {
+	redis.SetLogger(redisLog{})
 	if err := run(stopOnSignal(), os.Args[1:], os.Getenv); err != nil {
 		fmt.Fprintln(os.Stderr, "chatd:", err)
 		os.Exit(1)

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"io"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -80,5 +82,22 @@ func TestAReplicationFactorItCannotHoldIsRefused(t *testing.T) {
 		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
 			t.Errorf("chatd %s %v with CHAT_REPLICATION_FACTOR=%q: error %v; want one saying %q", c.role, c.args, c.value, err, c.want)
 		}
+	}
+}
+
+// A factor above the brokers that answer is waited for (a cluster may be
+// starting), but the end of the wait says what the refusal says: add
+// brokers or lower the factor. It added "check CHAT_KAFKA_BROKERS and
+// that the brokers run; ... set CHAT_KAFKA_TLS=true", for brokers that
+// ran and answered.
+func TestTooFewBrokersEndTheWaitSayingWhatToSet(t *testing.T) {
+	old := startWait
+	startWait = 3 * time.Second
+	t.Cleanup(func() { startWait = old })
+	b := testserver.NewBroker(t)
+	cfg := topics.Config{Brokers: []string{b.Addr()}, Partitions: 2, ReplicationFactor: 3}
+	err := waitKafka(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err == nil || !strings.Contains(err.Error(), "CHAT_REPLICATION_FACTOR=1") || strings.Contains(err.Error(), "CHAT_KAFKA_TLS") {
+		t.Fatalf("a factor of 3 on one broker: %v; want the refusal saying CHAT_REPLICATION_FACTOR=1, without the TLS hint", err)
 	}
 }

@@ -58,6 +58,7 @@ func runTo(ctx context.Context, args []string, getenv func(string) string, logw 
 		return err
 	}
 	log := s.logger(logw).With("role", role)
+	redisLogTo.Store(log)
 	st, err := openStack(ctx, role, s, log)
 	if err != nil {
 		return err

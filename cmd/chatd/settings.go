@@ -194,6 +194,17 @@ func checkEnv(fs *flag.FlagSet, getenv func(string) string) error {
 	return flags.CheckEnv(fs, getenv, envs)
 }
 
+// storeAddrs are the settings of the stores' addresses, checked by
+// validate for a form that can be dialled.
+var storeAddrs = []struct {
+	setting, example string
+	v                func(*settings) *string
+}{
+	{"CHAT_KAFKA_BROKERS (-kafka-brokers)", "kafka-1:9092,kafka-2:9092", func(s *settings) *string { return &s.KafkaBrokers }},
+	{"CHAT_REDIS_ADDRS (-redis-addrs)", "redis:6379", func(s *settings) *string { return &s.RedisAddrs }},
+	{"CHAT_CLICKHOUSE_ADDRS (-clickhouse-addrs)", "clickhouse:9000 (the native protocol's port, not the HTTP port 8123)", func(s *settings) *string { return &s.ClickHouseAddrs }},
+}
+
 // validate checks the settings a role takes; role names which ones are
 // used (a fan-out never verifies a token).
 func (s *settings) validate(role string) error {
@@ -206,6 +217,11 @@ func (s *settings) validate(role string) error {
 	if role == "dev" && s.Replicas > 1 {
 		return fmt.Errorf("replication-factor %d (CHAT_REPLICATION_FACTOR): chatd dev runs one embedded broker, which keeps one copy of each record; "+
 			"unset it for dev, or run the production roles (gateway, fanout, persister, projector) against a Kafka cluster of %d brokers or more", s.Replicas, s.Replicas)
+	}
+	for _, a := range storeAddrs {
+		if _, err := access.Addrs(*a.v(s), a.setting, a.example); err != nil {
+			return err
+		}
 	}
 	if s.WindowSize < -1 || s.WindowSize == 0 {
 		return fmt.Errorf("window-size must be -1 (unbounded) or >= 1 (CHAT_WINDOW_SIZE / -window-size)")

@@ -41,3 +41,27 @@ func TestAnUnparsableVariableIsNamedWithItsValue(t *testing.T) {
 		t.Errorf("-shutdown-timeout 5s beside CHAT_SHUTDOWN_TIMEOUT=10: %v, %v; want 5s", s, err)
 	}
 }
+
+// A store address that cannot be dialled as written (a URL, no port) is
+// refused at once, naming the variable. It was dialled, and waited for
+// as a store that is down for the whole start wait (60 s), ending in
+// "too many colons in address" or "missing port in address".
+func TestAStoreAddressThatIsNoHostPortIsRefusedAtOnce(t *testing.T) {
+	for _, c := range []struct{ env, value, want string }{
+		{"CHAT_REDIS_ADDRS", "redis://127.0.0.1:6379", `without "redis://"`},
+		{"CHAT_CLICKHOUSE_ADDRS", "127.0.0.1", "missing port"},
+		{"CHAT_KAFKA_BROKERS", "kafka://broker:9092", `without "kafka://"`},
+		{"CHAT_KAFKA_BROKERS", "k1:9092,k2", "missing port"},
+		{"CHAT_REDIS_ADDRS", "redis:http", "no number from 1 to 65535"},
+	} {
+		env := map[string]string{"CHAT_KAFKA_BROKERS": "kafka:9092", c.env: c.value}
+		_, err := parseSettings("persister", nil, func(k string) string { return env[k] }, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.env) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s=%s: error %v; want one naming the variable and saying %q", c.env, c.value, err, c.want)
+		}
+	}
+	env := map[string]string{"CHAT_KAFKA_BROKERS": "k1:9092, k2:9092", "CHAT_REDIS_ADDRS": "[::1]:6379", "CHAT_CLICKHOUSE_ADDRS": "clickhouse:9000"}
+	if _, err := parseSettings("persister", nil, func(k string) string { return env[k] }, io.Discard); err != nil {
+		t.Errorf("addresses of host:port: %v", err)
+	}
+}

@@ -28,12 +28,13 @@ import (
 // Kafka, so that a role restarted during a short outage of one of them (a
 // restart, an upgrade, a deployment that starts everything at once) waits
 // for it instead of exiting in a loop.
-const startWait = 60 * time.Second
+var startWait = 60 * time.Second
 
 // waitStart calls try every 2 s until it succeeds, for up to startWait,
 // saying each time that it waits. An error that waiting cannot mend (a
 // setting, a topic that differs from its spec) ends it at once. hint says
-// what to check when the wait runs out.
+// what to check when the wait runs out, unless the last error says it
+// (saysWhatToDo).
 func waitStart(ctx context.Context, log *slog.Logger, what, hint string, try func() error, lasting func(error) bool) error {
 	deadline := time.Now().Add(startWait)
 	for {
@@ -42,6 +43,9 @@ func waitStart(ctx context.Context, log *slog.Logger, what, hint string, try fun
 			return err
 		}
 		if time.Now().After(deadline) {
+			if saysWhatToDo(err) {
+				return fmt.Errorf("%s: %w; waited %v", what, err, startWait)
+			}
 			return fmt.Errorf("%s: %w; waited %v; %s", what, err, startWait, hint)
 		}
 		log.Warn(what+" is not ready; waiting for it", "err", err, "gives_up_in", time.Until(deadline).Round(time.Second))
@@ -55,12 +59,17 @@ func waitStart(ctx context.Context, log *slog.Logger, what, hint string, try fun
 
 func never(error) bool { return false }
 
+// saysWhatToDo tells an error that names the settings that mend it, after
+// which the wait's general hint would mislead: too few brokers for the
+// replication factor asked (waited for, as some may be starting).
+func saysWhatToDo(err error) bool { return errors.Is(err, topics.ErrTooFewBrokers) }
+
 func waitRedis(ctx context.Context, rc redis.UniversalClient, s *settings, log *slog.Logger) error {
 	hint := "check CHAT_REDIS_ADDRS and that redis-server runs"
 	if !s.RedisTLS && s.RedisCAFile == "" {
 		hint += "; if it takes TLS connections only, set CHAT_REDIS_TLS=true"
 	}
-	return waitStart(ctx, log, "Redis", hint,
+	return waitStart(ctx, log, "Redis at "+s.RedisAddrs, hint,
 		func() error {
 			err := rc.Ping(ctx).Err()
 			if redis.IsAuthError(err) {
@@ -72,7 +81,7 @@ func waitRedis(ctx context.Context, rc redis.UniversalClient, s *settings, log *
 
 // waitClickHouse opens ClickHouse and applies the migrations.
 func waitClickHouse(ctx context.Context, cfg store.ClickHouseConfig, log *slog.Logger) (ch *store.ClickHouse, err error) {
-	hint := "check CHAT_CLICKHOUSE_ADDRS and that clickhouse-server runs"
+	hint := "check CHAT_CLICKHOUSE_ADDRS (the native protocol's port, 9000 by default, not the HTTP port 8123) and that clickhouse-server runs"
 	if cfg.TLS == nil {
 		hint += "; for its secure port (9440), set CHAT_CLICKHOUSE_TLS=true"
 	} else {

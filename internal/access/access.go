@@ -7,6 +7,10 @@ package access
 
 import (
 	"crypto/tls"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
 
 	"github.com/groupchat/chatd/internal/tlsclient"
 	"github.com/groupchat/chatd/topics"
@@ -49,4 +53,30 @@ func (a Settings) RedisTLSConfig() (*tls.Config, error) {
 // nil: plaintext.
 func (a Settings) ClickHouseTLSConfig() (*tls.Config, error) {
 	return (tlsclient.Files{On: a.ClickHouseTLS, CAFile: a.ClickHouseCAFile, CertFile: a.ClickHouseCertFile, KeyFile: a.ClickHouseKeyFile}).Config("CHAT_CLICKHOUSE")
+}
+
+// Addrs splits s, a comma-separated list of store addresses (setting
+// names it: CHAT_KAFKA_BROKERS, CHAT_REDIS_ADDRS, CHAT_CLICKHOUSE_ADDRS),
+// and refuses an address that is no host:port, naming the setting and an
+// example: a URL or a missing port would otherwise be dialled, and waited
+// for, as a store that is down.
+func Addrs(s, setting, example string) ([]string, error) {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a == "" {
+			continue
+		}
+		if i := strings.Index(a, "://"); i >= 0 {
+			return nil, fmt.Errorf("%s: %q is a URL; give host:port without %q, e.g. %s", setting, a, a[:i+3], example)
+		}
+		_, port, err := net.SplitHostPort(a)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %q is no host:port (%v); give each address with its port, e.g. %s", setting, a, err, example)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("%s: %q: the port %q is no number from 1 to 65535; e.g. %s", setting, a, port, example)
+		}
+		out = append(out, a)
+	}
+	return out, nil
 }
