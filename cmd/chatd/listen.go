@@ -60,7 +60,7 @@ func (st *stack) health(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	if len(waiting) > 0 {
 		w.WriteHeader(http.StatusServiceUnavailable)
-		json.NewEncoder(w).Encode(map[string]any{"status": "starting", "waiting_for": waiting})
+		json.NewEncoder(w).Encode(map[string]any{"status": "waiting", "role": st.role, "waiting_for": waiting})
 		return
 	}
 	json.NewEncoder(w).Encode(map[string]any{"status": "ok", "role": st.role})
@@ -131,15 +131,23 @@ func serveAside(ctx context.Context, what, addr, env string, srv *http.Server) (
 }
 
 // otherAddr is an address to suggest in place of addr, whose listen
-// failed with err: the next port on the same host when addr's is in use
-// (suggesting the busy one again would fail the same way), else example.
+// failed with err: when addr's port is in use (suggesting it again would
+// fail the same way), the next one on the same host that is free now,
+// looked at by listening on it; else example.
 func otherAddr(addr string, err error, example string) string {
 	host, port, serr := net.SplitHostPort(addr)
 	n, perr := strconv.Atoi(port)
-	if !errors.Is(err, syscall.EADDRINUSE) || serr != nil || perr != nil || n <= 0 || n >= 65535 {
+	if !errors.Is(err, syscall.EADDRINUSE) || serr != nil || perr != nil || n <= 0 {
 		return example
 	}
-	return net.JoinHostPort(host, strconv.Itoa(n+1))
+	for p := n + 1; p <= min(n+100, 65535); p++ {
+		a := net.JoinHostPort(host, strconv.Itoa(p))
+		if ln, err := net.Listen("tcp", a); err == nil {
+			ln.Close()
+			return a
+		}
+	}
+	return example
 }
 
 // loopback reports whether a listener's address (host:port) is reachable

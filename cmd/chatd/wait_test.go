@@ -134,8 +134,8 @@ func TestTheFanoutIsReadyOnceItHoldsItsPartitions(t *testing.T) {
 	// A join is made again only once the one before it was refused: after
 	// two, the fan-out has taken a refusal and holds no partition.
 	waitFor(t, "two joins refused", func() bool { return refused.Load() >= 2 })
-	if code, body := ready(); code != http.StatusServiceUnavailable || !strings.Contains(body, "fanout") {
-		t.Fatalf("/readyz of a fan-out that holds no partition: %d %s", code, body)
+	if code, body := ready(); code != http.StatusServiceUnavailable || !strings.Contains(body, `"role":"fanout"`) || !strings.Contains(body, `"waiting_for":["fanout"]`) {
+		t.Fatalf("/readyz of a fan-out that holds no partition: %d %s; want 503 naming the role and the part not ready", code, body)
 	}
 	refuse.Store(false)
 	waitHealthy(t, "http://"+addr+"/readyz")
