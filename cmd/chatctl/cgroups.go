@@ -21,6 +21,7 @@ import (
 type knownGroup struct {
 	topic   string
 	inRedis bool
+	role    string // the chatd role that runs it
 	// lost is what records the group is moved past without reading them
 	// leave out of its stores, and refill how to write them there later;
 	// both are empty for a group whose effect is transient.
@@ -28,12 +29,12 @@ type knownGroup struct {
 }
 
 var knownGroups = map[string]knownGroup{
-	consumers.GroupPersister:        {topics.Messages, true, "messages never written to Redis or ClickHouse", "clients are served them only once the persister reads them: reset it back to the first one skipped; `chatctl backfill -tables messages` writes them to ClickHouse for analysts only"},
-	consumers.GroupFanout:           {topics.Messages, false, "", ""},
-	consumers.GroupAckProjector:     {topics.Acks, true, "acks never applied to the cursors", "`chatctl rebuild acks` applies them later"},
-	consumers.GroupReceiptProjector: {topics.Receipts, true, "reads never applied to the read cursors and counts", "`chatctl rebuild receipts` applies them later"},
-	consumers.GroupReceiptNotifier:  {topics.Receipts, false, "", ""},
-	consumers.GroupMemberProjector:  {topics.Members, true, "joins and leaves never applied to the membership", "`chatctl rebuild members` applies them later"},
+	consumers.GroupPersister:        {topics.Messages, true, "persister", "messages never written to Redis or ClickHouse", "clients are served them only once the persister reads them: reset it back to the first one skipped; `chatctl backfill -tables messages` writes them to ClickHouse for analysts only"},
+	consumers.GroupFanout:           {topics.Messages, false, "fanout", "", ""},
+	consumers.GroupAckProjector:     {topics.Acks, true, "projector", "acks never applied to the cursors", "`chatctl rebuild acks` applies them later"},
+	consumers.GroupReceiptProjector: {topics.Receipts, true, "projector", "reads never applied to the read cursors and counts", "`chatctl rebuild receipts` applies them later"},
+	consumers.GroupReceiptNotifier:  {topics.Receipts, false, "projector", "", ""},
+	consumers.GroupMemberProjector:  {topics.Members, true, "projector", "joins and leaves never applied to the membership", "`chatctl rebuild members` applies them later"},
 }
 
 var chatTopics = []string{topics.Messages, topics.Acks, topics.Receipts, topics.Members, topics.DeadLetter}
@@ -150,8 +151,17 @@ func checkInactive(ctx context.Context, a *admin, group string, force bool) erro
 	return activeErr(group, info)
 }
 
-// activeErr refuses to touch a group that has members.
+// activeErr refuses to touch a group that has members, saying what to
+// stop: -force is offered only for a group that keeps its position in
+// Redis (Kafka takes no offsets from outside a group with members).
 func activeErr(group string, info groupInfo) error {
-	return fmt.Errorf("%w: %s is %s with %d members; stop its consumers (e.g. the chatd role that runs it) and retry, or pass -force",
-		ErrGroupActive, group, info.State, len(info.Members))
+	stop, force := "its consumers (the chatd role that runs it)", ", or pass -force"
+	if k, ok := knownGroups[group]; ok {
+		stop = fmt.Sprintf("its consumers (every `chatd %s` process, or `chatd dev`)", k.role)
+		if !k.inRedis {
+			force = "; it keeps its position in Kafka, which takes offsets only from its members, so -force cannot move it while they run"
+		}
+	}
+	return fmt.Errorf("%w: %s is %s with %d members; stop %s and retry%s",
+		ErrGroupActive, group, info.State, len(info.Members), stop, force)
 }

@@ -288,6 +288,12 @@ func TestForcedResetOfARunningGroup(t *testing.T) {
 	}
 	e.start(f)
 	e.waitFor("the fan-out to hold its partitions", f.CaughtUp)
+	// Unforced, the refusal names the role to stop and offers no -force,
+	// which could not move it either.
+	_, err = e.ctl("consumer-groups", "reset", consumers.GroupFanout, "-to", "latest", "-topic", topics.Messages)
+	if !errors.Is(err, ErrGroupActive) || !strings.Contains(err.Error(), "chatd fanout") || strings.Contains(err.Error(), "or pass -force") {
+		t.Fatalf("reset of the running fan-out: %v, want a refusal naming `chatd fanout`, offering no -force", err)
+	}
 	_, err = e.ctl("consumer-groups", "reset", consumers.GroupFanout, "-to", "latest", "-topic", topics.Messages, "-force")
 	if !errors.Is(err, ErrGroupActive) || !strings.Contains(err.Error(), "keeps its position in Kafka") {
 		t.Fatalf("reset -force of the running fan-out: %v, want a refusal saying why", err)

@@ -64,8 +64,7 @@ func consumerGroupsReset(ctx context.Context, c *command, opts any, args []strin
 		return activeErr(group, info)
 	case active && !k.inRedis:
 		// Kafka takes offsets for a group with members only from them.
-		return fmt.Errorf("%w: %s is %s with %d members, and it keeps its position in Kafka, which refuses offsets from outside a group that has members; stop its consumers and retry",
-			ErrGroupActive, group, info.State, len(info.Members))
+		return activeErr(group, info)
 	}
 	topic := o.topic
 	if known, ok := knownGroups[group]; ok && topic != "" && topic != known.topic {
