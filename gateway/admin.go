@@ -23,8 +23,12 @@ func (g *Gateway) admin(h func(ctx context.Context, r *http.Request) (any, *prot
 			g.writeErr(w, protocol.Errorf(protocol.CodeForbidden, "administration is disabled; set CHAT_ADMIN_TOKEN"))
 			return
 		}
-		if tok := bearer(r); tok == "" || !constantEq(tok, g.cfg.AdminToken) {
+		switch tok := bearer(r); {
+		case tok == "":
 			g.writeErr(w, protocol.Errorf(protocol.CodeForbidden, "administration needs Authorization: Bearer <admin token> (not ?token=, which access logs keep)"))
+			return
+		case !constantEq(tok, g.cfg.AdminToken):
+			g.writeErr(w, protocol.Errorf(protocol.CodeForbidden, "the Bearer token is not this gateway's admin token (CHAT_ADMIN_TOKEN; chatd dev's is the file admin-token in its data directory); a user's token does not administer"))
 			return
 		}
 		ans, perr := h(r.Context(), r)
