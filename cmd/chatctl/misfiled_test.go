@@ -48,7 +48,7 @@ func TestRebuildSkipsARecordTheLiveProjectorDeadLetters(t *testing.T) {
 }
 
 // A chat.messages record keyed for another group is poison for the
-// persister (TestARecordKeyedForAnotherGroupIsPoison); `chatctl backfill`
+// persister (TestARecordOfAnotherGroupsPartitionIsPoison); `chatctl backfill`
 // stored it as a message of the group its value names, with a msgid of
 // another partition's numbering, where "a backfill never changes a query
 // result".
