@@ -137,9 +137,14 @@ func (h Handled) String() string {
 	return strconv.FormatInt(h.End, 10) + ":" + strconv.FormatInt(h.SkipFrom, 10) + ":" + strconv.FormatInt(h.SkipTo, 10)
 }
 
-// parseHandled reads Handled's String; a value it cannot read is none.
+// parseHandled reads Handled's String, or a plain End with no skip, as
+// chatctl wrote it before skips were kept (a reset by an older chatctl,
+// then an upgrade); a value it cannot read is none.
 func parseHandled(s string) Handled {
 	none := Handled{End: -1}
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return Handled{End: n}
+	}
 	parts := strings.Split(s, ":")
 	if len(parts) != 3 {
 		return none
