@@ -153,7 +153,7 @@ func (r *Redis) AppendWindowOver(ctx context.Context, fence *Fence, msgs []schem
 	if len(groups) == 0 {
 		return nil
 	}
-	floors, lowest, heads, err := r.floors(ctx, fence, msgs, groups, older != nil)
+	floors, lowest, heads, sized, err := r.floors(ctx, fence, msgs, groups, older != nil)
 	if err != nil {
 		return fmt.Errorf("store: append window: %w", err)
 	}
@@ -161,7 +161,7 @@ func (r *Redis) AppendWindowOver(ctx context.Context, fence *Fence, msgs []schem
 	if err != nil {
 		return fmt.Errorf("store: append window: %w", err)
 	}
-	if err := r.appendWindow(ctx, msgs, groups, floors, raise, heads); err != nil {
+	if err := r.appendWindow(ctx, msgs, groups, floors, raise, heads, sized); err != nil {
 		return err
 	}
 	if err := r.verify(ctx, fence); err != nil {
@@ -180,10 +180,11 @@ func (r *Redis) AppendWindowOver(ctx context.Context, fence *Fence, msgs []schem
 	return nil
 }
 
-// appendWindow writes the batch, given the floors and heads of its groups
-// and the floor to give each (raise, nil or -1: none) besides what
-// trimming sets.
-func (r *Redis) appendWindow(ctx context.Context, msgs []schema.Message, groups [][]int, floors, raise, heads []int64) error {
+// appendWindow writes the batch, given the floors and heads of its groups,
+// whether their size records account for every member up to the head
+// (sized), and the floor to give each (raise, nil or -1: none) besides
+// what trimming sets.
+func (r *Redis) appendWindow(ctx context.Context, msgs []schema.Message, groups [][]int, floors, raise, heads []int64, sized []bool) error {
 	// One buffer for every member: 8-byte big-endian msgid ++ encoding.
 	size := 0
 	for i := range msgs {
@@ -224,7 +225,7 @@ func (r *Redis) appendWindow(ctx context.Context, msgs []schema.Message, groups 
 		gid := msgs[idx[0]].Gid
 		keys := []string{windowKey(gid), floorKey(gid), headKey(gid)}
 		if len(keep) > 0 {
-			notes = append(notes, noteSizes(ctx, pipe, gid, largest, heads[g]+1))
+			notes = append(notes, noteSizes(ctx, pipe, gid, largest, heads[g], head, sized[g]))
 		}
 		// A floor that must rise first goes with the messages in one step:
 		// between a ZADD and its trim, a reader would see the window run on
@@ -281,11 +282,13 @@ func (r *Redis) appendWindow(ctx context.Context, msgs []schema.Message, groups 
 }
 
 // floors returns the floor and the head of each group (-1: nothing
-// trimmed, none), one MGET per group, pipelined with the fence's check;
-// with withLowest, also the lowest msgid in each group's window (-1:
-// empty).
-func (r *Redis) floors(ctx context.Context, fence *Fence, msgs []schema.Message, groups [][]int, withLowest bool) (floors, lowest, heads []int64, err error) {
+// trimmed, none), one MGET per group, pipelined with the fence's check,
+// and whether the group's size record accounts for every member up to
+// its head (see sizedUpTo); with withLowest, also the lowest msgid in
+// each group's window (-1: empty).
+func (r *Redis) floors(ctx context.Context, fence *Fence, msgs []schema.Message, groups [][]int, withLowest bool) (floors, lowest, heads []int64, sized []bool, err error) {
 	cmds := make([]*redis.SliceCmd, len(groups))
+	uptos := make([]*redis.FloatCmd, len(groups))
 	var lows []*redis.ZSliceCmd
 	var fenced *redis.BoolCmd
 	err = r.execPipe(ctx, func(p redis.Pipeliner) {
@@ -293,16 +296,17 @@ func (r *Redis) floors(ctx context.Context, fence *Fence, msgs []schema.Message,
 		for g, idx := range groups {
 			gid := msgs[idx[0]].Gid
 			cmds[g] = p.MGet(ctx, floorKey(gid), headKey(gid))
+			uptos[g] = p.ZScore(ctx, sizeKey(gid), "upto")
 			if withLowest {
 				lows = append(lows, p.ZRangeWithScores(ctx, windowKey(gid), 0, 0))
 			}
 		}
 	})
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	if err := fence.held(fenced); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	floors, heads = make([]int64, len(groups)), make([]int64, len(groups))
 	for g, cmd := range cmds {
@@ -311,7 +315,7 @@ func (r *Redis) floors(ctx context.Context, fence *Fence, msgs []schema.Message,
 			if v := cmd.Val(); len(v) == 2 && v[i] != nil {
 				s, _ := v[i].(string)
 				if id, err = parseMsgID(s); err != nil {
-					return nil, nil, nil, fmt.Errorf("%s of %q: %w", name, msgs[groups[g][0]].Gid, err)
+					return nil, nil, nil, nil, fmt.Errorf("%s of %q: %w", name, msgs[groups[g][0]].Gid, err)
 				}
 			}
 			if i == 0 {
@@ -330,7 +334,12 @@ func (r *Redis) floors(ctx context.Context, fence *Fence, msgs []schema.Message,
 			}
 		}
 	}
-	return floors, lowest, heads, nil
+	sized = make([]bool, len(groups))
+	for g, cmd := range uptos {
+		upto, err := cmd.Result()
+		sized[g] = err == nil && int64(upto) >= heads[g]
+	}
+	return floors, lowest, heads, sized, nil
 }
 
 // pretrim leaves out of one group's batch the messages that trimming would

@@ -188,7 +188,7 @@ func (r *Redis) windowRead(ctx context.Context, gid, lo, hi string, count int, r
 		}
 	}
 	if record != nil {
-		largest = largestMember(record.Val(), floor)
+		largest = largestMember(record.Val(), floor, head)
 	}
 	return rng.Val(), floor, head, largest, nil
 }

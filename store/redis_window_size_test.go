@@ -22,14 +22,17 @@ func testWindowSizeRecord(t *testing.T, c redis.UniversalClient) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		floor, ok, err := optionalMsgID(c.Get(ctx, floorKey(gid)))
-		if err != nil {
-			t.Fatal(err)
+		ids := [2]int64{-1, -1} // floor, head
+		for i, key := range []string{floorKey(gid), headKey(gid)} {
+			id, ok, err := optionalMsgID(c.Get(ctx, key))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok {
+				ids[i] = id
+			}
 		}
-		if !ok {
-			floor = -1
-		}
-		return largestMember(rec, floor)
+		return largestMember(rec, ids[0], ids[1])
 	}
 	sized := func(gid string, body int, ids ...int64) []schema.Message {
 		msgs := batchOf(gid, ids...)
@@ -76,5 +79,34 @@ func testWindowSizeRecord(t *testing.T, c redis.UniversalClient) {
 	appendAll(t, r, later...) // trims 0 and 1
 	if got := known("old"); got != largest(later) {
 		t.Fatalf("once the members from before the record are trimmed: largest %d; want %d", got, largest(later))
+	}
+
+	// A writer that keeps no record (a persister of a release before it,
+	// during a rolling update) adds members the record never saw: the
+	// record, as it was, no longer holds once the head passes its upto,
+	// and the next batch begins it again.
+	appendAll(t, r, sized("mixed", 10, 0, 1)...)
+	before, err := c.ZRangeWithScores(ctx, sizeKey("mixed"), 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendAll(t, r, sized("mixed", 3000, 2, 3)...)
+	if err := c.Del(ctx, sizeKey("mixed")).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ZAdd(ctx, sizeKey("mixed"), before...).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if got := known("mixed"); got != 0 {
+		t.Fatalf("members of 3000 bytes added without the record, which says %d: largest %d; want 0, not known", largest(sized("mixed", 10, 0)), got)
+	}
+	appendAll(t, r, sized("mixed", 10, 4, 5)...)
+	if got := known("mixed"); got != 0 {
+		t.Fatalf("a batch after members the record never saw: largest %d; want 0 until they are trimmed", got)
+	}
+	last := sized("mixed", 10, 6, 7)
+	appendAll(t, r, last...) // trims 2 and 3
+	if got := known("mixed"); got != largest(last) {
+		t.Fatalf("once the members the record never saw are trimmed: largest %d; want %d", got, largest(last))
 	}
 }
