@@ -482,16 +482,29 @@ func (tr *analyticsTruth) unread(m schema.Message) [][]any {
 // dayKey is a group and a UTC day.
 type dayKey struct{ gid, day string }
 
-// perDay counts, per group and UTC day within [from, to), the events of
-// log and, in users, the users who sent them.
+// perDay counts, per group and UTC day, each member's distinct upto once,
+// on the day it was first reached (its least at), as the cookbook's
+// queries do: of the events from a day before from (as far back as they
+// look for what a correction repeats) to to, those first reached in
+// [from, to).
 func perDay(log cursorLog, from, to time.Time, counts map[dayKey]*[3]int64, slot int, users map[dayKey]map[string]bool) {
+	back := from.Add(-24 * time.Hour)
 	for gid, byUser := range log {
 		for uid, evs := range byUser {
+			first := make(map[int64]int64) // upto -> least at
 			for _, ev := range evs {
-				if !inWindow(ev.at, from, to) {
+				if !inWindow(ev.at, back, to) {
 					continue
 				}
-				k := dayKey{gid, time.UnixMilli(ev.at).UTC().Format(time.DateOnly)}
+				if at, ok := first[ev.upto]; !ok || ev.at < at {
+					first[ev.upto] = ev.at
+				}
+			}
+			for _, at := range first {
+				if !inWindow(at, from, to) {
+					continue
+				}
+				k := dayKey{gid, time.UnixMilli(at).UTC().Format(time.DateOnly)}
 				if counts[k] == nil {
 					counts[k] = new([3]int64)
 				}
