@@ -42,6 +42,7 @@ type Config struct {
 	PingInterval   time.Duration                             // default 30s: a connection that misses a pong is dropped
 	MinBackoff     time.Duration                             // default 100ms: first reconnect delay (and a fifth of the first overload pause), doubled up to MaxBackoff, with jitter
 	MaxBackoff     time.Duration                             // default 10s; the reconnect delay restarts at MinBackoff only after a connection that lasted this long
+	RedialSpread   time.Duration                             // default MaxBackoff/5 (2s); negative: none. The first reconnect after a connection ends waits a random time up to this besides the back-off, so that the clients of a gateway that went away come back spread out, not in one wave
 	PageSize       int                                       // default 200, at most protocol.MaxLimit: messages per pull
 	MaxSending     int                                       // default 32: sends in flight at once; more wait, and fewer after the server says overloaded
 	MaxQueued      int                                       // default 10,000: pulls wait while this many messages wait for OnMessage; and pushes of a group held behind a gap, the rest pulled
@@ -81,6 +82,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxBackoff == 0 {
 		c.MaxBackoff = 10 * time.Second
+	}
+	if c.RedialSpread == 0 {
+		c.RedialSpread = c.MaxBackoff / 5
 	}
 	if c.PageSize == 0 {
 		c.PageSize = 200

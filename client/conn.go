@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
@@ -364,12 +365,17 @@ func (c *Client) waitSession(ctx context.Context) (*session, error) {
 // The back-off restarts only after a session that lasted MaxBackoff: a
 // server that ends every session at once (shutting down behind a load
 // balancer, or cutting the client on every resync) gets reconnects further
-// and further apart, not one per MinBackoff from each of its clients.
+// and further apart, not one per MinBackoff from each of its clients. The
+// first reconnect after a session also waits a random part of
+// RedialSpread: a gateway that goes away ends all its sessions at once,
+// and its clients would otherwise all come back to the others within the
+// first back-off's jitter (50-100 ms by default).
 func (c *Client) run(s *session) {
 	defer c.wg.Done()
 	bo := backoff{min: c.cfg.MinBackoff, max: c.cfg.MaxBackoff}
 	began := time.Now() // of s
 	for {
+		var spread time.Duration
 		if s != nil {
 			c.serve(s)
 			if c.ctx.Err() != nil || c.isClosing() {
@@ -379,8 +385,11 @@ func (c *Client) run(s *session) {
 			if time.Since(began) >= c.cfg.MaxBackoff {
 				bo.reset()
 			}
+			if c.cfg.RedialSpread > 0 {
+				spread = rand.N(c.cfg.RedialSpread)
+			}
 		}
-		if !sleep(c.ctx, bo.next()) {
+		if !sleep(c.ctx, bo.next()+spread) {
 			return
 		}
 		var err error

@@ -91,7 +91,11 @@
 // Reconnects wait Config.MinBackoff at first, doubling to MaxBackoff, with
 // jitter. The wait starts over only after a connection that lasted
 // MaxBackoff, so a server that ends every connection at once is not
-// reconnected to every MinBackoff by all its clients.
+// reconnected to every MinBackoff by all its clients. The first reconnect
+// after a connection ends also waits a random time up to
+// Config.RedialSpread (MaxBackoff/5, 2 s by default): the clients of a
+// gateway that went away come back to the others spread over it, not in
+// one wave.
 //
 // Dial makes the first connection again the same way while the server asks
 // it to: a close with 1013 (try again later), 1012 (service restart) or
