@@ -170,33 +170,6 @@ func TestAnOpeningCutShortReadsNothing(t *testing.T) {
 	}
 }
 
-// A sync refused after the session is up (Redis down: unavailable) makes
-// the page drop and redial. The backoff must grow across such sessions:
-// being let in (authed) is not a healthy session, a sync is.
-func TestRefusedSyncsBackOff(t *testing.T) {
-	p := newPeer(t)
-	b := browsertest.NewTab(t, browsertest.Start(t), "u")
-	signIn(t, p, b)
-	n := 0
-	deadline := time.Now().Add(8 * time.Second)
-	for time.Now().Before(deadline) {
-		var c *peerConn
-		select {
-		case c = <-p.conns:
-		case <-time.After(time.Until(deadline)):
-			continue
-		}
-		n++
-		if f := c.next("sync", 5*time.Second); f != nil {
-			c.answer(f, map[string]any{"op": "error", "code": "unavailable", "message": "redis: connection refused"})
-		}
-	}
-	// Backoff 0.5, 1, 2, 4 s (each jittered to [d/2, d]) allows 5 sessions in 8 s.
-	if n > 6 {
-		t.Fatalf("%d sessions (WebSocket upgrades, auth, sync) in 8 s while the server's store is down", n)
-	}
-}
-
 // One heartbeat sync refused with a retryable error must not end the
 // heartbeat for the rest of the session. HEARTBEAT (25 s) is shortened to
 // 300 ms in the page by wrapping setTimeout before the page's scripts run.

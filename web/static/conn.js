@@ -71,6 +71,7 @@ export class Conn {
     this.seq = 0;
     this.waiters = new Map();
     this.backoff = new Backoff();
+    this.healthyAt = 0; // when the session did its first work (healthy), 0: not yet
     this.timer = 0; // the next dial
     this.authTimer = 0; // the end of the dialled connection's time to authenticate
   }
@@ -128,11 +129,13 @@ export class Conn {
     this.timer = setTimeout(() => this.dial(), this.backoff.next());
   }
 
-  // healthy says the session did its first work (chat.js: the sync): the
-  // next redial starts from the shortest delay again. Being let in is not
-  // enough: a server that accepts the token and then refuses every sync
-  // would otherwise be dialled about twice a second by every client.
-  healthy() { this.backoff.reset(); }
+  // healthy says the session did its first work (chat.js: the sync). The
+  // redial after it starts from the shortest delay again once it has
+  // lasted the backoff's longest delay, as the Go SDK's does: being let
+  // in, or a sync, is not enough, or a server that cuts every client right
+  // after its sync (too slow, a pong missed) would be dialled two to four
+  // times a second by each of them for ever.
+  healthy() { this.healthyAt = Date.now(); }
 
   // drop ends the session now, without waiting for a closing handshake
   // that a dead network would never finish.
@@ -203,7 +206,12 @@ export class Conn {
       return;
     }
     if (this.stopped) return;
-    const retryIn = this.backoff.next();
+    if (this.healthyAt && Date.now() - this.healthyAt >= this.backoff.max) this.backoff.reset();
+    this.healthyAt = 0;
+    // A gateway that goes away ends all its sessions at once: the first
+    // redial after a session is spread over a fifth of the longest delay
+    // (2 s), or its clients would all come back to the others in one wave.
+    const retryIn = this.backoff.next() + (wasUp ? Math.round(Math.random() * this.backoff.max / 5) : 0);
     this.timer = setTimeout(() => this.dial(), retryIn);
     this.hooks.down({ code: ev.code, reason: ev.reason, retryIn, wasUp });
   }
