@@ -71,6 +71,13 @@ type Config struct {
 	// MaxConnsPerUser bounds the connections of one user to this gateway
 	// (devices, browser tabs); past it a connection is refused. Default 32.
 	MaxConnsPerUser int
+	// DrainRate is how many connections a second Shutdown closes at most
+	// (over half the time its context leaves at most), so that the other
+	// gateways take their reconnects in a stream rather than in one wave,
+	// whatever the clients' back-off. Default 2,000: 20,000 connections
+	// drain over 10 s, or over half the shutdown timeout when that is
+	// shorter.
+	DrainRate int
 	// JoinHold is how long an add's reservation of a member's place
 	// (store.ReserveJoins) is held, far above the member projector's lag:
 	// a join reserved is taken as being written, and its place as taken,
@@ -121,6 +128,9 @@ func (c *Config) setDefaults() {
 	if c.MaxAuthenticating == 0 {
 		c.MaxAuthenticating = 10000
 	}
+	if c.DrainRate == 0 {
+		c.DrainRate = 2000
+	}
 	if c.MaxConnsPerUser == 0 {
 		c.MaxConnsPerUser = 32
 	}
@@ -165,8 +175,8 @@ func (c Config) Validate() error {
 		return errors.New("gateway: the token secret must be at least 32 bytes; set CHAT_JWT_SECRET")
 	case c.MaxBody < 1 || c.MaxBody > producers.MaxBody:
 		return fmt.Errorf("gateway: max body %d out of range 1..%d (what one Kafka record batch carries by default)", c.MaxBody, producers.MaxBody)
-	case c.SendRate < 0 || c.SendBurst < 1 || c.QueueSize < 1 || c.QueueBytes < 1 || c.MaxConnsPerUser < 1 || c.MaxAuthenticating < 1:
-		return errors.New("gateway: send rate, burst, queue size, queue bytes, connections per user and connections authenticating must be positive")
+	case c.SendRate < 0 || c.SendBurst < 1 || c.QueueSize < 1 || c.QueueBytes < 1 || c.MaxConnsPerUser < 1 || c.MaxAuthenticating < 1 || c.DrainRate < 1:
+		return errors.New("gateway: send rate, burst, queue size, queue bytes, connections per user, connections authenticating and drain rate must be positive")
 	case c.MaxMembers < 1 || c.MaxMembers > protocol.MaxMembers:
 		return fmt.Errorf("gateway: max members %d out of range 1..%d", c.MaxMembers, protocol.MaxMembers)
 	case c.MaxTokenTTL < time.Minute:

@@ -153,13 +153,11 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.admitConn.Lock()
 	g.closing.Store(true)
 	g.admitConn.Unlock()
-	for _, c := range g.hub.all() {
-		c.close(websocket.StatusGoingAway, shutdownReason)
-	}
 	g.authing.Range(func(c, _ any) bool {
 		c.(*conn).close(websocket.StatusGoingAway, shutdownReason)
 		return true
 	})
+	g.drain(ctx, g.hub.all())
 	done := make(chan struct{})
 	go func() { g.wg.Wait(); close(done) }()
 	select {
@@ -171,6 +169,29 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 }
 
 const shutdownReason = "server shutting down; reconnect"
+
+// drain closes conns as going away, at most DrainRate a second and within
+// half the time ctx leaves, in a stream: closed in one loop, they would all
+// reconnect to the other gateways at once. The connections still open are
+// served meanwhile; ctx ending closes the rest at once.
+func (g *Gateway) drain(ctx context.Context, conns []*conn) {
+	span := time.Duration(len(conns)) * time.Second / time.Duration(g.cfg.DrainRate)
+	if deadline, ok := ctx.Deadline(); ok {
+		span = min(span, time.Until(deadline)/2)
+	}
+	start := time.Now()
+	for i, c := range conns {
+		if at := start.Add(span * time.Duration(i) / time.Duration(len(conns))); ctx.Err() == nil && time.Until(at) > 0 {
+			t := time.NewTimer(time.Until(at))
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
+		c.close(websocket.StatusGoingAway, shutdownReason)
+	}
+}
 
 func sortGroups(gs []protocol.GroupState) {
 	sort.Slice(gs, func(i, j int) bool { return gs[i].Gid < gs[j].Gid })

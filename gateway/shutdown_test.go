@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -144,5 +145,62 @@ func TestShutdownClosesAConnectionUpgradedAsItBeginsBeforeItsAuthFrame(t *testin
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("Shutdown: %v", err)
+	}
+}
+
+// Shutdown closed every connection in one loop, and their clients all
+// reconnected to the other gateways at once, whatever their back-off.
+// It closes them in a stream, at most DrainRate a second (here 20: ten
+// connections over half a second), and within half the time its context
+// leaves.
+func TestShutdownDrainsConnectionsInAStream(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		timeout time.Duration
+		least   time.Duration // the spread of the closes at least
+		most    time.Duration // and at most
+	}{
+		{"at the drain rate", 20 * time.Second, 350 * time.Millisecond, 2 * time.Second},
+		{"within half the shutdown timeout", 400 * time.Millisecond, 100 * time.Millisecond, 350 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t, envOpts{gateways: 1, tune: func(cfg *Config) { cfg.DrainRate = 20 }})
+			const n = 10
+			closed := make(chan time.Time, n)
+			for i := range n {
+				r := e.login(0, fmt.Sprintf("u%d", i))
+				go func() {
+					for {
+						if _, _, err := r.ws.Read(context.Background()); err != nil {
+							if websocket.CloseStatus(err) != websocket.StatusGoingAway {
+								t.Errorf("connection ended with %v; want going away", err)
+							}
+							closed <- time.Now()
+							return
+						}
+					}
+				}()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+			defer cancel()
+			if err := e.gws[0].g.Shutdown(ctx); err != nil {
+				t.Fatalf("Shutdown: %v", err)
+			}
+			var first, last time.Time
+			for i := range n {
+				select {
+				case at := <-closed:
+					if i == 0 {
+						first = at
+					}
+					last = at
+				case <-time.After(10 * time.Second):
+					t.Fatalf("%d of %d connections closed", i, n)
+				}
+			}
+			if spread := last.Sub(first); spread < c.least || spread > c.most {
+				t.Fatalf("%d connections closed over %v; want %v to %v", n, spread.Round(time.Millisecond), c.least, c.most)
+			}
+		})
 	}
 }
