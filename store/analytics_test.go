@@ -33,7 +33,7 @@ var (
 // loadCookbook returns every sql block of the cookbook, by name. A block
 // without a name comment, a name used twice, or a parameter that the
 // block's section does not name in backquotes fails the test.
-func loadCookbook(t *testing.T) map[string]cookbookQuery {
+func loadCookbook(t testing.TB) map[string]cookbookQuery {
 	t.Helper()
 	text, err := os.ReadFile(cookbookPath)
 	if err != nil {
@@ -110,7 +110,7 @@ func (q cookbookQuery) bind(params map[string]any) (string, []any, error) {
 
 // run binds params, runs the query and returns its rows, each value
 // normalized: integers to int64, floats to float64, Date to "2006-01-02".
-func (q cookbookQuery) run(t *testing.T, c *ClickHouse, params map[string]any) [][]any {
+func (q cookbookQuery) run(t testing.TB, c *ClickHouse, params map[string]any) [][]any {
 	t.Helper()
 	sql, args, err := q.bind(params)
 	if err != nil {
