@@ -152,14 +152,15 @@ func checkInactive(ctx context.Context, a *admin, group string, force bool) erro
 }
 
 // activeErr refuses to touch a group that has members, saying what to
-// stop: -force is offered only for a group that keeps its position in
-// Redis (Kafka takes no offsets from outside a group with members).
+// stop: -force is offered only for a chatd group that keeps its position
+// in Redis (Kafka takes no offsets from outside a group with members, and
+// a group not chatd's keeps its position in Kafka).
 func activeErr(group string, info groupInfo) error {
-	stop, force := "its consumers (the chatd role that runs it)", ", or pass -force"
+	stop, force := "its consumers", "; it keeps its position in Kafka, which takes offsets only from its members, so -force cannot move it while they run"
 	if k, ok := knownGroups[group]; ok {
 		stop = fmt.Sprintf("its consumers (every `chatd %s` process, or `chatd dev`)", k.role)
-		if !k.inRedis {
-			force = "; it keeps its position in Kafka, which takes offsets only from its members, so -force cannot move it while they run"
+		if k.inRedis {
+			force = ", or pass -force"
 		}
 	}
 	return fmt.Errorf("%w: %s is %s with %d members; stop %s and retry%s",

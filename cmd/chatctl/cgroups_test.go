@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/segmentio/kafka-go"
+
 	"github.com/groupchat/chatd/consumers"
 	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/schema"
@@ -444,5 +446,32 @@ func TestAnInterruptedCommandDoesNotBlameTheBroker(t *testing.T) {
 	err = run(ctx, []string{"consumer-groups", "list"}, env, &out, &errOut)
 	if err == nil || strings.Contains(err.Error(), "broker up") {
 		t.Fatalf("consumer-groups list interrupted: %v, want an error that does not blame the broker", err)
+	}
+}
+
+// A running group that is none of chatd's (an analyst's) keeps its
+// position in Kafka: its refusal offered -force, and -force was refused
+// with the same text offering -force again. Neither offers it.
+func TestResetOfARunningGroupNotChatdsOffersNoForce(t *testing.T) {
+	e := newEnv(t, 1)
+	ctx := context.Background()
+	e.sendMessages(schema.Message{Gid: "g1", Sender: "u1", ClientMsgID: "c1", SentAt: time.Now().UnixMilli(), Body: []byte("x")})
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: e.brokers, GroupID: "analytics.export", Topic: topics.Messages,
+		Dialer: &kafka.Dialer{Timeout: 5 * time.Second}, MaxWait: 100 * time.Millisecond})
+	defer r.Close()
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if _, err := r.ReadMessage(rctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, force := range []bool{false, true} {
+		args := []string{"consumer-groups", "reset", "analytics.export", "-to", "earliest", "-topic", topics.Messages}
+		if force {
+			args = append(args, "-force")
+		}
+		_, err := e.ctl(args...)
+		if !errors.Is(err, ErrGroupActive) || strings.Contains(err.Error(), "-force") && !strings.Contains(err.Error(), "-force cannot move it") {
+			t.Errorf("reset (-force %v) of a running group not chatd's: %v; want a refusal offering no -force", force, err)
+		}
 	}
 }

@@ -189,7 +189,7 @@ func (s *settings) validate() error {
 }
 
 func (s *settings) brokers() ([]string, error) {
-	b, err := access.Addrs(s.KafkaBrokers, "CHAT_KAFKA_BROKERS (-kafka-brokers)", "kafka-1:9092,kafka-2:9092")
+	b, err := access.Addrs(s.KafkaBrokers, "CHAT_KAFKA_BROKERS (-kafka-brokers)", "9092", "kafka-1:9092,kafka-2:9092")
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +213,7 @@ func (s *settings) topicsConfig() (topics.Config, error) {
 
 // redis connects to Redis and checks that it answers.
 func (s *settings) redis(ctx context.Context) (*store.Redis, func(), error) {
-	addrs, err := access.Addrs(s.RedisAddrs, "CHAT_REDIS_ADDRS (-redis-addrs)", "redis:6379")
+	addrs, err := access.Addrs(s.RedisAddrs, "CHAT_REDIS_ADDRS (-redis-addrs)", "", "redis:6379")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -241,7 +241,7 @@ func (s *settings) redis(ctx context.Context) (*store.Redis, func(), error) {
 
 // clickhouse connects to ClickHouse and applies the migrations.
 func (s *settings) clickhouse(ctx context.Context) (*store.ClickHouse, error) {
-	addrs, err := access.Addrs(s.ClickHouseAddrs, "CHAT_CLICKHOUSE_ADDRS (-clickhouse-addrs)", "clickhouse:9000 (the native protocol's port, not the HTTP port 8123)")
+	addrs, err := access.Addrs(s.ClickHouseAddrs, "CHAT_CLICKHOUSE_ADDRS (-clickhouse-addrs)", "", "clickhouse:9000 (the native protocol's port, not the HTTP port 8123)")
 	if err != nil {
 		return nil, err
 	}

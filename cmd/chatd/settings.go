@@ -197,12 +197,12 @@ func checkEnv(fs *flag.FlagSet, getenv func(string) string) error {
 // storeAddrs are the settings of the stores' addresses, checked by
 // validate for a form that can be dialled.
 var storeAddrs = []struct {
-	setting, example string
-	v                func(*settings) *string
+	setting, defaultPort, example string
+	v                             func(*settings) *string
 }{
-	{"CHAT_KAFKA_BROKERS (-kafka-brokers)", "kafka-1:9092,kafka-2:9092", func(s *settings) *string { return &s.KafkaBrokers }},
-	{"CHAT_REDIS_ADDRS (-redis-addrs)", "redis:6379", func(s *settings) *string { return &s.RedisAddrs }},
-	{"CHAT_CLICKHOUSE_ADDRS (-clickhouse-addrs)", "clickhouse:9000 (the native protocol's port, not the HTTP port 8123)", func(s *settings) *string { return &s.ClickHouseAddrs }},
+	{"CHAT_KAFKA_BROKERS (-kafka-brokers)", "9092", "kafka-1:9092,kafka-2:9092", func(s *settings) *string { return &s.KafkaBrokers }},
+	{"CHAT_REDIS_ADDRS (-redis-addrs)", "", "redis:6379", func(s *settings) *string { return &s.RedisAddrs }},
+	{"CHAT_CLICKHOUSE_ADDRS (-clickhouse-addrs)", "", "clickhouse:9000 (the native protocol's port, not the HTTP port 8123)", func(s *settings) *string { return &s.ClickHouseAddrs }},
 }
 
 // validate checks the settings a role takes; role names which ones are
@@ -219,7 +219,7 @@ func (s *settings) validate(role string) error {
 			"unset it for dev, or run the production roles (gateway, fanout, persister, projector) against a Kafka cluster of %d brokers or more", s.Replicas, s.Replicas)
 	}
 	for _, a := range storeAddrs {
-		if _, err := access.Addrs(*a.v(s), a.setting, a.example); err != nil {
+		if _, err := access.Addrs(*a.v(s), a.setting, a.defaultPort, a.example); err != nil {
 			return err
 		}
 	}

@@ -59,8 +59,9 @@ func (a Settings) ClickHouseTLSConfig() (*tls.Config, error) {
 // names it: CHAT_KAFKA_BROKERS, CHAT_REDIS_ADDRS, CHAT_CLICKHOUSE_ADDRS),
 // and refuses an address that is no host:port, naming the setting and an
 // example: a URL or a missing port would otherwise be dialled, and waited
-// for, as a store that is down.
-func Addrs(s, setting, example string) ([]string, error) {
+// for, as a store that is down. A host alone takes defaultPort when it is
+// not "" (Kafka's clients dial 9092 for a broker named without a port).
+func Addrs(s, setting, defaultPort, example string) ([]string, error) {
 	var out []string
 	for _, a := range strings.Split(s, ",") {
 		if a = strings.TrimSpace(a); a == "" {
@@ -68,6 +69,9 @@ func Addrs(s, setting, example string) ([]string, error) {
 		}
 		if i := strings.Index(a, "://"); i >= 0 {
 			return nil, fmt.Errorf("%s: %q is a URL; give host:port without %q, e.g. %s", setting, a, a[:i+3], example)
+		}
+		if _, _, err := net.SplitHostPort(a); err != nil && defaultPort != "" && strings.HasSuffix(err.Error(), "missing port in address") {
+			a = net.JoinHostPort(strings.Trim(a, "[]"), defaultPort)
 		}
 		_, port, err := net.SplitHostPort(a)
 		if err != nil {
