@@ -77,6 +77,19 @@ func (c *Client) pushLocked(m protocol.Message) {
 		c.drainLocked(g)
 		return
 	}
+	if c.sends.secondRecord(m, c.cfg.DedupWindow.Milliseconds()) {
+		// A second record of a send handed over already (a resend the
+		// server wrote twice), after a gap: never handed over, it is not
+		// held either, for the server stores only the first, and a pull
+		// would never bring the records before it up to it. Its prev,
+		// when it names one, is still owed.
+		c.stats.Duplicates++
+		if m.Prev != nil && *m.Prev > g.contig {
+			g.owed = max(g.owed, *m.Prev)
+			c.drainLocked(g)
+		}
+		return
+	}
 	if !g.pulling {
 		c.stats.Gaps++
 		prev := "unknown"

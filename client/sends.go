@@ -96,6 +96,16 @@ func (s *sendSet) sentBefore(m protocol.Message, win int64, most int) bool {
 	return false
 }
 
+// secondRecord reports, without remembering m, whether m is a second
+// record of a send already handed to OnMessage (see sentBefore).
+func (s *sendSet) secondRecord(m protocol.Message, win int64) bool {
+	if m.Cmid == "" {
+		return false
+	}
+	r, ok := s.m[sendHash(m.Gid, m.Sender, m.Cmid)]
+	return ok && r.msgid < m.MsgID && sameSend(m.SentAt, r.sentAt, win)
+}
+
 // sentBeforeLocked reports whether m is a second record of a send already
 // handed to OnMessage (sendSet.sentBefore), and remembers m's send.
 func (c *Client) sentBeforeLocked(m protocol.Message) bool {
