@@ -399,8 +399,11 @@ func (c *Client) MarkRead(ctx context.Context, gid string, upto int64) error {
 		return ErrClosed
 	}
 	g := c.groups[gid]
-	if g == nil || upto > g.contig {
-		return fmt.Errorf("client: mark read %s upto %d: %w", gid, upto, ErrNotReceived)
+	switch {
+	case g == nil:
+		return fmt.Errorf("client: mark read %s upto %d: %w: the client knows no group %s (no sync named it and none of its messages came: is the user a member?)", gid, upto, ErrNotReceived, gid)
+	case upto > g.contig:
+		return fmt.Errorf("client: mark read %s upto %d: %w (up to %d)", gid, upto, ErrNotReceived, g.contig)
 	}
 	if upto <= g.readWant {
 		return nil

@@ -115,8 +115,15 @@ func (c *Config) setDefaults() {
 	}
 }
 
-// Validate reports the first invalid field.
+// Validate reports the first invalid field, with the zero fields at their
+// defaults as Dial takes them.
 func (c *Config) Validate() error {
+	d := *c
+	d.setDefaults()
+	return d.validate()
+}
+
+func (c *Config) validate() error {
 	u, err := url.Parse(c.URL)
 	switch {
 	case c.URL == "":
@@ -163,6 +170,7 @@ type Stats struct {
 	Reads         int64 // read frames sent
 	Resends       int64 // sends repeated with the same cmid
 	Overloaded    int64 // sends the server refused as overloaded (each waited and was resent)
+	RateLimited   int64 // sends the server refused as over the user's rate (each waited out the same pause and was resent)
 	Reconnects    int64 // connections made after the first
 	Resyncs       int64 // syncs made again on a connection: the server asked (pushes may have been lost), or a group was taken up again (Retakes); coalesced
 	Retakes       int64 // groups taken up again from the ack cursor after an ack refused as beyond_head
@@ -188,6 +196,8 @@ type Client struct {
 	groups        map[string]*group
 	lastSync      []protocol.GroupState
 	named         map[string]bool    // the gids of lastSync
+	uid           string             // the user the server authenticated, as of the last session
+	connErr       error              // the last attempt to connect failed so; nil once one succeeds
 	forgotten     map[string]int64   // groups dropped, and how far they were delivered (dropLocked)
 	dropWarned    bool               // a push was dropped for MaxUnnamedGroups since the last sync: logged
 	queue         []protocol.Message // accepted, not yet handed to OnMessage
@@ -225,7 +235,7 @@ type Client struct {
 // something else.
 func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	cfg.setDefaults()
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
 	c := &Client{
@@ -296,6 +306,15 @@ func (c *Client) Close() error {
 		return fmt.Errorf("client: close: not every ack and read was sent; the server keeps the cursors it had, so this user's next client gets the messages after them again: %w", err)
 	}
 	return nil
+}
+
+// UID returns the user the server authenticated the token as (its
+// authed frame), as of the last connection: a bot tells its own
+// messages by it.
+func (c *Client) UID() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.uid
 }
 
 // Groups returns the user's groups as of the last sync (counts only).

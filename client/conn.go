@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"strconv"
 	"sync"
 	"time"
@@ -81,8 +82,12 @@ func (c *Client) connect(ctx context.Context) (*session, error) {
 	}
 	conn, resp, err := websocket.Dial(ctx, c.cfg.URL, &websocket.DialOptions{HTTPClient: c.cfg.HTTPClient})
 	if err != nil {
-		if rerr := refusal(resp); rerr != nil {
+		if rerr := refusal(resp); rerr != nil && resp.StatusCode != http.StatusNotFound {
 			return nil, fmt.Errorf("client: dial: %w", rerr)
+		}
+		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
+			// An HTTP answer, not an upgrade: most likely another path.
+			return nil, fmt.Errorf("client: dial %s: %w; is it the gateway's WebSocket endpoint, ws://host:port/v1/ws (wss:// over TLS)?", c.cfg.URL, err)
 		}
 		return nil, fmt.Errorf("client: dial: %w", err)
 	}
@@ -325,6 +330,7 @@ func (c *Client) applySync(s *session, groups []protocol.GroupState) error {
 	}
 	s.earlyOwed = nil
 	c.sess = s
+	c.uid = s.uid
 	close(c.ready)
 	return nil
 }
@@ -397,9 +403,11 @@ func (c *Client) run(s *session) {
 			if c.ctx.Err() != nil {
 				return
 			}
+			c.setConnectError(err)
 			c.reportError(err)
 			continue
 		}
+		c.setConnectError(nil)
 		began = time.Now()
 		c.kickAck()
 		// Beside serve: its pings are what notice a connection gone
@@ -430,4 +438,20 @@ func (c *Client) serve(s *session) {
 			}
 		}
 	}
+}
+
+// setConnectError records the error of the last attempt to connect (nil:
+// it succeeded), for the errors of what waits for a connection.
+func (c *Client) setConnectError(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.connErr = err
+}
+
+// lastConnectError is the error of the last attempt to connect, if it
+// failed.
+func (c *Client) lastConnectError() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.connErr
 }

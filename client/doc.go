@@ -113,7 +113,10 @@
 // OnMessage is called from one goroutine owned by the Client, one message at
 // a time, in ascending msgid order per group. It may call any method of the
 // Client (Send, MarkRead, Open, Cursor...) except Close, which waits for
-// OnMessage to return. Once Close has begun, a Send or Open waiting for a
+// OnMessage to return. Delivery may begin before Dial returns, so an
+// OnMessage that uses the Client waits until the variable Dial's result
+// is assigned to is set (a sync.WaitGroup done after Dial, as the bot
+// example does): reading it before is a data race. Once Close has begun, a Send or Open waiting for a
 // connection (or a Send for its turn among the sends in flight, or backing
 // off before a resend), and a ReadCounts or WhoRead waiting for its answer,
 // end with ErrClosed, so an OnMessage blocked in one returns. A slow OnMessage delays acks, not the connection:
@@ -131,8 +134,10 @@
 // *SendError, which gives its cmid and says whether the message may have
 // been stored (an answer was lost): resend it with SendWithID and that cmid,
 // as a new Send would post it twice. At most MaxSending sends are in flight
-// at once; the others wait in the client. A server that answers overloaded
-// halves that number and pauses every send of the client: for 5 × MinBackoff
+// at once; the others wait in the client. A server that answers overloaded,
+// or rate_limited (the user's sends over their rate: 50 a second, bursts
+// of 100, by default), halves that number and pauses every send of the
+// client: for 5 × MinBackoff
 // at first, with jitter down to half (0.25–0.5 s with the defaults),
 // doubling while the refusals go on, up to MaxBackoff (5–10 s); then they
 // are resent with their cmid. The refusals of sends that were in flight

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/groupchat/chatd/client"
@@ -62,4 +64,39 @@ func Example() {
 	if _, upto := c.Cursor("g1"); upto >= 0 {
 		_ = c.MarkRead(ctx, "g1", upto)
 	}
+}
+
+// A bot that answers every message of its groups: it tells its own
+// messages by its uid, calls the client from OnMessage once Dial has
+// returned (delivery may begin before), and gives each answer a cmid
+// made from the message it answers, so that a message handed to it again
+// after a restart (its ack not yet sent) is answered once: the server
+// takes a cmid once.
+func Example_bot() {
+	ctx := context.Background()
+	var bot *client.Client
+	var dialled sync.WaitGroup
+	dialled.Add(1)
+	c, err := client.Dial(ctx, client.Config{
+		URL:   "ws://localhost:8080/v1/ws",
+		Token: func(ctx context.Context) (string, error) { return "<the bot's jwt>", nil },
+		OnMessage: func(m protocol.Message) {
+			dialled.Wait() // bot is set from here on
+			if bot == nil || m.Sender == bot.UID() {
+				return
+			}
+			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			if _, err := bot.SendWithID(sctx, m.Gid, fmt.Sprintf("re-%s-%d", m.Gid, m.MsgID), strings.ToUpper(m.Body)); err != nil {
+				log.Print(err)
+			}
+		},
+	})
+	bot = c
+	dialled.Done()
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	select {} // serve until stopped
 }

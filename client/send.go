@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/groupchat/chatd/protocol"
 	"github.com/groupchat/chatd/schema"
@@ -42,6 +43,11 @@ func (c *Client) SendWithID(ctx context.Context, gid, cmid, body string) (int64,
 	}
 	if body == "" {
 		return 0, errors.New("client: send: empty body")
+	}
+	if !utf8.ValidString(body) {
+		// JSON would carry it with U+FFFD in place of the bytes that are
+		// not UTF-8: another text than the one given.
+		return 0, errors.New("client: send: the body is not valid UTF-8; send text")
 	}
 	if c.isClosing() {
 		return 0, ErrClosed
@@ -88,13 +94,17 @@ type SendError struct {
 	MaybeStored bool
 	Err         error // ctx's error, or ErrClosed
 
-	overloaded error // the server's last refusal of the send as overloaded: nothing stored
+	overloaded error // the server's last refusal of the send as overloaded or rate_limited: nothing stored
 }
 
 func (e *SendError) Error() string {
 	why := e.Err.Error()
 	if e.overloaded != nil {
-		why = fmt.Sprintf("refused by the server as overloaded (%v), then %v", e.overloaded, e.Err)
+		code := protocol.CodeOverloaded
+		if pe, ok := errors.AsType[*protocol.Error](e.overloaded); ok {
+			code = pe.Code
+		}
+		why = fmt.Sprintf("refused by the server as %s (%v), then %v", code, e.overloaded, e.Err)
 	}
 	switch {
 	case e.MaybeStored:
@@ -117,6 +127,9 @@ func (c *Client) sendOnce(ctx context.Context, req *protocol.Request, attempt, e
 	cmid := req.Cmid
 	s, err := c.waitSession(ctx)
 	if err != nil {
+		if last := c.lastConnectError(); last != nil {
+			return 0, false, fmt.Errorf("%w (not connected; the last attempt: %v)", err, last)
+		}
 		return 0, false, err
 	}
 	if attempt > 0 {
@@ -140,15 +153,21 @@ func (c *Client) sendOnce(ctx context.Context, req *protocol.Request, attempt, e
 	}
 	var pe *protocol.Error
 	switch {
-	case errors.As(err, &pe) && pe.Code == protocol.CodeOverloaded:
+	case errors.As(err, &pe) && (pe.Code == protocol.CodeOverloaded || pe.Code == protocol.CodeRateLimited):
 		// The pause holds every send of the client; this one waits
-		// for it in enter, out of the window.
+		// for it in enter, out of the window. Over the user's rate of
+		// sends, too: each send backing off on its own, in its place of
+		// the window, sent the rest on at the same rate, to be refused.
 		c.mu.Lock()
-		c.stats.Overloaded++
+		if pe.Code == protocol.CodeOverloaded {
+			c.stats.Overloaded++
+		} else {
+			c.stats.RateLimited++
+		}
 		c.mu.Unlock()
 		end.overloaded = err
 		d := c.sending.overloaded(episode)
-		c.log.Debug("chat client: server overloaded; sends paused", "cmid", cmid, "pause", d)
+		c.log.Debug("chat client: sends paused", "code", pe.Code, "cmid", cmid, "pause", d)
 		return 0, true, nil
 	case errors.As(err, &pe):
 		if !retryable(pe.Code) {

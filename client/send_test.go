@@ -234,11 +234,19 @@ func TestCloseEndsASendOfOnMessageWaitingOutAnOverloadPause(t *testing.T) {
 // A gateway refuses the 32 sends a client has in flight at once, in one
 // burst: one refusal of the server's, answered 32 times. The client pauses
 // once (0.05-0.1 s here), as for one refusal, not 32 times longer each time
-// up to MaxBackoff (5 s).
+// up to MaxBackoff (5 s). So it does for sends over the user's rate
+// (rate_limited), which each backed off on its own, in its place among the
+// sends in flight, the others going on at the same rate to be refused.
 func TestOneBurstOfOverloadedRefusalsPausesOnce(t *testing.T) {
+	for _, code := range []protocol.Code{protocol.CodeOverloaded, protocol.CodeRateLimited} {
+		t.Run(string(code), func(t *testing.T) { oneBurstPausesOnce(t, code) })
+	}
+}
+
+func oneBurstPausesOnce(t *testing.T, code protocol.Code) {
 	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
 	c, _ := dial(t, p, "alice", func(c *Config) { c.MinBackoff, c.MaxBackoff, c.OnError = 20*time.Millisecond, 5*time.Second, nil })
-	p.set(func(p *peer) { p.overloadSends = 32 })
+	p.set(func(p *peer) { p.refuseSends, p.sendRefusal = 32, code })
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	start := time.Now()
@@ -266,8 +274,11 @@ func TestOneBurstOfOverloadedRefusalsPausesOnce(t *testing.T) {
 	if took := time.Since(start); took > 2*time.Second {
 		t.Fatalf("32 sends refused once each in one burst, all accepted after %v; want one pause of 0.05-0.1 s", took.Round(time.Millisecond))
 	}
-	if n := c.Stats().Overloaded; n != 32 {
-		t.Fatalf("%d sends refused as overloaded, want 32", n)
+	if st := c.Stats(); st.Overloaded+st.RateLimited != 32 {
+		t.Fatalf("%d sends refused as overloaded and %d as rate_limited, want 32 as %s", st.Overloaded, st.RateLimited, code)
+	}
+	if c.sending.size >= 32 {
+		t.Fatalf("%d sends in flight at most after a burst refused as %s; want the number halved", int(c.sending.size), code)
 	}
 }
 

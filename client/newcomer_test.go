@@ -1,0 +1,66 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// What a first bot meets: a config of defaults that Validate refused
+// ("AckEvery 0: want at least 1") though Dial takes it; a URL of another
+// path answered with the library's bare "expected handshake response
+// status code 101 but got 404"; a body that is not UTF-8, accepted and
+// stored with U+FFFD in place of its bytes; MarkRead of a group the client
+// does not know said only "beyond the messages received"; and no way to
+// tell the bot's own messages but its uid written into it again.
+func TestWhatAFirstBotMeetsSaysWhatToDo(t *testing.T) {
+	token := func(context.Context) (string, error) { return "alice", nil }
+	if err := (&Config{URL: "ws://localhost:8080/v1/ws", Token: token}).Validate(); err != nil {
+		t.Errorf("Validate of a config of defaults: %v; want nil, as Dial takes it", err)
+	}
+
+	notFound := httptest.NewServer(http.NotFoundHandler())
+	defer notFound.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := Dial(ctx, Config{URL: "ws" + strings.TrimPrefix(notFound.URL, "http") + "/ws", Token: token})
+	if err == nil || !strings.Contains(err.Error(), "/v1/ws") {
+		t.Errorf("Dial of a path the server does not upgrade: %v; want the error to name the endpoint /v1/ws", err)
+	}
+
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	c, _ := dial(t, p, "alice", nil)
+	if got := c.UID(); got != "alice" {
+		t.Errorf("UID() = %q, want alice, as the server authenticated the token", got)
+	}
+	if _, err := c.Send(ctx, "g1", "bad \xff\xfe"); err == nil || !strings.Contains(err.Error(), "UTF-8") {
+		t.Errorf("Send of a body that is not UTF-8: %v; want a refusal saying so", err)
+	}
+	if msgs := p.msgs("g1"); len(msgs) != 0 {
+		t.Errorf("the server stored %q", msgs[0].Body)
+	}
+	err = c.MarkRead(ctx, "nowhere", 3)
+	if !errors.Is(err, ErrNotReceived) || !strings.Contains(err.Error(), "member") {
+		t.Errorf("MarkRead of a group the client does not know: %v; want ErrNotReceived asking whether the user is a member", err)
+	}
+}
+
+// A Send that waited for a connection the client could not make again
+// (the server gone, or refusing the token) said only "context deadline
+// exceeded". It says why the client is not connected.
+func TestASendThatWaitedForAConnectionSaysWhyThereIsNone(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	c, _ := dial(t, p, "alice", func(c *Config) { c.OnError = nil })
+	p.close() // the server goes away: every reconnect is refused
+	waitFor(t, "a reconnect refused", func() bool { return c.lastConnectError() != nil })
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	_, err := c.Send(ctx, "g1", "hello")
+	if err == nil || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "last attempt") || !strings.Contains(err.Error(), "dial") {
+		t.Fatalf("Send while the client cannot connect: %v; want the deadline and the last attempt's error", err)
+	}
+}
