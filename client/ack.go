@@ -401,7 +401,7 @@ func (c *Client) MarkRead(ctx context.Context, gid string, upto int64) error {
 	g := c.groups[gid]
 	switch {
 	case g == nil:
-		return fmt.Errorf("client: mark read %s upto %d: %w: the client knows no group %s (no sync named it and none of its messages came: is the user a member?)", gid, upto, ErrNotReceived, gid)
+		return fmt.Errorf("client: mark read %s upto %d: %w: the client holds no group %s (the last sync did not name it, and no message of it came since: is the user a member?)", gid, upto, ErrNotReceived, gid)
 	case upto > g.contig:
 		return fmt.Errorf("client: mark read %s upto %d: %w (up to %d)", gid, upto, ErrNotReceived, g.contig)
 	}

@@ -198,7 +198,9 @@ type Client struct {
 	named         map[string]bool    // the gids of lastSync
 	uid           string             // the user the server authenticated, as of the last session
 	connErr       error              // the last attempt to connect failed so; nil once one succeeds
-	forgotten     map[string]int64   // groups dropped, and how far they were delivered (dropLocked)
+	forgotten     map[string]forgot  // groups dropped, and how far they were delivered (dropLocked)
+	forgotOrder   []forgotAt         // the order they were forgotten in, oldest first
+	forgetSeq     uint64             // groups forgotten so far
 	dropWarned    bool               // a push was dropped for MaxUnnamedGroups since the last sync: logged
 	queue         []protocol.Message // accepted, not yet handed to OnMessage
 	held          int                // pushes held behind gaps, in every group's buf

@@ -11,6 +11,9 @@
 // prev differs (or is unknown) starts a pull of the gap, "messages after the
 // cursor", page by page until the server says there are no more; pushes that
 // arrive meanwhile are buffered and accepted once their predecessors are in.
+// But a second record of a send already handed over (below) is neither
+// buffered nor pulled for: the server keeps only the first, and a pull
+// would never bring it; its prev, when it names one, is still pulled up to.
 // A gap that a complete pull does not close (the server's store lags behind
 // its pushes) is pulled again with back-off. Messages are deduplicated by
 // msgid, so re-deliveries after a lost ack, a resend or a reconnect never

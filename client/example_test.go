@@ -71,7 +71,8 @@ func Example() {
 // returned (delivery may begin before), and gives each answer a cmid
 // made from the message it answers, so that a message handed to it again
 // after a restart (its ack not yet sent) is answered once: the server
-// takes a cmid once.
+// takes a cmid once within its dedup window (24 h by default, from the
+// first send).
 func Example_bot() {
 	ctx := context.Background()
 	var bot *client.Client

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -48,5 +49,40 @@ func TestAForgottenGroupTakenUpAgainDeliversNothingTwice(t *testing.T) {
 				t.Fatalf("g1 delivered %q, want [one two]: \"one\" handed to OnMessage twice", got)
 			}
 		})
+	}
+}
+
+// The client keeps where the last maxForgotten groups it forgot were, the
+// oldest let go first: any one was let go before, however recent.
+func TestTheOldestForgottenGroupIsLetGoFirst(t *testing.T) {
+	c := &Client{groups: map[string]*group{}}
+	forget := func(gid string, delivered int64) {
+		g := newGroup(gid, delivered)
+		c.groups[gid] = g
+		c.dropLocked(g)
+	}
+	for i := range maxForgotten {
+		forget(fmt.Sprintf("g%d", i), int64(i))
+	}
+	c.remadeLocked("g1", -1) // taken up again
+	forget("g1", 7)          // and forgotten again: now the newest
+	forget("new", 3)
+	if len(c.forgotten) != maxForgotten {
+		t.Fatalf("%d groups remembered, want %d", len(c.forgotten), maxForgotten)
+	}
+	for gid, want := range map[string]bool{"g0": false, "g1": true, "g2": true, "new": true, fmt.Sprintf("g%d", maxForgotten-1): true} {
+		if _, ok := c.forgotten[gid]; ok != want {
+			t.Errorf("%s remembered %v, want %v", gid, ok, want)
+		}
+	}
+	forget("newer", 4) // lets g2 go: g1 was forgotten again after it
+	if _, ok := c.forgotten["g2"]; ok {
+		t.Errorf("g2 still remembered, after g0 the oldest")
+	}
+	if f := c.forgotten["g1"]; f.delivered != 7 {
+		t.Errorf("g1 remembered at %d, want 7, where it was forgotten last", f.delivered)
+	}
+	if g := c.remadeLocked("g1", 2); g.contig != 7 {
+		t.Errorf("g1 taken up at %d, want 7", g.contig)
 	}
 }

@@ -1,5 +1,7 @@
 package client
 
+import "slices"
+
 // Which groups the client keeps: those the last sync named, and a bounded
 // number of others (pushed since: joined meanwhile, or a server fault).
 
@@ -36,7 +38,7 @@ func (c *Client) groupLocked(gid string) *group {
 // to it were handed to OnMessage, and never are twice.
 func (c *Client) remadeLocked(gid string, cursor int64) *group {
 	if f, ok := c.forgotten[gid]; ok {
-		cursor = max(cursor, f)
+		cursor = max(cursor, f.delivered)
 		delete(c.forgotten, gid)
 	}
 	g := newGroup(gid, cursor)
@@ -44,21 +46,45 @@ func (c *Client) remadeLocked(gid string, cursor int64) *group {
 	return g
 }
 
-// dropLocked forgets g, remembering how far it was delivered (maxForgotten
-// groups at most, the others forgotten whole: a server naming new groups
-// on every reconnect must not grow the client without bound).
+// forgot is how far a forgotten group was delivered, and when it was
+// forgotten (a count of the client's forgettings).
+type forgot struct {
+	delivered int64
+	seq       uint64
+}
+
+// dropLocked forgets g, remembering how far it was delivered, for the last
+// maxForgotten groups forgotten (the oldest forgotten whole: a server
+// naming new groups on every reconnect must not grow the client without
+// bound).
 func (c *Client) dropLocked(g *group) {
 	delete(c.groups, g.gid)
-	if len(c.forgotten) >= maxForgotten {
-		for gid := range c.forgotten {
-			delete(c.forgotten, gid)
-			break
+	if c.forgotten == nil {
+		c.forgotten = map[string]forgot{}
+	}
+	c.forgetSeq++
+	c.forgotten[g.gid] = forgot{g.delivered, c.forgetSeq}
+	c.forgotOrder = append(c.forgotOrder, forgotAt{g.gid, c.forgetSeq})
+	for len(c.forgotten) > maxForgotten {
+		oldest := c.forgotOrder[0]
+		c.forgotOrder = c.forgotOrder[1:]
+		if f, ok := c.forgotten[oldest.gid]; ok && f.seq == oldest.seq {
+			delete(c.forgotten, oldest.gid)
 		}
 	}
-	if c.forgotten == nil {
-		c.forgotten = map[string]int64{}
+	if len(c.forgotOrder) > 2*maxForgotten { // mostly gids taken up again, or forgotten again since
+		c.forgotOrder = slices.DeleteFunc(c.forgotOrder, func(o forgotAt) bool {
+			f, ok := c.forgotten[o.gid]
+			return !ok || f.seq != o.seq
+		})
 	}
-	c.forgotten[g.gid] = g.delivered
+}
+
+// forgotAt is an entry of the order in which groups were forgotten: the
+// remembered one of gid if its seq is still seq.
+type forgotAt struct {
+	gid string
+	seq uint64
 }
 
 // unnamedLocked is the number of groups the last sync did not name: every
