@@ -72,21 +72,10 @@ func TestTheCookbookCountsNoCorrections(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rr, err := (&ReceiptProjector{Redis: p.redis, ClickHouse: p.ch}).Runner(p.base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopR := start(t, rr.Run)
+	stopR := p.receiptProjector(t, 0)
 	_, stopA := p.ackProjector(t)
-	saved := func(group, topic string) int64 {
-		off, err := p.redis.Offsets(ctx, group, topic)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return off[0]
-	}
 	waitFor(t, "the receipts and acks handled", 30*time.Second, func() bool {
-		return saved(GroupReceiptProjector, topics.Receipts) >= 4 && saved(GroupAckProjector, topics.Acks) >= 4
+		return p.saved(t, GroupReceiptProjector, topics.Receipts) >= 4 && p.saved(t, GroupAckProjector, topics.Acks) >= 4
 	})
 	stopR()
 	stopA()
@@ -146,29 +135,14 @@ func TestTheCookbookCountsNoCorrections(t *testing.T) {
 func TestTheCookbookCountsNoCorrectionAppendedAgainByACrashReplay(t *testing.T) {
 	p := newPipeline(t, pipelineOpts{partitions: 1, window: 1000, clickhouse: true})
 	ctx := context.Background()
-	base := p.base
-	tune := base.Tune
-	base.Tune = func(r *RunnerTuning) { tune(r); r.BatchSize = 1 }
 	at := time.Now().UnixMilli()
 	for _, upto := range []int64{50, 40} {
 		if err := p.prod.SendReceipts(ctx, schema.Receipt{Gid: "g1", Uid: "u1", Upto: upto, At: at}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	run := func() func() {
-		rr, err := (&ReceiptProjector{Redis: p.redis, ClickHouse: p.ch}).Runner(base)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return start(t, rr.Run)
-	}
-	saved := func() int64 {
-		off, err := p.redis.Offsets(ctx, GroupReceiptProjector, topics.Receipts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return off[0]
-	}
+	run := func() func() { return p.receiptProjector(t, 1) }
+	saved := func() int64 { return p.saved(t, GroupReceiptProjector, topics.Receipts) }
 	stop := run()
 	waitFor(t, "the correction handled", 20*time.Second, func() bool { return saved() == 3 })
 	stop()

@@ -235,56 +235,85 @@ func TestACursorLeftBehindInTheLogIsAppendedAgainAndSurvivesCompaction(t *testin
 // them added a receipt of the replay's day for every member at every
 // batch's end (two here, for u1's three receipts), which the analysts'
 // receipt_events then counted. Records past what was handled before the
-// reset are still corrected.
+// reset are still corrected. So with a reset by an older chatctl, whose
+// "handled" field was a plain position ("3", not "<end>:<from>:<to>"):
+// read as nothing handled, it made the replay append them.
 func TestAReplayAfterAResetAppendsNoCorrections(t *testing.T) {
-	p := newPipeline(t, pipelineOpts{partitions: 1, window: 1000})
 	ctx := context.Background()
-	base := p.base
-	tune := base.Tune
-	base.Tune = func(r *RunnerTuning) { tune(r); r.BatchSize = 1 } // a batch's end after each record
-	send := func(uptos ...int64) {
-		t.Helper()
-		for _, upto := range uptos {
-			if err := p.prod.SendReceipts(ctx, schema.Receipt{Gid: "g1", Uid: "u1", Upto: upto, At: 1}); err != nil {
+	for _, c := range []struct {
+		by    string
+		reset func(p *pipeline) error
+	}{
+		{"this chatctl", func(p *pipeline) error {
+			return p.redis.ResetOffsets(ctx, GroupReceiptProjector, topics.Receipts, map[int]int64{0: kafka.FirstOffset})
+		}},
+		{"an older chatctl", func(p *pipeline) error {
+			field := topics.Receipts + "/0"
+			return p.rc.HSet(ctx, "chat:offsets:"+GroupReceiptProjector, field, kafka.FirstOffset, field+"/origin", "next", field+"/handled", "3").Err()
+		}},
+	} {
+		t.Run(c.by, func(t *testing.T) {
+			p := newPipeline(t, pipelineOpts{partitions: 1, window: 1000})
+			send := func(uptos ...int64) {
+				t.Helper()
+				for _, upto := range uptos {
+					if err := p.prod.SendReceipts(ctx, schema.Receipt{Gid: "g1", Uid: "u1", Upto: upto, At: 1}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			saved := func() int64 { return p.saved(t, GroupReceiptProjector, topics.Receipts) }
+			send(10, 20, 30)
+			stop := p.receiptProjector(t, 1)
+			waitFor(t, "the three receipts handled", 20*time.Second, func() bool { return saved() == 3 })
+			stop()
+			// chatctl consumer-groups reset chat.receipt-projector -to earliest
+			if err := c.reset(p); err != nil {
 				t.Fatal(err)
 			}
-		}
+			stop = p.receiptProjector(t, 1)
+			defer func() { stop() }()
+			waitFor(t, "the replay at the log's end", 20*time.Second, func() bool { return saved() >= 3 })
+			time.Sleep(500 * time.Millisecond)
+			if end := p.topicEnd(t, topics.Receipts); end != 3 {
+				t.Fatalf("after a replay of u1's 3 receipts over the cursors they built, chat.receipts holds %d records; want 3", end)
+			}
+			// Two devices, out of order, after the replay: corrected as ever.
+			send(50, 40)
+			waitFor(t, "the correction of 40 by 50", 20*time.Second, func() bool { return p.topicEnd(t, topics.Receipts) == 6 })
+			waitFor(t, "everything handled", 20*time.Second, func() bool { return saved() == 6 })
+			if end := p.topicEnd(t, topics.Receipts); end != 6 {
+				t.Fatalf("chat.receipts holds %d records after 50 then 40; want 6 (one correction)", end)
+			}
+		})
 	}
-	run := func() (stop func()) {
-		rr, err := (&ReceiptProjector{Redis: p.redis}).Runner(base)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return start(t, rr.Run)
+}
+
+// receiptProjector starts a receipt projector (writing ClickHouse when the
+// pipeline has it) of batches of batchSize records at most (0: the
+// default), and returns its stop.
+func (p *pipeline) receiptProjector(t *testing.T, batchSize int) (stop func()) {
+	t.Helper()
+	base := p.base
+	if batchSize > 0 {
+		tune := base.Tune
+		base.Tune = func(r *RunnerTuning) { tune(r); r.BatchSize = batchSize }
 	}
-	saved := func() int64 {
-		off, err := p.redis.Offsets(ctx, GroupReceiptProjector, topics.Receipts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return off[0]
-	}
-	send(10, 20, 30)
-	stop := run()
-	waitFor(t, "the three receipts handled", 20*time.Second, func() bool { return saved() == 3 })
-	stop()
-	// chatctl consumer-groups reset chat.receipt-projector -to earliest
-	if err := p.redis.ResetOffsets(ctx, GroupReceiptProjector, topics.Receipts, map[int]int64{0: kafka.FirstOffset}); err != nil {
+	rr, err := (&ReceiptProjector{Redis: p.redis, ClickHouse: p.ch}).Runner(base)
+	if err != nil {
 		t.Fatal(err)
 	}
-	stop = run()
-	defer func() { stop() }()
-	waitFor(t, "the replay at the log's end", 20*time.Second, func() bool { return saved() >= 3 })
-	if end := p.topicEnd(t, topics.Receipts); end != 3 {
-		t.Fatalf("after a replay of u1's 3 receipts over the cursors they built, chat.receipts holds %d records; want 3", end)
+	return start(t, rr.Run)
+}
+
+// saved is the position consumer saved for partition 0 of topic.
+func (p *pipeline) saved(t *testing.T, consumer, topic string) int64 {
+	t.Helper()
+	off, err := p.redis.Offsets(context.Background(), consumer, topic)
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Two devices, out of order, after the replay: corrected as ever.
-	send(50, 40)
-	waitFor(t, "the correction of 40 by 50", 20*time.Second, func() bool { return p.topicEnd(t, topics.Receipts) == 6 })
-	waitFor(t, "everything handled", 20*time.Second, func() bool { return saved() == 6 })
-	if end := p.topicEnd(t, topics.Receipts); end != 6 {
-		t.Fatalf("chat.receipts holds %d records after 50 then 40; want 6 (one correction)", end)
-	}
+	return off[0]
 }
 
 // topicEnd is the end offset of partition 0 of topic.
