@@ -21,15 +21,15 @@ func Misfiled[E any](e *E, key []byte, part, partitions int) error {
 	if !keyed(e, key) {
 		return fmt.Errorf("its key %q is not the one its event is written under (chat.messages: the gid; the other chat.* topics: gid/uid): a producer outside chatd wrote it; its partition, and the msgid of a message, belong to another group", key)
 	}
-	return Misplaced(key, part, partitions)
+	return misplaced(key, part, partitions)
 }
 
-// Misplaced says why a record keyed key does not belong in partition part
+// misplaced says why a record keyed key does not belong in partition part
 // of a chat.* topic of partitions partitions, or returns nil when it does:
 // a group's records all go to the partition of its gid (murmur2 of the
 // gid alone, for gid/uid keys too), which a producer with another
 // partitioner (librdkafka's default, kcat's) misses.
-func Misplaced(key []byte, part, partitions int) error {
+func misplaced(key []byte, part, partitions int) error {
 	want := topics.PartitionOfKey(key, partitions)
 	if want == part {
 		return nil
