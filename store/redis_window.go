@@ -284,7 +284,7 @@ func (r *Redis) appendWindow(ctx context.Context, msgs []schema.Message, groups 
 // floors returns the floor and the head of each group (-1: nothing
 // trimmed, none), one MGET per group, pipelined with the fence's check,
 // and whether the group's size record accounts for every member up to
-// its head (see sizedUpTo); with withLowest, also the lowest msgid in
+// its head (see noteSizes); with withLowest, also the lowest msgid in
 // each group's window (-1: empty).
 func (r *Redis) floors(ctx context.Context, fence *Fence, msgs []schema.Message, groups [][]int, withLowest bool) (floors, lowest, heads []int64, sized []bool, err error) {
 	cmds := make([]*redis.SliceCmd, len(groups))
