@@ -85,6 +85,7 @@ type Fanout struct {
 	brokers    []string
 	security   topics.Security
 	kafka      *kafka.Client // let go by Stop (closeKafka)
+	partitions func() int    // the topics' partition count, once the runner has read it
 	closeKafka func()
 	log        *slog.Logger
 	dedupWin   int64 // ms
@@ -165,6 +166,10 @@ func (f *Fanout) Runner(b Base) (*Runner[schema.Message], error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	// chat.members has chat.messages' partition count (co-partitioned),
+	// which the runner reads before it hands over any batch: the member
+	// followers, started by the batches, check records against it.
+	f.partitions = func() int { return r.partitions }
 	f.brokers, f.security = b.Brokers, b.Security
 	f.kafka, f.closeKafka = topics.NewClient(b.Brokers, b.Security, memberSyncTimeout)
 	f.log = f.Logger.With("consumer", GroupFanout)

@@ -196,23 +196,8 @@ func (f *Fanout) follow(ctx context.Context, part int, t *memberTable) {
 		ErrorLogger:     kafka.LoggerFunc(func(f string, a ...any) { log.Debug(fmt.Sprintf(f, a...)) }),
 	})
 	defer reader.Close()
-	partitions := 0
+	partitions := f.partitions() // read by the runner before the batch that started this
 	for attempt := 0; ; {
-		if partitions == 0 {
-			n, err := topics.PartitionCount(ctx, f.kafka, topics.Members)
-			if ctx.Err() != nil {
-				return
-			}
-			if err != nil {
-				log.Warn("reading the topic's partition count failed; retrying", "err", err)
-				if !sleep(ctx, min(100*time.Millisecond<<min(attempt, 6), 5*time.Second)) {
-					return
-				}
-				attempt++
-				continue
-			}
-			partitions, attempt = n, 0
-		}
 		m, err := reader.FetchMessage(ctx)
 		if ctx.Err() != nil {
 			return

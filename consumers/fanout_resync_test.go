@@ -227,9 +227,11 @@ func carolsJoinRacesAMessage(t *testing.T, p *pipeline, n1 *fakeNode) (schema.Me
 func TestStaleGroupsAreToldWhenThePartitionIsLetGo(t *testing.T) {
 	p, n1 := aliceAndBobOnline(t)
 	f := &Fanout{Redis: p.redis}
-	if _, err := f.Runner(p.base); err != nil {
+	r, err := f.Runner(p.base)
+	if err != nil {
 		t.Fatal(err)
 	}
+	r.partitions = 1 // as Run reads it, before the partitions it hands the fan-out
 	resync := string(protocol.Marshal(protocol.Resync{Op: protocol.OpResync, Reason: protocol.ResyncStale}))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
