@@ -45,7 +45,7 @@ func (c *Client) deliverLoop() {
 			c.mu.Unlock()
 
 			if c.cfg.OnMessage != nil && !again {
-				c.cfg.OnMessage(m)
+				c.onMessage(m)
 			}
 
 			c.mu.Lock()

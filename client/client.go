@@ -53,7 +53,7 @@ type Config struct {
 	DedupSends     int                                       // default 10,000: the sends (group, sender, client_msg_id) of the newest messages handed to OnMessage remembered, of all groups together, to tell second records by; about 60 bytes each
 	OnMessage      func(protocol.Message)                    // optional: once per message, msgid order per group, from one goroutine
 	OnError        func(error)                               // optional: asynchronous errors, serialised
-	OnReceipts     func(protocol.Receipts)                   // optional: new read counts of your messages; called from the reader goroutine: must not block, nor call ReadCounts, WhoRead or Close (they wait for that goroutine)
+	OnReceipts     func(protocol.Receipts)                   // optional: new read counts of your messages; called from the reader goroutine: must not block, nor call ReadCounts or WhoRead (they wait for that goroutine); Close returns at once from it, as from OnMessage
 	Logger         *slog.Logger                              // default: discard
 	// HTTPClient dials the WebSocket: its transport's TLS config trusts a
 	// private CA of wss:// URLs, its proxy is used. Default
@@ -217,9 +217,11 @@ type Client struct {
 	ackCtx      context.Context
 	ackCancel   context.CancelFunc
 	ackerDone   chan struct{}
-	closed      chan struct{}
+	closed      chan struct{} // closed once Close has done its work (shutdown)
+	closeErr    error         // Close's error; set before closed is closed
 
-	errMu sync.Mutex // serialises OnError
+	callbacks atomic.Int32 // calls of OnMessage, OnError and OnReceipts running
+	errMu     sync.Mutex   // serialises OnError
 }
 
 // Dial connects to cfg.URL, authenticates and syncs. Afterwards the client
@@ -273,20 +275,50 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 
 // Close flushes the pending acks and reads (at FrameRate, bounded by
 // RequestTimeout), closes the connection and waits for the client's
-// goroutines to end. It must not be called from OnMessage or OnError. An
-// error means some acks could not be sent; those messages will be
-// delivered again to the next Client of the user.
+// goroutines to end. An error means some acks could not be sent; those
+// messages will be delivered again to the next Client of the user. Every
+// Close after the first waits for the first to end and returns its
+// error.
+//
+// Close may be called from OnMessage, OnError or OnReceipts (a bot that
+// stops on a message saying so): it then begins the same closing and
+// returns nil at once, without waiting for the callback that called it.
+// Once the callback returns, no message is handed to OnMessage again (the
+// message whose OnMessage called Close counts as delivered, and is acked),
+// the pending acks and reads are flushed, and the client's goroutines end;
+// Done is closed then, and a Close from another goroutine waits for it and
+// returns the flush's error. A callback must not wait for a Close on
+// another goroutine, nor for Done: that Close waits for the callback.
 func (c *Client) Close() error {
+	fromCallback := c.callbacks.Load() > 0 && inCallback()
 	c.mu.Lock()
-	if c.closing {
-		c.mu.Unlock()
-		<-c.closed
-		return nil
-	}
+	first := !c.closing
 	c.closing = true
 	c.mu.Unlock()
+	if first {
+		close(c.stopDeliver) // ends delivery, and the waits of Send, Open...
+		if fromCallback {
+			go c.shutdown()
+		} else {
+			c.shutdown()
+		}
+	}
+	if fromCallback {
+		select {
+		case <-c.closed:
+			return c.closeErr
+		default:
+			return nil
+		}
+	}
+	<-c.closed
+	return c.closeErr
+}
 
-	close(c.stopDeliver)
+// shutdown is Close's work once delivery is told to stop: it waits for
+// OnMessage to return, flushes the acks and reads, closes the connection
+// and waits for the client's goroutines; then it closes c.closed.
+func (c *Client) shutdown() {
 	<-c.deliverDone
 	c.ackCancel()
 	<-c.ackerDone
@@ -303,12 +335,17 @@ func (c *Client) Close() error {
 	}
 	c.cancel()
 	c.wg.Wait()
-	close(c.closed)
 	if err != nil {
-		return fmt.Errorf("client: close: not every ack and read was sent; the server keeps the cursors it had, so this user's next client gets the messages after them again: %w", err)
+		c.closeErr = fmt.Errorf("client: close: not every ack and read was sent; the server keeps the cursors it had, so this user's next client gets the messages after them again: %w", err)
+		c.log.Warn("chat client: close", "err", c.closeErr)
 	}
-	return nil
+	close(c.closed)
 }
+
+// Done returns a channel closed once the client has closed: Close (from
+// any goroutine, or from a callback) has flushed the acks and reads,
+// closed the connection, and every goroutine of the client has ended.
+func (c *Client) Done() <-chan struct{} { return c.closed }
 
 // UID returns the user the server authenticated the token as (its
 // authed frame), as of the last connection: a bot tells its own
@@ -358,7 +395,7 @@ func (c *Client) reportError(err error) {
 	}
 	c.errMu.Lock()
 	defer c.errMu.Unlock()
-	c.cfg.OnError(err)
+	c.onError(err)
 }
 
 func (c *Client) isClosing() bool {

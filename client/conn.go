@@ -157,7 +157,7 @@ func (s *session) dispatch(f *frame) {
 		s.resyncAsked(f.Reason)
 	case f.Op == protocol.OpReceipts:
 		if s.c.cfg.OnReceipts != nil {
-			s.c.cfg.OnReceipts(protocol.Receipts{Op: f.Op, Gid: f.Gid, Counts: f.Counts})
+			s.c.onReceipts(protocol.Receipts{Op: f.Op, Gid: f.Gid, Counts: f.Counts})
 		}
 	case f.ID != "":
 		s.mu.Lock()

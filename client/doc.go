@@ -115,8 +115,10 @@
 //
 // OnMessage is called from one goroutine owned by the Client, one message at
 // a time, in ascending msgid order per group. It may call any method of the
-// Client (Send, MarkRead, Open, Cursor...) except Close, which waits for
-// OnMessage to return. Delivery may begin before Dial returns, so an
+// Client (Send, MarkRead, Open, Cursor...), Close too: called from a
+// callback, Close returns at once, and its work (delivery stopped, the
+// acks of what was delivered flushed, that message's too, the connection
+// closed) is done once the callback returns; Done tells when. Delivery may begin before Dial returns, so an
 // OnMessage that uses the Client waits until the variable Dial's result
 // is assigned to is set (a sync.WaitGroup done after Dial, as the bot
 // example does): reading it before is a data race. Once Close has begun, a Send or Open waiting for a
@@ -129,7 +131,8 @@
 //
 // OnError receives asynchronous errors (connection lost, reconnect failed,
 // a pull or an ack refused). Calls are serialised; they come from the
-// Client's goroutines and must not call Close or block for long.
+// Client's goroutines and must not block for long. They may call Close,
+// which returns at once as from OnMessage.
 //
 // Send, SendWithID and Open block until they succeed, fail for good, or
 // their ctx ends; while the client is disconnected they wait for the next

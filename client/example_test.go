@@ -72,7 +72,9 @@ func Example() {
 // made from the message it answers, so that a message handed to it again
 // after a restart (its ack not yet sent) is answered once: the server
 // takes a cmid once within its dedup window (24 h by default, from the
-// first send).
+// first send). A message "/quit" from its owner stops it: Close from
+// OnMessage returns at once, and the message is acked once OnMessage
+// returns, so the next run of the bot is not handed it again.
 func Example_bot() {
 	ctx := context.Background()
 	var bot *client.Client
@@ -84,6 +86,10 @@ func Example_bot() {
 		OnMessage: func(m protocol.Message) {
 			dialled.Wait() // bot is set from here on
 			if bot == nil || m.Sender == bot.UID() {
+				return
+			}
+			if m.Sender == "owner" && m.Body == "/quit" {
+				_ = bot.Close() // returns at once; main's Close waits for it
 				return
 			}
 			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -98,6 +104,8 @@ func Example_bot() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer c.Close()
-	select {} // serve until stopped
+	<-c.Done() // serve until told to quit
+	if err := c.Close(); err != nil {
+		log.Print(err) // some acks were not sent: those messages come again
+	}
 }
