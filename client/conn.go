@@ -24,6 +24,7 @@ type frame struct {
 	Op      string        `json:"op"`
 	ID      string        `json:"id"`
 	Uid     string        `json:"uid"`
+	MaxBody int           `json:"max_body"`
 	Gid     string        `json:"gid"`
 	Cmid    string        `json:"cmid"`
 	MsgID   int64         `json:"msgid"`
@@ -50,7 +51,10 @@ type session struct {
 	ctx    context.Context // ends with the session
 	cancel context.CancelFunc
 	uid    string
-	done   chan struct{} // closed when the session ended; err is set then
+	// maxBody is the most bytes of a body the server takes, as its authed
+	// frame says; 0: it does not say (a server before max_body).
+	maxBody int
+	done    chan struct{} // closed when the session ended; err is set then
 
 	mu      sync.Mutex
 	err     error
@@ -104,7 +108,7 @@ func (c *Client) connect(ctx context.Context) (*session, error) {
 		s.close()
 		return nil, fmt.Errorf("client: auth: %w", err)
 	}
-	s.uid = f.Uid
+	s.uid, s.maxBody = f.Uid, f.MaxBody
 	f, err = s.request(ctx, protocol.Request{Op: protocol.OpSync})
 	if err != nil {
 		s.close()
@@ -276,7 +280,8 @@ func (s *session) request(ctx context.Context, req protocol.Request) (*frame, er
 // before s ended. A server closes the connection (1009) on a frame over
 // its size limit, and the largest frame written is one: its request is
 // refused as a body over the limit would be, not made again on the next
-// connection, which it would end too.
+// connection, which it would end too. (A server that gives its body limit
+// in authed is sent no body over it: see sendOnce.)
 func (s *session) endErr(n int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -59,6 +59,7 @@ type peer struct {
 	frameRate      float64                                // if > 0, frames a connection may send a second, as a gateway's; the rest refused as rate_limited
 	frameBurst     int                                    // and at once
 	limited        []string                               // the ops of the frames refused as rate_limited
+	maxBody        int                                    // the max_body of its authed frames; 0: none, as a server before it
 
 	quit     chan struct{} // closed by close: silent connections end
 	quitOnce sync.Once
@@ -255,9 +256,9 @@ func (p *peer) handle(pc *peerConn, req protocol.Request) bool {
 		pc.uid = req.Token
 		p.mu.Lock()
 		p.conns[pc] = true
-		early := p.earlyPush
+		early, maxBody := p.earlyPush, p.maxBody
 		p.mu.Unlock()
-		p.write(pc, protocol.Marshal(protocol.Authed{Op: protocol.OpAuthed, ID: req.ID, Uid: pc.uid}))
+		p.write(pc, protocol.Marshal(protocol.Authed{Op: protocol.OpAuthed, ID: req.ID, Uid: pc.uid, MaxBody: maxBody}))
 		p.mu.Lock()
 		cut, code := p.closeAuths > 0, p.closeCode
 		if cut {

@@ -25,6 +25,12 @@ import (
 // SendWithID and that cmid, which posts it at most once; a new Send would
 // post it again. A refusal for good (not a member, a body over the limit)
 // stored nothing and is returned as the server's *protocol.Error, wrapped.
+// A body over the limit the server gives when the client connects
+// (max_body) is refused so without being sent (body_too_large): its frame
+// might be over the server's frame limit, which would close the connection
+// and hold up every send in flight on it until the reconnect. A server
+// that gives none closes the connection on such a frame (1009); that send
+// is refused the same way, not sent again.
 func (c *Client) Send(ctx context.Context, gid, body string) (int64, error) {
 	return c.SendWithID(ctx, gid, NewCmid(), body)
 }
@@ -131,6 +137,12 @@ func (c *Client) sendOnce(ctx context.Context, req *protocol.Request, attempt, e
 			return 0, false, fmt.Errorf("%w (not connected; the last attempt: %v)", err, last)
 		}
 		return 0, false, err
+	}
+	if s.maxBody > 0 && len(req.Body) > s.maxBody {
+		// Its frame may be past the server's frame limit, which would
+		// close the connection (1009) and every request in flight on it.
+		return 0, false, &protocol.Error{Code: protocol.CodeBodyTooLarge,
+			Message: fmt.Sprintf("the body is %d bytes; the server takes at most %d (its authed frame's max_body): split the message", len(req.Body), s.maxBody)}
 	}
 	if attempt > 0 {
 		c.mu.Lock()

@@ -391,6 +391,32 @@ func TestASendOverTheServersFrameLimitIsRefusedNotResent(t *testing.T) {
 	}
 }
 
+// A server that says its body limit (max_body in authed) is not sent a
+// longer body: the send is refused at once, as the server would, and the
+// connection, which the frame might have closed (1009) with every send in
+// flight on it, goes on. A body of the limit is sent.
+func TestABodyOverTheLimitTheServerSaysIsRefusedWithoutSendingIt(t *testing.T) {
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	p.set(func(p *peer) { p.maxBody = 1000 })
+	c, _ := dial(t, p, "alice", nil)
+	for _, size := range []int{1001, 20 << 20} {
+		_, err := c.Send(context.Background(), "g1", strings.Repeat("x", size))
+		var pe *protocol.Error
+		if !errors.As(err, &pe) || pe.Code != protocol.CodeBodyTooLarge || !strings.Contains(err.Error(), "at most 1000") {
+			t.Fatalf("a body of %d bytes: %v, want %s naming the limit", size, err, protocol.CodeBodyTooLarge)
+		}
+	}
+	if n := len(p.requests(protocol.OpSend)); n != 0 {
+		t.Fatalf("%d sends reached the server", n)
+	}
+	if _, err := c.Send(context.Background(), "g1", strings.Repeat("<", 1000)); err != nil {
+		t.Fatalf("a body of the limit: %v", err)
+	}
+	if st := c.Stats(); st.Reconnects != 0 || st.Resends != 0 {
+		t.Fatalf("stats %+v: want no reconnect, no resend", st)
+	}
+}
+
 // Close ends the back-off of a Send from OnMessage between two attempts
 // (after a timeout, or a refusal that may pass) with ErrClosed, as it ends
 // an overload pause: the back-off grows to MaxBackoff, and Close waits for

@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -35,6 +37,72 @@ func TestABodyWithinTheLimitIsTakenHoweverJSONEscapesIt(t *testing.T) {
 	}
 	if f := a.call(map[string]any{"op": "sync"}); f["op"] != protocol.OpSynced {
 		t.Fatalf("the connection after a refused body: %v", f)
+	}
+	// The worst case: every byte escaped to six (the frame limit is six
+	// times the body limit and 4 KiB), with the longest id, gid and cmid.
+	// A body of the limit is taken; one byte more is refused with
+	// body_too_large, its frame still within the frame limit, not with a
+	// connection closed.
+	long := strings.Repeat("x", protocol.MaxIDLen)
+	e.group(strings.Repeat("g", 128), "alice")
+	worst := strings.Repeat("<", 4096)
+	for _, tc := range []struct {
+		body string
+		want string
+	}{{worst, protocol.OpAccepted}, {worst + "<", string(protocol.CodeBodyTooLarge)}} {
+		req := map[string]any{"op": "send", "gid": strings.Repeat("g", 128), "cmid": strings.Repeat("c", 128), "body": tc.body, "pad": long}
+		b, _ := json.Marshal(req)
+		if f := a.call(req); f["op"] != tc.want && code(f) != tc.want {
+			t.Fatalf("a body of %d bytes, %d escaped, in a frame of about %d bytes: %v, want %s", len(tc.body), 6*len(tc.body), len(b), f, tc.want)
+		}
+	}
+	if f := a.call(map[string]any{"op": "sync"}); f["op"] != protocol.OpSynced {
+		t.Fatalf("the connection after a refused body escaped to six times its size: %v", f)
+	}
+}
+
+// The authed frame, of an auth frame or of a token in the URL, says how
+// long a body the server takes (max_body): a client refuses a longer one
+// itself, where its frame past the frame limit would close the connection
+// (1009), and every request in flight on it with it.
+func TestAuthedSaysTheBodyLimit(t *testing.T) {
+	e := newEnv(t, envOpts{gateways: 1, tune: func(c *Config) { c.MaxBody = 4096 }})
+	r := e.dial(0, "?token="+e.token("alice"))
+	if f := r.read(); f["op"] != protocol.OpAuthed || f["max_body"] != float64(4096) {
+		t.Fatalf("authed of a token in the URL: %v, want max_body 4096", f)
+	}
+	r = e.dial(0, "")
+	r.send(map[string]any{"op": "auth", "id": "a1", "token": e.token("alice")})
+	if f := r.read(); f["op"] != protocol.OpAuthed || f["id"] != "a1" || f["max_body"] != float64(4096) {
+		t.Fatalf("authed of an auth frame: %v, want max_body 4096", f)
+	}
+}
+
+// The SDK refuses a body over the limit the server announced, at once and
+// with the limit, without sending it: a frame of it over the frame limit
+// would close the connection with 1009, and every send in flight on it
+// would wait for the reconnect.
+func TestTheSDKRefusesABodyOverTheLimitWithoutSendingIt(t *testing.T) {
+	e := newEnv(t, envOpts{gateways: 1, tune: func(c *Config) { c.MaxBody = 1024 }})
+	e.group("g", "alice", "bob")
+	a := e.connect(0, "alice", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, size := range []int{1025, 200 << 10} { // within the frame limit (10 KiB) and past it
+		_, err := a.c.Send(ctx, "g", strings.Repeat("x", size))
+		var pe *protocol.Error
+		if !errors.As(err, &pe) || pe.Code != protocol.CodeBodyTooLarge || !strings.Contains(err.Error(), "1024") {
+			t.Fatalf("a body of %d bytes: %v, want body_too_large naming the limit", size, err)
+		}
+	}
+	if st := a.c.Stats(); st.Reconnects != 0 || st.Resends != 0 {
+		t.Fatalf("stats %+v: the connection was closed on a body over the limit", st)
+	}
+	if _, err := a.c.Send(ctx, "g", strings.Repeat("<", 1024)); err != nil {
+		t.Fatalf("a body of the limit, escaped to six times it: %v", err)
+	}
+	if n := e.gws[0].g.Stats().Sends; n != 1 {
+		t.Fatalf("%d sends accepted, want the one within the limit", n)
 	}
 }
 

@@ -66,6 +66,11 @@ type Authed struct {
 	Op  string `json:"op"` // "authed"
 	ID  string `json:"id,omitempty"`
 	Uid string `json:"uid"`
+	// MaxBody is the most bytes of a message body the server takes (of
+	// the body itself, however JSON escapes it): a client refuses a longer
+	// one itself, as its frame may pass the server's frame limit, which
+	// closes the connection (1009). Servers before it leave it out (0).
+	MaxBody int `json:"max_body,omitempty"`
 }
 
 // Accepted answers send.
