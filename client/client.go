@@ -275,7 +275,10 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 
 // Close flushes the pending acks and reads (at FrameRate, bounded by
 // RequestTimeout), closes the connection and waits for the client's
-// goroutines to end. An error means some acks could not be sent; those
+// goroutines to end. A server that does not answer (gone without a FIN)
+// holds it about RequestTimeout in all: the connection is then dropped,
+// not closed with a handshake that would wait for its close frame. Not
+// connected, Close sends nothing and returns at once. An error means some acks could not be sent; those
 // messages will be delivered again to the next Client of the user. Every
 // Close after the first waits for the first to end and returns its
 // error.
@@ -325,14 +328,22 @@ func (c *Client) shutdown() {
 
 	fctx, cancel := context.WithTimeout(c.ctx, c.cfg.RequestTimeout)
 	err := c.flush(fctx)
-	cancel()
-
 	c.mu.Lock()
 	s := c.sess
 	c.mu.Unlock()
 	if s != nil {
-		_ = s.conn.Close(websocket.StatusNormalClosure, "client closed")
+		// The close handshake waits up to 5 s for the server's close
+		// frame, 10 s if its send buffer is full: only with a server that
+		// answers a ping within what is left of RequestTimeout. Of a
+		// server gone silent (its acks were not answered), the connection
+		// is dropped.
+		if fctx.Err() == nil && s.conn.Ping(fctx) == nil {
+			_ = s.conn.Close(websocket.StatusNormalClosure, "client closed")
+		} else {
+			_ = s.conn.CloseNow()
+		}
 	}
+	cancel()
 	c.cancel()
 	c.wg.Wait()
 	if err != nil {

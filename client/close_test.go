@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -175,5 +176,47 @@ func closeWithin(t *testing.T, c *Client, d time.Duration) error {
 	case <-time.After(d):
 		t.Fatalf("Close still blocked after %v", d)
 		return nil
+	}
+}
+
+// A server gone silent (no answers, no pongs, no close frame: a peer gone
+// without a FIN) holds Close no longer than RequestTimeout, the bound of
+// its flush: the acks not answered make Close's error, and the connection
+// is dropped, not closed with a handshake that waits 5 s for the server's
+// close frame. With nothing to flush, a ping tells the silence.
+func TestCloseOfASilentServerIsBoundedByRequestTimeout(t *testing.T) {
+	for _, pending := range []bool{true, false} {
+		t.Run(fmt.Sprint("an ack pending: ", pending), func(t *testing.T) {
+			p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+			c, rec := dial(t, p, "alice", func(cfg *Config) {
+				cfg.AckEvery, cfg.AckInterval = 1000, time.Hour
+				if !pending {
+					cfg.AckEvery = 1
+				}
+				cfg.RequestTimeout = 300 * time.Millisecond
+			})
+			m := p.post("g1", "bob", "one")
+			waitFor(t, "the message", func() bool { return rec.len() == 1 })
+			if !pending {
+				waitFor(t, "its ack", func() bool { return len(p.cursors("ack", "g1", "alice")) == 1 })
+			}
+			p.set(func(p *peer) { p.silentAfter = 1 })
+			p.kill() // the client reconnects to a connection that goes silent after its sync
+			waitFor(t, "the reconnect", func() bool { return c.Stats().Reconnects == 1 })
+			start := time.Now()
+			err := c.Close()
+			if took := time.Since(start); took > time.Second {
+				t.Fatalf("Close of a silent server took %v, want about RequestTimeout (300ms)", took.Round(time.Millisecond))
+			}
+			if pending && err == nil {
+				t.Fatal("Close of a silent server: no error, but its ack was not answered")
+			}
+			if !pending && err != nil {
+				t.Fatalf("Close with nothing to flush: %v", err)
+			}
+			if got := p.cursors("ack", "g1", "alice"); pending && len(got) != 0 || !pending && !slices.Equal(got, []int64{m.MsgID}) {
+				t.Fatalf("acks %v", got)
+			}
+		})
 	}
 }
