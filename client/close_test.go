@@ -1,9 +1,11 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"testing"
@@ -174,7 +176,9 @@ func closeWithin(t *testing.T, c *Client, d time.Duration) error {
 	case err := <-closed:
 		return err
 	case <-time.After(d):
-		t.Fatalf("Close still blocked after %v", d)
+		var b bytes.Buffer
+		_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+		t.Fatalf("Close still blocked after %v\n%s", d, b.String())
 		return nil
 	}
 }

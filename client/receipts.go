@@ -31,8 +31,12 @@ func (c *Client) WhoRead(ctx context.Context, gid string, msgid int64) (read, un
 
 // ask makes req on the ready session, waiting for one if needed, and waits
 // for its answer until ctx ends or Close begins (ErrClosed): Close waits for
-// OnMessage, which may be asking.
+// OnMessage, which may be asking. A request the connection's end cuts
+// short once Close has begun ends with ErrClosed too: Close ended it.
 func (c *Client) ask(ctx context.Context, req protocol.Request) (*frame, error) {
+	if c.isClosing() {
+		return nil, ErrClosed
+	}
 	s, err := c.waitSession(ctx)
 	if err != nil {
 		return nil, err
@@ -47,7 +51,7 @@ func (c *Client) ask(ctx context.Context, req protocol.Request) (*frame, error) 
 		}
 	}()
 	f, err := s.request(ctx, req)
-	if err != nil && errors.Is(context.Cause(ctx), ErrClosed) {
+	if err != nil && (errors.Is(context.Cause(ctx), ErrClosed) || errors.Is(err, ErrDisconnected) && c.isClosing()) {
 		return nil, ErrClosed
 	}
 	return f, err
