@@ -278,10 +278,10 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 // goroutines to end. A server that does not answer (gone without a FIN)
 // holds it about RequestTimeout in all: the connection is then dropped,
 // not closed with a handshake that would wait for its close frame. Not
-// connected, Close sends nothing and returns at once. An error means some acks could not be sent; those
-// messages will be delivered again to the next Client of the user. Every
-// Close after the first waits for the first to end and returns its
-// error.
+// connected, Close sends nothing and returns at once. An error means some
+// acks could not be sent; those messages will be delivered again to the
+// next Client of the user. Every Close after the first waits for the
+// first to end and returns its error.
 //
 // Close may be called from OnMessage, OnError or OnReceipts (a bot that
 // stops on a message saying so): it then begins the same closing and
@@ -291,7 +291,10 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 // the pending acks and reads are flushed, and the client's goroutines end;
 // Done is closed then, and a Close from another goroutine waits for it and
 // returns the flush's error. A callback must not wait for a Close on
-// another goroutine, nor for Done: that Close waits for the callback.
+// another goroutine, nor for Done: that Close waits for the callback. (A
+// callback is told by the client's frames on the caller's stack: a Close
+// of this Client from a callback of another, while one of this Client's
+// runs, returns at once too.)
 func (c *Client) Close() error {
 	fromCallback := c.callbacks.Load() > 0 && inCallback()
 	c.mu.Lock()
