@@ -39,6 +39,7 @@ var frameSamples = []struct {
 	// Left to encoding/json: other ops' fields, null, surrogates, invalid
 	// UTF-8, duplicate keys, other spellings of a key, unknown keys.
 	{`{"op":"synced","id":"4","groups":[{"gid":"g","head":3,"ack":1,"read":0,"unread":2,"unread_exact":true}]}`, false},
+	{`{"op":"authed","id":"1","uid":"bob","max_body":16384}`, false}, // once a connection
 	{`{"op":"receipts","gid":"g","counts":[{"msgid":3,"read":1,"audience":4}]}`, false},
 	{`{"op":"counts","id":"5","gid":"g","counts":[{"msgid":3,"read":1,"audience":4}],"unknown":[1,2]}`, false},
 	{`{"op":"readers","id":"6","gid":"g","msgid":3,"read":["a","b\\\"],[,"],"unread":[]}`, false},
