@@ -28,6 +28,7 @@ type peer struct {
 
 	mu      sync.Mutex
 	uid     any           // the uid of its authed frames (authedAs)
+	maxBody int           // the max_body of its authed frames; 0: none, as a server before it
 	urls    []string      // the URL of every WebSocket upgrade, in order
 	mute    bool          // take tokens and never answer them (muteAuth)
 	head    int64         // acks and reads past it are refused (headAt)
@@ -76,7 +77,7 @@ func (p *peer) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	p.mu.Lock()
 	p.urls = append(p.urls, r.URL.String())
-	uid, mute := p.uid, p.mute
+	uid, mute, maxBody := p.uid, p.mute, p.maxBody
 	p.mu.Unlock()
 	if mute {
 		for {
@@ -87,6 +88,9 @@ func (p *peer) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	// The token in the URL, or in the first frame, as the gateway takes it.
 	authed := map[string]any{"op": "authed", "uid": uid}
+	if maxBody > 0 {
+		authed["max_body"] = maxBody
+	}
 	token := r.URL.Query().Get("token")
 	if token == "" {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

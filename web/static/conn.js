@@ -159,6 +159,9 @@ export class Conn {
     if (f.op === 'authed' && !this.isUp) {
       clearTimeout(this.authTimer);
       this.isUp = true;
+      // The longest body the server takes, in UTF-8 bytes; 0: it does not
+      // say (a server before max_body).
+      this.maxBody = Number.isSafeInteger(f.max_body) && f.max_body > 0 ? f.max_body : 0;
       this.hooks.up(uid(f));
       return;
     }

@@ -15,6 +15,7 @@
 import { ProtocolError, Disconnected, Timeout, Backoff, retryable } from './conn.js';
 
 const SEND_TIMEOUT = 10000;
+const utf8 = new TextEncoder();
 const MAX_SENDING = 8; // sends in flight at once, of all groups: a new session's resends of many groups wait their turn
 
 // newCmid uses crypto.getRandomValues, not randomUUID: the page may be
@@ -101,6 +102,11 @@ export class Outbox {
     const episode = this.episode;
     let again = 0; // ms until g's next send; -1: the next session's
     try {
+      // A body over the server's limit is refused here, unsent: a frame
+      // past the server's frame limit would close the connection (1009).
+      const size = utf8.encode(p.body).length;
+      const max = chat.conn.maxBody;
+      if (max && size > max) throw new ProtocolError('body_too_large', `too large: ${size} bytes, and this server takes at most ${max}; shorten it or split it in several messages`);
       const f = await chat.conn.request({ op: 'send', gid: p.gid, cmid: p.cmid, body: p.body }, SEND_TIMEOUT);
       chat.stats.sends++;
       this.pause.reset();
