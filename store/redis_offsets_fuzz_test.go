@@ -154,18 +154,28 @@ func FuzzSavedNumber(f *testing.F) {
 
 // FuzzParseHandled feeds the reader of a partition's handled mark any
 // value. It takes three decimals joined by ":" (End, SkipFrom, SkipTo) as
-// their numbers, and anything else as none (End -1): what it takes,
-// String writes in a form read back as the same, and as the very bytes
-// read when they were in that form.
+// their numbers, one decimal alone (as a chatctl of before skips were
+// kept wrote it) as End with no skip, and anything else as none (End -1):
+// what it takes, String writes in a form read back as the same, and as
+// the very bytes read when they were in the three-number form.
 func FuzzParseHandled(f *testing.F) {
 	for _, s := range []string{
 		"500:0:0", "-1:0:0", "2000:500:2000", "-1:1000:3000", "9223372036854775807:-9223372036854775808:0",
-		"+5:0:0", "05:1:2", "-0:0:0", "1:2", "1:2:3:4", "1::3", "::", "", "a:b:c", " 1:2:3", "1:2:3\n", "9223372036854775808:0:0",
+		"+5:0:0", "05:1:2", "-0:0:0", "1:2", "3", "-1", "1:2:3:4", "1::3", "::", "", "a:b:c", " 1:2:3", "1:2:3\n", "9223372036854775808:0:0",
 	} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		h := parseHandled(s)
+		if n, ok := decimal(s); ok {
+			if h != (Handled{End: n}) {
+				t.Fatalf("parseHandled(%q) = %+v; want End %d, no skip", s, h, n)
+			}
+			if again := parseHandled(h.String()); again != h {
+				t.Fatalf("%q read as %+v, written as %q, read back as %+v", s, h, h.String(), again)
+			}
+			return
+		}
 		parts := strings.Split(s, ":")
 		var want [3]int64
 		readable := len(parts) == 3
