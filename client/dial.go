@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -67,6 +68,8 @@ func askedToRetry(err error) bool {
 // with instead of upgrading (503 unavailable while it starts or shuts
 // down, overloaded past its connections authenticating), or nil if resp
 // carries none: no answer, or one of something else (a proxy's 503 page).
+// A gateway's answer is UTF-8 (encoding/json writes no other): one that is
+// not is something else, whose bad bytes would each grow to a U+FFFD.
 func refusal(resp *http.Response) error {
 	if resp == nil || resp.Body == nil || resp.StatusCode == http.StatusSwitchingProtocols {
 		return nil
@@ -76,7 +79,7 @@ func refusal(resp *http.Response) error {
 		Code    protocol.Code `json:"code"`
 		Message string        `json:"message"`
 	}
-	if json.Unmarshal(b, &e) != nil || e.Code == "" {
+	if !utf8.Valid(b) || json.Unmarshal(b, &e) != nil || e.Code == "" {
 		return nil
 	}
 	return fmt.Errorf("HTTP %d: %w", resp.StatusCode, &protocol.Error{Code: e.Code, Message: e.Message})
