@@ -62,13 +62,20 @@ end
 // embedded Redis (miniredis) writes 10^8 as "1e+8", which its Lua's
 // tonumber does not read (it reads "1.5e+9"). Scripts that read a floor or
 // a cursor, which come from scores, read them with it; floors are written
-// as plain integers.
+// as plain integers. The mantissa is scaled, not written out with its
+// zeros: a stored "1e+999999999" would have the script build a string of
+// a gigabyte. Exact for every whole number up to 2^53 (10^e is exact up
+// to 10^22); past 10^308 it is inf, as Redis's own tonumber reads it.
 const luaNum = `
 local function num(s)
   local n = tonumber(s)
   if n or type(s) ~= 'string' then return n end
   local m, e = string.match(s, '^(%-?%d+)[eE]%+?(%d+)$')
-  if m then return tonumber(m .. string.rep('0', tonumber(e))) end
+  if m then
+    n = tonumber(m)
+    if n == 0 then return n end
+    return n * 10 ^ tonumber(e)
+  end
   return nil
 end
 `
