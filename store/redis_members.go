@@ -133,7 +133,10 @@ func parseMembership(s string) (Membership, error) {
 // left at pos, join kept; leave on left: nothing (a second leave must not
 // show what was sent after the first); leave on none (the join was
 // compacted away): left at pos, joined where the leave says, or at pos,
-// which grants nothing, when it does not say.
+// which grants nothing, when it does not say. It reads a stored value's
+// join position as parseMembership does, a "+" sign too: a value it could
+// not read would be taken as no membership, and a leave would then make a
+// member left long ago left over the stretch the leave names.
 //
 // An event from the replay offset on, at or below the offset members-at
 // holds for its uid, was applied before: it is skipped. Without that, a replay after a crash between
@@ -161,7 +164,7 @@ for i = 2, #ARGV, 5 do
     if off then
       at[uid], moved[uid] = off, true
     end
-    local state, joined = string.match(cur, '^(%a):(%-?%d+)')
+    local state, joined = string.match(cur, '^(%a):([%+%-]?%d+)')
     if op == 'j' or (op == 'g' and cur == '' and from ~= '') then
       if op == 'g' then pos = from end
       cur = 'j:' .. pos
