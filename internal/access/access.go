@@ -71,7 +71,15 @@ func Addrs(s, setting, defaultPort, example string) ([]string, error) {
 			return nil, fmt.Errorf("%s: %q is a URL; give host:port without %q, e.g. %s", setting, a, a[:i+3], example)
 		}
 		if _, _, err := net.SplitHostPort(a); err != nil && defaultPort != "" && strings.HasSuffix(err.Error(), "missing port in address") {
-			a = net.JoinHostPort(strings.Trim(a, "[]"), defaultPort)
+			// An IPv6 host alone comes in brackets ("[::1]"), which
+			// JoinHostPort puts back: unwrap that pair only, so that no
+			// other bracket is dropped to leave a host of blanks (" 0"
+			// of "] 0") that reads back as another.
+			host := a
+			if len(host) >= 2 && host[0] == '[' && host[len(host)-1] == ']' {
+				host = host[1 : len(host)-1]
+			}
+			a = net.JoinHostPort(host, defaultPort)
 		}
 		_, port, err := net.SplitHostPort(a)
 		if err != nil {
