@@ -155,12 +155,18 @@ func newCommand(name string, getenv func(string) string, stdout, stderr io.Write
 }
 
 // parse reads flags, which may come before and between the arguments, and
-// returns the arguments.
+// returns the arguments. "--" ends the flags: every argument after it is
+// an argument, one that begins with "-" too (a uid may).
 func (c *command) parse(args []string) ([]string, error) {
 	var rest []string
 	for {
 		if err := flags.Parse(c.fs, args); err != nil {
 			return nil, err
+		}
+		taken := len(args) - len(c.fs.Args())
+		if endsFlags(c.fs, args, taken) {
+			rest = append(rest, c.fs.Args()...)
+			break
 		}
 		args = c.fs.Args()
 		if len(args) == 0 {
@@ -174,6 +180,23 @@ func (c *command) parse(args []string) ([]string, error) {
 		return nil, err
 	}
 	return rest, c.s.validate()
+}
+
+// endsFlags reports whether the last of the n args that fs.Parse took is
+// the "--" that ends the flags, not the value of a flag ("-from --").
+func endsFlags(fs *flag.FlagSet, args []string, n int) bool {
+	for i := 0; i < n; i++ {
+		if args[i] == "--" {
+			return i == n-1
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(args[i], "-"), "=")
+		if f := fs.Lookup(name); f != nil && !hasValue {
+			if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+				i++ // the next argument is its value
+			}
+		}
+	}
+	return false
 }
 
 func (s *settings) validate() error {
