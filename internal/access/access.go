@@ -11,6 +11,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/groupchat/chatd/internal/tlsclient"
 	"github.com/groupchat/chatd/topics"
@@ -81,9 +82,12 @@ func Addrs(s, setting, defaultPort, example string) ([]string, error) {
 			}
 			a = net.JoinHostPort(host, defaultPort)
 		}
-		_, port, err := net.SplitHostPort(a)
+		host, port, err := net.SplitHostPort(a)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %q is no host:port (%v); give each address with its port, e.g. %s", setting, a, err, example)
+		}
+		if strings.IndexFunc(host, unicode.IsSpace) >= 0 {
+			return nil, fmt.Errorf("%s: %q: the host %q holds a blank; e.g. %s", setting, a, host, example)
 		}
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
 			return nil, fmt.Errorf("%s: %q: the port %q is no number from 1 to 65535; e.g. %s", setting, a, port, example)
