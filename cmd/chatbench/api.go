@@ -59,12 +59,14 @@ func (a *api) call(ctx context.Context, method, path, bearer string, body, out a
 		}
 		if resp.StatusCode == http.StatusTooManyRequests {
 			// A user's requests are held to a connection's frame rate:
-			// wait as told, as a client would.
+			// wait as told, as a client would (1 to 60 s: a number past
+			// that, or none, is no chatd's).
 			wait, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+			wait = min(max(wait, 1), 60)
 			select {
 			case <-ctx.Done():
 				return fmt.Errorf("%s %s: %s, and %w while waiting to retry", method, path, resp.Status, ctx.Err())
-			case <-time.After(time.Duration(max(wait, 1)) * time.Second):
+			case <-time.After(time.Duration(wait) * time.Second):
 			}
 			continue
 		}
