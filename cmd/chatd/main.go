@@ -18,6 +18,13 @@ import (
 
 func main() {
 	redis.SetLogger(redisLog{})
+	if len(os.Args) > 1 && roles[os.Args[1]] != nil {
+		// Not for chatd help, where the variables are looked up.
+		if err := checkVarNames(os.Environ()); err != nil {
+			fmt.Fprintln(os.Stderr, "chatd:", err)
+			os.Exit(1)
+		}
+	}
 	if err := run(stopOnSignal(), os.Args[1:], os.Getenv); err != nil {
 		fmt.Fprintln(os.Stderr, "chatd:", err)
 		os.Exit(1)
