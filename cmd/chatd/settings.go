@@ -238,8 +238,8 @@ func (s *settings) validate(role string) error {
 		}
 	}
 	for _, o := range list(s.AllowedOrigins) {
-		if _, err := path.Match(o, ""); err != nil {
-			return fmt.Errorf("allowed-origins: %q is no host pattern (CHAT_ALLOWED_ORIGINS): %v; use hosts such as chat.example.com or *.example.com, comma-separated", o, err)
+		if err := checkOrigin(o); err != nil {
+			return err
 		}
 	}
 	if (role == "dev" || role == "gateway") && s.JWTSecret != "" && len(s.JWTSecret) < 32 {
@@ -295,6 +295,31 @@ func (s *settings) validate(role string) error {
 	}
 	if _, err := s.ClickHouseTLSConfig(); err != nil {
 		return err
+	}
+	return nil
+}
+
+// checkOrigin refuses a CHAT_ALLOWED_ORIGINS pattern that no browser's
+// Origin can match: one with a path (a trailing "/" copied from the
+// address bar), or of a scheme pages are not served over. Such a pattern
+// was taken, and every page of it refused as from another origin.
+func checkOrigin(o string) error {
+	scheme, host, hasScheme := strings.Cut(o, "://")
+	if !hasScheme {
+		host = o
+	}
+	if i := strings.IndexByte(host, '/'); i >= 0 {
+		meant := host[:i]
+		if hasScheme {
+			meant = scheme + "://" + meant
+		}
+		return fmt.Errorf("allowed-origins: %q has a path (%q), which a browser's Origin never has (CHAT_ALLOWED_ORIGINS): use %q; an origin is a host (chat.example.com, *.example.com) or scheme://host[:port]", o, host[i:], meant)
+	}
+	if hasScheme && !strings.ContainsAny(scheme, "*?[") && !strings.EqualFold(scheme, "http") && !strings.EqualFold(scheme, "https") {
+		return fmt.Errorf("allowed-origins: %q: pages are served over http:// or https://, not %s:// (CHAT_ALLOWED_ORIGINS): use https://%s, or the host alone (%s) for either scheme", o, scheme, host, host)
+	}
+	if _, err := path.Match(o, ""); err != nil {
+		return fmt.Errorf("allowed-origins: %q is no host pattern (CHAT_ALLOWED_ORIGINS): %v; use hosts such as chat.example.com or *.example.com, comma-separated", o, err)
 	}
 	return nil
 }

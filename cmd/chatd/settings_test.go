@@ -67,3 +67,31 @@ func TestAStoreAddressThatIsNoHostPortIsRefusedAtOnce(t *testing.T) {
 		t.Errorf("addresses of host:port, and brokers without their port: %v", err)
 	}
 }
+
+// A CHAT_ALLOWED_ORIGINS entry that no browser's Origin can match was
+// taken: "https://chat.example.com/" copied from the address bar, a path,
+// or a ws:// scheme. Every page of that origin was then refused, and the
+// refusal told the operator to add to CHAT_ALLOWED_ORIGINS the host they
+// had added. chatd refuses such an entry at start, with the one meant.
+func TestAnAllowedOriginNoBrowserSendsIsRefusedWithTheOneMeant(t *testing.T) {
+	for _, c := range []struct{ value, want string }{
+		{"https://chat.example.com/", `allowed-origins: "https://chat.example.com/" has a path ("/"), which a browser's Origin never has (CHAT_ALLOWED_ORIGINS): use "https://chat.example.com"`},
+		{"chat.example.com/app", `use "chat.example.com"`},
+		{"localhost:3000, http://localhost:5173/index.html", `use "http://localhost:5173"`},
+		{"ws://chat.example.com", `not ws:// (CHAT_ALLOWED_ORIGINS): use https://chat.example.com, or the host alone (chat.example.com)`},
+	} {
+		_, err := parseSettings("gateway", nil, func(k string) string {
+			return map[string]string{"CHAT_KAFKA_BROKERS": "kafka:9092", "CHAT_ALLOWED_ORIGINS": c.value}[k]
+		}, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("CHAT_ALLOWED_ORIGINS=%s: error %v; want %q", c.value, err, c.want)
+		}
+	}
+	for _, ok := range []string{"chat.example.com", "*.example.com", "https://chat.example.com", "http://localhost:3000", "*", "http*://x.example.com"} {
+		if _, err := parseSettings("gateway", nil, func(k string) string {
+			return map[string]string{"CHAT_KAFKA_BROKERS": "kafka:9092", "CHAT_ALLOWED_ORIGINS": ok}[k]
+		}, io.Discard); err != nil {
+			t.Errorf("CHAT_ALLOWED_ORIGINS=%s: %v; want it taken", ok, err)
+		}
+	}
+}
