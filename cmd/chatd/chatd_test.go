@@ -191,7 +191,11 @@ func TestBadSettingsSayWhatToDo(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		{[]string{"nope"}, nil, `unknown role "nope"`},
+		{[]string{"nope"}, nil, `unknown role "nope": want one of dev, gateway, fanout, persister, projector, e.g. chatd dev`},
+		{nil, nil, "no role given: run chatd ROLE, the ROLE one of dev, gateway, fanout, persister, projector"},
+		{[]string{"projectors"}, nil, `unknown role "projectors" (did you mean projector?)`},
+		{[]string{"-partitions", "4", "dev"}, nil, "-partitions is a flag, but the role comes first: chatd dev -partitions 4"},
+		{[]string{"-partitions", "4"}, nil, "-partitions is a flag, but no role comes first: chatd ROLE -partitions 4, the ROLE one of dev, gateway"},
 		{[]string{"dev", "-partitions", "0"}, nil, "partitions must be"},
 		{[]string{"dev"}, map[string]string{"CHAT_LOG_LEVEL": "loud"}, "log-level"},
 		{[]string{"persister"}, nil, "CHAT_KAFKA_BROKERS"},

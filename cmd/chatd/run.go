@@ -2,11 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
+	"strings"
 )
 
 const usage = `chatd runs the group-chat delivery backend.
@@ -41,7 +42,7 @@ func run(ctx context.Context, args []string, getenv func(string) string) error {
 func runTo(ctx context.Context, args []string, getenv func(string) string, logw io.Writer) error {
 	if len(args) == 0 {
 		printUsage(os.Stderr)
-		return errors.New("no role given")
+		return fmt.Errorf("no role given: run chatd ROLE, the ROLE one of %s (chatd dev runs them all in one process)", strings.Join(roleNames, ", "))
 	}
 	role := args[0]
 	if role == "help" || role == "-h" || role == "--help" || role == "-help" {
@@ -51,7 +52,7 @@ func runTo(ctx context.Context, args []string, getenv func(string) string, logw 
 	add, ok := roles[role]
 	if !ok {
 		printUsage(os.Stderr)
-		return fmt.Errorf("unknown role %q", role)
+		return unknownRole(args)
 	}
 	s, err := parseSettings(role, args[1:], getenv, os.Stderr)
 	if err != nil {
@@ -68,6 +69,31 @@ func runTo(ctx context.Context, args []string, getenv func(string) string, logw 
 		return err
 	}
 	return st.run(ctx)
+}
+
+// roleNames are the roles, as the usage lists them.
+var roleNames = []string{"dev", "gateway", "fanout", "persister", "projector"}
+
+// unknownRole says what to run instead of args, whose first is no role:
+// the command with its role first, when a flag came before it, or the
+// role meant. The last line of the usage said only `unknown role
+// "-partitions"`, or "projectors".
+func unknownRole(args []string) error {
+	role := args[0]
+	if strings.HasPrefix(role, "-") {
+		for i, a := range args {
+			if roles[a] != nil {
+				fixed := append([]string{a}, slices.Delete(slices.Clone(args), i, i+1)...)
+				return fmt.Errorf("%s is a flag, but the role comes first: chatd %s", role, strings.Join(fixed, " "))
+			}
+		}
+		return fmt.Errorf("%s is a flag, but no role comes first: chatd ROLE %s, the ROLE one of %s", role, strings.Join(args, " "), strings.Join(roleNames, ", "))
+	}
+	meant := ""
+	if n := nearest(role, roleNames); n != "" && editDistance(role, n) <= 2 {
+		meant = fmt.Sprintf(" (did you mean %s?)", n)
+	}
+	return fmt.Errorf("unknown role %q%s: want one of %s, e.g. chatd dev", role, meant, strings.Join(roleNames, ", "))
 }
 
 func printUsage(w io.Writer) {
