@@ -72,7 +72,10 @@ func Start(cfg Config) (*Broker, error) {
 	cfg.setDefaults()
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
-		return nil, fmt.Errorf("broker: listen on %s: %w; is another broker running there? set CHAT_KAFKA_LISTEN to a free address", cfg.Listen, err)
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return nil, fmt.Errorf("broker: listen on %s: %w; is another broker running there? set CHAT_KAFKA_LISTEN to a free address", cfg.Listen, err)
+		}
+		return nil, fmt.Errorf("broker: listen on %s: %w; set CHAT_KAFKA_LISTEN to a host:port of this machine, e.g. 127.0.0.1:9092", cfg.Listen, err)
 	}
 	var lock *os.File
 	if cfg.DataDir != "" {

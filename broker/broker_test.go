@@ -207,6 +207,28 @@ func TestASecondBrokerOnADataDirInUseIsRefused(t *testing.T) {
 	b3.Close()
 }
 
+// A listen address without a port (CHAT_KAFKA_LISTEN=localhost) was
+// answered "missing port in address; is another broker running there?":
+// the operator looked for a broker that was not there. Only an address in
+// use asks that; another is told the form wanted.
+func TestAListenAddressThatIsNoHostPortIsNotTakenForOneInUse(t *testing.T) {
+	_, err := broker.Start(broker.Config{Listen: "localhost"})
+	if err == nil || strings.Contains(err.Error(), "another broker") || !strings.Contains(err.Error(), "set CHAT_KAFKA_LISTEN to a host:port of this machine, e.g. 127.0.0.1:9092") {
+		t.Errorf("listen on localhost: %v; want the host:port form asked for, and no other broker suspected", err)
+	}
+	b1, err := broker.Start(broker.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b1.Close()
+	if b2, err := broker.Start(broker.Config{Listen: b1.Addr()}); err == nil {
+		b2.Close()
+		t.Fatal("a second broker listens on the first's address")
+	} else if !strings.Contains(err.Error(), "is another broker running there?") {
+		t.Errorf("listen on an address in use: %v; want it to ask for the other broker", err)
+	}
+}
+
 // A data dir whose state files are damaged stops the broker with an error
 // that names the directory and what to do, not a bare JSON parse error.
 func TestADamagedDataDirIsNamedInTheError(t *testing.T) {
