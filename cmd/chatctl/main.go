@@ -16,9 +16,16 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+
+	"github.com/redis/go-redis/v9"
 )
 
 func main() {
+	// go-redis logs each failed dial of its pool to stderr ("redis:
+	// 2024/05/01 12:00:00 pool.go:770: redis: connection pool: failed to
+	// dial after 5 attempts"), lines above chatctl's own error, which
+	// says the same with what to check.
+	redis.SetLogger(quietRedis{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
@@ -36,3 +43,9 @@ func withDialHint(err error) error {
 	}
 	return fmt.Errorf("%w; is the server at %v up, and is it the one meant? (CHAT_KAFKA_BROKERS, CHAT_REDIS_ADDRS and CHAT_CLICKHOUSE_ADDRS, or their flags, say where each is)", err, op.Addr)
 }
+
+// quietRedis drops go-redis's own log lines: every Redis failure chatctl
+// meets comes back to it as an error, which it reports.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
