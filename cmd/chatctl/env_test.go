@@ -231,6 +231,24 @@ func TestACommandGroupWithoutItsCommandSaysWhichItHas(t *testing.T) {
 	}
 }
 
+// Flags given before the command (as many tools take them) were taken for
+// its name: unknown command "-kafka-brokers 127.0.0.1:9092", under the
+// whole usage. The answer is the command line with the command first.
+func TestFlagsBeforeTheCommandAreAnsweredWithTheCommandFirst(t *testing.T) {
+	for args, want := range map[string]string{
+		"-kafka-brokers k:9092 topics verify":    "-kafka-brokers is a flag, but the command comes first: chatctl topics verify -kafka-brokers k:9092",
+		"-redis-tls rebuild acks -force":         "-redis-tls is a flag, but the command comes first: chatctl rebuild -redis-tls acks -force",
+		"-kafka-brokers=k:9092 groups show team": "chatctl groups show -kafka-brokers=k:9092 team",
+		"-kafka-brokers k:9092":                  "-kafka-brokers is a flag, but no command comes first: chatctl COMMAND [ARGS] -kafka-brokers k:9092; chatctl help lists the commands",
+	} {
+		var out strings.Builder
+		err := run(context.Background(), strings.Fields(args), func(string) string { return "" }, &out, &out)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("chatctl %s: %v; want %q", args, err, want)
+		}
+	}
+}
+
 // A -to that names no position is refused before Kafka is asked, so an
 // operator whose broker is down still learns of it; a server that cannot
 // be reached is named, with the settings that say where it is.

@@ -67,6 +67,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		printUsage(stdout)
 		return nil
 	}
+	if strings.HasPrefix(name, "-") {
+		return flagFirst(args)
+	}
 	args = args[1:]
 	if _, ok := commands[name]; !ok && len(args) > 0 {
 		name, args = name+" "+args[0], args[1:]
@@ -112,6 +115,28 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return err
 	}
 	return cmd.run(ctx, c, opts, rest)
+}
+
+// flagFirst says how to run args, which begin with a flag: with the
+// command first. It was taken for the command's name (unknown command
+// "-kafka-brokers 127.0.0.1:9092") under the whole usage.
+func flagFirst(args []string) error {
+	for i, a := range args {
+		words := 1
+		if _, ok := commands[a]; !ok {
+			if i+1 >= len(args) {
+				continue
+			}
+			if _, ok := commands[a+" "+args[i+1]]; !ok {
+				continue
+			}
+			words = 2
+		}
+		fixed := append(slices.Clone(args[i:i+words]), args[:i]...)
+		fixed = append(fixed, args[i+words:]...)
+		return fmt.Errorf("%s is a flag, but the command comes first: chatctl %s", args[0], strings.Join(fixed, " "))
+	}
+	return fmt.Errorf("%s is a flag, but no command comes first: chatctl COMMAND [ARGS] %s; chatctl help lists the commands", args[0], strings.Join(args, " "))
 }
 
 func printUsage(w io.Writer) {
