@@ -234,6 +234,9 @@ func groupsShow(ctx context.Context, c *command, _ any, args []string) error {
 	if len(args) != 1 {
 		return errors.New("usage: chatctl groups show GID")
 	}
+	if err := schema.ValidID(args[0]); err != nil {
+		return fmt.Errorf("%q: %w", args[0], err)
+	}
 	brokers, err := c.s.brokers()
 	if err != nil {
 		return err
@@ -245,7 +248,7 @@ func groupsShow(ctx context.Context, c *command, _ any, args []string) error {
 		return err
 	}
 	if len(ms) == 0 {
-		return fmt.Errorf("group %s has no member events in %s", args[0], topics.Members)
+		return fmt.Errorf("group %s does not exist (%s holds no member event of it): check the gid, or create it with `chatctl groups create %s UID...`", args[0], topics.Members, args[0])
 	}
 	uids := make([]string, 0, len(ms))
 	for u := range ms {

@@ -284,3 +284,20 @@ func TestMembersRemoveOfNonMembersFails(t *testing.T) {
 	}
 	e.mustCtl("members", "remove", "team", "bob", "bob")
 }
+
+// groups show of a gid with no member event said only "group nosuch has
+// no member events in chat.members", and of a gid that cannot be one ("a
+// b", a space) the same, after reading the topic. It says the group does
+// not exist, with the command that creates it; a malformed gid is refused
+// as the other member commands refuse it.
+func TestGroupsShowOfAGroupThatIsNotSaysWhatToDo(t *testing.T) {
+	e := newEnv(t, 1)
+	_, err := e.ctl("groups", "show", "nosuch")
+	if want := "group nosuch does not exist (chat.members holds no member event of it): check the gid, or create it with `chatctl groups create nosuch UID...`"; err == nil || err.Error() != want {
+		t.Errorf("groups show nosuch: %v; want %q", err, want)
+	}
+	_, err = e.ctl("groups", "show", "a b")
+	if err == nil || !strings.Contains(err.Error(), `"a b": schema: invalid id`) || !strings.Contains(err.Error(), "use letters, digits and _.:@-") {
+		t.Errorf(`groups show "a b": %v; want the gid refused as an id`, err)
+	}
+}

@@ -81,7 +81,7 @@ func tail(ctx context.Context, c *command, opts any, args []string) error {
 		picked = append(picked, s)
 	}
 	if len(picked) == 0 {
-		return fmt.Errorf("%s has no partition %d", topic, o.partition)
+		return fmt.Errorf("-partition %d: %s has partitions 0 to %d; pick one of them, or leave -partition out for all", o.partition, topic, len(spans)-1)
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

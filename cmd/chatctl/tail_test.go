@@ -194,3 +194,14 @@ func TestTailRefusesANegativeCountOrPartition(t *testing.T) {
 		}
 	}
 }
+
+// A -partition past the topic's said "chat.acks has no partition 99",
+// leaving the operator to find out which it has. It names them, as
+// consumer-groups reset does.
+func TestTailOfAPartitionTheTopicLacksNamesThoseItHas(t *testing.T) {
+	e := newEnv(t, 2)
+	_, err := e.ctl("tail", "chat.acks", "-partition", "99")
+	if want := "-partition 99: chat.acks has partitions 0 to 1; pick one of them, or leave -partition out for all"; err == nil || err.Error() != want {
+		t.Errorf("tail chat.acks -partition 99: %v; want %q", err, want)
+	}
+}
