@@ -98,7 +98,7 @@ func (g *Gateway) createGroup(ctx context.Context, r *http.Request) (any, *proto
 		return nil, perr
 	}
 	if len(req.Members) == 0 || len(req.Members) > g.cfg.MaxMembers {
-		return nil, protocol.Errorf(protocol.CodeInvalid, "a group needs 1 to %d members", g.cfg.MaxMembers)
+		return nil, protocol.Errorf(protocol.CodeInvalid, `a group needs 1 to %d members, got %d; send e.g. {"gid":"team","members":["alice","bob"]}`, g.cfg.MaxMembers, len(req.Members))
 	}
 	return g.join(ctx, req.Gid, req.Members)
 }

@@ -29,10 +29,10 @@ func (g *Gateway) devCreateGroup(ctx context.Context, uid string, r *http.Reques
 		return nil, perr
 	}
 	if len(req.Members) > maxDevMembers {
-		return nil, protocol.Errorf(protocol.CodeInvalid, "at most %d members at once", maxDevMembers)
+		return nil, protocol.Errorf(protocol.CodeInvalid, "at most %d members at once; add the others with POST /v1/dev/groups/{gid}/members", maxDevMembers)
 	}
-	if err := schema.ValidID(req.Gid); err != nil {
-		return nil, protocol.Errorf(protocol.CodeInvalid, "gid: %v", err)
+	if perr := needID(`"gid"`, req.Gid, `{"gid":"team","members":["bob"]}`); perr != nil {
+		return nil, perr
 	}
 	// Whether the group has members, and uid among them, is known only
 	// once its memberships are whole.
@@ -54,6 +54,10 @@ func (g *Gateway) devAddMember(ctx context.Context, uid string, r *http.Request)
 	}
 	if err := schema.ValidID(req.Gid); err != nil {
 		return nil, protocol.Errorf(protocol.CodeInvalid, "gid: %v", err)
+	}
+	// The answer to a missing uid named the body that creates a group.
+	if perr := needID(`"uid"`, req.Uid, `{"uid":"carol"}`); perr != nil {
+		return nil, perr
 	}
 	m, perr := g.member(ctx, uid, req.Gid)
 	if perr != nil {

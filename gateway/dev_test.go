@@ -57,3 +57,32 @@ func TestDevGroupsOnlyWhenDevTokens(t *testing.T) {
 		}
 	}
 }
+
+// What a body that lacks a field is answered with names the body to send
+// for that route. An add of a member without "uid" on the dev route was
+// answered `a member is missing; send e.g. {"gid":"team","members":[...]}`,
+// the body of another route, which it refuses the same way again; a dev
+// group without "gid" with "gid: schema: invalid id: length 0"; an admin
+// group without members with no body at all.
+func TestAGroupBodyMissingAFieldIsToldTheBodyToSend(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	alice := e.token("alice")
+	e.waitReplayed("team")
+	if st, out := e.http("POST", "/v1/dev/groups", alice, map[string]any{"gid": "team"}); st != 200 {
+		t.Fatalf("alice creates team: %d %v", st, out)
+	}
+	e.waitMembers("team", "alice")
+	for _, c := range []struct {
+		name, path, token string
+		body              any
+		want              string
+	}{
+		{"a dev add without uid", "/v1/dev/groups/team/members", alice, map[string]any{"members": []string{"carol"}}, `"uid" is missing; send e.g. {"uid":"carol"}`},
+		{"a dev group without gid", "/v1/dev/groups", alice, map[string]any{"members": []string{"bob"}}, `"gid" is missing; send e.g. {"gid":"team","members":["bob"]}`},
+		{"an admin group without members", "/v1/admin/groups", adminToken, map[string]any{"gid": "t2"}, `a group needs 1 to 10000 members, got 0; send e.g. {"gid":"team","members":["alice","bob"]}`},
+	} {
+		if st, out := e.http("POST", c.path, c.token, c.body); st != 400 || out["message"] != c.want {
+			t.Errorf("%s: %d %q; want 400 %q", c.name, st, out["message"], c.want)
+		}
+	}
+}
