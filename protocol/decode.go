@@ -42,7 +42,11 @@ func Decode(b []byte, maxBody int) (Request, error) {
 		case errors.As(err, &te):
 			return Request{}, Errorf(CodeBadFrame, `a request is one JSON object, e.g. {"op":"sync"} (over HTTP, the operation's fields), not a JSON %s`, te.Value)
 		}
-		return Request{ID: readableID(b)}, Errorf(CodeBadFrame, `a request is one JSON object, e.g. {"op":"sync"} (over HTTP, the operation's fields): %v`, err)
+		why := err.Error()
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			why = `the JSON ends before the object does (a closing } or " is missing)`
+		}
+		return Request{ID: readableID(b)}, Errorf(CodeBadFrame, `a request is one JSON object, e.g. {"op":"sync"} (over HTTP, the operation's fields): %s`, why)
 	}
 	// More would let a stray "}" or "]" after the object pass: only
 	// whitespace may follow it.
@@ -102,7 +106,7 @@ func (r *Request) validate(maxBody int) error {
 			return TokenTooLong(len(r.Token))
 		}
 	case OpSend:
-		if err := checkGid(r.Gid); err != nil {
+		if err := checkGid(r.Op, r.Gid); err != nil {
 			return err
 		}
 		if err := schema.ValidID(r.Cmid); err != nil {
@@ -115,14 +119,14 @@ func (r *Request) validate(maxBody int) error {
 			return Errorf(CodeBodyTooLarge, "the body is %d bytes; the limit is %d", len(r.Body), maxBody)
 		}
 	case OpAck, OpRead:
-		if err := checkGid(r.Gid); err != nil {
+		if err := checkGid(r.Op, r.Gid); err != nil {
 			return err
 		}
 		if r.Upto == nil || *r.Upto < -1 {
 			return Errorf(CodeInvalid, "%s needs upto: the msgid up to which you have the group's messages", r.Op)
 		}
 	case OpPull:
-		if err := checkGid(r.Gid); err != nil {
+		if err := checkGid(r.Op, r.Gid); err != nil {
 			return err
 		}
 		if r.After != nil && *r.After < -1 {
@@ -136,28 +140,36 @@ func (r *Request) validate(maxBody int) error {
 		}
 	case OpSync:
 	case OpReadCounts:
-		if err := checkGid(r.Gid); err != nil {
+		if err := checkGid(r.Op, r.Gid); err != nil {
 			return err
 		}
 		if len(r.MsgIDs) == 0 || len(r.MsgIDs) > MaxMsgIDs {
 			return Errorf(CodeInvalid, "read_counts needs 1 to %d msgids", MaxMsgIDs)
 		}
 	case OpWhoRead:
-		if err := checkGid(r.Gid); err != nil {
+		if err := checkGid(r.Op, r.Gid); err != nil {
 			return err
 		}
 		if r.MsgID == nil || *r.MsgID < 0 {
 			return Errorf(CodeInvalid, "who_read needs the msgid of one message")
 		}
 	case "":
-		return Errorf(CodeInvalid, `the frame has no "op"`)
+		return Errorf(CodeInvalid, `the frame has no "op": set it to one of %s, e.g. {"op":"sync"}`, opList)
 	default:
-		return Errorf(CodeUnknownOp, "unknown op %q; this server speaks auth, send, ack, read, pull, sync, read_counts and who_read", r.Op)
+		return Errorf(CodeUnknownOp, "unknown op %q; this server speaks %s", r.Op, opList)
 	}
 	return nil
 }
 
-func checkGid(gid string) error {
+// opList names the ops a client sends.
+const opList = "auth, send, ack, read, pull, sync, read_counts and who_read"
+
+// checkGid refuses the gid of an op: a missing one was answered "gid:
+// schema: invalid id: length 0, want 1 to 128 bytes".
+func checkGid(op, gid string) error {
+	if gid == "" {
+		return Errorf(CodeInvalid, `%s needs a "gid": the id of the group, e.g. {"op":%q,"gid":"team",...}`, op, op)
+	}
 	if err := schema.ValidID(gid); err != nil {
 		return Errorf(CodeInvalid, "gid: %v", err)
 	}
