@@ -402,8 +402,10 @@ func (c *Client) MarkRead(ctx context.Context, gid string, upto int64) error {
 	switch {
 	case g == nil:
 		return fmt.Errorf("client: mark read %s upto %d: %w: the client holds no group %s (the last sync did not name it, and no message of it came since: is the user a member?)", gid, upto, ErrNotReceived, gid)
+	case upto > g.contig && g.contig < 0:
+		return fmt.Errorf("client: mark read %s upto %d: %w: the client has received none of %s's messages yet; mark read msgids OnMessage was handed, or Open(ctx, %q) to pull them", gid, upto, ErrNotReceived, gid, gid)
 	case upto > g.contig:
-		return fmt.Errorf("client: mark read %s upto %d: %w (up to %d)", gid, upto, ErrNotReceived, g.contig)
+		return fmt.Errorf("client: mark read %s upto %d: %w: the client has received %s's messages up to msgid %d (each with every one before it); mark read up to that at most", gid, upto, ErrNotReceived, gid, g.contig)
 	}
 	if upto <= g.readWant {
 		return nil

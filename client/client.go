@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -20,7 +21,7 @@ import (
 // Errors returned by the client. Protocol errors from the server are
 // *protocol.Error values, wrapped.
 var (
-	ErrClosed       = errors.New("client: closed")
+	ErrClosed       = errors.New("client: closed: Close was called on this Client; Dial a new one to go on")
 	ErrDisconnected = errors.New("client: disconnected")
 	ErrNotReceived  = errors.New("client: beyond the messages received")
 	// ErrProtocol wraps the refusal of a server frame the client cannot
@@ -127,9 +128,14 @@ func (c *Config) validate() error {
 	u, err := url.Parse(c.URL)
 	switch {
 	case c.URL == "":
-		return errors.New("client: config: URL is required")
+		return errors.New("client: config: URL is required: the gateway's WebSocket endpoint, e.g. ws://localhost:8080/v1/ws (wss:// over TLS)")
+	case !strings.Contains(c.URL, "://"):
+		// "localhost:8080/v1/ws" parses with the scheme "localhost", and
+		// "127.0.0.1:8080/v1/ws" not at all ("first path segment in URL
+		// cannot contain colon").
+		return fmt.Errorf("client: config: URL %q has no scheme: want ws://%s (wss:// over TLS)", c.URL, c.URL)
 	case err != nil:
-		return fmt.Errorf("client: config: URL: %w", err)
+		return fmt.Errorf("client: config: URL: %w; want the gateway's WebSocket endpoint, e.g. ws://localhost:8080/v1/ws", err)
 	case u.Scheme != "ws" && u.Scheme != "wss" && u.Scheme != "http" && u.Scheme != "https":
 		return fmt.Errorf("client: config: URL scheme %q: want ws or wss", u.Scheme)
 	case c.Token == nil:
@@ -150,12 +156,24 @@ func (c *Config) validate() error {
 		return fmt.Errorf("client: config: DedupWindow %v: want at least 1ms", c.DedupWindow)
 	case c.DedupSends < 1:
 		return fmt.Errorf("client: config: DedupSends %d: want at least 1", c.DedupSends)
-	case c.AckInterval < 0 || c.SendTimeout < 0 || c.RequestTimeout < 0 || c.PingInterval < 0:
-		return errors.New("client: config: durations must not be negative")
+	case c.AckInterval < 0:
+		return negative("AckInterval", c.AckInterval)
+	case c.SendTimeout < 0:
+		return negative("SendTimeout", c.SendTimeout)
+	case c.RequestTimeout < 0:
+		return negative("RequestTimeout", c.RequestTimeout)
+	case c.PingInterval < 0:
+		return negative("PingInterval", c.PingInterval)
 	case c.MinBackoff < 0 || c.MaxBackoff < c.MinBackoff:
 		return fmt.Errorf("client: config: back-off %v..%v: want 0 <= MinBackoff <= MaxBackoff", c.MinBackoff, c.MaxBackoff)
 	}
 	return nil
+}
+
+// negative refuses a duration of Config that is below 0. The refusal said
+// "durations must not be negative", naming none of four.
+func negative(field string, d time.Duration) error {
+	return fmt.Errorf("client: config: %s %v is negative: want 0 (its default) or more", field, d)
 }
 
 // Stats counts what the client did since Dial.

@@ -64,3 +64,41 @@ func TestASendThatWaitedForAConnectionSaysWhyThereIsNone(t *testing.T) {
 		t.Fatalf("Send while the client cannot connect: %v; want the deadline and the last attempt's error", err)
 	}
 }
+
+// The mistakes of a Config, and calls after Close, said what was wrong in
+// Go's words or not which field: a URL without its scheme was
+// `parse "127.0.0.1:8080/v1/ws": first path segment in URL cannot contain
+// colon`, or `URL scheme "localhost": want ws or wss`; a negative
+// duration "durations must not be negative" (one of four); a call after
+// Close "client: closed"; a MarkRead past what came "beyond the messages
+// received (up to -1)". Each says what to do.
+func TestConfigMistakesAndCallsAfterCloseSayWhatToDo(t *testing.T) {
+	token := func(context.Context) (string, error) { return "alice", nil }
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Token: token}, "client: config: URL is required: the gateway's WebSocket endpoint, e.g. ws://localhost:8080/v1/ws"},
+		{Config{URL: "127.0.0.1:8080/v1/ws", Token: token}, `client: config: URL "127.0.0.1:8080/v1/ws" has no scheme: want ws://127.0.0.1:8080/v1/ws (wss:// over TLS)`},
+		{Config{URL: "localhost:8080/v1/ws", Token: token}, `want ws://localhost:8080/v1/ws`},
+		{Config{URL: "ws://h/v1/ws", Token: token, SendTimeout: -time.Second}, "client: config: SendTimeout -1s is negative: want 0 (its default) or more"},
+		{Config{URL: "ws://h/v1/ws", Token: token, PingInterval: -1}, "PingInterval -1ns is negative"},
+	} {
+		if err := c.cfg.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Validate of %+v: %v; want %q", c.cfg, err, c.want)
+		}
+	}
+
+	p := newPeer(t, map[string][]string{"g1": {"alice", "bob"}})
+	c, _ := dial(t, p, "alice", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.MarkRead(ctx, "g1", 5); !errors.Is(err, ErrNotReceived) || !strings.Contains(err.Error(), `the client has received none of g1's messages yet; mark read msgids OnMessage was handed, or Open(ctx, "g1") to pull them`) {
+		t.Errorf("MarkRead of a group of which nothing came: %v; want ErrNotReceived saying what to mark read", err)
+	}
+	c.Close()
+	_, err := c.Send(ctx, "g1", "hello")
+	if !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), "Close was called on this Client; Dial a new one") {
+		t.Errorf("Send after Close: %v; want ErrClosed saying to Dial a new Client", err)
+	}
+}
