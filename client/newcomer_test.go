@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -100,5 +101,23 @@ func TestConfigMistakesAndCallsAfterCloseSayWhatToDo(t *testing.T) {
 	_, err := c.Send(ctx, "g1", "hello")
 	if !errors.Is(err, ErrClosed) || !strings.Contains(err.Error(), "Close was called on this Client; Dial a new one") {
 		t.Errorf("Send after Close: %v; want ErrClosed saying to Dial a new Client", err)
+	}
+}
+
+// A Dial of an address where nothing listens ended in the transport's
+// words alone ("dial tcp 127.0.0.1:1: connect: connection refused"). It
+// asks whether a gateway runs there, and names the setting.
+func TestADialOfAnAddressWithoutAGatewaySaysWhatToCheck(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err = Dial(ctx, Config{URL: "ws://" + addr + "/v1/ws", Token: func(context.Context) (string, error) { return "t", nil }})
+	if err == nil || !strings.Contains(err.Error(), "connection refused") || !strings.Contains(err.Error(), "is a gateway running at that address, and is Config.URL its endpoint?") {
+		t.Errorf("Dial of %s, where nothing listens: %v; want the refusal and what to check", addr, err)
 	}
 }
