@@ -117,18 +117,27 @@ func (a *api) syncGids(ctx context.Context, token string) (map[string]bool, erro
 
 // waitHealthy waits until GET /healthz answers 200 (chatd's projections
 // have caught up), for at most d.
+// It says at the first failure what it waits for: a -url where no chatd
+// runs was waited for 2 minutes without a word, and Ctrl-C meanwhile
+// ended it with "context canceled" alone.
 func (a *api) waitHealthy(ctx context.Context, d time.Duration) error {
 	deadline := time.Now().Add(d)
-	for {
+	for told := false; ; told = true {
 		err := a.call(ctx, http.MethodGet, "/healthz", "", nil, nil)
 		if err == nil {
 			return nil
 		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("chatd at %s was not healthy yet when chatbench was stopped (%w): %v", a.base, ctx.Err(), err)
+		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("chatd at %s is not healthy after %v: %w", a.base, d, err)
+			return fmt.Errorf("chatd at %s is not healthy after %v: %w; is chatd running there, and is -url its gateway's address?", a.base, d, err)
+		}
+		if !told {
+			logf("waiting up to %v for chatd at %s to be healthy (%v)", d, a.base, err)
 		}
 		if !sleepCtx(ctx, 200*time.Millisecond) {
-			return ctx.Err()
+			return fmt.Errorf("chatd at %s was not healthy yet when chatbench was stopped (%w): %v", a.base, ctx.Err(), err)
 		}
 	}
 }

@@ -133,6 +133,11 @@ func (c *Config) Validate() error {
 		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
 			return fmt.Errorf("-url %q: want http://host:port (several separated by commas)", u)
 		}
+		if p.Path != "" || p.RawQuery != "" {
+			// chatbench adds the paths (/healthz, /v1/ws): with one of its
+			// own, it waited 2 minutes for /v1/ws/healthz to answer.
+			return fmt.Errorf("-url %q: want the gateway's base URL, %s://%s, without a path: chatbench adds /v1/ws and the API's paths itself", u, p.Scheme, p.Host)
+		}
 	}
 	if err := schema.ValidID(c.Prefix + "-u0"); err != nil {
 		return fmt.Errorf("-prefix %q: %w", c.Prefix, err)
@@ -188,6 +193,9 @@ func (c *Config) Validate() error {
 		if !hasInterval(r) {
 			return fmt.Errorf("-sweep: rate %g: every rate must be > 0 and at most %g a second", r, mostPerSecond)
 		}
+	}
+	if c.Plot != "" && len(c.Sweep) == 0 && !c.FindMax {
+		return fmt.Errorf("-plot %s draws latency against the rate of several steps: add -sweep R,R,... or -find-max, or drop -plot (a single run writes no plot)", c.Plot)
 	}
 	if c.FindMax && (!hasInterval(c.MaxRate) || !(c.MaxRate >= c.Rate) || c.Target <= 0 || !(c.Tolerance > 0) || c.MaxSteps < 1) {
 		return errors.New("-find-max: want -max-rate >= -rate, -p99-target > 0, -tolerance > 0, -max-steps >= 1")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -8,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/groupchat/chatd/internal/flags"
 )
 
 // parseConfig reads the flags; CHAT_ADMIN_TOKEN is the admin token's default.
@@ -69,11 +72,21 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	fs.BoolVar(&c.Quiet, "quiet", false, "no progress line on stderr")
 	fs.StringVar(&c.CPUProfile, "cpuprofile", "", "write chatbench's own CPU profile to this file")
 	fs.StringVar(&c.MemProfile, "memprofile", "", "write chatbench's own heap profile to this file at the end")
-	if err := fs.Parse(args); err != nil {
+	// A value a flag cannot take is answered with what the flag wants, not
+	// with the whole list of flags above "invalid value "10" for flag
+	// -duration: parse error". -h prints the usage and the list.
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	fs.SetOutput(stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		fs.Usage()
 		return nil, err
 	}
+	if err != nil {
+		return nil, flags.Explain(fs, err)
+	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return nil, fmt.Errorf("unexpected argument %q; chatbench takes flags only (chatbench -h lists them)", fs.Arg(0))
 	}
 	if c.AdminToken == "" {
 		c.AdminToken = getenv("CHAT_ADMIN_TOKEN") // read after parsing: -h prints the defaults
@@ -90,7 +103,8 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 		}
 		c.AdminToken = strings.TrimSpace(string(b))
 	}
-	rates, err := parseRates(*sweep)
+	var rates []float64
+	rates, err = parseRates(*sweep)
 	if err != nil {
 		return nil, err
 	}
