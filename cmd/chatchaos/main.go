@@ -14,6 +14,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -23,6 +24,7 @@ import (
 	"time"
 
 	"github.com/groupchat/chatd/chaos"
+	"github.com/groupchat/chatd/internal/flags"
 )
 
 func main() {
@@ -54,7 +56,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (bool, er
 	fs.IntVar(&cfg.GroupSize, "group-size", 0, "members per group (default 5)")
 	fs.DurationVar(&cfg.SendEvery, "send-every", 0, "mean pause between one online device's sends (default 1s)")
 	fs.DurationVar(&cfg.ClickHouseOutage, "clickhouse-outage", 0, "how long ClickHouse is stopped each time (default 30s)")
-	if err := fs.Parse(args); err != nil {
+	// flags.Parse explains a bad value in words, not under the whole list
+	// of flags as "parse error"; -h, which ended as an error ("flag: help
+	// requested", exit status 2), prints the flags and is no failure.
+	if err := flags.Parse(fs, args); errors.Is(err, flag.ErrHelp) {
+		return true, nil
+	} else if err != nil {
 		return false, err
 	}
 	if fs.NArg() > 0 {
