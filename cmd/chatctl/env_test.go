@@ -263,6 +263,13 @@ func TestMistakesAreToldBeforeAndAroundTheServers(t *testing.T) {
 	if got, want := withDialHint(dial).Error(), "is the server at 127.0.0.1:1 up, and is it the one meant? (CHAT_KAFKA_BROKERS"; !strings.Contains(got, want) {
 		t.Errorf("withDialHint = %q; want it to say %q", got, want)
 	}
+	// A broker not reached was asked after ("is the broker up?") without
+	// a word of where its address came from: chatctl run without
+	// CHAT_KAFKA_BROKERS exported asks 127.0.0.1:9092.
+	err = run(context.Background(), []string{"topics", "verify"}, func(k string) string { return env[k] }, &out, &out)
+	if got, want := withDialHint(err).Error(), "is the broker up? (CHAT_KAFKA_BROKERS or -kafka-brokers says where the brokers are; 127.0.0.1:9092 unless set)"; !strings.Contains(got, want) {
+		t.Errorf("topics verify with no broker: %q; want it to say %q", got, want)
+	}
 }
 
 // A flag wins over its variable wherever it stands, after an argument too.

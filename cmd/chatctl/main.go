@@ -38,8 +38,13 @@ func main() {
 // be reached, unless it says so already.
 func withDialHint(err error) error {
 	var op *net.OpError
-	if !errors.As(err, &op) || op.Op != "dial" || strings.Contains(err.Error(), "is the broker up") {
+	if !errors.As(err, &op) || op.Op != "dial" {
 		return err
+	}
+	if strings.Contains(err.Error(), "is the broker up") {
+		// Without CHAT_KAFKA_BROKERS exported, chatctl asks 127.0.0.1:9092:
+		// the question alone did not say where the address came from.
+		return fmt.Errorf("%w (CHAT_KAFKA_BROKERS or -kafka-brokers says where the brokers are; 127.0.0.1:9092 unless set)", err)
 	}
 	return fmt.Errorf("%w; is the server at %v up, and is it the one meant? (CHAT_KAFKA_BROKERS, CHAT_REDIS_ADDRS and CHAT_CLICKHOUSE_ADDRS, or their flags, say where each is)", err, op.Addr)
 }
