@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -52,6 +53,11 @@ func NewSecurity(s SecuritySettings) (Security, error) {
 			return Security{}, errors.New("CHAT_KAFKA_SASL_USER or CHAT_KAFKA_SASL_PASSWORD is set but no mechanism: set CHAT_KAFKA_SASL to " + strings.Join(SASLMechanisms, ", ") + " (what your brokers' listener takes), or unset them")
 		}
 		return sec, nil
+	}
+	// The name first: "scram" was told to add a user and a password, and
+	// refused as no mechanism once they were set.
+	if !slices.Contains(SASLMechanisms, mech) {
+		return Security{}, fmt.Errorf("CHAT_KAFKA_SASL=%q is no mechanism chatd speaks; use one of %s", s.Mechanism, strings.Join(SASLMechanisms, ", "))
 	}
 	if s.User == "" || s.Password == "" {
 		return Security{}, fmt.Errorf("CHAT_KAFKA_SASL=%s needs a user and a password: set CHAT_KAFKA_SASL_USER and CHAT_KAFKA_SASL_PASSWORD", s.Mechanism)

@@ -20,6 +20,9 @@ func TestNewSecuritySaysWhichSettingIsWrong(t *testing.T) {
 		want string
 	}{
 		{SecuritySettings{Mechanism: "gssapi", User: "u", Password: "p"}, "CHAT_KAFKA_SASL=\"gssapi\" is no mechanism"},
+		// Without a user: the name is refused first, not followed by
+		// "needs a user and a password", which set was refused as no mechanism.
+		{SecuritySettings{Mechanism: "scram"}, "CHAT_KAFKA_SASL=\"scram\" is no mechanism chatd speaks; use one of plain, scram-sha-256, scram-sha-512"},
 		{SecuritySettings{Mechanism: "plain", User: "u"}, "CHAT_KAFKA_SASL_PASSWORD"},
 		{SecuritySettings{Mechanism: "scram-sha-256", Password: "p"}, "CHAT_KAFKA_SASL_USER"},
 		{SecuritySettings{User: "u", Password: "p"}, "set CHAT_KAFKA_SASL"},
