@@ -99,9 +99,13 @@ func parseConfig(args []string, getenv func(string) string, stderr io.Writer) (*
 	if *tokFile != "" && c.AdminToken == "" {
 		b, err := os.ReadFile(*tokFile)
 		if err != nil {
-			return nil, fmt.Errorf("-admin-token-file: %w", err)
+			return nil, fmt.Errorf("-admin-token-file: %w; name the file that holds the admin token (chatd dev keeps it in <data-dir>/admin-token, e.g. data/admin-token)", err)
 		}
-		c.AdminToken = strings.TrimSpace(string(b))
+		// Empty, it was taken for no token at all: "no admin token: pass
+		// -admin-token or set CHAT_ADMIN_TOKEN", which named not the file.
+		if c.AdminToken = strings.TrimSpace(string(b)); c.AdminToken == "" {
+			return nil, fmt.Errorf("-admin-token-file %s is empty; name the file that holds the admin token (chatd dev keeps it in <data-dir>/admin-token), or pass -admin-token", *tokFile)
+		}
 	}
 	var rates []float64
 	rates, err = parseRates(*sweep)

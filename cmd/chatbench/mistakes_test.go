@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,8 +13,10 @@ import (
 // What a user of chatbench got wrong was told in the flag package's words
 // under the whole list of flags ("invalid value "10" for flag -duration:
 // parse error"), or not at all: a -url with the WebSocket path waited 2
-// minutes for /v1/ws/healthz without a word, and -plot without a sweep
-// wrote no plot. Each is refused with what to give instead.
+// minutes for /v1/ws/healthz without a word, -plot without a sweep wrote
+// no plot, and an empty -admin-token-file was told "no admin token: pass
+// -admin-token or set CHAT_ADMIN_TOKEN". Each is refused with what to
+// give instead.
 func TestFlagMistakesSayWhatToDo(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -32,6 +36,21 @@ func TestFlagMistakesSayWhatToDo(t *testing.T) {
 		}
 		if strings.Contains(out.String(), "-concurrency") {
 			t.Errorf("chatbench %v printed the list of flags above its error:\n%.300s", c.args, out.String())
+		}
+	}
+	empty := filepath.Join(t.TempDir(), "admin-token")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		file string
+		want string
+	}{
+		{"/nonexistent/admin-token", "-admin-token-file: open /nonexistent/admin-token: no such file or directory; name the file that holds the admin token (chatd dev keeps it in <data-dir>/admin-token"},
+		{empty, "-admin-token-file " + empty + " is empty; name the file that holds the admin token"},
+	} {
+		if _, err := parseConfig([]string{"-admin-token-file", c.file}, func(string) string { return "" }, &strings.Builder{}); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("chatbench -admin-token-file %s: %v; want %q", c.file, err, c.want)
 		}
 	}
 	if _, err := parseConfig([]string{"-admin-token", "t", "-url", "http://127.0.0.1:8080/", "-sweep", "10,20", "-plot", "x.png"}, func(string) string { return "" }, &strings.Builder{}); err != nil {
