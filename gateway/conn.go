@@ -121,6 +121,18 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 		g.writeErr(w, protocol.Errorf(protocol.CodeForbidden, "a page of %q may not connect to this server (%s); its operator adds the host to CHAT_ALLOWED_ORIGINS", origin, r.Host))
 		return
 	}
+	// A request that asks no upgrade (curl, a browser's address bar, or a
+	// proxy that drops the hop-by-hop headers) got the library's plain
+	// text: "WebSocket protocol violation: Connection header "" does not
+	// contain Upgrade".
+	if !asksUpgrade(r) {
+		w.Header().Set("Upgrade", "websocket")
+		g.writeJSON(w, http.StatusUpgradeRequired, map[string]string{"code": string(protocol.CodeInvalid),
+			"message": `/v1/ws is the WebSocket endpoint, and this request asks no upgrade (it lacks "Connection: Upgrade" and "Upgrade: websocket"): ` +
+				`connect with a WebSocket client (ws://, wss:// over TLS); behind a proxy or load balancer, have it pass both headers ` +
+				`(nginx: proxy_http_version 1.1; proxy_set_header Upgrade $http_upgrade; proxy_set_header Connection "upgrade"). The HTTP API's routes are in PROTOCOL.md`})
+		return
+	}
 	// Checked and counted under admitConn: a Shutdown that begins after the
 	// check waits for this connection, however long its upgrade takes, and
 	// no count is added while it waits.
@@ -154,6 +166,23 @@ func (g *Gateway) serveWS(w http.ResponseWriter, r *http.Request) {
 	ws.SetReadLimit(g.cfg.maxFrame())
 	token := strings.Clone(wsToken(r))
 	go g.runConn(ws, sb, token)
+}
+
+// asksUpgrade reports whether r asks for a WebSocket: Connection names
+// Upgrade and Upgrade names websocket. The rest of the handshake the
+// WebSocket library checks.
+func asksUpgrade(r *http.Request) bool {
+	has := func(header, token string) bool {
+		for _, v := range r.Header.Values(header) {
+			for _, t := range strings.Split(v, ",") {
+				if strings.EqualFold(strings.TrimSpace(t), token) {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	return has("Connection", "upgrade") && has("Upgrade", "websocket")
 }
 
 // runConn runs one connection until it closes.

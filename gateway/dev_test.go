@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -84,5 +85,25 @@ func TestAGroupBodyMissingAFieldIsToldTheBodyToSend(t *testing.T) {
 		if st, out := e.http("POST", c.path, c.token, c.body); st != 400 || out["message"] != c.want {
 			t.Errorf("%s: %d %q; want 400 %q", c.name, st, out["message"], c.want)
 		}
+	}
+}
+
+// A GET of /v1/ws that asks no upgrade (curl, the address bar, a proxy
+// that drops the Upgrade and Connection headers, nginx's default) got the
+// library's text/plain "WebSocket protocol violation: Connection header
+// "" does not contain Upgrade". It is told, in the API's JSON, what the
+// path is and what the proxy must pass.
+func TestAGetOfTheWebSocketPathWithoutUpgradeSaysWhatToDo(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	st, out := e.httpRaw("GET", "/v1/ws?token=x", http.Header{}, nil)
+	msg, _ := out["message"].(string)
+	if st != http.StatusUpgradeRequired || out["code"] != "invalid" || !strings.Contains(msg, "/v1/ws is the WebSocket endpoint, and this request asks no upgrade") ||
+		!strings.Contains(msg, "proxy_set_header Upgrade $http_upgrade") {
+		t.Errorf("GET /v1/ws without an upgrade: %d %v; want 426 saying what the path is and what a proxy must pass", st, out)
+	}
+	// A proxy that keeps Upgrade but drops Connection (hop-by-hop).
+	st, _ = e.httpRaw("GET", "/v1/ws", http.Header{"Upgrade": {"websocket"}}, nil)
+	if st != http.StatusUpgradeRequired {
+		t.Errorf("GET /v1/ws with Upgrade alone: %d; want 426", st)
 	}
 }
