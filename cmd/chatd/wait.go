@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"syscall"
 	"time"
@@ -92,9 +93,52 @@ func waitClickHouse(ctx context.Context, cfg store.ClickHouseConfig, log *slog.L
 			if ch, err = store.OpenClickHouse(ctx, cfg); clickHouseRefusedLogin(err) {
 				return fmt.Errorf("ClickHouse refused user %q: %w; set CHAT_CLICKHOUSE_USER and CHAT_CLICKHOUSE_PASSWORD to a user of it", cfg.Username, err)
 			}
+			if err != nil && !tlsclient.Failed(err) {
+				if addr := clickHouseHTTPPort(ctx, cfg); addr != "" {
+					return fmt.Errorf("CHAT_CLICKHOUSE_ADDRS names %s, which answers /ping as %w does (8123 by default), where chatd speaks the native protocol (9000 by default, 9440 over TLS): "+
+						"set it to the native port, the <tcp_port> of ClickHouse's config (the handshake there failed: %v)", addr, errHTTPPort, err)
+				}
+			}
 			return tlsclient.Hint(err, "CHAT_CLICKHOUSE_TLS", "CHAT_CLICKHOUSE_CA_FILE", "ClickHouse's")
-		}, func(err error) bool { return clickHouseRefusedLogin(err) || tlsclient.Failed(err) })
+		}, func(err error) bool {
+			return clickHouseRefusedLogin(err) || tlsclient.Failed(err) || errors.Is(err, errHTTPPort)
+		})
 	return ch, err
+}
+
+// errHTTPPort is ClickHouse's HTTP interface given for its native port:
+// the handshake waits there until it times out, at every try of the start
+// wait, which then ran its whole minute.
+var errHTTPPort = errors.New("ClickHouse's HTTP interface")
+
+// clickHouseHTTPPort returns the first of cfg's addresses that answers
+// GET /ping with ClickHouse's HTTP interface's "Ok.", or "". Its native
+// port answers an HTTP request too, but 400 ("Port 9000 is for
+// clickhouse-client program").
+func clickHouseHTTPPort(ctx context.Context, cfg store.ClickHouseConfig) string {
+	scheme := "http"
+	tr := &http.Transport{DisableKeepAlives: true}
+	if cfg.TLS != nil {
+		scheme, tr.TLSClientConfig = "https", cfg.TLS.Clone()
+	}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 2 * time.Second}
+	for _, addr := range cfg.Addrs {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+addr+"/ping", nil)
+		if err != nil {
+			continue
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			continue
+		}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64))
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK && strings.TrimSpace(string(b)) == "Ok." {
+			return addr
+		}
+	}
+	return ""
 }
 
 // clickHouseRefusedLogin tells a user or password ClickHouse refused, which

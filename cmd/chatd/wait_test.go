@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/groupchat/chatd/broker"
 	"github.com/groupchat/chatd/internal/testserver"
+	"github.com/groupchat/chatd/store"
 )
 
 // A role started while ClickHouse is down waits for it instead of exiting,
@@ -139,4 +141,28 @@ func TestTheFanoutIsReadyOnceItHoldsItsPartitions(t *testing.T) {
 	}
 	refuse.Store(false)
 	waitHealthy(t, "http://"+addr+"/readyz")
+}
+
+// CHAT_CLICKHOUSE_ADDRS naming ClickHouse's HTTP port (8123, what curl
+// and the docs' examples use) was waited for as a server that is down:
+// the native handshake times out there at every try, for the whole start
+// wait (60 s), which then ended in "handshake: failed to read packet ...
+// i/o timeout". The port answers HTTP: the start ends at the first try,
+// saying which port to give.
+func TestClickHouseGivenItsHTTPPortIsRefusedAtOnce(t *testing.T) {
+	ch := testserver.SharedClickHouse(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err := waitClickHouse(ctx, store.ClickHouseConfig{Addrs: []string{ch.HTTPAddr}, Database: "chat_httpport", DialTimeout: 2 * time.Second}, slog.New(slog.DiscardHandler))
+	if err == nil || !strings.Contains(err.Error(), "CHAT_CLICKHOUSE_ADDRS names "+ch.HTTPAddr+", which answers /ping as ClickHouse's HTTP interface does") || !strings.Contains(err.Error(), "set it to the native port") {
+		t.Fatalf("ClickHouse at its HTTP port %s: %v; want it named as the HTTP port, with the port to set", ch.HTTPAddr, err)
+	}
+	if waited := time.Since(start); waited > 15*time.Second {
+		t.Errorf("the refusal came after %v; want it at the first try, not after the start wait", waited)
+	}
+	// Its native port answers HTTP too, but as no HTTP interface.
+	if addr := clickHouseHTTPPort(ctx, store.ClickHouseConfig{Addrs: []string{ch.Addr}}); addr != "" {
+		t.Errorf("the native port %s taken for the HTTP interface", ch.Addr)
+	}
 }
