@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -76,8 +77,47 @@ func waitRedis(ctx context.Context, rc redis.UniversalClient, s *settings, log *
 			if redis.IsAuthError(err) {
 				return fmt.Errorf("Redis refused the user or password: %w; set CHAT_REDIS_PASSWORD (-redis-password), and CHAT_REDIS_USER for an ACL user, to what Redis requires", err)
 			}
+			if err != nil && !tlsclient.Failed(err) {
+				tc, _ := s.RedisTLSConfig()
+				if addr, status := answersHTTP(ctx, list(s.RedisAddrs), tc); addr != "" {
+					return fmt.Errorf("CHAT_REDIS_ADDRS names %s, which answers HTTP (%s): %w; set it to redis-server's port (6379 by default) (Redis said: %v)", addr, status, errNotTheServer, err)
+				}
+			}
 			return tlsclient.Hint(err, "CHAT_REDIS_TLS", "CHAT_REDIS_CA_FILE", "Redis's")
-		}, func(err error) bool { return redis.IsAuthError(err) || tlsclient.Failed(err) }) // waiting mends neither
+		}, func(err error) bool { // waiting mends none of these
+			return redis.IsAuthError(err) || tlsclient.Failed(err) || errors.Is(err, errNotTheServer)
+		})
+}
+
+// errNotTheServer is an address of a store's setting that answers HTTP:
+// no Kafka broker nor Redis speaks it. A role pointed at one (a gateway's
+// port, ClickHouse's) waited the whole start wait for a handshake that
+// could not succeed.
+var errNotTheServer = errors.New("an HTTP server, not the store")
+
+// answersHTTP returns the first of addrs that answers an HTTP request,
+// with the status it answered, or "". Only a store that failed is asked:
+// over TLS when tc is set.
+func answersHTTP(ctx context.Context, addrs []string, tc *tls.Config) (addr, status string) {
+	scheme := "http"
+	tr := &http.Transport{DisableKeepAlives: true}
+	if tc != nil {
+		scheme, tr.TLSClientConfig = "https", tc.Clone()
+	}
+	defer tr.CloseIdleConnections()
+	client := &http.Client{Transport: tr, Timeout: 2 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, a := range addrs {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, scheme+"://"+a+"/", nil)
+		if err != nil {
+			continue
+		}
+		if resp, err := client.Do(req); err == nil {
+			resp.Body.Close()
+			return a, resp.Status
+		}
+	}
+	return "", ""
 }
 
 // waitClickHouse opens ClickHouse and applies the migrations.
@@ -175,6 +215,11 @@ func waitKafka(ctx context.Context, cfg topics.Config, log *slog.Logger) error {
 			if errors.Is(err, kafka.SASLAuthenticationFailed) || errors.Is(err, kafka.UnsupportedSASLMechanism) || errors.Is(err, kafka.IllegalSASLState) {
 				return fmt.Errorf("the brokers refused chatd's SASL login: %w; set CHAT_KAFKA_SASL (%s), CHAT_KAFKA_SASL_USER and CHAT_KAFKA_SASL_PASSWORD to what their listener takes",
 					err, strings.Join(topics.SASLMechanisms, ", "))
+			}
+			if err != nil && brokerUnreachable(err) && !tlsclient.Failed(err) {
+				if addr, status := answersHTTP(ctx, cfg.Brokers, cfg.Security.TLS); addr != "" {
+					return fmt.Errorf("CHAT_KAFKA_BROKERS names %s, which answers HTTP (%s): %w; set it to the brokers' Kafka listeners (9092 by default) (Kafka's client said: %v)", addr, status, errNotTheServer, err)
+				}
 			}
 			return err // topics names the TLS settings a failed handshake wants
 		}, func(err error) bool {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/groupchat/chatd/broker"
 	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/store"
+	"github.com/groupchat/chatd/topics"
 )
 
 // A role started while ClickHouse is down waits for it instead of exiting,
@@ -164,5 +166,44 @@ func TestClickHouseGivenItsHTTPPortIsRefusedAtOnce(t *testing.T) {
 	// Its native port answers HTTP too, but as no HTTP interface.
 	if addr := clickHouseHTTPPort(ctx, store.ClickHouseConfig{Addrs: []string{ch.Addr}}); addr != "" {
 		t.Errorf("the native port %s taken for the HTTP interface", ch.Addr)
+	}
+}
+
+// A store's setting naming an HTTP server (the gateway's port, a web
+// server, ClickHouse's ports) was waited for as a store that is down, the
+// whole start wait (60 s): Redis's client said `can't parse map reply:
+// "HTTP/1.1 400 Bad Request"`, Kafka's "context deadline exceeded; is the
+// broker up?". An address that answers HTTP is no broker nor Redis: the
+// start ends at the first try, naming the setting.
+func TestAStoreAddressThatAnswersHTTPIsRefusedAtOnce(t *testing.T) {
+	web := httptest.NewServer(http.NotFoundHandler())
+	defer web.Close()
+	addr := strings.TrimPrefix(web.URL, "http://")
+	log := slog.New(slog.DiscardHandler)
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+
+	start := time.Now()
+	s := &settings{RedisAddrs: addr}
+	rc, err := s.redisClient([]string{addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	err = waitRedis(ctx, rc, s, log)
+	if want := "CHAT_REDIS_ADDRS names " + addr + ", which answers HTTP (404 Not Found): an HTTP server, not the store; set it to redis-server's port"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Redis at an HTTP server: %v; want %q", err, want)
+	}
+	if waited := time.Since(start); waited > 15*time.Second {
+		t.Errorf("Redis at an HTTP server: refused after %v; want it at the first try", waited)
+	}
+
+	start = time.Now()
+	err = waitKafka(ctx, topics.Config{Brokers: []string{addr}, Partitions: 1}, log)
+	if want := "CHAT_KAFKA_BROKERS names " + addr + ", which answers HTTP (404 Not Found): an HTTP server, not the store; set it to the brokers' Kafka listeners"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Kafka at an HTTP server: %v; want %q", err, want)
+	}
+	if waited := time.Since(start); waited > 30*time.Second {
+		t.Errorf("Kafka at an HTTP server: refused after %v; want it at the first try", waited)
 	}
 }
