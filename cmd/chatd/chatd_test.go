@@ -206,6 +206,9 @@ func TestBadSettingsSayWhatToDo(t *testing.T) {
 		{[]string{"dev"}, map[string]string{"CHAT_EVENT_RETENTION": "-1h"}, "event-retention -1h0m0s is negative (CHAT_EVENT_RETENTION): use a positive duration, e.g. 2160h (0 keeps them)"},
 		{[]string{"dev", "-data-dir", "/proc/no-such-dir"}, nil, "set CHAT_DATA_DIR (-data-dir) to a directory chatd may write"},
 		{[]string{"dev"}, map[string]string{"CHAT_ALLOWED_ORIGINS": "chat.example.com,[bad"}, `allowed-origins: "[bad" is no host pattern (CHAT_ALLOWED_ORIGINS): syntax error in pattern; use hosts such as chat.example.com`},
+		// Refused by the gateway once the stores had been waited for, as
+		// "gateway: node name: schema: invalid id: ...", naming no setting.
+		{[]string{"dev"}, map[string]string{"CHAT_NODE_ID": "gw 1"}, `node-id "gw 1" (CHAT_NODE_ID): schema: invalid id: "gw 1" has byte ' ' at 2; use letters, digits and _.:@- (e.g. gw-1); or leave it unset for hostname-pid`},
 		{[]string{"dev"}, map[string]string{"CHAT_CLICKHOUSE_CONNS": "0"}, "clickhouse-conns must be a whole number >= 1 (CHAT_CLICKHOUSE_CONNS)"},
 		{[]string{"dev"}, map[string]string{"CHAT_JWT_SECRET": "short"}, "jwt-secret is 5 bytes (CHAT_JWT_SECRET): tokens signed with it can be forged; use at least 32, e.g. the output of openssl rand -hex 32"},
 	} {

@@ -15,6 +15,7 @@ import (
 	"github.com/groupchat/chatd/internal/access"
 	"github.com/groupchat/chatd/internal/flags"
 	"github.com/groupchat/chatd/producers"
+	"github.com/groupchat/chatd/schema"
 	"github.com/groupchat/chatd/topics"
 )
 
@@ -240,6 +241,13 @@ func (s *settings) validate(role string) error {
 	for _, o := range list(s.AllowedOrigins) {
 		if err := checkOrigin(o); err != nil {
 			return err
+		}
+	}
+	if (role == "dev" || role == "gateway") && s.NodeID != "" {
+		// Checked by the gateway too, but only once the stores were
+		// waited for, and as "gateway: node name: ...", naming no setting.
+		if err := schema.ValidID(s.NodeID); err != nil {
+			return fmt.Errorf("node-id %q (CHAT_NODE_ID): %v (e.g. gw-1); or leave it unset for hostname-pid", s.NodeID, err)
 		}
 	}
 	if (role == "dev" || role == "gateway") && s.JWTSecret != "" && len(s.JWTSecret) < 32 {
