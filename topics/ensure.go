@@ -34,6 +34,27 @@ type Problem struct {
 	Topic  string
 	Fatal  bool // partition count or cleanup policy: cannot be fixed in place
 	Detail string
+	// OnlyCopy: chat.messages deletes records, and is the only copy of
+	// the history (Config.LogIsHistory).
+	OnlyCopy bool
+}
+
+// ErrOnlyCopy is among the problems of an ErrMismatch when chat.messages
+// deletes records where it is the only copy of the history: a role (or
+// chatd dev on a data dir made with ClickHouse) without ClickHouse.
+var ErrOnlyCopy = errors.New("topics: chat.messages deletes the only copy of the history")
+
+// mismatchError is ErrMismatch with its problems, and ErrOnlyCopy when
+// one of them is that.
+type mismatchError struct {
+	msg      string
+	onlyCopy bool
+}
+
+func (e *mismatchError) Error() string { return e.msg }
+
+func (e *mismatchError) Is(target error) bool {
+	return target == ErrMismatch || e.onlyCopy && target == ErrOnlyCopy
 }
 
 func (p Problem) String() string { return p.Topic + ": " + p.Detail }
@@ -145,13 +166,15 @@ func Check(ctx context.Context, cfg Config) ([]Problem, error) {
 // mismatch returns ErrMismatch with the fatal problems, if any.
 func mismatch(problems []Problem) error {
 	var fatal []string
+	onlyCopy := false
 	for _, p := range problems {
 		if p.Fatal {
 			fatal = append(fatal, p.String())
+			onlyCopy = onlyCopy || p.OnlyCopy
 		}
 	}
 	if len(fatal) > 0 {
-		return fmt.Errorf("%w:\n  %s", ErrMismatch, strings.Join(fatal, "\n  "))
+		return &mismatchError{msg: fmt.Sprintf("%v:\n  %s", ErrMismatch, strings.Join(fatal, "\n  ")), onlyCopy: onlyCopy}
 	}
 	return nil
 }
@@ -209,7 +232,7 @@ func Verify(specs []Spec, states []State) []Problem {
 				detail += "; the spec's comes from CHAT_MESSAGE_RETENTION (-message-retention): set it to what this deployment keeps " +
 					"(negative, e.g. -1h, for everything, as chatd without ClickHouse keeps it), or change the topic with kafka-configs"
 			}
-			out = append(out, Problem{Topic: s.Name, Fatal: fatal, Detail: detail})
+			out = append(out, Problem{Topic: s.Name, Fatal: fatal, Detail: detail, OnlyCopy: lost})
 		}
 	}
 	return out

@@ -98,3 +98,28 @@ func TestDevOnADataDirMadeWithClickHouseIsRefusedWithoutIt(t *testing.T) {
 		t.Fatalf("chatd dev without ClickHouse on its data dir: %v, want a refusal naming CHAT_CLICKHOUSE_ADDRS and the data dir to remove", err)
 	}
 }
+
+// chatd dev on its own data dir (made without ClickHouse) with another
+// CHAT_PARTITIONS was told, after the partition counts, "for chatd dev on
+// a data dir made with ClickHouse: run it with that ClickHouse again, or
+// start afresh: stop it and remove ./data": false, and a remedy that
+// loses the data. The hint comes only where chat.messages deletes
+// records.
+func TestDevWithAnotherPartitionCountIsNotToldOfClickHouse(t *testing.T) {
+	data := t.TempDir()
+	env := map[string]string{"CHAT_HTTP_ADDR": freeAddr(t), "CHAT_KAFKA_LISTEN": freeAddr(t), "CHAT_DATA_DIR": data,
+		"CHAT_PARTITIONS": "2", "CHAT_LOG_LEVEL": "error"}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, []string{"dev"}, func(k string) string { return env[k] }) }()
+	waitHealthy(t, "http://"+env["CHAT_HTTP_ADDR"]+"/readyz")
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("chatd dev: %v", err)
+	}
+	env["CHAT_PARTITIONS"] = "4"
+	err := runTo(context.Background(), []string{"dev"}, func(k string) string { return env[k] }, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "set CHAT_PARTITIONS=2 to match") || strings.Contains(err.Error(), "ClickHouse") {
+		t.Fatalf("chatd dev with CHAT_PARTITIONS=4 on a data dir of 2: %v; want CHAT_PARTITIONS=2 asked for, and no word of ClickHouse", err)
+	}
+}

@@ -126,8 +126,11 @@ func openStack(ctx context.Context, role string, s *settings, log *slog.Logger) 
 	logIsHistory := st.ch == nil && role != "fanout"
 	if err := waitKafka(ctx, topics.Config{Brokers: st.brokers, Security: s.kafkaSecurity, Partitions: s.Partitions,
 		ReplicationFactor: s.Replicas, MessageRetention: retention, LogIsHistory: logIsHistory}, log); err != nil {
-		if role == "dev" && errors.Is(err, topics.ErrMismatch) && logIsHistory {
-			err = fmt.Errorf("%w; for chatd dev on a data dir made with ClickHouse: run it with that ClickHouse again (CHAT_CLICKHOUSE_ADDRS), or start afresh: stop it and remove %s", err, s.DataDir)
+		// Only when chat.messages deletes records: the hint was added to
+		// any difference, a partition count too, on a data dir made
+		// without ClickHouse.
+		if role == "dev" && errors.Is(err, topics.ErrOnlyCopy) {
+			err = fmt.Errorf("%w\n  chatd dev on a data dir made with ClickHouse: run it with that ClickHouse again (CHAT_CLICKHOUSE_ADDRS), or start afresh: stop it and remove %s", err, s.DataDir)
 		}
 		return nil, err
 	}
