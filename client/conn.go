@@ -78,6 +78,7 @@ type session struct {
 // connect dials, authenticates and syncs. The session lives on c.ctx; ctx
 // bounds the connecting only.
 func (c *Client) connect(ctx context.Context) (*session, error) {
+	caller := ctx
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.RequestTimeout)
 	defer cancel()
 	tok, err := c.cfg.Token(ctx)
@@ -96,6 +97,11 @@ func (c *Client) connect(ctx context.Context) (*session, error) {
 		if _, ok := errors.AsType[*net.OpError](err); ok && ctx.Err() == nil {
 			// Nothing answered: "connect: connection refused", "no such host".
 			return nil, fmt.Errorf("client: dial: %w; is a gateway running at that address, and is Config.URL its endpoint?", err)
+		}
+		if ctx.Err() != nil && caller.Err() == nil {
+			// The handshake's answer did not come within RequestTimeout:
+			// it said "context deadline exceeded" alone.
+			return nil, fmt.Errorf("client: dial: %w: no answer within Config.RequestTimeout (%v); is a gateway serving at that address (not a host or proxy that takes the connection and answers nothing)?", err, c.cfg.RequestTimeout)
 		}
 		return nil, fmt.Errorf("client: dial: %w", err)
 	}

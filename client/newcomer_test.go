@@ -105,8 +105,9 @@ func TestConfigMistakesAndCallsAfterCloseSayWhatToDo(t *testing.T) {
 }
 
 // A Dial of an address where nothing listens ended in the transport's
-// words alone ("dial tcp 127.0.0.1:1: connect: connection refused"). It
-// asks whether a gateway runs there, and names the setting.
+// words alone ("dial tcp 127.0.0.1:1: connect: connection refused"), and
+// of one that answers nothing in "context deadline exceeded". They ask
+// whether a gateway runs there, and name the settings.
 func TestADialOfAnAddressWithoutAGatewaySaysWhatToCheck(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -119,5 +120,16 @@ func TestADialOfAnAddressWithoutAGatewaySaysWhatToCheck(t *testing.T) {
 	_, err = Dial(ctx, Config{URL: "ws://" + addr + "/v1/ws", Token: func(context.Context) (string, error) { return "t", nil }})
 	if err == nil || !strings.Contains(err.Error(), "connection refused") || !strings.Contains(err.Error(), "is a gateway running at that address, and is Config.URL its endpoint?") {
 		t.Errorf("Dial of %s, where nothing listens: %v; want the refusal and what to check", addr, err)
+	}
+	// A listener that takes the connection and answers nothing: the
+	// handshake ended in "context deadline exceeded" alone.
+	silent, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	_, err = Dial(ctx, Config{URL: "ws://" + silent.Addr().String() + "/v1/ws", RequestTimeout: 300 * time.Millisecond, Token: func(context.Context) (string, error) { return "t", nil }})
+	if err == nil || !strings.Contains(err.Error(), "no answer within Config.RequestTimeout (300ms); is a gateway serving at that address") {
+		t.Errorf("Dial of %s, which answers nothing: %v; want the timeout named, with what to check", silent.Addr(), err)
 	}
 }
