@@ -116,7 +116,7 @@ func (r *Request) validate(maxBody int) error {
 			return Errorf(CodeInvalid, "send needs a non-empty body")
 		}
 		if len(r.Body) > maxBody {
-			return Errorf(CodeBodyTooLarge, "the body is %d bytes; the limit is %d", len(r.Body), maxBody)
+			return Errorf(CodeBodyTooLarge, "the body is %d bytes; the limit is %d: split it into messages of at most %d bytes", len(r.Body), maxBody, maxBody)
 		}
 	case OpAck, OpRead:
 		if err := checkGid(r.Op, r.Gid); err != nil {

@@ -158,15 +158,16 @@ func TestAFrameThatDoesNotDecodeKeepsItsReadableID(t *testing.T) {
 }
 
 // A frame without "op" was answered `the frame has no "op"`, one without
-// "gid" `gid: schema: invalid id: length 0, want 1 to 128 bytes`, and a
-// frame cut short `...: unexpected EOF`, Go's words. Each says what is
-// missing and what to send.
+// "gid" `gid: schema: invalid id: length 0, want 1 to 128 bytes`, a
+// frame cut short `...: unexpected EOF`, Go's words, and a body too large
+// only the limit. Each says what is missing and what to send.
 func TestAFrameMissingAPartSaysWhatToSend(t *testing.T) {
 	for in, want := range map[string]string{
-		`{"id":"1"}`:                            `the frame has no "op": set it to one of auth, send, ack, read, pull, sync, read_counts and who_read, e.g. {"op":"sync"}`,
-		`{"op":"send","cmid":"c","body":"hi"}`:  `send needs a "gid": the id of the group, e.g. {"op":"send","gid":"team",...}`,
-		`{"op":"pull","after":3}`:               `pull needs a "gid": the id of the group, e.g. {"op":"pull","gid":"team",...}`,
-		`{"op":"send","gid":"team","body":"hi"`: `a request is one JSON object, e.g. {"op":"sync"} (over HTTP, the operation's fields): the JSON ends before the object does (a closing } or " is missing)`,
+		`{"id":"1"}`:                           `the frame has no "op": set it to one of auth, send, ack, read, pull, sync, read_counts and who_read, e.g. {"op":"sync"}`,
+		`{"op":"send","cmid":"c","body":"hi"}`: `send needs a "gid": the id of the group, e.g. {"op":"send","gid":"team",...}`,
+		`{"op":"pull","after":3}`:              `pull needs a "gid": the id of the group, e.g. {"op":"pull","gid":"team",...}`,
+		`{"op":"send","gid":"team","cmid":"c","body":"` + strings.Repeat("x", 2000) + `"}`: `the body is 2000 bytes; the limit is 1024: split it into messages of at most 1024 bytes`,
+		`{"op":"send","gid":"team","body":"hi"`:                                            `a request is one JSON object, e.g. {"op":"sync"} (over HTTP, the operation's fields): the JSON ends before the object does (a closing } or " is missing)`,
 	} {
 		_, err := Decode([]byte(in), 1024)
 		if err == nil || err.(*Error).Message != want {
