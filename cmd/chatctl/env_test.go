@@ -259,6 +259,11 @@ func TestMistakesAreToldBeforeAndAroundTheServers(t *testing.T) {
 	if want := `-to "yesterday": want earliest, latest, a time such as 2024-05-01T12:00:00Z, or an offset >= 0`; err == nil || err.Error() != want {
 		t.Errorf("reset -to yesterday with no broker: %v; want %q", err, want)
 	}
+	// Without -to, the usage alone did not say what was missing.
+	err = run(context.Background(), []string{"consumer-groups", "reset", "chat.persister"}, func(k string) string { return env[k] }, &out, &out)
+	if want := "consumer-groups reset chat.persister needs -to, where to move it: earliest, latest, a time such as 2024-05-01T12:00:00Z, or an offset"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("reset without -to: %v; want %q", err, want)
+	}
 	dial := fmt.Errorf("describe consumer group g: %w", &net.OpError{Op: "dial", Net: "tcp", Addr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}, Err: syscall.ECONNREFUSED})
 	if got, want := withDialHint(dial).Error(), "is the server at 127.0.0.1:1 up, and is it the one meant? (CHAT_KAFKA_BROKERS"; !strings.Contains(got, want) {
 		t.Errorf("withDialHint = %q; want it to say %q", got, want)

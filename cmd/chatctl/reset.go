@@ -38,7 +38,11 @@ func resetFlags(c *command) any {
 
 func consumerGroupsReset(ctx context.Context, c *command, opts any, args []string) error {
 	o := opts.(*resetOpts)
-	if len(args) != 1 || o.to == "" {
+	if len(args) == 1 && o.to == "" {
+		// The usage alone did not say which part was missing.
+		return fmt.Errorf("consumer-groups reset %s needs -to, where to move it: earliest, latest, a time such as 2024-05-01T12:00:00Z, or an offset (with -dry-run to see the plan first)", args[0])
+	}
+	if len(args) != 1 {
 		return errors.New("usage: chatctl consumer-groups reset GROUP -to earliest|latest|TIME|OFFSET [-topic T] [-partition P] [-dry-run] [-force] [-skip-unread]")
 	}
 	group := args[0]
