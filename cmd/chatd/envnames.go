@@ -12,11 +12,13 @@ import (
 var otherVars = []string{"CHAT_BROKER_NO_SYNC"}
 
 // checkVarNames refuses a CHAT_* variable of environ ("NAME=value") that
-// chatd does not read, naming the one meant when it is close: a typo
-// (CHAT_CLICKHOUSE_ADDR for CHAT_CLICKHOUSE_ADDRS) was ignored without a
-// word, and chatd ran on the default, without ClickHouse or on another
-// port.
-func checkVarNames(environ []string) error {
+// chatd does not read but is close to one it does, naming that one: a
+// typo (CHAT_CLICKHOUSE_ADDR for CHAT_CLICKHOUSE_ADDRS) was ignored
+// without a word, and chatd ran on the default, without ClickHouse or on
+// another port. One that is close to none is warned of only: it may be a
+// setting of a newer release, set for every role before each is
+// upgraded, which must not stop the roles not upgraded yet.
+func checkVarNames(environ []string) (warnings []string, err error) {
 	known := append(envNames(), otherVars...)
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
@@ -24,11 +26,11 @@ func checkVarNames(environ []string) error {
 			continue
 		}
 		if near := nearest(name, known); near != "" {
-			return fmt.Errorf("%s is set, but chatd reads no such variable: did you mean %s? Rename it (chatd help lists the variables)", name, near)
+			return nil, fmt.Errorf("%s is set, but chatd reads no such variable: did you mean %s? Rename it (chatd help lists the variables)", name, near)
 		}
-		return fmt.Errorf("%s is set, but chatd reads no such variable: unset it, or name one that chatd help lists", name)
+		warnings = append(warnings, fmt.Sprintf("%s is set, but this chatd reads no such variable (one of a newer release?); it is ignored: unset it if it is not meant for a newer chatd (chatd help lists the variables)", name))
 	}
-	return nil
+	return warnings, nil
 }
 
 // nearest is the name of names closest to name, when at most three

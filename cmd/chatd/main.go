@@ -20,9 +20,13 @@ func main() {
 	redis.SetLogger(redisLog{})
 	if len(os.Args) > 1 && roles[os.Args[1]] != nil {
 		// Not for chatd help, where the variables are looked up.
-		if err := checkVarNames(os.Environ()); err != nil {
+		warnings, err := checkVarNames(os.Environ())
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "chatd:", err)
 			os.Exit(1)
+		}
+		for _, w := range warnings {
+			fmt.Fprintln(os.Stderr, "chatd: warning:", w)
 		}
 	}
 	if err := run(stopOnSignal(), os.Args[1:], os.Getenv); err != nil {
