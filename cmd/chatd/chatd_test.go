@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -288,10 +290,12 @@ func TestABusyPortIsRefusedSuggestingTheNext(t *testing.T) {
 	}
 	defer ln.Close()
 	busy := ln.Addr().(*net.TCPAddr)
-	next := fmt.Sprintf("127.0.0.1:%d", busy.Port+1)
+	// The port suggested is the first free one after the busy one, which
+	// another test's listener may hold: one of the next hundred.
+	suggested := regexp.MustCompile(`e\.g\. 127\.0\.0\.1:(\d+)`)
 	for _, c := range []struct{ env, want string }{
-		{"CHAT_HTTP_ADDR", "set CHAT_HTTP_ADDR (-http-addr) to a free host:port, e.g. " + next},
-		{"CHAT_METRICS_ADDR", "set CHAT_METRICS_ADDR to a free host:port (e.g. " + next + ")"},
+		{"CHAT_HTTP_ADDR", "set CHAT_HTTP_ADDR (-http-addr) to a free host:port, e.g. 127.0.0.1:"},
+		{"CHAT_METRICS_ADDR", "set CHAT_METRICS_ADDR to a free host:port (e.g. 127.0.0.1:"},
 	} {
 		env := map[string]string{"CHAT_HTTP_ADDR": freeAddr(t), "CHAT_KAFKA_LISTEN": freeAddr(t), "CHAT_DATA_DIR": t.TempDir(),
 			"CHAT_PARTITIONS": "1", "CHAT_LOG_LEVEL": "warn"}
@@ -299,6 +303,11 @@ func TestABusyPortIsRefusedSuggestingTheNext(t *testing.T) {
 		err := run(context.Background(), []string{"dev"}, func(k string) string { return env[k] })
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("chatd dev with %s=%s, a port in use: %v, want %q", c.env, busy, err, c.want)
+			continue
+		}
+		m := suggested.FindStringSubmatch(err.Error())
+		if p, _ := strconv.Atoi(m[1]); p <= busy.Port || p > busy.Port+100 {
+			t.Errorf("chatd dev with %s=%s, a port in use: suggested port %d, want one of the next hundred: %v", c.env, busy, p, err)
 		}
 	}
 }
