@@ -33,10 +33,11 @@ func checkVarNames(environ []string) (warnings []string, err error) {
 	return warnings, nil
 }
 
-// nearest is the name of names closest to name, when at most three
-// edits away.
+// nearest is the name of names closest to name, when at most two edits
+// away: chatd's own names lie three apart (CHAT_KAFKA_CA_FILE and
+// CHAT_KAFKA_KEY_FILE), so a new setting of a newer release may too.
 func nearest(name string, names []string) string {
-	best, bestD := "", 4
+	best, bestD := "", 3
 	for _, n := range names {
 		if d := editDistance(name, n); d < bestD {
 			best, bestD = n, d

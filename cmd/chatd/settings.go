@@ -309,7 +309,7 @@ func (s *settings) validate(role string) error {
 
 // checkOrigin refuses a CHAT_ALLOWED_ORIGINS pattern that no browser's
 // Origin can match: one with a path (a trailing "/" copied from the
-// address bar), or of a scheme pages are not served over. Such a pattern
+// address bar), or of the WebSocket schemes. Such a pattern
 // was taken, and every page of it refused as from another origin.
 func checkOrigin(o string) error {
 	scheme, host, hasScheme := strings.Cut(o, "://")
@@ -323,8 +323,11 @@ func checkOrigin(o string) error {
 		}
 		return fmt.Errorf("allowed-origins: %q has a path (%q), which a browser's Origin never has (CHAT_ALLOWED_ORIGINS): use %q; an origin is a host (chat.example.com, *.example.com) or scheme://host[:port]", o, host[i:], meant)
 	}
-	if hasScheme && !strings.ContainsAny(scheme, "*?[") && !strings.EqualFold(scheme, "http") && !strings.EqualFold(scheme, "https") {
-		return fmt.Errorf("allowed-origins: %q: pages are served over http:// or https://, not %s:// (CHAT_ALLOWED_ORIGINS): use https://%s, or the host alone (%s) for either scheme", o, scheme, host, host)
+	// ws:// and wss:// are the server's schemes, never a page's. Other
+	// schemes are origins of pages too: apps (capacitor://localhost,
+	// tauri://localhost) and extensions (chrome-extension://ID).
+	if hasScheme && (strings.EqualFold(scheme, "ws") || strings.EqualFold(scheme, "wss")) {
+		return fmt.Errorf("allowed-origins: %q: a page's origin is http://, https:// (or an app's or extension's own scheme), not %s:// (CHAT_ALLOWED_ORIGINS): use https://%s, or the host alone (%s) for either scheme", o, scheme, host, host)
 	}
 	if _, err := path.Match(o, ""); err != nil {
 		return fmt.Errorf("allowed-origins: %q is no host pattern (CHAT_ALLOWED_ORIGINS): %v; use hosts such as chat.example.com or *.example.com, comma-separated", o, err)
