@@ -94,7 +94,7 @@ func (c *Client) connect(ctx context.Context) (*session, error) {
 			// An HTTP answer, not an upgrade: most likely another path.
 			return nil, fmt.Errorf("client: dial %s: %w; is it the gateway's WebSocket endpoint, ws://host:port/v1/ws (wss:// over TLS)?", c.cfg.URL, err)
 		}
-		if _, ok := errors.AsType[*net.OpError](err); ok && ctx.Err() == nil {
+		if op, ok := errors.AsType[*net.OpError](err); ok && op.Op == "dial" && ctx.Err() == nil {
 			// Nothing answered: "connect: connection refused", "no such host".
 			return nil, fmt.Errorf("client: dial: %w; is a gateway running at that address, and is Config.URL its endpoint?", err)
 		}
