@@ -126,6 +126,18 @@ func (c *Config) setDefaults() {
 	c.Launch.setDefaults()
 }
 
+// chatdPath reports whether path holds one of chatd's own paths, which
+// chatbench adds to -url itself. Another path is a proxy's prefix.
+func chatdPath(path string) bool {
+	for _, seg := range strings.Split(path, "/") {
+		switch seg {
+		case "v1", "healthz", "readyz", "metrics":
+			return true
+		}
+	}
+	return false
+}
+
 // Validate reports the first setting that cannot work.
 func (c *Config) Validate() error {
 	for _, u := range c.URLs {
@@ -133,10 +145,11 @@ func (c *Config) Validate() error {
 		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
 			return fmt.Errorf("-url %q: want http://host:port (several separated by commas)", u)
 		}
-		if p.Path != "" || p.RawQuery != "" {
-			// chatbench adds the paths (/healthz, /v1/ws): with one of its
-			// own, it waited 2 minutes for /v1/ws/healthz to answer.
-			return fmt.Errorf("-url %q: want the gateway's base URL, %s://%s, without a path: chatbench adds /v1/ws and the API's paths itself", u, p.Scheme, p.Host)
+		if chatdPath(p.Path) || p.RawQuery != "" {
+			// chatbench adds the paths (/healthz, /v1/ws): with one of
+			// chatd's own, it waited 2 minutes for /v1/ws/healthz to
+			// answer. Another path is a proxy's prefix, kept.
+			return fmt.Errorf("-url %q: want the gateway's base URL, %s://%s, without chatd's paths: chatbench adds /v1/ws and the API's paths itself", u, p.Scheme, p.Host)
 		}
 	}
 	if err := schema.ValidID(c.Prefix + "-u0"); err != nil {

@@ -26,7 +26,7 @@ func TestFlagMistakesSayWhatToDo(t *testing.T) {
 		{[]string{"-rate", "fast"}, `-rate "fast": want a number (messages per second`},
 		{[]string{"-nope"}, "flag provided but not defined: -nope; chatbench -h lists the flags"},
 		{[]string{"-admin-token", "t", "extra"}, `unexpected argument "extra"; chatbench takes flags only (chatbench -h lists them)`},
-		{[]string{"-admin-token", "t", "-url", "http://127.0.0.1:8080/v1/ws"}, `-url "http://127.0.0.1:8080/v1/ws": want the gateway's base URL, http://127.0.0.1:8080, without a path`},
+		{[]string{"-admin-token", "t", "-url", "http://127.0.0.1:8080/v1/ws"}, `-url "http://127.0.0.1:8080/v1/ws": want the gateway's base URL, http://127.0.0.1:8080, without chatd's paths`},
 		{[]string{"-admin-token", "t", "-plot", "x.png"}, "-plot x.png draws latency against the rate of several steps: add -sweep R,R,... or -find-max, or drop -plot"},
 	} {
 		var out strings.Builder
