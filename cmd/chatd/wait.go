@@ -77,7 +77,8 @@ func waitRedis(ctx context.Context, rc redis.UniversalClient, s *settings, log *
 			if redis.IsAuthError(err) {
 				return fmt.Errorf("Redis refused the user or password: %w; set CHAT_REDIS_PASSWORD (-redis-password), and CHAT_REDIS_USER for an ACL user, to what Redis requires", err)
 			}
-			if err != nil && !tlsclient.Failed(err) {
+			var reply redis.Error // an answer in Redis's protocol: Redis is there (loading, say)
+			if err != nil && !tlsclient.Failed(err) && !errors.As(err, &reply) {
 				tc, _ := s.RedisTLSConfig()
 				if addr, status := answersHTTP(ctx, list(s.RedisAddrs), tc); addr != "" {
 					return fmt.Errorf("CHAT_REDIS_ADDRS names %s, which answers HTTP (%s): %w; set it to redis-server's port (6379 by default) (Redis said: %v)", addr, status, errNotTheServer, err)
