@@ -607,9 +607,11 @@ func benchFanoutRoute(b *testing.B, presenceTTL time.Duration) {
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	f := &Fanout{Redis: rs, PresenceTTL: presenceTTL, Logger: quiet}
-	if _, err := f.Runner(Base{Brokers: k.brokers(), DeadLetter: k.prod}); err != nil {
+	r, err := f.Runner(Base{Brokers: k.brokers(), DeadLetter: k.prod})
+	if err != nil {
 		b.Fatal(err)
 	}
+	r.partitions = 1 // as Run reads it, before the partitions it hands the fan-out
 	rec := []Record[schema.Message]{{Event: schema.Message{Gid: "big", Sender: "user-0", Body: []byte("hello, everyone")}}}
 	handle := func(i int64) {
 		rec[0].Offset = i
