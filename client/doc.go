@@ -80,9 +80,10 @@
 //
 // On every (re)connect the client authenticates with an auth frame (calling
 // Config.Token; the token never goes into the URL, where logs would keep it),
-// syncs the per-group counts, and pulls every group that was opened with
-// Open, and every group it has received messages of whose head moved past
-// its cursor. Login alone fetches counts only: a group's backlog is pulled
+// syncs the per-group counts, and pulls every group it has received
+// messages of (every group opened with Open among them) whose head moved
+// past its cursor: one pull per group with new messages, not one per
+// opened group. Login alone fetches counts only: a group's backlog is pulled
 // when the group is opened (or when a push reveals a gap). A pull the server
 // refuses for a while (unavailable, internal, rate_limited) or that times
 // out is made again with back-off, until it completes or the connection

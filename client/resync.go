@@ -107,14 +107,21 @@ func (c *Client) syncAgain(s *session) {
 	}
 }
 
-// resync pulls, after a reconnect, every opened group and every group the
-// client has messages of whose head moved past its cursor. A pull refused
-// for a while (unavailable...) is left to the group's puller.
+// resync pulls, after a reconnect, every group the client has messages of
+// (opened ones among them) whose head moved past its cursor, every group
+// with a gap, and every opened group the sync did not name (joined since:
+// its head is not known yet). An opened group whose head the sync shows at
+// the cursor has nothing to pull: what was stored after the sync's heads
+// comes by push (the server checks that the sync covered what it did not
+// push, and asks for another sync if not). A user who opened hundreds of
+// groups so makes a pull for each group with new messages, not one for
+// each group, one after another. A pull refused for a while
+// (unavailable...) is left to the group's puller.
 func (c *Client) resync(s *session) {
 	c.mu.Lock()
 	var gids []string
 	for gid, g := range c.groups {
-		if g.opened || g.gap() || g.seen && g.head > g.contig {
+		if g.opened && !c.named[gid] || g.gap() || g.seen && g.head > g.contig {
 			gids = append(gids, gid)
 		}
 	}
