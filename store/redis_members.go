@@ -368,6 +368,32 @@ func (r *Redis) Members(ctx context.Context, gid string) (map[string]Membership,
 	return all, nil
 }
 
+// MembershipsOf returns the memberships of uids in the group (left ones
+// too; absent: never joined), in one round trip that reads those uids
+// only: an add to a group of 10,000 members reads the one it adds.
+func (r *Redis) MembershipsOf(ctx context.Context, gid string, uids []string) (map[string]Membership, error) {
+	out := make(map[string]Membership, len(uids))
+	if len(uids) == 0 {
+		return out, nil
+	}
+	vals, err := r.client.HMGet(ctx, membersKey(gid), uids...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("store: members of %q: %w", gid, err)
+	}
+	for i, v := range vals {
+		s, ok := v.(string)
+		if !ok {
+			continue // nil: never joined
+		}
+		m, err := parseMembership(s)
+		if err != nil {
+			return nil, fmt.Errorf("store: membership of %q in %q: %w", uids[i], gid, err)
+		}
+		out[uids[i]] = m
+	}
+	return out, nil
+}
+
 // GroupKnown reports whether gid has had a member: one the member
 // projector applied (joined or left since), or a join reserved
 // (ReserveJoins) and not expired or dropped, which a group just created
