@@ -182,21 +182,34 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 	wctx := context.WithoutCancel(ctx)
 	defer g.holdJoins(wctx, gid, unjoined(join, fresh, 0))()
 	added := []string{} // answered as [], never null, when no one is new
-	for i, uid := range join {
-		if !fresh[i] {
-			continue // being joined by a call just before
+	var todo []int      // the joins this call writes: those a call just before is writing are left to it
+	for i := range join {
+		if fresh[i] {
+			todo = append(todo, i)
 		}
-		if _, err := g.cfg.Producer.Join(wctx, gid, uid, "admin"); err != nil {
-			g.dropJoins(ctx, gid, join, fresh, i)
+	}
+	// Written joinBatch at a time, at the group's position when each batch
+	// is: one write to the broker for a batch, not a read of the head and
+	// a write for each member.
+	for lo := 0; lo < len(todo); lo += joinBatch {
+		uids := make([]string, 0, joinBatch)
+		for _, i := range todo[lo:min(lo+joinBatch, len(todo))] {
+			uids = append(uids, join[i])
+		}
+		if _, err := g.cfg.Producer.JoinAll(wctx, gid, uids, "admin"); err != nil {
+			g.dropJoins(ctx, gid, join, fresh, todo[lo])
 			return nil, g.unavailable("membership change", err)
 		}
-		added = append(added, uid)
+		added = append(added, uids...)
 	}
 	if err := g.cfg.Redis.ClearLeaving(context.WithoutCancel(ctx), gid, added...); err != nil {
 		g.log.Warn("cannot clear the notes of leaves that joins followed", "gid", gid, "err", err)
 	}
 	return map[string]any{"gid": gid, "added": added}, nil
 }
+
+// joinBatch is how many joins of an add are written at once.
+const joinBatch = 1000
 
 // stillJoined reports whether m, uid's projected membership, is a stretch that
 // no leave noted in leaving (Redis.Leaving) has ended yet.

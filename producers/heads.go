@@ -20,6 +20,36 @@ func (p *Producer) Join(ctx context.Context, gid, uid, by string) (schema.Member
 	return p.changeMember(ctx, schema.Member{Gid: gid, Uid: uid, Op: schema.OpJoin, By: by})
 }
 
+// JoinAll records that each of uids joined gid at the group's current
+// position, read once for all of them, in one write (produce requests of
+// the producer's batch size): a group of 10,000 members is created with a
+// few round trips to the broker, not two for each member. by names who
+// made the change. On an error none, some or all of the joins may be
+// written, as with Join.
+func (p *Producer) JoinAll(ctx context.Context, gid string, uids []string, by string) ([]schema.Member, error) {
+	if len(uids) == 0 {
+		return nil, nil
+	}
+	ms := make([]schema.Member, len(uids))
+	for i, uid := range uids {
+		for _, id := range []string{gid, uid} {
+			if err := schema.ValidID(id); err != nil {
+				return nil, fmt.Errorf("producers: %w", err)
+			}
+		}
+		ms[i] = schema.Member{Gid: gid, Uid: uid, Op: schema.OpJoin, By: by}
+	}
+	pos, err := p.Head(ctx, gid)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now().UnixMilli()
+	for i := range ms {
+		ms[i].Pos, ms[i].At = pos, now
+	}
+	return ms, p.SendMembers(ctx, ms...)
+}
+
 // Leave records that uid left gid at the group's current position (Head):
 // the leaver sees nothing sent after it. joined is the position of the join
 // the leave ends (store.Membership.JoinedAt); the record carries it, so the
