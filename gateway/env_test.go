@@ -69,7 +69,8 @@ type gw struct {
 type envOpts struct {
 	gateways       int
 	tune           func(*Config)
-	notifyInterval time.Duration // the receipt notifier's; 0: its default
+	notifyInterval time.Duration                 // the receipt notifier's; 0: its default
+	redisOpts      func(*redis.UniversalOptions) // adjusts the Redis client's options, if set
 }
 
 func newEnv(t *testing.T, o envOpts) *env {
@@ -87,7 +88,11 @@ func newEnv(t *testing.T, o envOpts) *env {
 	}
 	t.Cleanup(func() { e.prod.Close() })
 	e.redisSrv = testserver.NewRedis(t)
-	e.rc = redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{e.redisSrv.Addr}})
+	ropts := &redis.UniversalOptions{Addrs: []string{e.redisSrv.Addr}}
+	if o.redisOpts != nil {
+		o.redisOpts(ropts)
+	}
+	e.rc = redis.NewUniversalClient(ropts)
 	t.Cleanup(func() { e.rc.Close() })
 	if e.redis, err = store.NewRedis(e.rc, store.RedisConfig{WindowSize: -1}); err != nil {
 		t.Fatal(err)

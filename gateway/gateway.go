@@ -44,6 +44,7 @@ type Gateway struct {
 	reads      coverReads  // what the checks read; tests replace them
 	leftHeads  leftHeadCache
 	readStates readStates
+	syncReads  chan struct{} // a slot for each read of a sync's cursors under way (see memberCursors)
 
 	presenceLag  time.Duration // see presenceLag; tests shorten it
 	presenceLost atomic.Bool   // presence set again after a Redis reconnect failed: the next refresh announces it (refreshPresence)
@@ -97,7 +98,7 @@ func New(cfg Config) (*Gateway, error) {
 		[]string{protocol.ResyncPushRoute, protocol.ResyncLateStore, protocol.ResyncPresence})
 	return &Gateway{cfg: cfg, log: cfg.Logger.With("node", cfg.Node), hub: newHub(),
 		admit: newAdmission(cfg.SendTarget, cfg.MaxSending), instance: newInstance(), epoch: time.Now(),
-		reads: newCoverReads(cfg), presenceLag: presenceLag, resyncAsk: make(chan string, 1), presenceKick: make(chan struct{}, 1), pace: resyncPace{resyncBurst, resyncTick}}, nil
+		reads: newCoverReads(cfg), presenceLag: presenceLag, syncReads: make(chan struct{}, syncReadSlots(cfg.Redis.Client())), resyncAsk: make(chan string, 1), presenceKick: make(chan struct{}, 1), pace: resyncPace{resyncBurst, resyncTick}}, nil
 }
 
 // since is the time since the gateway's start, monotonic and never 0.

@@ -360,7 +360,7 @@ func (g *Gateway) sync(ctx context.Context, uid string, r *protocol.Request) (an
 			gids = append(gids, gid)
 		}
 	}
-	cur, err := g.cfg.Redis.MemberCursors(ctx, uid, gids)
+	cur, err := g.memberCursors(ctx, uid, gids)
 	if err != nil {
 		return nil, g.unavailable("cursors", err)
 	}

@@ -65,15 +65,23 @@ func (g *Gateway) whoRead(ctx context.Context, uid string, r *protocol.Request) 
 const whoReadPer = 500
 
 // extraFrames is what an answer costs beyond the frame (or HTTP request)
-// that asked for it: who_read's, one frame per whoReadPer ids it lists.
+// that asked for it: who_read's, one frame per whoReadPer ids it lists;
+// sync's, one per syncPer groups.
 // The asker's bucket is charged once the answer is known, into debt if need
 // be, paid by the frames refused after: a connection, or a user over HTTP,
 // is sent at most whoReadPer ids per frame of its rate, 500 x 131 bytes
 // (an id of 128 bytes, quoted, and a comma), 12.5 MiB a second at the
 // default 200 frames.
 func extraFrames(ans any) int {
-	if r, ok := ans.(*protocol.Readers); ok && r != nil {
-		return (len(r.Read) + len(r.Unread)) / whoReadPer
+	switch r := ans.(type) {
+	case *protocol.Readers:
+		if r != nil {
+			return (len(r.Read) + len(r.Unread)) / whoReadPer
+		}
+	case *protocol.Synced:
+		if r != nil {
+			return syncFrames(r)
+		}
 	}
 	return 0
 }
