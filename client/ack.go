@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
+	"maps"
 	"slices"
 	"time"
 
@@ -64,6 +66,7 @@ func (c *Client) deliverLoop() {
 				g.readDue = time.Now().Add(c.cfg.AckInterval)
 				kick = true
 			}
+			c.due[g] = true
 			c.mu.Unlock()
 			if kick {
 				c.kickAck()
@@ -130,8 +133,8 @@ func (c *Client) nextDue() time.Duration {
 	defer c.mu.Unlock()
 	next := time.Hour
 	now := time.Now()
-	for _, g := range c.groups {
-		for _, due := range []time.Time{g.ackDue, g.readDue} {
+	for g := range c.due {
+		for _, due := range [2]time.Time{g.ackDue, g.readDue} {
 			if !due.IsZero() {
 				next = min(next, max(due.Sub(now), time.Millisecond))
 			}
@@ -197,7 +200,20 @@ func (c *Client) dueCursors(all bool, budget int) (acks, reads []cursorUpdate, l
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s = c.sess
-	for _, g := range c.groups {
+	// Only the groups with an ack or read due can have one to send, but
+	// for Close's flush (all), which sends whatever is owed: a round of
+	// the ack loop, made at every delivery to a group with none due yet,
+	// looked at every group, 6 ns each, 120 us a message for a user in
+	// 20,000 groups.
+	var groups iter.Seq[*group] = maps.Keys(c.due)
+	if all {
+		groups = maps.Values(c.groups)
+	}
+	for g := range groups {
+		if c.groups[g.gid] != g { // forgotten
+			delete(c.due, g)
+			continue
+		}
 		if g.delivered > g.acked && (all || g.unacked >= c.cfg.AckEvery || due(g.ackDue)) {
 			acks = append(acks, cursorUpdate{g: g, op: protocol.OpAck, upto: g.delivered, due: g.ackDue})
 		} else if g.delivered <= g.acked {
@@ -211,6 +227,9 @@ func (c *Client) dueCursors(all bool, budget int) (acks, reads []cursorUpdate, l
 			} else {
 				g.readDue = time.Time{}
 			}
+		}
+		if g.ackDue.IsZero() && g.readDue.IsZero() {
+			delete(c.due, g)
 		}
 	}
 	if n := len(acks) + len(reads); s != nil && budget >= 0 && n > budget {
@@ -383,6 +402,7 @@ func (c *Client) retryLater(ups []cursorUpdate) {
 		} else if u.g.readDue.IsZero() {
 			u.g.readDue = due
 		}
+		c.due[u.g] = true
 	}
 }
 
@@ -413,6 +433,7 @@ func (c *Client) MarkRead(ctx context.Context, gid string, upto int64) error {
 	g.readWant = upto
 	if g.readDue.IsZero() {
 		g.readDue = time.Now().Add(c.cfg.AckInterval)
+		c.due[g] = true
 		select {
 		case c.ackKick <- struct{}{}:
 		default:

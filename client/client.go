@@ -212,6 +212,7 @@ type Client struct {
 	sess          *session      // the ready session, nil while disconnected
 	ready         chan struct{} // closed when sess is set
 	groups        map[string]*group
+	due           map[*group]bool // the groups with an ack or read due (ackDue or readDue set): the ack loop looks at these only
 	lastSync      []protocol.GroupState
 	named         map[string]bool    // the gids of lastSync
 	uid           string             // the user the server authenticated, as of the last session
@@ -265,6 +266,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		log:         cfg.Logger,
 		ready:       make(chan struct{}),
 		groups:      make(map[string]*group),
+		due:         make(map[*group]bool),
 		deliverKick: make(chan struct{}, 1),
 		stopDeliver: make(chan struct{}),
 		deliverDone: make(chan struct{}),

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"syscall"
 	"testing"
 	"time"
 
@@ -49,5 +50,41 @@ func TestAReconnectPullsOnlyTheOpenedGroupsWithNewMessages(t *testing.T) {
 	rec.check(t)
 	if pulls := len(p.requests(protocol.OpPull)) - before; pulls > 3 {
 		t.Errorf("the reconnect pulled %d times for 3 groups of %d opened with new messages; want 3", pulls, n)
+	}
+}
+
+// processCPU is this process's CPU time so far.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkDeliveryAmongManyGroups delivers messages one at a time into
+// 100 of the user's groups while the client holds 1,000, 5,000 or 20,000:
+// what a delivered message costs the client (and the in-memory peer, the
+// same at every size) as its groups grow.
+func BenchmarkDeliveryAmongManyGroups(b *testing.B) {
+	for _, n := range []int{1000, 5000, 20000} {
+		b.Run(fmt.Sprint("groups=", n), func(b *testing.B) {
+			p := newPeer(b, manyGroups(n))
+			rec := &recorder{}
+			c, err := Dial(context.Background(), Config{URL: p.url, OnMessage: rec.on,
+				Token: func(context.Context) (string, error) { return "alice", nil }})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			cpu0 := processCPU()
+			i := 0
+			for b.Loop() {
+				p.post(fmt.Sprint("g", i%100), "bob", "hi")
+				i++
+				for rec.len() < i {
+					time.Sleep(20 * time.Microsecond)
+				}
+			}
+			b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/float64(i), "cpu-us/msg")
+		})
 	}
 }
