@@ -4,12 +4,27 @@ import "github.com/groupchat/chatd/store"
 
 // recipients returns every uid who sees some message of out, once.
 func recipients(out []outgoing) []string {
-	n := 0
-	if len(out) > 0 {
-		n = len(out[0].group)
+	if len(out) == 0 {
+		return nil
+	}
+	n := len(out[0].group)
+	uids := make([]string, 0, n)
+	if oneGroup(out) {
+		// The members of a group are distinct: who is listed is kept by
+		// place, not in a map of every member (a group of 10,000 made
+		// one of 10,000 uids for each message, 5 of them online or 5,000).
+		seen := make([]bool, n)
+		for _, o := range out {
+			for i, mo := range o.group {
+				if !seen[i] && mo.m.Sees(o.msgid) {
+					seen[i] = true
+					uids = append(uids, mo.uid)
+				}
+			}
+		}
+		return uids
 	}
 	seen := make(map[string]bool, n)
-	uids := make([]string, 0, n)
 	for _, o := range out {
 		for _, mo := range o.group {
 			if !seen[mo.uid] && mo.m.Sees(o.msgid) {
@@ -19,6 +34,18 @@ func recipients(out []outgoing) []string {
 		}
 	}
 	return uids
+}
+
+// oneGroup reports whether the messages of out are of one group: they
+// share its snapshot of memberships.
+func oneGroup(out []outgoing) bool {
+	g := out[0].group
+	for _, o := range out[1:] {
+		if len(o.group) != len(g) || len(g) > 0 && &o.group[0] != &g[0] {
+			return false
+		}
+	}
+	return true
 }
 
 // route groups the messages by node, in order: for each node one batch
