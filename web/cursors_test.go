@@ -72,6 +72,7 @@ func TestABadgeOfAGroupReadWhileOfflineIsClearedOnReconnect(t *testing.T) {
 		c.answer(f, two(14, 0))
 	}
 	roundTrip(t, b)
+	listDrawn(b)
 	if badge := browsertest.Eval[string](b, `document.querySelector('#groups li[data-gid=g] .badge')?.textContent || ''`); badge != "" {
 		t.Fatalf("g was read up to its head (the page sent read 14), yet its badge says %s unread", badge)
 	}

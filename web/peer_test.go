@@ -307,3 +307,10 @@ func roundTripAfter(t *testing.T, b *browsertest.Tab, first string) {
 	})().then(() => { window.roundTrip = 'answered'; }, (e) => { window.roundTrip = 'failed: ' + e; }), true)`)
 	b.WaitUntil("a round trip on the page's connection", `window.roundTrip === 'answered'`)
 }
+
+// listDrawn waits until the group list has been drawn as the page's state
+// now is: it is drawn a moment after the state changes (DRAW_EVERY in
+// static/grouplist.js), once for all the changes of that moment.
+func listDrawn(b *browsertest.Tab) {
+	b.WaitUntil("the group list drawn", `document.getElementById('groups').dataset.drawing === undefined`)
+}

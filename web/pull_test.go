@@ -57,6 +57,7 @@ func TestPushesAlreadyCountedBySyncAreNotCountedAgain(t *testing.T) {
 	b.WaitUntil("the badge", `document.querySelector('#groups li[data-gid=g] .badge')?.textContent === '2'`)
 	c.write(map[string]any{"op": "push", "msgs": []any{msg(11, 10, "v", "m11"), msg(12, 11, "v", "m12"), msg(13, 12, "v", "m13")}})
 	b.WaitUntil("the pushes taken", `chat.group('g').contig === 13`)
+	listDrawn(b)
 	if got := browsertest.Eval[string](b, `document.querySelector('#groups li[data-gid=g] .badge')?.textContent`); got != "3" {
 		t.Fatalf("11 and 12 counted by the sync, 13 pushed after: the badge says %q unread, want 3", got)
 	}

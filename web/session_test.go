@@ -274,6 +274,7 @@ func TestPushesOfAGroupNotOpenAfterAGapAreNotHeld(t *testing.T) {
 	if n := browsertest.Eval[int](b, `chat.group('g').buf.size`); n > 0 {
 		t.Fatalf("the page holds %d pushes (%d MB of bodies) of a group it has not open, after a gap it does not pull", n, n*4000>>20)
 	}
+	listDrawn(b)
 	if got := browsertest.Eval[string](b, `document.querySelector('#groups li[data-gid=g] .badge')?.textContent`); got != "5000" {
 		t.Errorf("the badge says %q, want 5000: the pushes not held are counted", got)
 	}

@@ -5,7 +5,7 @@
 import { Chat } from './chat.js';
 import { addMember, createGroup, devToken } from './admin.js';
 import { $, toast } from './dom.js';
-import { renderGroupList } from './grouplist.js';
+import { forgetGroupList, renderGroupList } from './grouplist.js';
 import { drawMessage, setReceipt, takeOff } from './message.js';
 import { readMark } from './groups.js';
 import { renderOutbox as renderOutboxOf } from './outboxview.js';
@@ -61,7 +61,7 @@ function signOut(message) {
   visible.clear();
   $('messages').replaceChildren();
   $('outbox').replaceChildren();
-  $('groups').replaceChildren();
+  forgetGroupList();
   $('chat-title').textContent = '';
   $('composer').body.value = ''; // a draft
   $('signin-form').token.value = ''; // the last user's token
@@ -139,7 +139,7 @@ $('banner-retry').addEventListener('click', () => chat?.retryNow());
 
 // --- groups ---
 
-const renderGroups = () => chat && renderGroupList(chat, view?.gid, openGroup);
+const renderGroups = () => chat && renderGroupList(chat, () => view?.gid, openGroup);
 
 $('new-group').addEventListener('submit', async (ev) => {
   ev.preventDefault();

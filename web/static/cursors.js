@@ -16,17 +16,21 @@ export class Cursors {
   constructor(chat) {
     this.chat = chat;
     this.timer = 0;
+    this.due = Infinity; // when the timer fires
     this.flushing = false;
   }
 
-  stop() { clearTimeout(this.timer); }
+  stop() {
+    clearTimeout(this.timer);
+    this.due = Infinity;
+  }
 
   // received counts n messages that extended g's contiguous cursor.
   received(g, n) {
     g.unacked += n;
     if (g.unacked >= ACK_EVERY) g.ackDue = Date.now();
     else if (!g.ackDue) g.ackDue = Date.now() + INTERVAL;
-    this.schedule();
+    this.schedule(g);
   }
 
   // seen records that the user has seen g up to msgid.
@@ -34,17 +38,32 @@ export class Cursors {
     if (msgid > g.contig || msgid <= g.readWant) return;
     g.readWant = msgid;
     if (!g.readDue) g.readDue = Date.now() + INTERVAL;
-    this.schedule();
+    this.schedule(g);
   }
 
-  schedule() {
+  // schedule has flush run when the earliest ack or read falls due. Told
+  // of one group, whose ack or read came due, it only brings the timer
+  // forward to it: a look at every group for every message received cost
+  // a user in thousands of groups that much per message.
+  schedule(g) {
     let due = Infinity;
-    for (const g of this.chat.groups.values()) {
-      if (g.ackDue) due = Math.min(due, g.ackDue);
-      if (g.readDue) due = Math.min(due, g.readDue);
+    if (g) {
+      due = Math.min(g.ackDue || Infinity, g.readDue || Infinity);
+      if (due >= this.due) return;
+    } else {
+      for (const h of this.chat.groups.values()) {
+        if (h.ackDue) due = Math.min(due, h.ackDue);
+        if (h.readDue) due = Math.min(due, h.readDue);
+      }
     }
     clearTimeout(this.timer);
-    if (due < Infinity) this.timer = setTimeout(() => this.flush(false), Math.max(0, due - Date.now()));
+    this.due = due;
+    if (due < Infinity) {
+      this.timer = setTimeout(() => {
+        this.due = Infinity;
+        this.flush(false);
+      }, Math.max(0, due - Date.now()));
+    }
   }
 
   // flush sends the acks, then the reads, that are due (every pending one
