@@ -15,6 +15,8 @@ run:
 ## test: everything that gates a change; installs the servers the tests start
 test: deps vet
 	$(GO) test $(GOFLAGS) -count=1 -timeout 30m ./...
+	@echo "every benchmark once, so that none breaks unseen:"
+	$(GO) test $(GOFLAGS) -count=1 -run '^$$' -bench . -benchtime 1x -timeout 15m ./...
 
 ## deps: install redis-server, clickhouse-server, kcat and chromium from Debian's packages when missing
 deps:

@@ -16,12 +16,15 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/redis/go-redis/v9"
+	"github.com/segmentio/kafka-go"
 
+	"github.com/groupchat/chatd/consumers"
 	"github.com/groupchat/chatd/history"
 	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/producers"
 	"github.com/groupchat/chatd/protocol"
 	"github.com/groupchat/chatd/store"
+	"github.com/groupchat/chatd/topics"
 )
 
 // BenchmarkPushes measures pushes per second through one gateway: batches
@@ -124,6 +127,10 @@ func benchPushes(b *testing.B, inflight int64) {
 // redis-server, and returns its WebSocket URL.
 func benchGateway(b *testing.B) (*Gateway, string, *store.Redis) {
 	br := testserver.NewBroker(b)
+	// A sync reads memberships fenced by the member projector's partition.
+	if err := topics.Ensure(context.Background(), topics.Config{Brokers: []string{br.Addr()}, Partitions: 4}, nil); err != nil {
+		b.Fatal(err)
+	}
 	prod, err := producers.New(producers.Config{Brokers: []string{br.Addr()}})
 	if err != nil {
 		b.Fatal(err)
@@ -135,6 +142,16 @@ func benchGateway(b *testing.B) (*Gateway, string, *store.Redis) {
 	rs, err := store.NewRedis(rc, store.RedisConfig{})
 	if err != nil {
 		b.Fatal(err)
+	}
+	// As a member projector caught up with an empty chat.members does.
+	for part := range 4 {
+		ctx := context.Background()
+		if _, err := rs.AdvanceOffset(ctx, consumers.GroupMemberProjector, topics.Members, part, -1, kafka.FirstOffset); err != nil {
+			b.Fatal(err)
+		}
+		if ok, err := rs.MarkReplayed(ctx, consumers.GroupMemberProjector, topics.Members, part); !ok || err != nil {
+			b.Fatalf("marking chat.members/%d replayed: %v, %v", part, ok, err)
+		}
 	}
 	hist, err := history.New(history.Config{Redis: rs})
 	if err != nil {
