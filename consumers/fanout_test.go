@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"math"
 	"slices"
 	"strings"
@@ -13,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/groupchat/chatd/internal/testserver"
@@ -547,95 +544,6 @@ func TestClaimSetForgetsExpiredAndOldest(t *testing.T) {
 	if _, ok := s.get(fmt.Sprint("k", maxClaims+9), 0); !ok {
 		t.Error("the newest claim was dropped")
 	}
-}
-
-// BenchmarkFanoutRoute500 routes one message at a time to a 500-member
-// group, all online on 4 nodes, through Handle: membership sync with the
-// broker (kfake), presence (cached, and not), rendering, publishing to
-// real redis-server, 4 subscribers decoding.
-func BenchmarkFanoutRoute500(b *testing.B) {
-	for _, bc := range []struct {
-		name string
-		ttl  time.Duration
-	}{{"cached", 0}, {"uncached", -1}} {
-		b.Run(bc.name, func(b *testing.B) { benchFanoutRoute(b, bc.ttl) })
-	}
-}
-
-func benchFanoutRoute(b *testing.B, presenceTTL time.Duration) {
-	const members, nodes = 500, 4
-	k := newKafka(b, 1)
-	srv := testserver.NewRedis(b)
-	rc := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{srv.Addr}})
-	b.Cleanup(func() { rc.Close() })
-	rs, err := store.NewRedis(rc, store.RedisConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	joins := make([]schema.Member, members)
-	byNode := make([][]string, nodes)
-	for i := range joins {
-		uid := fmt.Sprint("user-", i)
-		joins[i] = schema.Member{Gid: "big", Uid: uid, Op: schema.OpJoin, Pos: -1}
-		byNode[i%nodes] = append(byNode[i%nodes], uid)
-	}
-	if err := k.prod.SendMembers(ctx, joins...); err != nil {
-		b.Fatal(err)
-	}
-	var got sync.WaitGroup
-	var received [nodes]int64
-	for i, uids := range byNode {
-		node := fmt.Sprint("node-", i)
-		if err := rs.SetOnline(ctx, node, uids, time.Hour, false); err != nil {
-			b.Fatal(err)
-		}
-		ch, err := rs.SubscribePushes(ctx, node)
-		if err != nil {
-			b.Fatal(err)
-		}
-		got.Add(1)
-		go func() {
-			defer got.Done()
-			for batch := range ch {
-				for _, it := range batch.Items {
-					received[i] += int64(len(it.Uids))
-				}
-			}
-		}()
-	}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	f := &Fanout{Redis: rs, PresenceTTL: presenceTTL, Logger: quiet}
-	r, err := f.Runner(Base{Brokers: k.brokers(), DeadLetter: k.prod})
-	if err != nil {
-		b.Fatal(err)
-	}
-	r.partitions = 1 // as Run reads it, before the partitions it hands the fan-out
-	rec := []Record[schema.Message]{{Event: schema.Message{Gid: "big", Sender: "user-0", Body: []byte("hello, everyone")}}}
-	handle := func(i int64) {
-		rec[0].Offset = i
-		rec[0].Event.ClientMsgID = fmt.Sprint("c", i)
-		rec[0].Event.SentAt = time.Now().UnixMilli()
-		if err := f.Handle(ctx, 0, rec); err != nil {
-			b.Fatal(err)
-		}
-	}
-	handle(0) // the follower reads the 500 joins
-	b.ReportAllocs()
-	b.ResetTimer()
-	var i int64 = 1
-	for b.Loop() {
-		handle(i)
-		i++
-	}
-	b.StopTimer()
-	if s := f.Stats(); s.Pushes != members*i {
-		b.Fatalf("%d pushes for %d messages", s.Pushes, i)
-	}
-	b.ReportMetric(float64(members*(i-1))/b.Elapsed().Seconds(), "pushes/s")
-	cancel()
-	got.Wait()
 }
 
 // TestAStoppedFanoutLeavesNoKafkaConnectionsBehind: the fan-out asks Kafka
