@@ -84,14 +84,7 @@ func TestDevOnADataDirMadeWithClickHouseIsRefusedWithoutIt(t *testing.T) {
 	env := map[string]string{"CHAT_HTTP_ADDR": freeAddr(t), "CHAT_KAFKA_LISTEN": freeAddr(t), "CHAT_DATA_DIR": data,
 		"CHAT_PARTITIONS": "2", "CHAT_LOG_LEVEL": "error",
 		"CHAT_CLICKHOUSE_ADDRS": testserver.SharedClickHouse(t).Addr, "CHAT_CLICKHOUSE_DATABASE": "dev_history_test"}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"dev"}, func(k string) string { return env[k] }) }()
-	waitHealthy(t, "http://"+env["CHAT_HTTP_ADDR"]+"/readyz")
-	stop()
-	if err := <-done; err != nil {
-		t.Fatalf("chatd dev with ClickHouse: %v", err)
-	}
+	runDevUntilReady(t, env)
 	delete(env, "CHAT_CLICKHOUSE_ADDRS")
 	err := runTo(context.Background(), []string{"dev"}, func(k string) string { return env[k] }, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "CHAT_CLICKHOUSE_ADDRS") || !strings.Contains(err.Error(), "remove "+data) {
@@ -109,17 +102,23 @@ func TestDevWithAnotherPartitionCountIsNotToldOfClickHouse(t *testing.T) {
 	data := t.TempDir()
 	env := map[string]string{"CHAT_HTTP_ADDR": freeAddr(t), "CHAT_KAFKA_LISTEN": freeAddr(t), "CHAT_DATA_DIR": data,
 		"CHAT_PARTITIONS": "2", "CHAT_LOG_LEVEL": "error"}
+	runDevUntilReady(t, env)
+	env["CHAT_PARTITIONS"] = "4"
+	err := runTo(context.Background(), []string{"dev"}, func(k string) string { return env[k] }, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "set CHAT_PARTITIONS=2 to match") || strings.Contains(err.Error(), "ClickHouse") {
+		t.Fatalf("chatd dev with CHAT_PARTITIONS=4 on a data dir of 2: %v; want CHAT_PARTITIONS=2 asked for, and no word of ClickHouse", err)
+	}
+}
+
+// runDevUntilReady runs chatd dev on env until it is ready, and stops it.
+func runDevUntilReady(t *testing.T, env map[string]string) {
+	t.Helper()
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- run(ctx, []string{"dev"}, func(k string) string { return env[k] }) }()
 	waitHealthy(t, "http://"+env["CHAT_HTTP_ADDR"]+"/readyz")
 	stop()
 	if err := <-done; err != nil {
-		t.Fatalf("chatd dev: %v", err)
-	}
-	env["CHAT_PARTITIONS"] = "4"
-	err := runTo(context.Background(), []string{"dev"}, func(k string) string { return env[k] }, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "set CHAT_PARTITIONS=2 to match") || strings.Contains(err.Error(), "ClickHouse") {
-		t.Fatalf("chatd dev with CHAT_PARTITIONS=4 on a data dir of 2: %v; want CHAT_PARTITIONS=2 asked for, and no word of ClickHouse", err)
+		t.Fatalf("chatd dev (%v): %v", env, err)
 	}
 }
