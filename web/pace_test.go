@@ -171,3 +171,33 @@ func pushToEveryGroup(c *peerConn) {
 	}
 	c.write(map[string]any{"op": "push", "msgs": ms})
 }
+
+// A sync of many groups costs the gateway's frame rate one frame more for
+// each 100 groups it lists (and who read one more for each 500 ids): a
+// page that counted it as one frame, resyncing often in a user's 500
+// groups, went past the gateway's rate, which then refused its frames,
+// its sends among them. The page charges its own budget as the gateway
+// does: syncs of 500 groups (6 frames each) go about 16 a second at most.
+func TestSyncsOfManyGroupsArePacedByWhatTheyCost(t *testing.T) {
+	_, _, c := listed(t, 10, 10, 10)
+	var gs []any
+	for i := range 500 {
+		gs = append(gs, map[string]any{"gid": fmt.Sprint("h", i), "head": 1, "ack": 1, "read": 1, "unread": 0, "unread_exact": true})
+	}
+	go func() {
+		for range 1000 {
+			c.write(map[string]any{"op": "resync", "reason": "push_route"})
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	n, took := answerAll(c, "sync", func(f map[string]any) map[string]any {
+		return map[string]any{"op": "synced", "groups": gs}
+	})
+	if n < 5 {
+		t.Fatalf("the page sent %d syncs while asked for 2 s; want them paced, not stopped", n)
+	}
+	// 6 frames each at 100 frames a second, after a burst of 20 frames.
+	if want := time.Duration(float64(6*n-20) / 100 * 0.7 * float64(time.Second)); took < want {
+		t.Fatalf("the page sent %d syncs of 500 groups in %v, %.0f a second; want at most about 16 a second (6 frames each at 100 frames a second)", n, took, float64(n)/took.Seconds())
+	}
+}

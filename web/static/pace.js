@@ -12,6 +12,11 @@
 const RATE = 100; // frames a second
 const BURST = 20;
 const INFLIGHT = 6;
+// What the gateway charges an answer beyond its request's frame
+// (gateway/receipts.go, extraFrames): a frame for each SYNC_PER groups a
+// sync lists, and for each WHO_READ_PER ids who read lists.
+export const SYNC_PER = 100;
+export const WHO_READ_PER = 500;
 
 export class Pacer {
   constructor(rate = RATE, burst = BURST, inflight = INFLIGHT) {
@@ -40,6 +45,16 @@ export class Pacer {
       this.busy--;
       this.pump();
     }
+  }
+
+  // charge takes n frames more from the budget, into debt if need be: an
+  // answer the server charged as several frames (a sync, one more for
+  // each SYNC_PER groups it lists; who read, one more for each WHO_READ_PER
+  // ids), so that what follows keeps to the server's rate.
+  charge(n) {
+    if (n <= 0) return;
+    this.refill();
+    this.tokens -= n;
   }
 
   // empty drops the tokens there are: the server refused a frame as over

@@ -3,6 +3,7 @@
 // kept apart.
 
 import * as frames from './frames.js';
+import { WHO_READ_PER } from './pace.js';
 
 export const MAX_COUNTS = 200; // msgids per read_counts (protocol.MaxMsgIDs)
 
@@ -44,6 +45,9 @@ export const receipts = {
 
   async whoRead(gid, msgid) {
     const f = await this.paced({ op: 'who_read', gid, msgid });
-    return { read: frames.names(f.read), unread: frames.names(f.unread) };
+    const read = frames.names(f.read);
+    const unread = frames.names(f.unread);
+    this.pace.charge(Math.floor((read.length + unread.length) / WHO_READ_PER));
+    return { read, unread };
   },
 };

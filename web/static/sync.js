@@ -3,6 +3,7 @@
 // of Chat (chat.js), kept apart.
 
 import * as frames from './frames.js';
+import { SYNC_PER } from './pace.js';
 
 export const syncs = {
   syncSoon(delay = 200) {
@@ -43,6 +44,7 @@ export const syncs = {
       sent();
     }
     const groups = frames.groups(f.groups);
+    this.pace.charge(Math.floor(groups.length / SYNC_PER));
     for (const gs of groups) {
       const g = this.group(gs.gid);
       if (!g.known) {
