@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/chromedp"
-
 	"github.com/groupchat/chatd/internal/browsertest"
 )
 
@@ -19,17 +17,7 @@ import (
 // the list shows every count.
 func TestPushesToAUserInThousandsOfGroupsCostLittle(t *testing.T) {
 	const n, pushes = 2000, 200
-	p := newPeer(t)
-	b := browsertest.NewTab(t, browsertest.Start(t), "u")
-	b.Run(chromedp.Navigate(p.srv.URL + "/"))
-	b.Run(chromedp.SendKeys(chromedp.CSS(`#signin-form input[name=uid]`), "u"),
-		chromedp.Click(chromedp.CSS(`#signin-form button[type=submit]`)))
-	c := p.nextConn()
-	var gs []any
-	for i := range n {
-		gs = append(gs, map[string]any{"gid": fmt.Sprint("h", i), "head": 1, "ack": 1, "read": 1, "unread": 0, "unread_exact": true})
-	}
-	c.answer(c.expect("sync", nil), map[string]any{"op": "synced", "groups": gs})
+	_, b, c := listedGroups(t, "", hGroups(n, 1, 1))
 	b.WaitUntil("every group listed", fmt.Sprintf(`document.querySelectorAll('#groups li').length === %d`, n))
 	start := time.Now()
 	for i := range pushes {

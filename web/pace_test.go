@@ -19,6 +19,12 @@ const manyGroups = 300
 // and answers the first sync with manyGroups groups h0..., each at head
 // 1, ack and read 0.
 func listedMany(t *testing.T, outbox string) (*peer, *browsertest.Tab, *peerConn) {
+	return listedGroups(t, outbox, hGroups(manyGroups, 1, 0))
+}
+
+// listedGroups signs u in, with the outbox stored beforehand (JSON, or
+// ""), and answers the first sync with groups.
+func listedGroups(t *testing.T, outbox string, groups []any) (*peer, *browsertest.Tab, *peerConn) {
 	t.Helper()
 	p := newPeer(t)
 	b := browsertest.NewTab(t, browsertest.Start(t), "u")
@@ -29,12 +35,18 @@ func listedMany(t *testing.T, outbox string) (*peer, *browsertest.Tab, *peerConn
 	b.Run(chromedp.SendKeys(chromedp.CSS(`#signin-form input[name=uid]`), "u"),
 		chromedp.Click(chromedp.CSS(`#signin-form button[type=submit]`)))
 	c := p.nextConn()
-	var gs []any
-	for i := range manyGroups {
-		gs = append(gs, map[string]any{"gid": fmt.Sprint("h", i), "head": 1, "ack": 0, "read": 0, "unread": 1, "unread_exact": true})
-	}
-	c.answer(c.expect("sync", nil), map[string]any{"op": "synced", "groups": gs})
+	c.answer(c.expect("sync", nil), map[string]any{"op": "synced", "groups": groups})
 	return p, b, c
+}
+
+// hGroups is a sync's groups h0 to h(n-1), each at head, with its ack and
+// read cursors at cursor.
+func hGroups(n int, head, cursor int64) []any {
+	gs := make([]any, n)
+	for i := range gs {
+		gs[i] = map[string]any{"gid": fmt.Sprint("h", i), "head": head, "ack": cursor, "read": cursor, "unread": head - cursor, "unread_exact": true}
+	}
+	return gs
 }
 
 // A message in each of 300 groups: their acks fall due together, and went
@@ -180,10 +192,7 @@ func pushToEveryGroup(c *peerConn) {
 // does: syncs of 500 groups (6 frames each) go about 16 a second at most.
 func TestSyncsOfManyGroupsArePacedByWhatTheyCost(t *testing.T) {
 	_, _, c := listed(t, 10, 10, 10)
-	var gs []any
-	for i := range 500 {
-		gs = append(gs, map[string]any{"gid": fmt.Sprint("h", i), "head": 1, "ack": 1, "read": 1, "unread": 0, "unread_exact": true})
-	}
+	gs := hGroups(500, 1, 1)
 	go func() {
 		for range 1000 {
 			c.write(map[string]any{"op": "resync", "reason": "push_route"})
