@@ -42,6 +42,8 @@ import "strconv"
 //	                                               (a lease: one running gateway per name)
 //	chat:history                           STRING  "clickhouse" once a role with ClickHouse has run: the
 //	                                               window is trimmed, older history is in ClickHouse
+//	chat:deployment                        STRING  the id of the deployment this Redis serves (package deployment):
+//	                                               a role whose Kafka records another refuses to start
 //
 // Pub/sub channels (not keys: on a cluster PUBLISH reaches every node):
 //
