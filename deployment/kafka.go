@@ -1,0 +1,137 @@
+package deployment
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// Topic holds the deployment's Record: compacted, one partition, key
+// recordKey. It is none of the co-partitioned chat.* topics of package
+// topics: no consumer group reads it.
+const Topic = "chat.deployment"
+
+const recordKey = "redis"
+
+// Read returns the newest record of Topic, or nil when there is none (the
+// topic does not exist yet, or holds nothing). A value that does not
+// decode is an error: a role must not take a Redis on a record it cannot
+// read.
+func Read(ctx context.Context, client *kafka.Client) (*Record, error) {
+	offs, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{
+		Topic: {kafka.FirstOffsetOf(0), kafka.LastOffsetOf(0)}}})
+	if err != nil {
+		return nil, fmt.Errorf("deployment: read %s: %w", Topic, err)
+	}
+	ps := offs.Topics[Topic]
+	if len(ps) != 1 {
+		return nil, fmt.Errorf("deployment: read %s: the broker answered %d partitions", Topic, len(ps))
+	}
+	p := ps[0]
+	if errors.Is(p.Error, kafka.UnknownTopicOrPartition) {
+		return nil, nil
+	}
+	if p.Error != nil {
+		return nil, fmt.Errorf("deployment: read %s: %w", Topic, p.Error)
+	}
+	var last []byte
+	for off := p.FirstOffset; off < p.LastOffset; {
+		res, err := client.Fetch(ctx, &kafka.FetchRequest{Topic: Topic, Offset: off, MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 100 * time.Millisecond})
+		if err == nil {
+			err = res.Error
+		}
+		if err != nil {
+			return nil, fmt.Errorf("deployment: read %s at %d: %w", Topic, off, err)
+		}
+		next := off
+		for {
+			rec, err := res.Records.ReadRecord()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return nil, fmt.Errorf("deployment: read %s at %d: %w", Topic, next, err)
+			}
+			next = rec.Offset + 1
+			if k, _ := readAll(rec.Key); string(k) != recordKey {
+				continue
+			}
+			if last, err = readAll(rec.Value); err != nil {
+				return nil, fmt.Errorf("deployment: read %s at %d: %w", Topic, rec.Offset, err)
+			}
+		}
+		if next == off { // compaction removed what lay here: go on past it
+			next = max(off+1, res.LogStartOffset)
+		}
+		off = next
+	}
+	if last == nil {
+		return nil, nil
+	}
+	r, err := DecodeRecord(last)
+	if err != nil {
+		return nil, fmt.Errorf("%w (the newest record of %s; `chatctl redis adopt` writes a good one)", err, Topic)
+	}
+	return &r, nil
+}
+
+func readAll(b kafka.Bytes) ([]byte, error) {
+	if b == nil {
+		return nil, nil
+	}
+	return io.ReadAll(b)
+}
+
+// Write records r as the deployment's, making Topic when it does not exist
+// with replicas replicas (0: the broker's default) and min.insync.replicas
+// one fewer, as the chat.* topics.
+func Write(ctx context.Context, client *kafka.Client, r Record, replicas int) error {
+	if err := checkID(r.RedisID); err != nil {
+		return err
+	}
+	if err := create(ctx, client, replicas); err != nil {
+		return err
+	}
+	// A topic just made may have no leader for a moment.
+	for attempt := 0; ; attempt++ {
+		res, err := client.Produce(ctx, &kafka.ProduceRequest{Topic: Topic, RequiredAcks: kafka.RequireAll,
+			Records: kafka.NewRecordReader(kafka.Record{Key: kafka.NewBytes([]byte(recordKey)), Value: kafka.NewBytes(r.Encode())})})
+		if err == nil {
+			err = res.Error
+		}
+		if err == nil {
+			return nil
+		}
+		if attempt == 20 || ctx.Err() != nil {
+			return fmt.Errorf("deployment: write %s: %w", Topic, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+func create(ctx context.Context, client *kafka.Client, replicas int) error {
+	tc := kafka.TopicConfig{Topic: Topic, NumPartitions: 1, ReplicationFactor: -1,
+		ConfigEntries: []kafka.ConfigEntry{{ConfigName: "cleanup.policy", ConfigValue: "compact"}}}
+	if replicas > 0 {
+		tc.ReplicationFactor = replicas
+	}
+	if replicas >= 2 {
+		tc.ConfigEntries = append(tc.ConfigEntries, kafka.ConfigEntry{ConfigName: "min.insync.replicas", ConfigValue: strconv.Itoa(max(1, replicas-1))})
+	}
+	res, err := client.CreateTopics(ctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{tc}})
+	if err != nil {
+		return fmt.Errorf("deployment: create %s: %w", Topic, err)
+	}
+	if err := res.Errors[Topic]; err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
+		return fmt.Errorf("deployment: create %s: %w", Topic, err)
+	}
+	return nil
+}
