@@ -22,6 +22,7 @@ import (
 
 	"github.com/groupchat/chatd/broker"
 	"github.com/groupchat/chatd/consumers"
+	"github.com/groupchat/chatd/deployment"
 	"github.com/groupchat/chatd/gateway"
 	"github.com/groupchat/chatd/history"
 	"github.com/groupchat/chatd/metrics"
@@ -40,8 +41,12 @@ type stack struct {
 	brokers []string
 	prod    *producers.Producer
 	redis   *store.Redis
-	ch      *store.ClickHouse
-	hist    *history.History
+	// redisAddrs are where Redis is reached; ownRedis: chatd dev's
+	// embedded one, which is the deployment's by construction.
+	redisAddrs []string
+	ownRedis   bool
+	ch         *store.ClickHouse
+	hist       *history.History
 
 	gateway *gateway.Gateway // when this process serves clients
 
@@ -91,6 +96,7 @@ func openStack(ctx context.Context, role string, s *settings, log *slog.Logger) 
 			return nil, err
 		}
 		st.closers = append(st.closers, func() { rc.Close() })
+		st.redisAddrs = addrs
 	}
 	rc.AddHook(st.metrics.RedisHook())
 	if err := waitRedis(ctx, rc, s, log); err != nil {
@@ -119,9 +125,6 @@ func openStack(ctx context.Context, role string, s *settings, log *slog.Logger) 
 	if st.redis, err = store.NewRedis(rc, store.RedisConfig{WindowSize: window}); err != nil {
 		return nil, err
 	}
-	if err := st.checkHistoryMode(ctx, role); err != nil {
-		return nil, err
-	}
 	// Without ClickHouse the log is the history (the fan-out keeps none).
 	logIsHistory := st.ch == nil && role != "fanout"
 	if err := waitKafka(ctx, topics.Config{Brokers: st.brokers, Security: s.kafkaSecurity, Partitions: s.Partitions,
@@ -132,6 +135,14 @@ func openStack(ctx context.Context, role string, s *settings, log *slog.Logger) 
 		if role == "dev" && errors.Is(err, topics.ErrOnlyCopy) {
 			err = fmt.Errorf("%w\n  chatd dev on a data dir made with ClickHouse: run it with that ClickHouse again (CHAT_CLICKHOUSE_ADDRS), or start afresh: stop it and remove %s", err, s.DataDir)
 		}
+		return nil, err
+	}
+	// Before anything is written to Redis or a group joined: a role on
+	// another Redis than the deployment's is refused here.
+	if err := st.checkRedis(ctx, rc, role); err != nil {
+		return nil, err
+	}
+	if err := st.checkHistoryMode(ctx, role); err != nil {
 		return nil, err
 	}
 	if st.prod, err = producers.New(producers.Config{Brokers: st.brokers, Security: s.kafkaSecurity,
@@ -168,6 +179,7 @@ func (st *stack) openEmbedded() (redis.UniversalClient, error) {
 			return nil, err
 		}
 		st.closers = append(st.closers, func() { rc.Close() })
+		st.redisAddrs = addrs
 		return rc, nil
 	}
 	mr := miniredis.NewMiniRedis()
@@ -187,6 +199,7 @@ func (st *stack) openEmbedded() (redis.UniversalClient, error) {
 		}
 	})
 	st.log.Info("embedded Redis; its state is rebuilt from the topics at every start", "addr", mr.Addr(), "addr_file", addrFile)
+	st.redisAddrs, st.ownRedis = []string{mr.Addr()}, true
 	rc := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	st.closers = append(st.closers, func() { rc.Close() })
 	return rc, nil
@@ -285,6 +298,30 @@ func (st *stack) run(ctx context.Context) error {
 	case <-time.After(st.s.ShutdownTimeout):
 		return fmt.Errorf("shutdown did not finish within %v (CHAT_SHUTDOWN_TIMEOUT)", st.s.ShutdownTimeout)
 	}
+}
+
+// checkRedis keeps the roles of one deployment on one Redis (package
+// deployment): a role whose Redis is not the one the deployment's Kafka
+// records is refused, before it writes to Redis or joins a consumer
+// group. The check runs again whenever the Redis client dials a new
+// connection.
+func (st *stack) checkRedis(ctx context.Context, rc redis.UniversalClient, role string) error {
+	client, done := topics.NewClient(st.brokers, st.s.kafkaSecurity, 10*time.Second)
+	defer done()
+	id, err := deployment.Check(ctx, deployment.Config{Redis: st.redis, Kafka: client, Addrs: st.redisAddrs,
+		Own: st.ownRedis, Replicas: st.s.Replicas, Log: st.log})
+	if err != nil {
+		if errors.Is(err, deployment.ErrNotTheDeploymentsRedis) {
+			err = fmt.Errorf("%s refused to start: %w", role, err)
+		}
+		return err
+	}
+	if !st.ownRedis {
+		w := &deployment.Watcher{Redis: st.redis, ID: id, Addrs: st.redisAddrs, Log: st.log}
+		rc.AddHook(w.Hook())
+		st.parts = append(st.parts, part{name: "redis-fence", run: w.Run})
+	}
+	return nil
 }
 
 // checkHistoryMode keeps the roles of one deployment agreeing on where the
