@@ -30,6 +30,8 @@ Usage:
   chatctl tail TOPIC [-from beginning|end|OFFSET] [-n N] [-follow] [-partition P]
         decoded records as JSON lines
   chatctl token UID [-ttl 24h]            a client token for a user, signed with CHAT_JWT_SECRET
+  chatctl redis adopt [-force]            make the Redis at CHAT_REDIS_ADDRS the deployment's (a move
+        to a new Redis); roles on any other are refused from then on
   chatctl help                            this text and every setting
 
 Flags may follow the command or its arguments. Settings shared by every
@@ -55,6 +57,7 @@ var commands = map[string]struct {
 	"backfill":              {backfillFlags, backfill},
 	"tail":                  {tailFlags, tail},
 	"token":                 {tokenFlags, token},
+	"redis adopt":           {adoptFlags, redisAdopt},
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
