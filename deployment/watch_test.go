@@ -17,7 +17,7 @@ func TestTheWatcherRestoresTheIdAndStopsOnAnother(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &Watcher{Redis: s.r, ID: id, Addrs: []string{s.addr}}
+	w := &Watcher{Redis: s.r, ID: id, Addrs: []string{s.addr}, Log: quiet}
 	s.rc.AddHook(w.Hook())
 	done := make(chan error, 1)
 	wctx, stop := context.WithCancel(ctx)
