@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/groupchat/chatd/deployment"
+	"github.com/groupchat/chatd/internal/deployment"
 )
 
 type adoptOpts struct{ force bool }

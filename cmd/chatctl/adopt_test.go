@@ -11,7 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/groupchat/chatd/consumers"
-	"github.com/groupchat/chatd/deployment"
+	"github.com/groupchat/chatd/internal/deployment"
 	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/store"
 	"github.com/groupchat/chatd/topics"

@@ -22,9 +22,9 @@ import (
 
 	"github.com/groupchat/chatd/broker"
 	"github.com/groupchat/chatd/consumers"
-	"github.com/groupchat/chatd/deployment"
 	"github.com/groupchat/chatd/gateway"
 	"github.com/groupchat/chatd/history"
+	"github.com/groupchat/chatd/internal/deployment"
 	"github.com/groupchat/chatd/metrics"
 	"github.com/groupchat/chatd/producers"
 	"github.com/groupchat/chatd/store"
