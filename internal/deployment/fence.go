@@ -62,8 +62,8 @@ func Check(ctx context.Context, cfg Config) (string, error) {
 		}
 		switch {
 		case id != "" && rec != nil && id == rec.RedisID:
-			if cfg.Own && !slicesEqual(rec.Addrs, normalAddrs(cfg.Addrs)) {
-				return id, Write(ctx, cfg.Kafka, Record{RedisID: id, Addrs: cfg.Addrs}, cfg.Replicas)
+			if cfg.Own && (!rec.Embedded || !slicesEqual(rec.Addrs, normalAddrs(cfg.Addrs))) {
+				return id, Write(ctx, cfg.Kafka, Record{RedisID: id, Addrs: cfg.Addrs, Embedded: true}, cfg.Replicas)
 			}
 			if !cfg.Own && len(rec.with(cfg.Addrs).Addrs) != len(rec.Addrs) {
 				// Another spelling of the same server: learnt, so that
@@ -87,12 +87,14 @@ func Check(ctx context.Context, cfg Config) (string, error) {
 				"If this role's CHAT_KAFKA_BROKERS are right and that Redis is this deployment's (the topic was lost), run `chatctl redis adopt` with CHAT_REDIS_ADDRS=%s; "+
 				"otherwise set CHAT_KAFKA_BROKERS to the Kafka of the deployment that Redis serves, or give this deployment a Redis of its own",
 				ErrNotTheDeploymentsRedis, addrList(cfg.Addrs), id, Topic, addrList(cfg.Addrs))
-		case rec == nil: // a fresh deployment
+		case rec == nil || rec.Embedded && !cfg.Own:
+			// A fresh deployment, or one that ran on chatd dev's embedded
+			// Redis, gone with its process: this empty Redis takes its place.
 			held, err := cfg.Redis.ClaimDeployment(ctx, newID())
 			if err != nil {
 				return "", err
 			}
-			if err := Write(ctx, cfg.Kafka, Record{RedisID: held, Addrs: cfg.Addrs}, cfg.Replicas); err != nil {
+			if err := Write(ctx, cfg.Kafka, Record{RedisID: held, Addrs: cfg.Addrs, Embedded: cfg.Own}, cfg.Replicas); err != nil {
 				return "", err
 			}
 			cfg.Log.Info("this deployment's Redis is recorded in Kafka", "redis", addrList(cfg.Addrs), "id", held, "topic", Topic)
@@ -106,7 +108,7 @@ func Check(ctx context.Context, cfg Config) (string, error) {
 				continue // another id came meanwhile: judge it
 			}
 			if cfg.Own {
-				return held, Write(ctx, cfg.Kafka, Record{RedisID: held, Addrs: cfg.Addrs}, cfg.Replicas)
+				return held, Write(ctx, cfg.Kafka, Record{RedisID: held, Addrs: cfg.Addrs, Embedded: true}, cfg.Replicas)
 			}
 			cfg.Log.Warn("the deployment's Redis holds no id: it lost its data (a restart without persistence, a flush); giving it its id back, and the consumers rebuild it from the topics",
 				"redis", addrList(cfg.Addrs), "id", held)

@@ -237,3 +237,43 @@ func TestAdoptMovesTheDeploymentToANewRedis(t *testing.T) {
 		t.Fatalf("the Redis used before the adoption: %v, want refused", err)
 	}
 }
+
+// chatd dev's embedded Redis ends with the process, so a deployment that
+// ran on it (its topics kept in a data dir) takes an empty Redis given
+// later in CHAT_REDIS_ADDRS as its own; a Redis of another deployment is
+// still refused.
+func TestAnEmptyRedisFollowsAnEmbeddedOne(t *testing.T) {
+	ctx := context.Background()
+	k := kafkaOf(t)
+	own := reach(t, miniredis.RunT(t).Addr())
+	cfg := own.cfg(k)
+	cfg.Own = true
+	id, err := Check(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := realRedis(t)
+	if _, err := other.r.ClaimDeployment(ctx, "0123abcd"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Check(ctx, other.cfg(k)); !errors.Is(err, ErrNotTheDeploymentsRedis) {
+		t.Fatalf("another deployment's Redis after an embedded one: %v, want refused", err)
+	}
+	next := realRedis(t)
+	got, err := Check(ctx, next.cfg(k))
+	if err != nil {
+		t.Fatalf("an empty Redis after an embedded one: %v, want taken", err)
+	}
+	if got == id {
+		t.Fatalf("the Redis after an embedded one took the embedded one's id %q, want an id of its own", id)
+	}
+	if rec, _ := Read(ctx, k); rec == nil || rec.Embedded || len(rec.Addrs) != 1 || rec.Addrs[0] != next.addr {
+		t.Fatalf("the record after the move: %+v, want the new Redis's address alone, not embedded", rec)
+	}
+	again := reach(t, miniredis.RunT(t).Addr())
+	cfg = again.cfg(k)
+	cfg.Own = true
+	if _, err := Check(ctx, cfg); err != nil {
+		t.Fatalf("chatd dev on a new embedded Redis again: %v", err)
+	}
+}

@@ -14,6 +14,9 @@ type Record struct {
 	// Addrs are the addresses (CHAT_REDIS_ADDRS entries) roles reached it
 	// at, sorted, without repeats.
 	Addrs []string
+	// Embedded says the Redis is chatd dev's own, which ends with the
+	// process: an empty Redis started later takes its place.
+	Embedded bool
 }
 
 // Limits on a record, so that a stray value cannot make a role hold much.
@@ -28,17 +31,27 @@ const recordVersion = "v1"
 // ErrBadRecord says a value of chat.deployment does not decode.
 var ErrBadRecord = errors.New("deployment: malformed record")
 
+const embeddedMark = "embedded"
+
 // Encode returns the record as its topic holds it:
-// "v1 <id> <addr>,<addr>...".
+// "v1 <id> <addr>,<addr>..." and " embedded" for chatd dev's own Redis.
 func (r Record) Encode() []byte {
-	return []byte(recordVersion + " " + r.RedisID + " " + strings.Join(normalAddrs(r.Addrs), ","))
+	b := []byte(recordVersion + " " + r.RedisID + " " + strings.Join(normalAddrs(r.Addrs), ","))
+	if r.Embedded {
+		b = append(b, " "+embeddedMark...)
+	}
+	return b
 }
 
 // DecodeRecord reads a value Encode wrote.
 func DecodeRecord(b []byte) (Record, error) {
 	parts := strings.Split(string(b), " ")
+	embedded := len(parts) == 4 && parts[3] == embeddedMark
+	if embedded {
+		parts = parts[:3]
+	}
 	if len(parts) != 3 || parts[0] != recordVersion {
-		return Record{}, fmt.Errorf("%w: want %q, id and addresses", ErrBadRecord, recordVersion)
+		return Record{}, fmt.Errorf("%w: want %q, id, addresses and %q or nothing", ErrBadRecord, recordVersion, embeddedMark)
 	}
 	if err := checkID(parts[1]); err != nil {
 		return Record{}, err
@@ -52,7 +65,7 @@ func DecodeRecord(b []byte) (Record, error) {
 			return Record{}, fmt.Errorf("%w: address %q", ErrBadRecord, a)
 		}
 	}
-	r := Record{RedisID: parts[1], Addrs: normalAddrs(addrs)}
+	r := Record{RedisID: parts[1], Addrs: normalAddrs(addrs), Embedded: embedded}
 	if len(r.Addrs) != len(addrs) {
 		return Record{}, fmt.Errorf("%w: addresses repeated or out of order", ErrBadRecord)
 	}
