@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -115,4 +116,68 @@ func NewBrokerMutualTLS(tb testing.TB, f *TLSFiles) *broker.Broker {
 	}
 	tb.Cleanup(b.Close)
 	return b
+}
+
+// CARotation is a store's CA rotation: the CA file a client trusts, at
+// first of Old's CA alone, and Server, a config that serves Old's
+// certificate until Switch. Bundle writes both CAs into the file (the
+// rotation's first step); Switch makes Server serve New's certificate,
+// signed by the new CA (the store renewed by it).
+type CARotation struct {
+	Old, New *TLSFiles
+	CAFile   string
+	Server   *tls.Config
+
+	cert atomic.Pointer[tls.Certificate]
+}
+
+// NewCARotation makes two CAs and the files of a rotation from the one
+// to the other.
+func NewCARotation(tb testing.TB) *CARotation {
+	tb.Helper()
+	r := &CARotation{Old: NewTLS(tb), New: NewTLS(tb), CAFile: filepath.Join(tb.TempDir(), "ca.pem")}
+	r.cert.Store(&r.Old.Server.Certificates[0])
+	r.Server = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+		return r.cert.Load(), nil
+	}}
+	if err := os.WriteFile(r.CAFile, r.pem(tb, r.Old), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return r
+}
+
+// Bundle writes the old CA and the new one over the CA file.
+func (r *CARotation) Bundle(tb testing.TB) {
+	tb.Helper()
+	WriteOver(tb, r.CAFile, append(r.pem(tb, r.Old), r.pem(tb, r.New)...))
+}
+
+// Switch makes Server serve the certificate the new CA signed.
+func (r *CARotation) Switch() { r.cert.Store(&r.New.Server.Certificates[0]) }
+
+func (r *CARotation) pem(tb testing.TB, f *TLSFiles) []byte {
+	b, err := os.ReadFile(f.CAFile)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return b
+}
+
+// WriteOver writes b over file, in place, and moves its modification
+// time on by a second: written within the clock tick of the write before
+// (a file system of coarse times), it would look unchanged, as a file
+// renewed hours later does not.
+func WriteOver(tb testing.TB, file string, b []byte) {
+	tb.Helper()
+	fi, err := os.Stat(file)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	mod := fi.ModTime().Add(time.Second)
+	if err := os.Chtimes(file, mod, mod); err != nil {
+		tb.Fatal(err)
+	}
 }
