@@ -18,7 +18,7 @@ import (
 // The broker's TLS work shares the cores, as a co-located broker's would.
 func BenchmarkSendMessageParallelOver(b *testing.B) {
 	f := testserver.NewTLS(b)
-	ca, err := tlsclient.Config(f.CAFile, "CHAT_KAFKA_CA_FILE")
+	ca, err := (tlsclient.Files{CAFile: f.CAFile}).Client("CHAT_KAFKA")
 	if err != nil {
 		b.Fatal(err)
 	}

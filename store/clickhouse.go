@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -13,21 +12,22 @@ import (
 	"github.com/ClickHouse/clickhouse-go/v2"
 	"github.com/ClickHouse/clickhouse-go/v2/lib/driver"
 
+	"github.com/groupchat/chatd/internal/tlsclient"
 	"github.com/groupchat/chatd/metrics"
 	"github.com/groupchat/chatd/schema"
 )
 
 // ClickHouseConfig configures a ClickHouse store.
 type ClickHouseConfig struct {
-	Addrs        []string      // native protocol host:port; required
-	Database     string        // default "chat"; created if missing
-	Username     string        // default "default"
-	Password     string        // default ""
-	DialTimeout  time.Duration // default 5s; also bounds waiting for a pooled connection
-	QueryTimeout time.Duration // default 30s; bounds every call, including a batch insert
-	MaxOpenConns int           // default 10; the pool's connections, all kept when idle
-	TLS          *tls.Config   // nil: plaintext; else TLS (ClickHouse's secure native port)
-	Metrics      *metrics.Set  // optional: times inserts and queries (chat_store_seconds)
+	Addrs        []string          // native protocol host:port; required
+	Database     string            // default "chat"; created if missing
+	Username     string            // default "default"
+	Password     string            // default ""
+	DialTimeout  time.Duration     // default 5s; also bounds waiting for a pooled connection
+	QueryTimeout time.Duration     // default 30s; bounds every call, including a batch insert
+	MaxOpenConns int               // default 10; the pool's connections, all kept when idle
+	TLS          *tlsclient.Client // nil: plaintext; else TLS (ClickHouse's secure native port), each connection checked against the CA file as it is then
+	Metrics      *metrics.Set      // optional: times inserts and queries (chat_store_seconds)
 }
 
 func (c *ClickHouseConfig) setDefaults() {
@@ -114,7 +114,7 @@ func OpenClickHouse(ctx context.Context, cfg ClickHouseConfig) (*ClickHouse, err
 }
 
 func openConn(cfg ClickHouseConfig, database string) (driver.Conn, error) {
-	conn, err := clickhouse.Open(&clickhouse.Options{
+	opts := &clickhouse.Options{
 		Addr:         cfg.Addrs,
 		Auth:         clickhouse.Auth{Database: database, Username: cfg.Username, Password: cfg.Password},
 		DialTimeout:  cfg.DialTimeout,
@@ -122,8 +122,17 @@ func openConn(cfg ClickHouseConfig, database string) (driver.Conn, error) {
 		MaxOpenConns: cfg.MaxOpenConns,
 		MaxIdleConns: cfg.MaxOpenConns, // a busy pool would otherwise close and dial connections again
 		Compression:  &clickhouse.Compression{Method: clickhouse.CompressionLZ4},
-		TLS:          cfg.TLS,
-	})
+	}
+	if cfg.TLS != nil {
+		// clickhouse-go's own TLS (Options.TLS) would keep the CAs read at start.
+		dial := cfg.TLS.Dial((&net.Dialer{}).DialContext)
+		opts.DialContext = func(ctx context.Context, addr string) (net.Conn, error) {
+			ctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+			defer cancel()
+			return dial(ctx, "tcp", addr)
+		}
+	}
+	conn, err := clickhouse.Open(opts)
 	if err != nil {
 		return nil, fmt.Errorf("clickhouse: open: %w", err)
 	}

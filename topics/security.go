@@ -1,9 +1,10 @@
 package topics
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -21,8 +22,8 @@ import (
 // (the zero value: plaintext, as the embedded broker speaks). Every
 // client, reader and consumer group of a deployment takes the same one.
 type Security struct {
-	TLS  *tls.Config    // nil: plaintext
-	SASL sasl.Mechanism // nil: no authentication
+	TLS  *tlsclient.Client // nil: plaintext
+	SASL sasl.Mechanism    // nil: no authentication
 }
 
 // SecuritySettings are the deployment's settings of Security, as chatd
@@ -35,6 +36,8 @@ type SecuritySettings struct {
 	Mechanism string // CHAT_KAFKA_SASL: plain, scram-sha-256 or scram-sha-512; empty: none
 	User      string // CHAT_KAFKA_SASL_USER
 	Password  string // CHAT_KAFKA_SASL_PASSWORD
+
+	Log *slog.Logger // told of a CA file or client certificate changed that does not load; nil: nowhere
 }
 
 // SASLMechanisms are the names CHAT_KAFKA_SASL takes.
@@ -44,7 +47,7 @@ var SASLMechanisms = []string{"plain", "scram-sha-256", "scram-sha-512"}
 func NewSecurity(s SecuritySettings) (Security, error) {
 	var sec Security
 	var err error
-	if sec.TLS, err = (tlsclient.Files{On: s.TLS, CAFile: s.CAFile, CertFile: s.CertFile, KeyFile: s.KeyFile}).Config("CHAT_KAFKA"); err != nil {
+	if sec.TLS, err = (tlsclient.Files{On: s.TLS, CAFile: s.CAFile, CertFile: s.CertFile, KeyFile: s.KeyFile, Log: s.Log}).Client("CHAT_KAFKA"); err != nil {
 		return Security{}, err
 	}
 	mech := strings.ToLower(s.Mechanism)
@@ -86,8 +89,16 @@ func (s Security) Plaintext() bool {
 }
 
 // Transport is a kafka-go transport with s, on connections of its own.
+// Over TLS it dials through s.TLS, which checks each new connection
+// against the CA file as it is then (kafka-go's own TLS would keep the
+// CAs read at start).
 func (s Security) Transport() *kafka.Transport {
-	return &kafka.Transport{TLS: s.TLS, SASL: s.SASL}
+	t := &kafka.Transport{SASL: s.SASL}
+	if s.TLS != nil {
+		// kafka-go's default dialer, with s.TLS.
+		t.Dial = s.TLS.Dial((&net.Dialer{Timeout: 3 * time.Second}).DialContext)
+	}
+	return t
 }
 
 // Dialer is the dialer of readers and consumer groups with s, or nil for
@@ -97,5 +108,9 @@ func (s Security) Dialer() *kafka.Dialer {
 		return nil
 	}
 	// kafka.DefaultDialer's timeout and dual stack, with s.
-	return &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, TLS: s.TLS, SASLMechanism: s.SASL}
+	d := &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, SASLMechanism: s.SASL}
+	if s.TLS != nil {
+		d.DialFunc = s.TLS.Dial((&net.Dialer{}).DialContext)
+	}
+	return d
 }

@@ -244,11 +244,11 @@ func (s *settings) redis(ctx context.Context) (*store.Redis, func(), error) {
 		return nil, nil, errors.New("this command needs Redis: set CHAT_REDIS_ADDRS or -redis-addrs (host:port, or several for a cluster; " +
 			"against chatd dev, its log names its embedded Redis: \"embedded Redis ... addr=\")")
 	}
-	tc, err := s.RedisTLSConfig()
+	o, err := s.RedisOptions(addrs, s.RedisPassword)
 	if err != nil {
 		return nil, nil, err
 	}
-	rc := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, Username: s.RedisUser, Password: s.RedisPassword, TLSConfig: tc})
+	rc := redis.NewUniversalClient(o)
 	r, err := store.NewRedis(rc, store.RedisConfig{})
 	if err == nil {
 		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -271,7 +271,7 @@ func (s *settings) clickhouse(ctx context.Context) (*store.ClickHouse, error) {
 	if len(addrs) == 0 {
 		return nil, errors.New("this command needs ClickHouse: set CHAT_CLICKHOUSE_ADDRS or -clickhouse-addrs (host:9000,...)")
 	}
-	tc, err := s.ClickHouseTLSConfig()
+	tc, err := s.ClickHouseTLSClient()
 	if err != nil {
 		return nil, err
 	}

@@ -60,6 +60,14 @@ func runTo(ctx context.Context, args []string, getenv func(string) string, logw 
 	}
 	log := s.logger(logw).With("role", role)
 	redisLogTo.Store(log)
+	// The stores' TLS tells the log of a CA file or client certificate
+	// changed in place that does not load: made again with it.
+	s.Log = log
+	if role != "dev" {
+		if s.kafkaSecurity, err = s.KafkaSecurity(); err != nil {
+			return err
+		}
+	}
 	st, err := openStack(ctx, role, s, log)
 	if err != nil {
 		return err

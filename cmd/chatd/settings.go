@@ -298,10 +298,10 @@ func (s *settings) validate(role string) error {
 			return err
 		}
 	}
-	if _, err := s.RedisTLSConfig(); err != nil {
+	if _, err := s.RedisTLSClient(); err != nil {
 		return err
 	}
-	if _, err := s.ClickHouseTLSConfig(); err != nil {
+	if _, err := s.ClickHouseTLSClient(); err != nil {
 		return err
 	}
 	return nil
@@ -338,11 +338,11 @@ func checkOrigin(o string) error {
 // redisClient is a client of the Redis at addrs (several: a cluster)
 // with the settings' user, password and TLS.
 func (s *settings) redisClient(addrs []string) (redis.UniversalClient, error) {
-	tc, err := s.RedisTLSConfig()
+	o, err := s.RedisOptions(addrs, s.RedisPassword)
 	if err != nil {
 		return nil, err
 	}
-	return redis.NewUniversalClient(&redis.UniversalOptions{Addrs: addrs, Username: s.RedisUser, Password: s.RedisPassword, TLSConfig: tc}), nil
+	return redis.NewUniversalClient(o), nil
 }
 
 func list(s string) []string {

@@ -107,7 +107,7 @@ func openStack(ctx context.Context, role string, s *settings, log *slog.Logger) 
 	if chAddrs := list(s.ClickHouseAddrs); len(chAddrs) > 0 && role == "fanout" {
 		log.Info("the fan-out does not use ClickHouse; not connecting to it", "addrs", chAddrs)
 	} else if len(chAddrs) > 0 {
-		chTLS, err := s.ClickHouseTLSConfig()
+		chTLS, err := s.ClickHouseTLSClient()
 		if err != nil {
 			return nil, err
 		}

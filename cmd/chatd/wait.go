@@ -79,8 +79,8 @@ func waitRedis(ctx context.Context, rc redis.UniversalClient, s *settings, log *
 			}
 			var reply redis.Error // an answer in Redis's protocol: Redis is there (loading, say)
 			if err != nil && !tlsclient.Failed(err) && !errors.As(err, &reply) {
-				tc, _ := s.RedisTLSConfig()
-				if addr, status := answersHTTP(ctx, list(s.RedisAddrs), tc); addr != "" {
+				tc, _ := s.RedisTLSClient()
+				if addr, status := answersHTTP(ctx, list(s.RedisAddrs), tc.Config()); addr != "" {
 					return fmt.Errorf("CHAT_REDIS_ADDRS names %s, which answers HTTP (%s): %w; set it to redis-server's port (6379 by default) (Redis said: %v)", addr, status, errNotTheServer, err)
 				}
 			}
@@ -160,7 +160,7 @@ func clickHouseHTTPPort(ctx context.Context, cfg store.ClickHouseConfig) string 
 	scheme := "http"
 	tr := &http.Transport{DisableKeepAlives: true}
 	if cfg.TLS != nil {
-		scheme, tr.TLSClientConfig = "https", cfg.TLS.Clone()
+		scheme, tr.TLSClientConfig = "https", cfg.TLS.Config()
 	}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, Timeout: 2 * time.Second}
@@ -218,7 +218,7 @@ func waitKafka(ctx context.Context, cfg topics.Config, log *slog.Logger) error {
 					err, strings.Join(topics.SASLMechanisms, ", "))
 			}
 			if err != nil && brokerUnreachable(err) && !tlsclient.Failed(err) {
-				if addr, status := answersHTTP(ctx, cfg.Brokers, cfg.Security.TLS); addr != "" {
+				if addr, status := answersHTTP(ctx, cfg.Brokers, cfg.Security.TLS.Config()); addr != "" {
 					return fmt.Errorf("CHAT_KAFKA_BROKERS names %s, which answers HTTP (%s): %w; set it to the brokers' Kafka listeners (9092 by default) (Kafka's client said: %v)", addr, status, errNotTheServer, err)
 				}
 			}

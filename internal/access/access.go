@@ -6,12 +6,14 @@
 package access
 
 import (
-	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"strings"
 	"unicode"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/groupchat/chatd/internal/tlsclient"
 	"github.com/groupchat/chatd/topics"
@@ -35,25 +37,46 @@ type Settings struct {
 	ClickHouseCAFile   string
 	ClickHouseCertFile string
 	ClickHouseKeyFile  string
+
+	// Log is told of a CA file or client certificate changed in place
+	// that does not load (the one before is kept); nil: nowhere.
+	Log *slog.Logger
 }
 
 // KafkaSecurity is how to reach the brokers, or which setting is wrong.
 func (a Settings) KafkaSecurity() (topics.Security, error) {
 	return topics.NewSecurity(topics.SecuritySettings{TLS: a.KafkaTLS, CAFile: a.KafkaCAFile,
 		CertFile: a.KafkaCertFile, KeyFile: a.KafkaKeyFile,
-		Mechanism: a.KafkaSASL, User: a.KafkaSASLUser, Password: a.KafkaSASLPass})
+		Mechanism: a.KafkaSASL, User: a.KafkaSASLUser, Password: a.KafkaSASLPass, Log: a.Log})
 }
 
-// RedisTLSConfig is the TLS config of the connections to Redis; nil:
+// RedisTLSClient is the TLS of the connections to Redis; nil: plaintext.
+func (a Settings) RedisTLSClient() (*tlsclient.Client, error) {
+	return (tlsclient.Files{On: a.RedisTLS, CAFile: a.RedisCAFile, CertFile: a.RedisCertFile, KeyFile: a.RedisKeyFile, Log: a.Log}).Client("CHAT_REDIS")
+}
+
+// RedisOptions are the options of a client of the Redis at addrs
+// (several: a cluster) with the user, password and TLS of the settings.
+// Over TLS, connections are made by the TLS client's Dial, which checks
+// each against CHAT_REDIS_CA_FILE as it is then; TLSConfig is set too,
+// but only tells go-redis that TLS is on (it dials with Dialer).
+func (a Settings) RedisOptions(addrs []string, password string) (*redis.UniversalOptions, error) {
+	tc, err := a.RedisTLSClient()
+	if err != nil {
+		return nil, err
+	}
+	o := &redis.UniversalOptions{Addrs: addrs, Username: a.RedisUser, Password: password}
+	if tc != nil {
+		o.TLSConfig = tc.Config()
+		o.Dialer = tc.Dial(redis.NewDialer(&redis.Options{})) // go-redis's own, without TLS
+	}
+	return o, nil
+}
+
+// ClickHouseTLSClient is the TLS of the connections to ClickHouse; nil:
 // plaintext.
-func (a Settings) RedisTLSConfig() (*tls.Config, error) {
-	return (tlsclient.Files{On: a.RedisTLS, CAFile: a.RedisCAFile, CertFile: a.RedisCertFile, KeyFile: a.RedisKeyFile}).Config("CHAT_REDIS")
-}
-
-// ClickHouseTLSConfig is the TLS config of the connections to ClickHouse;
-// nil: plaintext.
-func (a Settings) ClickHouseTLSConfig() (*tls.Config, error) {
-	return (tlsclient.Files{On: a.ClickHouseTLS, CAFile: a.ClickHouseCAFile, CertFile: a.ClickHouseCertFile, KeyFile: a.ClickHouseKeyFile}).Config("CHAT_CLICKHOUSE")
+func (a Settings) ClickHouseTLSClient() (*tlsclient.Client, error) {
+	return (tlsclient.Files{On: a.ClickHouseTLS, CAFile: a.ClickHouseCAFile, CertFile: a.ClickHouseCertFile, KeyFile: a.ClickHouseKeyFile, Log: a.Log}).Client("CHAT_CLICKHOUSE")
 }
 
 // Addrs splits s, a comma-separated list of store addresses (setting

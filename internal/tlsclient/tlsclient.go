@@ -1,12 +1,11 @@
-// Package tlsclient builds the TLS settings of chatd's connections to its
-// stores (Kafka, Redis, ClickHouse): the system's roots, or the CAs of a
-// PEM file that a deployment with a private CA names, and a client
-// certificate for a server that asks for one. The configs it returns are
-// never changed after, so they are safe for concurrent use (and for
-// Clone, which each connection's library makes). The client certificate
-// they send is taken anew from its files when those are renewed in
-// place, at a new connection (clientCert); the CA file is read when the
-// config is made only (Config says why).
+// Package tlsclient builds the TLS of chatd's connections to its stores
+// (Kafka, Redis, ClickHouse): the system's roots, or the CAs of a PEM
+// file that a deployment with a private CA names, and a client
+// certificate for a server that asks for one. A Client takes both anew
+// from their files when those change in place (a CA rotated, a
+// certificate renewed), at a new connection, so neither needs a restart;
+// connections open stay as they are. Its methods are safe for concurrent
+// use, and the configs it hands out are never changed after.
 package tlsclient
 
 import (
@@ -14,34 +13,24 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
-	"os"
 	"strings"
 )
 
 // Config returns the TLS config of a client that trusts the system's roots,
-// or with caFile those of the PEM file only. setting names caFile's
-// setting (CHAT_KAFKA_CA_FILE...) in errors.
-//
-// The CA file is read here only, so a renewed one takes a restart. A
-// client's roots are a field crypto/tls reads from configs the libraries
-// clone, so trusting a file read again would mean verifying the server
-// in VerifyConnection with InsecureSkipVerify set; but there a server
-// dialled by IP address (127.0.0.1, the node addresses of a Redis
-// cluster) comes with no name, since an IP goes in no SNI, and its
-// certificate could not be checked against the address dialled.
+// or with caFile those of the PEM file only, as it is now: for a probe or
+// a client of its own (a store's connections take a Client, which reads
+// the file again). setting names caFile's setting (CHAT_KAFKA_CA_FILE...)
+// in errors.
 func Config(caFile, setting string) (*tls.Config, error) {
 	c := &tls.Config{MinVersion: tls.VersionTLS12}
 	if caFile == "" {
 		return c, nil
 	}
-	pem, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, fmt.Errorf("tlsclient: the CA file of %s: %w; name a readable PEM file of the CA certificates that sign the servers'", setting, err)
-	}
-	c.RootCAs = x509.NewCertPool()
-	if !c.RootCAs.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("tlsclient: %s (%s) holds no PEM certificate (\"-----BEGIN CERTIFICATE-----\"); name the CA certificates that sign the servers'", caFile, setting)
+	var err error
+	if c.RootCAs, err = readRoots(caFile, setting); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -53,28 +42,32 @@ func Config(caFile, setting string) (*tls.Config, error) {
 type Files struct {
 	On                        bool
 	CAFile, CertFile, KeyFile string
+	Log                       *slog.Logger // told of files changed that do not load; nil: nowhere
 }
 
-// Config is the TLS config of f, or nil (plaintext) when TLS is off.
+// Client is the TLS client of f, or nil (plaintext) when TLS is off.
 // prefix names the settings in errors: "CHAT_KAFKA" for CHAT_KAFKA_TLS,
 // CHAT_KAFKA_CA_FILE, CHAT_KAFKA_CERT_FILE and CHAT_KAFKA_KEY_FILE.
-func (f Files) Config(prefix string) (*tls.Config, error) {
+func (f Files) Client(prefix string) (*Client, error) {
 	if !f.On && f.CAFile == "" && f.CertFile == "" && f.KeyFile == "" {
 		return nil, nil
 	}
-	c, err := Config(f.CAFile, prefix+"_CA_FILE")
-	if err != nil {
-		return nil, err
+	c := &Client{base: &tls.Config{MinVersion: tls.VersionTLS12}}
+	if f.CAFile != "" {
+		var err error
+		if c.roots, err = loadRoots(f.CAFile, prefix+"_CA_FILE", f.Log); err != nil {
+			return nil, err
+		}
 	}
 	switch {
 	case (f.CertFile == "") != (f.KeyFile == ""):
 		return nil, fmt.Errorf("tlsclient: %s_CERT_FILE %q and %s_KEY_FILE %q: a client certificate needs both, or neither", prefix, f.CertFile, prefix, f.KeyFile)
 	case f.CertFile != "":
-		cert, err := loadClientCert(f.CertFile, f.KeyFile)
+		cert, err := loadClientCert(f.CertFile, f.KeyFile, prefix, f.Log)
 		if err != nil {
 			return nil, fmt.Errorf("tlsclient: the client certificate of %s_CERT_FILE and %s_KEY_FILE: %w; name the certificate (PEM) the server's CA signed for this client and its private key", prefix, prefix, err)
 		}
-		c.GetClientCertificate = cert.get
+		c.base.GetClientCertificate = cert.get
 	}
 	return c, nil
 }

@@ -119,17 +119,17 @@ func TestAdviceNamesWhatMendsAFailedHandshake(t *testing.T) {
 	if a := tlsclient.Advice(read(trusted), "CHAT_REDIS_TLS", "CHAT_REDIS_CA_FILE", "Redis's"); !strings.Contains(a, "set CHAT_REDIS_CERT_FILE and CHAT_REDIS_KEY_FILE") {
 		t.Errorf("no client certificate for a server that wants one: advice %q", a)
 	}
-	withCert, err := (tlsclient.Files{CAFile: f.CAFile, CertFile: f.ClientCertFile, KeyFile: f.ClientKeyFile}).Config("CHAT_REDIS")
+	withCert, err := (tlsclient.Files{CAFile: f.CAFile, CertFile: f.ClientCertFile, KeyFile: f.ClientKeyFile}).Client("CHAT_REDIS")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := read(withCert); err != nil {
+	if err := read(withCert.Config()); err != nil {
 		t.Errorf("with the client certificate: %v", err)
 	}
-	if _, err := (tlsclient.Files{CertFile: f.ClientCertFile}).Config("CHAT_REDIS"); err == nil || !strings.Contains(err.Error(), "CHAT_REDIS_KEY_FILE") {
+	if _, err := (tlsclient.Files{CertFile: f.ClientCertFile}).Client("CHAT_REDIS"); err == nil || !strings.Contains(err.Error(), "CHAT_REDIS_KEY_FILE") {
 		t.Errorf("a client certificate without its key: %v, want an error naming CHAT_REDIS_KEY_FILE", err)
 	}
-	if c, err := (tlsclient.Files{}).Config("CHAT_REDIS"); c != nil || err != nil {
+	if c, err := (tlsclient.Files{}).Client("CHAT_REDIS"); c != nil || err != nil {
 		t.Errorf("no TLS setting: %v, %v; want plaintext", c, err)
 	}
 }
@@ -170,7 +170,7 @@ func TestAHalfWrittenClientCertificateKeepsTheOneBefore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeBytesOver(t, certFile, pem[:len(pem)/2])
+	testserver.WriteOver(t, certFile, pem[:len(pem)/2])
 	if got, err := dial(c); err != nil || !got.Equal(first) {
 		t.Errorf("with half the renewed certificate written: the server saw %v (%v); want the first certificate", which(got, first, renewed), err)
 	}
@@ -185,46 +185,32 @@ func TestAHalfWrittenClientCertificateKeepsTheOneBefore(t *testing.T) {
 }
 
 // With a CA file named, the server's certificate must still hold the
-// address dialled, a name as an IP address (for which crypto/tls puts
-// no SNI), and be signed by the file's CA.
+// host of the address dialled, a name or an IP address (for which
+// crypto/tls puts no SNI), and be signed by the file's CA.
 func TestTheCAFileStillChecksTheServersNameAndCA(t *testing.T) {
 	f1, f2 := testserver.NewTLS(t), testserver.NewTLS(t)
-	c, err := (tlsclient.Files{CAFile: f1.CAFile}).Config("CHAT_REDIS")
+	c, err := (tlsclient.Files{CAFile: f1.CAFile}).Client("CHAT_REDIS")
 	if err != nil {
 		t.Fatal(err)
 	}
-	handshake := func(f *testserver.TLSFiles, serverName string) error {
-		ln, err := tls.Listen("tcp", "127.0.0.1:0", f.Server)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		go func() {
-			if conn, err := ln.Accept(); err == nil {
-				conn.(*tls.Conn).Handshake()
-				conn.Close()
-			}
-		}()
-		conn, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		// As kafka-go's dialers do: ServerName the host of the address.
-		named := c.Clone()
-		named.ServerName = serverName
-		return tls.Client(conn, named).Handshake()
+	one, other := serve(t, f1.Server), serve(t, f2.Server)
+	// handshake dials the server at addr as if dialled as name: the
+	// certificate is checked against name's host.
+	handshake := func(addr, name string) error {
+		return dialAs(c, addr, name)
 	}
-	if err := handshake(f1, "127.0.0.1"); err != nil {
-		t.Fatalf("a certificate of the CA file for the address dialled: %v", err)
+	for _, name := range []string{"127.0.0.1:6379", "localhost:6379"} {
+		if err := handshake(one, name); err != nil {
+			t.Fatalf("a certificate of the CA file for the address dialled (%s): %v", name, err)
+		}
 	}
-	for _, name := range []string{"127.0.0.2", "redis.example.com"} {
-		err := handshake(f1, name)
+	for _, name := range []string{"127.0.0.2:6379", "redis.example.com:6379", "[::1]:6379"} {
+		err := handshake(one, name)
 		if a := tlsclient.Advice(err, "CHAT_REDIS_TLS", "CHAT_REDIS_CA_FILE", "Redis's"); !tlsclient.Failed(err) || !strings.Contains(a, "certificate is for other names") {
 			t.Errorf("dialled as %s, a certificate for 127.0.0.1 and localhost: %v, advice %q; want it refused as for other names", name, err, a)
 		}
 	}
-	err = handshake(f2, "127.0.0.1")
+	err = handshake(other, "127.0.0.1:6379")
 	if a := tlsclient.Advice(err, "CHAT_REDIS_TLS", "CHAT_REDIS_CA_FILE", "Redis's"); !tlsclient.Failed(err) || !strings.Contains(a, "set CHAT_REDIS_CA_FILE") {
 		t.Errorf("a certificate of another CA: %v, advice %q; want it refused as untrusted", err, a)
 	}
@@ -253,11 +239,11 @@ func newRenewal(t *testing.T) renewal {
 func (r renewal) config(t *testing.T, every time.Duration) *tls.Config {
 	t.Helper()
 	tlsclient.SetRecheckEvery(t, every)
-	c, err := (tlsclient.Files{CAFile: r.f1.CAFile, CertFile: r.certFile, KeyFile: r.keyFile}).Config("CHAT_REDIS")
+	c, err := (tlsclient.Files{CAFile: r.f1.CAFile, CertFile: r.certFile, KeyFile: r.keyFile}).Client("CHAT_REDIS")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c
+	return c.Config()
 }
 
 // mutualServer serves f's certificate to clients with a certificate one
@@ -329,25 +315,7 @@ func writeOver(t *testing.T, dst, src string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeBytesOver(t, dst, b)
-}
-
-// writeBytesOver writes b over file, in place, and moves its modification
-// time on by a second: written within the clock tick of the write before
-// (a file system of coarse times), it would look unchanged, as a renewal
-// made hours later does not.
-func writeBytesOver(t *testing.T, file string, b []byte) {
-	fi, err := os.Stat(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(file, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	mod := fi.ModTime().Add(time.Second)
-	if err := os.Chtimes(file, mod, mod); err != nil {
-		t.Fatal(err)
-	}
+	testserver.WriteOver(t, dst, b)
 }
 
 func certOf(t *testing.T, file string) *x509.Certificate {
