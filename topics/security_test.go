@@ -1,10 +1,18 @@
 package topics
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/groupchat/chatd/broker"
+	"github.com/groupchat/chatd/internal/testserver"
 )
 
 // The settings of Security are checked before any connection: each
@@ -53,5 +61,55 @@ func TestNewSecuritySaysWhichSettingIsWrong(t *testing.T) {
 		if (sec.Dialer() == nil) != (!c.tls && !c.sasl) {
 			t.Errorf("%+v: dialer %v", c.s, sec.Dialer())
 		}
+	}
+}
+
+// The brokers' CA rotated in place: CHAT_KAFKA_CA_FILE is written with
+// the new CA beside the old, then the brokers' certificate is renewed by
+// the new CA. The Security made at start reaches them again from a new
+// connection, by its transports (producers, admin) and its dialer
+// (readers, consumer groups), within the 10 s in which files are looked
+// at again: no restart.
+func TestARotatedCAOfTheBrokersIsTrustedWithoutARestart(t *testing.T) {
+	r := testserver.NewCARotation(t)
+	b, err := broker.Start(broker.Config{TLS: r.Server})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	sec, err := NewSecurity(SecuritySettings{CAFile: r.CAFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reach := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		tr := sec.Transport()
+		defer tr.CloseIdleConnections()
+		if _, err := (&kafka.Client{Addr: kafka.TCP(b.Addr()), Transport: tr}).Metadata(ctx, &kafka.MetadataRequest{}); err != nil {
+			return fmt.Errorf("transport: %w", err)
+		}
+		conn, err := sec.Dialer().DialContext(ctx, "tcp", b.Addr())
+		if err != nil {
+			return fmt.Errorf("dialer: %w", err)
+		}
+		conn.Close()
+		return nil
+	}
+	if err := reach(); err != nil {
+		t.Fatalf("before the rotation: %v", err)
+	}
+	r.Bundle(t)
+	r.Switch()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := reach()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the brokers' certificate renewed by the new CA, both CAs in %s for 20 s: %v; want them reached", r.CAFile, err)
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 }
