@@ -57,26 +57,19 @@ func (g *Gateway) whoRead(ctx context.Context, uid string, r *protocol.Request) 
 		Read: nonNil(read), Unread: nonNil(unread)}, nil
 }
 
-// whoReadPer is how many ids of a message's audience who_read lists for each
-// frame it costs. Its answer, to a frame of 70 bytes, lists up to
-// protocol.MaxMembers ids of up to 128 bytes (1.23 MiB, 5-9 ms of work, at
-// 10,000 members): at one frame each a connection had it listed at its
-// frame rate, 200 times a second.
-const whoReadPer = 500
-
 // extraFrames is what an answer costs beyond the frame (or HTTP request)
-// that asked for it: who_read's, one frame per whoReadPer ids it lists;
-// sync's, one per syncPer groups.
+// that asked for it: who_read's, one frame per protocol.WhoReadPer ids it
+// lists; sync's, one per protocol.SyncPer groups.
 // The asker's bucket is charged once the answer is known, into debt if need
 // be, paid by the frames refused after: a connection, or a user over HTTP,
-// is sent at most whoReadPer ids per frame of its rate, 500 x 131 bytes
-// (an id of 128 bytes, quoted, and a comma), 12.5 MiB a second at the
-// default 200 frames.
+// is sent at most protocol.WhoReadPer ids per frame of its rate, 500 x
+// 131 bytes (an id of 128 bytes, quoted, and a comma), 12.5 MiB a second
+// at the default 200 frames.
 func extraFrames(ans any) int {
 	switch r := ans.(type) {
 	case *protocol.Readers:
 		if r != nil {
-			return (len(r.Read) + len(r.Unread)) / whoReadPer
+			return protocol.WhoReadFrames(len(r.Read) + len(r.Unread))
 		}
 	case *protocol.Synced:
 		if r != nil {

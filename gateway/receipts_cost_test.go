@@ -13,9 +13,9 @@ import (
 // who_read answers a frame of 70 bytes with the message's whole audience,
 // up to 10,000 ids (1.23 MiB, 5-9 ms of work): at the frame rate a
 // connection had the gateway list them 200 times a second. It costs one
-// frame more per whoReadPer members it lists, charged to the connection's
-// frames or the HTTP user's requests, so that the ids either is sent are at
-// most whoReadPer per frame of its rate.
+// frame more per protocol.WhoReadPer members it lists, charged to the
+// connection's frames or the HTTP user's requests, so that the ids either
+// is sent are at most protocol.WhoReadPer per frame of its rate.
 func TestWhoReadCostsAFrameMorePerWhoReadPerMembers(t *testing.T) {
 	e := newEnv(t, envOpts{gateways: 1, tune: func(c *Config) { c.SendRate, c.SendBurst = 20, 10 }})
 	members := []string{"alice"}
@@ -30,9 +30,9 @@ func TestWhoReadCostsAFrameMorePerWhoReadPerMembers(t *testing.T) {
 	within := func(how string, asks, answered, limited, listed int, elapsed time.Duration) {
 		t.Helper()
 		// The last answer may come on credit: it is paid for after.
-		if most := int((float64(burst)+rate*elapsed.Seconds()+1)*whoReadPer) + len(members); limited == 0 || listed > most {
+		if most := int((float64(burst)+rate*elapsed.Seconds()+1)*protocol.WhoReadPer) + len(members); limited == 0 || listed > most {
 			t.Fatalf("%d who_read %s of a message seen by %d in %v: %d answered, listing %d ids, %d refused rate_limited; want at most %d ids (%d a frame of %.0f a second, bursts of %d)",
-				asks, how, len(members)-1, elapsed.Round(time.Millisecond), answered, listed, limited, most, whoReadPer, rate, burst)
+				asks, how, len(members)-1, elapsed.Round(time.Millisecond), answered, listed, limited, most, protocol.WhoReadPer, rate, burst)
 		}
 	}
 

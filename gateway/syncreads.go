@@ -61,11 +61,6 @@ func (g *Gateway) memberCursors(ctx context.Context, uid string, gids []string) 
 	return out, nil
 }
 
-// syncPer is how many groups a sync answer lists for each frame it costs
-// (see extraFrames): a sync of 1,000 groups costs Redis 9-12 ms of CPU,
-// and at one frame whatever its groups a connection could have it do that
-// at its frame rate, 200 times a second.
-const syncPer = 100
-
-// syncFrames is what a sync answer costs beyond the frame that asked.
-func syncFrames(s *protocol.Synced) int { return len(s.Groups) / syncPer }
+// syncFrames is what a sync answer costs beyond the frame that asked: one
+// frame per protocol.SyncPer groups it lists.
+func syncFrames(s *protocol.Synced) int { return protocol.SyncFrames(len(s.Groups)) }
