@@ -50,6 +50,7 @@ type Config struct {
 	FrameRate      float64                                   // default 100: the client's own frames (acks, reads, pulls) a second, at most: half a gateway's per connection (200, bursts of 400), over which it refuses frames as rate_limited, sends among them
 	FrameBurst     int                                       // default 100: and at most this many at once
 	MaxAcking      int                                       // default 16: acks and reads in flight at once
+	ResyncPulls    int                                       // default 8: pulls in flight at once when a reconnect (or a resync frame) pulls the groups with new messages; each keeps to FrameRate. 8 pages of at most 1 MiB each are half a gateway's outbound queue (16 MiB), past which it cuts the connection as too slow
 	DedupWindow    time.Duration                             // default 24h, the server's (store.RedisConfig.DedupWindow): a message of a group's sender and client_msg_id sent (sent_at) within this of an earlier one is a second record of that send, not handed to OnMessage; past it, a new message
 	DedupSends     int                                       // default 10,000: the sends (group, sender, client_msg_id) of the newest messages handed to OnMessage remembered, of all groups together, to tell second records by; about 60 bytes each
 	OnMessage      func(protocol.Message)                    // optional: once per message, msgid order per group, from one goroutine
@@ -105,6 +106,9 @@ func (c *Config) setDefaults() {
 	if c.MaxAcking == 0 {
 		c.MaxAcking = 16
 	}
+	if c.ResyncPulls == 0 {
+		c.ResyncPulls = 8
+	}
 	if c.DedupWindow == 0 {
 		c.DedupWindow = 24 * time.Hour
 	}
@@ -152,6 +156,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("client: config: FrameRate %v, FrameBurst %d: want more than 0 and at least 1", c.FrameRate, c.FrameBurst)
 	case c.MaxAcking < 1:
 		return fmt.Errorf("client: config: MaxAcking %d: want at least 1", c.MaxAcking)
+	case c.ResyncPulls < 1:
+		return fmt.Errorf("client: config: ResyncPulls %d: want at least 1 (1: one pull after another)", c.ResyncPulls)
 	case c.DedupWindow < time.Millisecond:
 		return fmt.Errorf("client: config: DedupWindow %v: want at least 1ms", c.DedupWindow)
 	case c.DedupSends < 1:
@@ -225,9 +231,10 @@ type Client struct {
 	held          int                // pushes held behind gaps, in every group's buf
 	stats         Stats
 	sending       *window
-	frames        *pacer  // the budget of acks, reads and pulls
-	limitedWarned bool    // an ack or read refused as rate_limited was reported, none accepted since
-	sends         sendSet // the sends of the messages handed to OnMessage
+	frames        *pacer        // the budget of acks, reads and pulls
+	resyncPulls   chan struct{} // a slot for each pull of a resync in flight, ResyncPulls in all: resyncs that overlap share them
+	limitedWarned bool          // an ack or read refused as rate_limited was reported, none accepted since
+	sends         sendSet       // the sends of the messages handed to OnMessage
 
 	deliverKick chan struct{}
 	stopDeliver chan struct{} // closed as Close begins: ends delivery, and the waits of Send and Open
@@ -274,8 +281,9 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		ackerDone:   make(chan struct{}),
 		closed:      make(chan struct{}),
 		// A refused send pauses the client's sends for 5 back-offs at first.
-		sending: newWindow(cfg.MaxSending, backoff{min: min(5*cfg.MinBackoff, cfg.MaxBackoff), max: cfg.MaxBackoff}),
-		frames:  newPacer(cfg.FrameRate, cfg.FrameBurst),
+		sending:     newWindow(cfg.MaxSending, backoff{min: min(5*cfg.MinBackoff, cfg.MaxBackoff), max: cfg.MaxBackoff}),
+		frames:      newPacer(cfg.FrameRate, cfg.FrameBurst),
+		resyncPulls: make(chan struct{}, cfg.ResyncPulls),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.ackCtx, c.ackCancel = context.WithCancel(c.ctx)

@@ -83,7 +83,9 @@
 // syncs the per-group counts, and pulls every group it has received
 // messages of (every group opened with Open among them) whose head moved
 // past its cursor: one pull per group with new messages, not one per
-// opened group. Login alone fetches counts only: a group's backlog is pulled
+// opened group, Config.ResyncPulls of them in flight at once (8 by
+// default), so that the last of hundreds of groups is not a round trip per
+// group away. Login alone fetches counts only: a group's backlog is pulled
 // when the group is opened (or when a push reveals a gap). A pull the server
 // refuses for a while (unavailable, internal, rate_limited) or that times
 // out is made again with back-off, until it completes or the connection
@@ -115,7 +117,9 @@
 // All methods of Client are safe for concurrent use.
 //
 // OnMessage is called from one goroutine owned by the Client, one message at
-// a time, in ascending msgid order per group. It may call any method of the
+// a time, in ascending msgid order per group; the messages of different
+// groups interleave (pushes come as they are sent, and the pulls of a
+// reconnect go several at once). It may call any method of the
 // Client (Send, MarkRead, Open, Cursor...), Close too: called from a
 // callback, Close returns at once, and its work (delivery stopped, the
 // acks of what was delivered flushed, that message's too, the connection
@@ -126,7 +130,8 @@
 // connection (or a Send for its turn among the sends in flight, or backing
 // off before a resend), and a ReadCounts or WhoRead waiting for its answer,
 // end with ErrClosed, so an OnMessage blocked in one returns. A slow OnMessage delays acks, not the connection:
-// messages wait in memory, and pulls stop while MaxQueued of them wait;
+// messages wait in memory, and pulls stop while MaxQueued of them wait
+// (the pages in flight come on top: up to ResyncPulls after a reconnect);
 // pushes, which come at the pace of the conversation, wait up to twice
 // MaxQueued, past which a group's pushes are pulled once it catches up.
 //

@@ -60,6 +60,9 @@ type peer struct {
 	frameBurst     int                                    // and at once
 	limited        []string                               // the ops of the frames refused as rate_limited
 	maxBody        int                                    // the max_body of its authed frames; 0: none, as a server before it
+	pullDelay      time.Duration                          // if > 0, pull answers are written this long after their request, each on its own, as over a network of that round trip
+	pullsInFlight  int                                    // pulls delayed by pullDelay, not answered yet
+	mostPulls      int                                    // the most pullsInFlight was
 
 	quit     chan struct{} // closed by close: silent connections end
 	quitOnce sync.Once
@@ -221,6 +224,17 @@ func (p *peer) takeFrameLocked(pc *peerConn) bool {
 	if p.frameRate <= 0 {
 		return true
 	}
+	p.refillLocked(pc)
+	if pc.tokens < 1 {
+		return false
+	}
+	pc.tokens--
+	return true
+}
+
+// refillLocked adds the tokens pc earned since its bucket was last looked
+// at (a new connection's is full).
+func (p *peer) refillLocked(pc *peerConn) {
 	now := time.Now()
 	if pc.last.IsZero() {
 		pc.tokens = float64(p.frameBurst)
@@ -228,11 +242,6 @@ func (p *peer) takeFrameLocked(pc *peerConn) bool {
 		pc.tokens = min(float64(p.frameBurst), pc.tokens+now.Sub(pc.last).Seconds()*p.frameRate)
 	}
 	pc.last = now
-	if pc.tokens < 1 {
-		return false
-	}
-	pc.tokens--
-	return true
 }
 
 func (p *peer) write(pc *peerConn, b []byte) {
@@ -389,7 +398,25 @@ func (p *peer) handle(pc *peerConn, req protocol.Request) bool {
 			m.Prev = nil
 			page.Msgs = append(page.Msgs, m)
 		}
-		before := p.pushBeforePage
+		before, delay := p.pushBeforePage, p.pullDelay
+		if delay > 0 {
+			p.pullsInFlight++
+			p.mostPulls = max(p.mostPulls, p.pullsInFlight)
+			p.wg.Add(1) // within this handler's: close waits for it
+			p.mu.Unlock()
+			go func() {
+				defer p.wg.Done()
+				select {
+				case <-time.After(delay):
+				case <-p.quit:
+				}
+				p.mu.Lock()
+				p.pullsInFlight-- // before the answer: the next pull it lets out counts after it
+				p.mu.Unlock()
+				p.write(pc, protocol.Marshal(page))
+			}()
+			return true
+		}
 		p.mu.Unlock()
 		if before != nil {
 			if msgs := before(after); len(msgs) > 0 {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 
 	"github.com/groupchat/chatd/protocol"
 )
@@ -115,8 +117,18 @@ func (c *Client) syncAgain(s *session) {
 // comes by push (the server checks that the sync covered what it did not
 // push, and asks for another sync if not). A user who opened hundreds of
 // groups so makes a pull for each group with new messages, not one for
-// each group, one after another. A pull refused for a while
-// (unavailable...) is left to the group's puller.
+// each group.
+//
+// The pulls go Config.ResyncPulls at a time (those of every resync of the
+// client together), taken in the order of the gids, each within the
+// client's budget of frames: one after another, a user with new messages
+// in 300 groups waited 300 round trips for the last group, whose pushes
+// meanwhile waited behind its gap. A group is pulled by one pull at a time
+// (its lock), so its messages are still delivered in order; those of
+// different groups interleave, as their pushes do. A pull refused for a
+// while (unavailable...) is left to the group's puller. Once the
+// connection ends or Close begins no pull is begun, and resync returns
+// when those in flight have ended.
 func (c *Client) resync(s *session) {
 	c.mu.Lock()
 	var gids []string
@@ -127,21 +139,52 @@ func (c *Client) resync(s *session) {
 	}
 	c.mu.Unlock()
 	slices.Sort(gids)
-	for _, gid := range gids {
-		err := c.pullGroup(c.ctx, s, gid)
-		switch {
-		case err == nil:
-		case !s.alive() || c.ctx.Err() != nil:
-			return // the next connection resyncs
-		case mayPass(err):
-			c.reportError(fmt.Errorf("client: resync %s: %w; pulling it again after a back-off", gid, err))
-			c.mu.Lock()
-			if g := c.groups[gid]; g != nil { // not forgotten by a later sync
-				c.pullLaterLocked(g, true)
+	var next atomic.Int64 // the index in gids of the next group to pull
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	for range min(c.cfg.ResyncPulls, len(gids)) {
+		wg.Go(func() {
+			for !stop.Load() && !c.isClosing() {
+				i := next.Add(1) - 1
+				if i >= int64(len(gids)) {
+					return
+				}
+				if !c.resyncGroup(s, gids[i]) {
+					stop.Store(true)
+				}
 			}
-			c.mu.Unlock()
-		default:
-			c.reportError(fmt.Errorf("client: resync %s: %w", gid, err))
-		}
+		})
 	}
+	wg.Wait()
+}
+
+// resyncGroup pulls gid for resync, in a slot of c.resyncPulls (a resync
+// frame right after a reconnect has two resyncs run at once). It returns
+// false when the connection has ended or the client closes: the next
+// connection resyncs.
+func (c *Client) resyncGroup(s *session, gid string) bool {
+	select {
+	case c.resyncPulls <- struct{}{}:
+	case <-s.done:
+		return false
+	case <-c.ctx.Done():
+		return false
+	}
+	err := c.pullGroup(c.ctx, s, gid)
+	<-c.resyncPulls
+	switch {
+	case err == nil:
+	case !s.alive() || c.ctx.Err() != nil:
+		return false
+	case mayPass(err):
+		c.reportError(fmt.Errorf("client: resync %s: %w; pulling it again after a back-off", gid, err))
+		c.mu.Lock()
+		if g := c.groups[gid]; g != nil { // not forgotten by a later sync
+			c.pullLaterLocked(g, true)
+		}
+		c.mu.Unlock()
+	default:
+		c.reportError(fmt.Errorf("client: resync %s: %w", gid, err))
+	}
+	return true
 }
