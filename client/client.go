@@ -47,7 +47,7 @@ type Config struct {
 	PageSize       int                                       // default 200, at most protocol.MaxLimit: messages per pull
 	MaxSending     int                                       // default 32: sends in flight at once; more wait, and fewer after the server says overloaded
 	MaxQueued      int                                       // default 10,000: pulls wait while this many messages wait for OnMessage; and pushes of a group held behind a gap, the rest pulled
-	FrameRate      float64                                   // default 100: the client's own frames (acks, reads, pulls) a second, at most: half a gateway's per connection (200, bursts of 400), over which it refuses frames as rate_limited, sends among them
+	FrameRate      float64                                   // default 100: the client's own frames (acks, reads, pulls, syncs: one more per protocol.SyncPer groups) a second, at most: half a gateway's per connection (200, bursts of 400), over which it refuses frames as rate_limited, sends among them
 	FrameBurst     int                                       // default 100: and at most this many at once
 	MaxAcking      int                                       // default 16: acks and reads in flight at once
 	ResyncPulls    int                                       // default 8: pulls in flight at once when a reconnect (or a resync frame) pulls the groups with new messages; each keeps to FrameRate. 8 pages of at most 1 MiB each are half a gateway's outbound queue (16 MiB), past which it cuts the connection as too slow

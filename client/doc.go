@@ -34,11 +34,16 @@
 // and on Close. They only move forward. MarkRead is batched the same way and
 // never reads past what was delivered.
 //
-// The client's own frames (acks, reads and pulls) keep to Config.FrameRate
-// a second, bursts of FrameBurst (100 and 100 by default): a gateway
-// refuses a connection's frames over 200 a second, bursts of 400, as
-// rate_limited, the application's sends among them, so a user in many
-// groups would have most of a round of acks, and their sends, refused.
+// The client's own frames (acks, reads, pulls and syncs) keep to
+// Config.FrameRate a second, bursts of FrameBurst (100 and 100 by
+// default): a gateway refuses a connection's frames over 200 a second,
+// bursts of 400, as rate_limited, the application's sends among them, so
+// a user in many groups would have most of a round of acks, and their
+// sends, refused. A sync counts as the gateway charges it: a frame, and
+// one more for each protocol.SyncPer (100) groups it lists; a sync made
+// again on a connection waits until the budget holds that many. The
+// answer of a WhoRead (whose frame is the application's, as a send is)
+// takes one more for each protocol.WhoReadPer (500) ids it lists.
 // Acks and reads over the budget stay due for the next round, the longest
 // due first; at most MaxAcking of them are in flight at once. Those
 // refused as rate_limited are sent again after AckInterval, and go to

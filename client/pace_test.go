@@ -107,3 +107,86 @@ func TestAcksRefusedAsRateLimitedAreReportedOnce(t *testing.T) {
 	t.Logf("OnError: %v", reported[0])
 	_ = c
 }
+
+// A gateway charges a sync one frame more for each 100 groups it lists
+// (protocol.SyncPer). A client in 5,000 groups that the server asks to sync
+// again and again (a push route that breaks and mends, a presence lost)
+// synced at once each time, 51 frames of the gateway's 200 a second each,
+// and had its syncs, acks and pulls refused as rate_limited. Its syncs take
+// from the client's own budget of frames what they cost, so that none is
+// refused, and leave its acks room: the messages of the time are acked
+// while the syncs go on.
+func TestSyncsOfAUserInThousandsOfGroupsKeepToTheGatewaysFrameRate(t *testing.T) {
+	const n, msgs = 5000, 100
+	p := newPeer(t, manyGroups(n))
+	p.set(func(p *peer) { p.frameRate, p.frameBurst = 200, 400 }) // a gateway's defaults
+	c, rec := dial(t, p, "alice", nil)
+	refused := func() (int, map[string]int) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		counts := map[string]int{}
+		for _, op := range p.limited {
+			counts[op]++
+		}
+		return len(p.limited), counts
+	}
+	acked := func() bool {
+		for i := range msgs {
+			if a, _ := c.Cursor(fmt.Sprint("g", i*37%n)); a < 0 {
+				return false
+			}
+		}
+		return true
+	}
+	start := time.Now()
+	for i := 0; time.Since(start) < 3*time.Second || !acked(); i++ {
+		if time.Since(start) > 10*time.Second {
+			limited, counts := refused()
+			t.Fatalf("%d of %d messages delivered, not every one acked after 10 s of syncs (%d made); %d frames refused as %s, by op: %v",
+				rec.len(), msgs, len(p.requests(protocol.OpSync)), limited, protocol.CodeRateLimited, counts)
+		}
+		p.resync("alice") // pushes may have been lost: sync again
+		if i < msgs {
+			p.post(fmt.Sprint("g", i*37%n), "bob", "hi")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	took := time.Since(start)
+	if got := rec.len(); got != msgs {
+		t.Errorf("%d messages delivered, want %d", got, msgs)
+	}
+	syncs := len(p.requests(protocol.OpSync))
+	limited, counts := refused()
+	t.Logf("%d syncs of %d groups in %v, %d frames refused as %s %v", syncs, n, took.Round(time.Millisecond), limited, protocol.CodeRateLimited, counts)
+	if limited > 0 {
+		t.Errorf("%d frames refused as %s, by op: %v; want none", limited, protocol.CodeRateLimited, counts)
+	}
+	if syncs < 3 {
+		t.Errorf("%d syncs in 3 s of resync frames; want the client to sync again as asked", syncs)
+	}
+}
+
+// A who_read answer costs a frame of the gateway's rate more for each 500
+// ids it lists (protocol.WhoReadPer): the client's budget of frames pays
+// for it too, so that its acks, reads and pulls after it keep to the rate.
+func TestAWhoReadOfAGroupOfThousandsTakesWhatItCostsFromTheBudget(t *testing.T) {
+	members := []string{"alice", "bob"}
+	for i := range 1998 {
+		members = append(members, fmt.Sprint("u", i))
+	}
+	p := newPeer(t, map[string][]string{"big": members})
+	p.set(func(p *peer) { p.whoRead = true })
+	// A budget that does not grow back within the test: what is taken shows.
+	c, _ := dial(t, p, "alice", func(c *Config) { c.FrameRate, c.FrameBurst = 1e-6, 100 })
+	m := p.post("big", "bob", "hi all")
+	waitFor(t, "the message acked", func() bool { a, _ := c.Cursor("big"); return a == m.MsgID })
+	before := c.frames.avail() // nothing else of the client's is due
+	read, unread, err := c.WhoRead(context.Background(), "big", m.MsgID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := len(read) + len(unread)
+	if got, want := before-c.frames.avail(), listed/protocol.WhoReadPer; got != want {
+		t.Errorf("a who_read listing %d ids took %d frames of the budget; want %d", listed, got, want)
+	}
+}

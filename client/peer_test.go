@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -60,6 +61,7 @@ type peer struct {
 	frameBurst     int                                    // and at once
 	limited        []string                               // the ops of the frames refused as rate_limited
 	maxBody        int                                    // the max_body of its authed frames; 0: none, as a server before it
+	whoRead        bool                                   // who_read is answered; without it, never, as an op the peer does not know
 	pullDelay      time.Duration                          // if > 0, pull answers are written this long after their request, each on its own, as over a network of that round trip
 	pullsInFlight  int                                    // pulls delayed by pullDelay, not answered yet
 	mostPulls      int                                    // the most pullsInFlight was
@@ -232,6 +234,17 @@ func (p *peer) takeFrameLocked(pc *peerConn) bool {
 	return true
 }
 
+// chargeLocked takes n tokens more of pc's frame bucket, into debt if need
+// be, as a gateway charges an answer that costs more than its frame (a
+// sync of many groups), if the peer has a frame rate.
+func (p *peer) chargeLocked(pc *peerConn, n int) {
+	if p.frameRate <= 0 || n <= 0 {
+		return
+	}
+	p.refillLocked(pc)
+	pc.tokens -= float64(n)
+}
+
 // refillLocked adds the tokens pc earned since its bucket was last looked
 // at (a new connection's is full).
 func (p *peer) refillLocked(pc *peerConn) {
@@ -313,6 +326,7 @@ func (p *peer) handle(pc *peerConn, req protocol.Request) bool {
 			out.Groups = append(out.Groups, p.extraGroups(pc.uid)...)
 		}
 		raw, after := p.syncGroups, p.afterSync
+		p.chargeLocked(pc, protocol.SyncFrames(len(out.Groups))) // as a gateway does, once answered
 		p.mu.Unlock()
 		if raw != "" {
 			p.write(pc, fmt.Appendf(nil, `{"op":"synced","id":%q,"groups":%s}`, req.ID, raw))
@@ -424,6 +438,35 @@ func (p *peer) handle(pc *peerConn, req protocol.Request) bool {
 			}
 		}
 		p.write(pc, protocol.Marshal(page))
+	case protocol.OpWhoRead:
+		p.mu.Lock()
+		if !p.whoRead {
+			p.mu.Unlock()
+			return true
+		}
+		g := p.groups[req.Gid]
+		if g == nil || !g.members[pc.uid] || req.MsgID == nil {
+			p.mu.Unlock()
+			return fail(protocol.CodeNotMember, "not a member")
+		}
+		i := slices.IndexFunc(g.msgs, func(m protocol.Message) bool { return m.MsgID == *req.MsgID })
+		if i < 0 {
+			p.mu.Unlock()
+			return fail(protocol.CodeNotFound, "no such message")
+		}
+		out := protocol.Readers{Op: protocol.OpReaders, ID: req.ID, Gid: req.Gid, MsgID: *req.MsgID, Read: []string{}, Unread: []string{}}
+		for uid := range g.members {
+			switch {
+			case uid == g.msgs[i].Sender:
+			case g.reads[uid] >= *req.MsgID:
+				out.Read = append(out.Read, uid)
+			default:
+				out.Unread = append(out.Unread, uid)
+			}
+		}
+		p.chargeLocked(pc, protocol.WhoReadFrames(len(out.Read)+len(out.Unread))) // as a gateway does, once answered
+		p.mu.Unlock()
+		p.write(pc, protocol.Marshal(out))
 	case protocol.OpAck, protocol.OpRead:
 		p.mu.Lock()
 		g := p.groups[req.Gid]

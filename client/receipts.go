@@ -20,12 +20,17 @@ func (c *Client) ReadCounts(ctx context.Context, gid string, msgids []int64) ([]
 }
 
 // WhoRead lists who has read one message of gid and who has not, among the
-// members when it was sent (its sender excluded).
+// members when it was sent (its sender excluded). Its frame is the
+// application's, as a send is, but what the gateway charges for its answer
+// beyond it (a frame more per protocol.WhoReadPer ids it lists) is taken
+// from the client's budget of frames: its acks, reads and pulls after it
+// keep to the gateway's rate.
 func (c *Client) WhoRead(ctx context.Context, gid string, msgid int64) (read, unread []string, err error) {
 	f, err := c.ask(ctx, protocol.Request{Op: protocol.OpWhoRead, Gid: gid, MsgID: &msgid})
 	if err != nil {
 		return nil, nil, fmt.Errorf("client: who read %s/%d: %w", gid, msgid, err)
 	}
+	c.frames.charge(protocol.WhoReadFrames(len(f.Read) + len(f.Unread)))
 	return f.Read, f.Unread, nil
 }
 
