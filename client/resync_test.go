@@ -108,3 +108,54 @@ func TestCloseDuringAReconnectsPullsIsBounded(t *testing.T) {
 		t.Errorf("%d messages delivered, want the %d before (the others were never answered)", got, n)
 	}
 }
+
+// BenchmarkReconnectCatchUp times a reconnect of a user with a new message
+// in each of 300 groups, over a network of 20 ms round trips, until every
+// message is delivered: with the pulls one after another (ResyncPulls 1,
+// what the client did before) and a few at a time; with the default budget
+// of frames (100 a second, bursts of 100: 300 pulls take 2 s of it) and
+// with one that does not pace them.
+func BenchmarkReconnectCatchUp(b *testing.B) {
+	const n, rtt = 300, 20 * time.Millisecond
+	for _, paced := range []bool{false, true} {
+		for _, pulls := range []int{1, 2, 4, 8, 16} {
+			b.Run(fmt.Sprintf("paced=%v/pulls=%d", paced, pulls), func(b *testing.B) {
+				p := newPeer(b, manyGroups(n))
+				rec := &recorder{}
+				cfg := Config{URL: p.url, OnMessage: rec.on, ResyncPulls: pulls,
+					MinBackoff: 5 * time.Millisecond, MaxBackoff: 50 * time.Millisecond,
+					Token: func(context.Context) (string, error) { return "alice", nil }}
+				if !paced {
+					cfg.FrameRate, cfg.FrameBurst = 1e6, 1e6
+				}
+				c, err := Dial(context.Background(), cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer c.Close()
+				for i := range n {
+					p.post(fmt.Sprint("g", i), "bob", "before")
+				}
+				for rec.len() < n {
+					time.Sleep(time.Millisecond)
+				}
+				want := n
+				for b.Loop() {
+					b.StopTimer()
+					p.set(func(p *peer) { p.refuse = true })
+					p.kill()
+					for i := range n {
+						p.post(fmt.Sprint("g", i), "bob", "while away")
+					}
+					time.Sleep(time.Second) // the budget of frames refills
+					want += n
+					b.StartTimer()
+					p.set(func(p *peer) { p.refuse, p.pullDelay = false, rtt })
+					for rec.len() < want {
+						time.Sleep(time.Millisecond)
+					}
+				}
+			})
+		}
+	}
+}
