@@ -127,8 +127,9 @@ func (c *Client) connect(ctx context.Context) (*session, error) {
 	}
 	// Not waited for (a new connection's frames are all there at the
 	// gateway), but charged as it charges it: the pulls and acks after
-	// it keep to the rate.
-	c.frames.charge(1 + protocol.SyncFrames(len(f.Groups)))
+	// it keep to the rate. A debt left by the connection before is not
+	// this one's.
+	c.frames.chargeAnew(1 + protocol.SyncFrames(len(f.Groups)))
 	if err := c.applySync(s, f.Groups); err != nil {
 		s.close()
 		return nil, fmt.Errorf("client: sync: %w", err)

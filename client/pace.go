@@ -94,6 +94,17 @@ func (p *pacer) charge(n int) {
 	p.tokens = min(p.burst, p.tokens-float64(n))
 }
 
+// chargeAnew drops the debt there is, then charges n: a new connection owes
+// a gateway nothing of the one before (its frames are counted anew), so a
+// client whose connections are cut one after another does not pile up the
+// cost of each one's sync.
+func (p *pacer) chargeAnew(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refillLocked()
+	p.tokens = max(p.tokens, 0) - float64(n)
+}
+
 // empty drops the tokens there are: the server refused a frame as over
 // its rate, so the bucket starts again from none.
 func (p *pacer) empty() {
