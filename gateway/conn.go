@@ -201,7 +201,7 @@ func (g *Gateway) runConn(ws *websocket.Conn, sb *smallBuffers, token string) {
 	closeCode := CloseUnauthenticated
 	if perr == nil {
 		if g.hub.admit(uid, g.cfg.MaxConnsPerUser) {
-			c.writeNow(protocol.Marshal(protocol.Authed{Op: protocol.OpAuthed, ID: id, Uid: uid, MaxBody: g.cfg.MaxBody}))
+			c.writeNow(protocol.Marshal(protocol.Authed{Op: protocol.OpAuthed, ID: id, Uid: uid, MaxBody: g.cfg.MaxBody, MaxCursors: protocol.MaxCursors}))
 		} else {
 			perr, closeCode = protocol.Errorf(protocol.CodeRateLimited, "%s has %d connections to this server already, the most it takes; close one and reconnect", uid, g.cfg.MaxConnsPerUser), CloseTooManyConns
 			g.cfg.Metrics.Refused(refusedUserConns)

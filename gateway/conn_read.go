@@ -156,7 +156,7 @@ func (c *conn) handle(typ websocket.MessageType, data []byte) {
 	} else {
 		ans, perr = c.g.do(c.ctx, c.uid, &req)
 	}
-	if n := extraFrames(ans); n > 0 {
+	if n := extraFrames(&req, ans); n > 0 {
 		rate, burst := c.frameRate()
 		c.frames.charge(n, rate, burst)
 	}
@@ -165,6 +165,8 @@ func (c *conn) handle(typ websocket.MessageType, data []byte) {
 		c.reply(perr.Frame(req.ID))
 	case req.ID == "" && (req.Op == protocol.OpAck || req.Op == protocol.OpRead):
 		// fire and forget: no answer unless it failed
+	case req.ID == "" && req.Op == protocol.OpCursors && len(ans.(*protocol.OK).Refused) == 0:
+		// likewise: answered only to name the entries refused
 	default:
 		c.reply(protocol.Marshal(ans))
 	}

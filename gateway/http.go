@@ -25,6 +25,7 @@ func (g *Gateway) routes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /v1/groups/{gid}/messages", g.api(protocol.OpPull))
 	mux.HandleFunc("POST /v1/groups/{gid}/ack", g.api(protocol.OpAck))
 	mux.HandleFunc("POST /v1/groups/{gid}/read", g.api(protocol.OpRead))
+	mux.HandleFunc("POST /v1/cursors", g.api(protocol.OpCursors))
 	mux.HandleFunc("GET /v1/sync", g.api(protocol.OpSync))
 	mux.HandleFunc("GET /v1/groups/{gid}/read_counts", g.api(protocol.OpReadCounts))
 	mux.HandleFunc("GET /v1/groups/{gid}/messages/{msgid}/readers", g.api(protocol.OpWhoRead))
@@ -95,7 +96,7 @@ func (g *Gateway) api(op string) http.HandlerFunc {
 			return nil, protocol.Errorf(protocol.CodeRateLimited, "more than %.0f sends per second; retry later with the same cmid", g.cfg.SendRate)
 		}
 		ans, perr := g.do(ctx, uid, &req)
-		if n := extraFrames(ans); n > 0 {
+		if n := extraFrames(&req, ans); n > 0 {
 			rate, burst := g.cfg.frameRate()
 			g.httpUsers.charge(uid, n, rate, burst)
 		}

@@ -28,6 +28,8 @@ func (g *Gateway) do(ctx context.Context, uid string, r *protocol.Request) (any,
 		return g.send(ctx, uid, r)
 	case protocol.OpAck, protocol.OpRead:
 		return g.cursor(ctx, uid, r)
+	case protocol.OpCursors:
+		return g.cursors(ctx, uid, r)
 	case protocol.OpPull:
 		return g.pull(ctx, uid, r)
 	case protocol.OpSync:
@@ -177,16 +179,8 @@ func (g *Gateway) cursor(ctx context.Context, uid string, r *protocol.Request) (
 	if err != nil {
 		return nil, g.stateErr(err, "cursors", r.Gid)
 	}
-	m := cur.Member
-	if perr := g.notMember(ctx, m, r.Gid, uid); perr != nil {
-		return nil, perr
-	}
 	upto := *r.Upto
-	if m.State == store.MemberLeft && upto > m.LeftAt {
-		return nil, g.unlessJoining(ctx, r.Gid, uid, "added back to",
-			protocol.Errorf(protocol.CodeLeft, "you left %s at msgid %d; you cannot %s past it", r.Gid, m.LeftAt, r.Op))
-	}
-	if perr := g.checkHead(ctx, r.Gid, cur.Head, upto, r.Op); perr != nil {
+	if perr := g.judgeCursor(ctx, uid, r.Op, r.Gid, upto, cur); perr != nil {
 		return nil, perr
 	}
 	now := time.Now().UnixMilli()
@@ -203,6 +197,22 @@ func (g *Gateway) cursor(ctx context.Context, uid string, r *protocol.Request) (
 		return nil, g.unavailable(r.Op, err)
 	}
 	return &protocol.OK{Op: protocol.OpOK, ID: r.ID}, nil
+}
+
+// judgeCursor refuses uid's op (ack or read) of gid up to upto, given
+// uid's cursor state in gid, as not_member, left_group or beyond_head; nil
+// when it may be taken. An ack or read frame and each entry of a cursors
+// frame are judged alike.
+func (g *Gateway) judgeCursor(ctx context.Context, uid, op, gid string, upto int64, cur store.CursorState) *protocol.Error {
+	m := cur.Member
+	if perr := g.notMember(ctx, m, gid, uid); perr != nil {
+		return perr
+	}
+	if m.State == store.MemberLeft && upto > m.LeftAt {
+		return g.unlessJoining(ctx, gid, uid, "added back to",
+			protocol.Errorf(protocol.CodeLeft, "you left %s at msgid %d; you cannot %s past it", gid, m.LeftAt, op))
+	}
+	return g.checkHead(ctx, gid, cur.Head, upto, op)
 }
 
 // checkHead refuses a cursor past the group's newest message. The Redis head

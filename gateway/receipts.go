@@ -57,15 +57,20 @@ func (g *Gateway) whoRead(ctx context.Context, uid string, r *protocol.Request) 
 		Read: nonNil(read), Unread: nonNil(unread)}, nil
 }
 
-// extraFrames is what an answer costs beyond the frame (or HTTP request)
-// that asked for it: who_read's, one frame per protocol.WhoReadPer ids it
-// lists; sync's, one per protocol.SyncPer groups.
+// extraFrames is what an answer to req costs beyond the frame (or HTTP
+// request) that asked for it: who_read's, one frame per
+// protocol.WhoReadPer ids it lists; sync's, one per protocol.SyncPer
+// groups; a cursors frame's, one per protocol.CursorsPer entries of req,
+// whatever its answer.
 // The asker's bucket is charged once the answer is known, into debt if need
 // be, paid by the frames refused after: a connection, or a user over HTTP,
 // is sent at most protocol.WhoReadPer ids per frame of its rate, 500 x
 // 131 bytes (an id of 128 bytes, quoted, and a comma), 12.5 MiB a second
 // at the default 200 frames.
-func extraFrames(ans any) int {
+func extraFrames(req *protocol.Request, ans any) int {
+	if req.Op == protocol.OpCursors {
+		return protocol.CursorsFrames(len(req.Acks) + len(req.Reads))
+	}
 	switch r := ans.(type) {
 	case *protocol.Readers:
 		if r != nil {

@@ -20,6 +20,11 @@ const (
 	// work, at 10,000 members): at one frame each a connection had it
 	// listed at its frame rate, 200 times a second.
 	WhoReadPer = 500
+	// CursorsPer is how many entries of a cursors frame cost a frame more:
+	// an entry is a read of Redis and a record, and at one frame whatever
+	// its entries a connection could have a gateway write MaxCursors
+	// records 200 times a second. As a sync's groups (SyncPer).
+	CursorsPer = 100
 )
 
 // SyncFrames is what a sync answer listing groups groups costs beyond the
@@ -29,3 +34,7 @@ func SyncFrames(groups int) int { return groups / SyncPer }
 // WhoReadFrames is what a who_read answer listing ids members (read and
 // unread together) costs beyond the frame that asked: 20 more at 10,000.
 func WhoReadFrames(ids int) int { return ids / WhoReadPer }
+
+// CursorsFrames is what a cursors frame of entries entries (acks and
+// reads together) costs beyond itself: 5 more at 500.
+func CursorsFrames(entries int) int { return entries / CursorsPer }

@@ -153,6 +153,8 @@ func (r *Request) validate(maxBody int) error {
 		if r.MsgID == nil || *r.MsgID < 0 {
 			return Errorf(CodeInvalid, "who_read needs the msgid of one message")
 		}
+	case OpCursors:
+		return r.validateCursors()
 	case "":
 		return Errorf(CodeInvalid, `the frame has no "op": set it to one of %s, e.g. {"op":"sync"}`, opList)
 	default:
@@ -162,7 +164,37 @@ func (r *Request) validate(maxBody int) error {
 }
 
 // opList names the ops a client sends.
-const opList = "auth, send, ack, read, pull, sync, read_counts and who_read"
+const opList = "auth, send, ack, read, pull, sync, read_counts, who_read and cursors"
+
+// validateCursors checks a cursors frame: 1 to MaxCursors entries, each
+// as an ack or read frame's gid and upto, and a group at most once in
+// each list (its answer names a refused entry by list and gid).
+func (r *Request) validateCursors() error {
+	n := len(r.Acks) + len(r.Reads)
+	if n == 0 || n > MaxCursors {
+		return Errorf(CodeInvalid, `cursors needs 1 to %d entries, acks and reads together, not %d: {"op":"cursors","acks":[{"gid":"g1","upto":42}],"reads":[...]}; send more in another frame`, MaxCursors, n)
+	}
+	seen := make(map[string]bool, n)
+	for _, l := range []struct {
+		op   string
+		list []Cursor
+	}{{OpAck, r.Acks}, {OpRead, r.Reads}} {
+		clear(seen)
+		for i, c := range l.list {
+			if err := checkGid(l.op, c.Gid); err != nil {
+				return Errorf(CodeInvalid, "%ss[%d]: %s", l.op, i, err.(*Error).Message)
+			}
+			if c.Upto == nil || *c.Upto < -1 {
+				return Errorf(CodeInvalid, "%ss[%d] (%s) needs upto: the msgid up to which you have the group's messages", l.op, i, c.Gid)
+			}
+			if seen[c.Gid] {
+				return Errorf(CodeInvalid, "%ss names %s twice; name a group once in each list, up to the newest msgid", l.op, c.Gid)
+			}
+			seen[c.Gid] = true
+		}
+	}
+	return nil
+}
 
 // checkGid refuses the gid of an op: a missing one was answered "gid:
 // schema: invalid id: length 0, want 1 to 128 bytes".

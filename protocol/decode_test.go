@@ -1,7 +1,10 @@
 package protocol
 
 import (
+	"encoding/json"
 	"errors"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -39,6 +42,18 @@ func TestDecodeValidatesEachOp(t *testing.T) {
 		{`{"op":"ack","gid":"g","upto":"3"}`, CodeBadFrame},
 		{"{\"op\":\"sync\",\"x\":\"\xff\"}", CodeBadFrame},
 		{`{"op":"sync","id":"` + strings.Repeat("i", 65) + `"}`, CodeInvalid},
+		{`{"op":"cursors","acks":[{"gid":"g","upto":3}],"reads":[{"gid":"g","upto":2}]}`, ""},
+		{`{"op":"cursors","reads":[{"gid":"g","upto":-1},{"gid":"h","upto":0}]}`, ""},
+		{`{"op":"cursors"}`, CodeInvalid},
+		{`{"op":"cursors","acks":[]}`, CodeInvalid},
+		{`{"op":"cursors","acks":[{"gid":"g"}]}`, CodeInvalid},
+		{`{"op":"cursors","acks":[{"upto":3}]}`, CodeInvalid},
+		{`{"op":"cursors","acks":[{"gid":"{g}","upto":3}]}`, CodeInvalid},
+		{`{"op":"cursors","reads":[{"gid":"g","upto":-2}]}`, CodeInvalid},
+		{`{"op":"cursors","acks":[{"gid":"g","upto":3},{"gid":"g","upto":4}]}`, CodeInvalid},
+		{`{"op":"cursors","acks":[{"gid":"g","upto":"3"}]}`, CodeBadFrame},
+		{`{"op":"cursors","acks":{"gid":"g","upto":3}}`, CodeBadFrame},
+		{`{"op":"cursors","acks":[` + strings.Repeat(`{"gid":"g","upto":1},`, MaxCursors) + `{"gid":"g","upto":1}]}`, CodeInvalid},
 	} {
 		_, err := Decode([]byte(c.in), 10)
 		var perr *Error
@@ -55,7 +70,9 @@ func FuzzDecode(f *testing.F) {
 	for _, s := range []string{`{"op":"send","gid":"g","cmid":"c","body":"b"}`, `{"op":"pull","gid":"g","after":5,"limit":10}`, `{"op":"pull","gid":"g","before":9}`,
 		`{"op":"ack","gid":"g","upto":1}`, `{"op":"auth","token":"x"}`, `{"op":"sync","id":"1"}`, `{`, `null`, "\xff",
 		`{"op":"read_counts","gid":"g","msgids":[41,42]}`, `{"op":"who_read","gid":"g","msgid":42}`, `{"op":"read","gid":"g","upto":-1}`,
-		`{"op":"sync"}}`, `{"op":"send","op":"ack","gid":"g","upto":1}`, `{"op":"ack","gid":"g","upto":9223372036854775808}`} {
+		`{"op":"sync"}}`, `{"op":"send","op":"ack","gid":"g","upto":1}`, `{"op":"ack","gid":"g","upto":9223372036854775808}`,
+		`{"op":"cursors","acks":[{"gid":"g","upto":3}],"reads":[{"gid":"h","upto":-1}]}`, `{"op":"cursors","acks":[{"gid":"g","upto":3},{"gid":"g","upto":3}]}`,
+		`{"op":"cursors","reads":[{"gid":"g"}]}`, `{"op":"cursors","acks":[null]}`} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -70,7 +87,7 @@ func FuzzDecode(f *testing.F) {
 		if len(r.ID) > MaxIDLen {
 			t.Fatalf("accepted an id of %d bytes", len(r.ID))
 		}
-		if r.Op != OpAuth && r.Op != OpSync && schema.ValidID(r.Gid) != nil {
+		if r.Op != OpAuth && r.Op != OpSync && r.Op != OpCursors && schema.ValidID(r.Gid) != nil {
 			t.Fatalf("accepted %s with gid %q", r.Op, r.Gid)
 		}
 		switch r.Op {
@@ -98,6 +115,8 @@ func FuzzDecode(f *testing.F) {
 			if r.Token == "" || len(r.Token) > MaxTokenLen {
 				t.Fatalf("accepted a token of %d bytes", len(r.Token))
 			}
+		case OpCursors:
+			checkCursors(t, r)
 		case OpSync:
 		default:
 			t.Fatalf("accepted op %q", r.Op)
@@ -163,7 +182,7 @@ func TestAFrameThatDoesNotDecodeKeepsItsReadableID(t *testing.T) {
 // only the limit. Each says what is missing and what to send.
 func TestAFrameMissingAPartSaysWhatToSend(t *testing.T) {
 	for in, want := range map[string]string{
-		`{"id":"1"}`:                           `the frame has no "op": set it to one of auth, send, ack, read, pull, sync, read_counts and who_read, e.g. {"op":"sync"}`,
+		`{"id":"1"}`:                           `the frame has no "op": set it to one of auth, send, ack, read, pull, sync, read_counts, who_read and cursors, e.g. {"op":"sync"}`,
 		`{"op":"send","cmid":"c","body":"hi"}`: `send needs a "gid": the id of the group, e.g. {"op":"send","gid":"team",...}`,
 		`{"op":"pull","after":3}`:              `pull needs a "gid": the id of the group, e.g. {"op":"pull","gid":"team",...}`,
 		`{"op":"send","gid":"team","cmid":"c","body":"` + strings.Repeat("x", 2000) + `"}`: `the body is 2000 bytes; the limit is 1024: split it into messages of at most 1024 bytes`,
@@ -174,4 +193,82 @@ func TestAFrameMissingAPartSaysWhatToSend(t *testing.T) {
 			t.Errorf("Decode(%s) = %v; want %q", in, err, want)
 		}
 	}
+}
+
+// checkCursors fails t unless r, a cursors frame Decode took, holds what
+// the gateway may act on: 1 to MaxCursors entries, each a valid gid and a
+// msgid or -1, a gid at most once in each list.
+func checkCursors(t *testing.T, r Request) {
+	t.Helper()
+	if n := len(r.Acks) + len(r.Reads); n == 0 || n > MaxCursors {
+		t.Fatalf("accepted cursors of %d entries", n)
+	}
+	for _, l := range [][]Cursor{r.Acks, r.Reads} {
+		seen := map[string]bool{}
+		for _, c := range l {
+			if schema.ValidID(c.Gid) != nil || c.Upto == nil || *c.Upto < -1 || seen[c.Gid] {
+				t.Fatalf("accepted cursors entry %+v of %+v", c, l)
+			}
+			seen[c.Gid] = true
+		}
+	}
+}
+
+// FuzzDecodeCursors builds cursors frames from fuzzed entries, JSON as a
+// client writes it, and holds Decode to the frame's rules: it takes the
+// frame exactly when every entry is valid, no gid is twice in a list and
+// there are 1 to MaxCursors entries, and then gives back the entries as
+// sent.
+func FuzzDecodeCursors(f *testing.F) {
+	f.Add("g1", int64(42), "g2", int64(-1), uint8(1), uint8(1))
+	f.Add("g1", int64(42), "g1", int64(7), uint8(2), uint8(0))
+	f.Add("", int64(0), "g", int64(-2), uint8(0), uint8(1))
+	f.Add("{g}", int64(1), "g", int64(1), uint8(250), uint8(251))
+	f.Fuzz(func(t *testing.T, gidA string, uptoA int64, gidB string, uptoB int64, nAcks, nReads uint8) {
+		// Entry i of a list is gidA (then gidB) with a suffix, i > 0.
+		list := func(n int) []Cursor {
+			out := make([]Cursor, n)
+			for i := range out {
+				gid, upto := gidA, uptoA
+				if i%2 == 1 {
+					gid, upto = gidB, uptoB
+				}
+				if i > 1 {
+					gid += "-" + strconv.Itoa(i/2)
+				}
+				out[i] = Cursor{Gid: gid, Upto: &upto}
+			}
+			return out
+		}
+		req := Request{Op: OpCursors, ID: "1", Acks: list(int(nAcks) * 2), Reads: list(int(nReads))}
+		b, err := json.Marshal(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := Decode(b, 100)
+		ok := len(req.Acks)+len(req.Reads) > 0 && len(req.Acks)+len(req.Reads) <= MaxCursors
+		for _, l := range [][]Cursor{req.Acks, req.Reads} {
+			seen := map[string]bool{}
+			for _, c := range l {
+				ok = ok && schema.ValidID(c.Gid) == nil && *c.Upto >= -1 && !seen[c.Gid]
+				seen[c.Gid] = true
+			}
+		}
+		if ok != (err == nil) {
+			t.Fatalf("Decode of %d acks and %d reads (%q %d, %q %d): %v, want taken %v", len(req.Acks), len(req.Reads), gidA, uptoA, gidB, uptoB, err, ok)
+		}
+		if err != nil {
+			if perr, is := err.(*Error); !is || perr.Code != CodeInvalid && perr.Code != CodeBadFrame || perr.Message == "" {
+				t.Fatalf("refused with %v", err)
+			}
+			return
+		}
+		checkCursors(t, r)
+		same := func(a, b []Cursor) bool {
+			return slices.EqualFunc(a, b, func(x, y Cursor) bool { return x.Gid == y.Gid && *x.Upto == *y.Upto })
+		}
+		if !same(r.Acks, req.Acks) || !same(r.Reads, req.Reads) {
+			t.Fatalf("entries decoded as %+v %+v, sent %+v %+v", r.Acks, r.Reads, req.Acks, req.Reads)
+		}
+	})
 }

@@ -13,13 +13,17 @@ const (
 
 	OpReadCounts = "read_counts" // {"op":"read_counts","id":"5","gid":"g1","msgids":[41,42]}
 	OpWhoRead    = "who_read"    // {"op":"who_read","id":"6","gid":"g1","msgid":42}
+
+	// OpCursors acks and marks read many groups in one frame:
+	// {"op":"cursors","id":"7","acks":[{"gid":"g1","upto":42}],"reads":[{"gid":"g2","upto":9}]}
+	OpCursors = "cursors"
 )
 
 // Server operations.
 const (
 	OpAuthed   = "authed"   // answer to auth
 	OpAccepted = "accepted" // answer to send: the message's msgid
-	OpOK       = "ok"       // answer to ack and read when they carry an id
+	OpOK       = "ok"       // answer to ack and read when they carry an id, and to cursors
 	OpPage     = "page"     // answer to pull
 	OpSynced   = "synced"   // answer to sync
 	OpPush     = "push"     // live messages
@@ -32,6 +36,11 @@ const (
 
 // MaxMsgIDs is the most msgids one read_counts request may name.
 const MaxMsgIDs = 200
+
+// MaxCursors is the most entries, acks and reads together, one cursors
+// frame may carry: 500 entries of the longest gid and msgid are about
+// 85 KB, within the frame limit at the default body limit.
+const MaxCursors = 500
 
 // Request is any client frame. Which fields matter depends on Op.
 type Request struct {
@@ -48,6 +57,16 @@ type Request struct {
 
 	MsgIDs []int64 `json:"msgids,omitempty"` // read_counts
 	MsgID  *int64  `json:"msgid,omitempty"`  // who_read
+
+	Acks  []Cursor `json:"acks,omitempty"`  // cursors: acks, a group at most once
+	Reads []Cursor `json:"reads,omitempty"` // cursors: reads, a group at most once
+}
+
+// Cursor is one entry of a cursors frame: as an ack or a read frame's
+// gid and upto.
+type Cursor struct {
+	Gid  string `json:"gid"`
+	Upto *int64 `json:"upto"`
 }
 
 // Message is a group message as clients see it.
@@ -71,6 +90,10 @@ type Authed struct {
 	// one itself, as its frame may pass the server's frame limit, which
 	// closes the connection (1009). Servers before it leave it out (0).
 	MaxBody int `json:"max_body,omitempty"`
+	// MaxCursors is the most entries a cursors frame may carry (see
+	// OpCursors). Servers before the cursors op leave it out (0): a
+	// client sends them one ack or read frame a group.
+	MaxCursors int `json:"max_cursors,omitempty"`
 }
 
 // Accepted answers send.
@@ -82,10 +105,23 @@ type Accepted struct {
 	MsgID int64  `json:"msgid"`
 }
 
-// OK answers ack and read.
+// OK answers ack, read and cursors.
 type OK struct {
 	Op string `json:"op"` // "ok"
 	ID string `json:"id,omitempty"`
+	// Refused lists the entries of a cursors frame that were refused,
+	// each with the error its one-group ack or read would have had; the
+	// others were taken.
+	Refused []Refusal `json:"refused,omitempty"`
+}
+
+// Refusal is an entry of a cursors frame that was refused.
+type Refusal struct {
+	Op      string `json:"op"` // "ack" or "read": the list it was in
+	Gid     string `json:"gid"`
+	Upto    int64  `json:"upto"`
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
 }
 
 // Page answers pull: a contiguous run of the group's messages after After

@@ -182,3 +182,28 @@ func scoreOr(c *redis.FloatCmd, def int64) int64 {
 	}
 	return int64(v)
 }
+
+// CursorAsk names one group of a CursorStates call, with the replay mark
+// its memberships are checked against (as CursorState's built).
+type CursorAsk struct {
+	Gid   string
+	Built *Fence
+}
+
+// CursorStates returns uid's CursorState in each group of asks, read as
+// CursorState reads one, all in one round trip (a cursors frame's
+// groups). A group's error is its own: the others' answers stand.
+func (r *Redis) CursorStates(ctx context.Context, uid string, asks []CursorAsk) ([]CursorState, []error) {
+	qs := make([]*cursorQuery, len(asks))
+	for i, a := range asks {
+		qs[i] = &cursorQuery{gid: a.Gid, uid: uid, built: a.Built}
+	}
+	if len(qs) > 0 {
+		roundTrip(ctx, r, qs)
+	}
+	sts, errs := make([]CursorState, len(qs)), make([]error, len(qs))
+	for i, q := range qs {
+		sts[i], errs[i] = q.st, q.err
+	}
+	return sts, errs
+}
