@@ -186,6 +186,9 @@ func (c *Client) flushRound(ctx context.Context, all bool) (left int, err error)
 		c.retryLater(append(acks, reads...))
 		return left, fmt.Errorf("client: flush acks: %w: not connected", ErrDisconnected)
 	}
+	if s.maxCursors > 0 {
+		return left, c.sendBatched(ctx, s, append(acks, reads...))
+	}
 	// Acks before reads: a server may refuse a read past the ack cursor.
 	err = c.sendCursors(ctx, s, acks)
 	return left, errors.Join(err, c.sendCursors(ctx, s, reads))
@@ -193,7 +196,9 @@ func (c *Client) flushRound(ctx context.Context, all bool) (left int, err error)
 
 // dueCursors takes the acks and reads that are due, or all pending ones if
 // all, at most budget of them unless budget is -1 (or the client is not
-// connected: none is sent), and returns how many it left due.
+// connected: none is sent, or the server takes cursors frames: the budget
+// is of frames, and a frame carries hundreds), and returns how many it
+// left due.
 func (c *Client) dueCursors(all bool, budget int) (acks, reads []cursorUpdate, left int, s *session) {
 	now := time.Now()
 	due := func(t time.Time) bool { return !t.IsZero() && !now.Before(t) }
@@ -232,7 +237,7 @@ func (c *Client) dueCursors(all bool, budget int) (acks, reads []cursorUpdate, l
 			delete(c.due, g)
 		}
 	}
-	if n := len(acks) + len(reads); s != nil && budget >= 0 && n > budget {
+	if n := len(acks) + len(reads); s != nil && s.maxCursors == 0 && budget >= 0 && n > budget {
 		byDue := func(a, b cursorUpdate) int { return a.due.Compare(b.due) }
 		slices.SortFunc(acks, byDue)
 		slices.SortFunc(reads, byDue)
@@ -284,12 +289,21 @@ func (c *Client) sendCursors(ctx context.Context, s *session, ups []cursorUpdate
 			}
 		}()
 	}
+	for range ups {
+		<-done
+	}
+	return c.settleCursors(s, ups, errs)
+}
+
+// settleCursors records the outcome of each update, errs[i] that of
+// ups[i]: taken, sent again later, or refused for good; and returns the
+// failures to report. Refusals as rate_limited are reported as one, once
+// until an update is accepted.
+func (c *Client) settleCursors(s *session, ups []cursorUpdate, errs []error) error {
 	var failed []cursorUpdate
 	var all []error
 	var limited, ended folded
-	for range ups {
-		i := <-done
-		u := ups[i]
+	for i, u := range ups {
 		if err := errs[i]; err != nil {
 			var pe *protocol.Error
 			var how string

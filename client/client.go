@@ -190,8 +190,9 @@ type Stats struct {
 	Gaps          int64 // pushes whose prev was not the contiguous cursor, or unknown (outside a pull)
 	Pulls         int64 // pull requests sent
 	Delivered     int64 // OnMessage calls
-	Acks          int64 // ack frames sent
-	Reads         int64 // read frames sent
+	Acks          int64 // acks sent: ack frames, and acks in cursors frames
+	Reads         int64 // reads sent: read frames, and reads in cursors frames
+	CursorFrames  int64 // cursors frames sent: the acks and reads of many groups each, to a server that takes them (its authed frame's max_cursors)
 	Resends       int64 // sends repeated with the same cmid
 	Overloaded    int64 // sends the server refused as overloaded (each waited and was resent)
 	RateLimited   int64 // sends the server refused as over the user's rate (each waited out the same pause and was resent)

@@ -22,25 +22,27 @@ const maxFrame = 32 << 20
 
 // frame is any server frame; which fields are set depends on Op.
 type frame struct {
-	Op      string        `json:"op"`
-	ID      string        `json:"id"`
-	Uid     string        `json:"uid"`
-	MaxBody int           `json:"max_body"`
-	Gid     string        `json:"gid"`
-	Cmid    string        `json:"cmid"`
-	MsgID   int64         `json:"msgid"`
-	After   int64         `json:"after"`
-	Msgs    msgList       `json:"msgs"`
-	More    bool          `json:"more"`
-	Head    int64         `json:"head"`
-	Groups  groupList     `json:"groups"`
-	Code    protocol.Code `json:"code"`
-	Message string        `json:"message"`
-	Counts  countList     `json:"counts"`
-	Unknown idList        `json:"unknown"`
-	Read    uidList       `json:"read"`
-	Unread  uidList       `json:"unread"`
-	Reason  string        `json:"reason"`
+	Op      string             `json:"op"`
+	ID      string             `json:"id"`
+	Uid     string             `json:"uid"`
+	MaxBody int                `json:"max_body"`
+	MaxCurs int                `json:"max_cursors"`
+	Gid     string             `json:"gid"`
+	Cmid    string             `json:"cmid"`
+	MsgID   int64              `json:"msgid"`
+	After   int64              `json:"after"`
+	Msgs    msgList            `json:"msgs"`
+	More    bool               `json:"more"`
+	Head    int64              `json:"head"`
+	Groups  groupList          `json:"groups"`
+	Code    protocol.Code      `json:"code"`
+	Message string             `json:"message"`
+	Counts  countList          `json:"counts"`
+	Unknown idList             `json:"unknown"`
+	Read    uidList            `json:"read"`
+	Unread  uidList            `json:"unread"`
+	Reason  string             `json:"reason"`
+	Refused []protocol.Refusal `json:"refused"`
 
 	err error // the answer was refused at decode: why
 }
@@ -55,7 +57,11 @@ type session struct {
 	// maxBody is the most bytes of a body the server takes, as its authed
 	// frame says; 0: it does not say (a server before max_body).
 	maxBody int
-	done    chan struct{} // closed when the session ended; err is set then
+	// maxCursors is the most entries of a cursors frame the server takes,
+	// as its authed frame says; 0: it takes none (a server before the
+	// cursors op): acks and reads go one frame a group.
+	maxCursors int
+	done       chan struct{} // closed when the session ended; err is set then
 
 	mu      sync.Mutex
 	err     error
@@ -119,7 +125,7 @@ func (c *Client) connect(ctx context.Context) (*session, error) {
 		s.close()
 		return nil, fmt.Errorf("client: auth: %w", err)
 	}
-	s.uid, s.maxBody = f.Uid, f.MaxBody
+	s.uid, s.maxBody, s.maxCursors = f.Uid, f.MaxBody, f.MaxCurs
 	f, err = s.request(ctx, protocol.Request{Op: protocol.OpSync})
 	if err != nil {
 		s.close()

@@ -47,7 +47,11 @@
 // Acks and reads over the budget stay due for the next round, the longest
 // due first; at most MaxAcking of them are in flight at once. Those
 // refused as rate_limited are sent again after AckInterval, and go to
-// OnError as one error, once until an ack or read is accepted.
+// OnError as one error, once until an ack or read is accepted. A server
+// whose authed frame says max_cursors takes the acks and reads of many
+// groups in one cursors frame: the due ones go in as few as its limit
+// allows, each charged one frame and one more per 100 entries, as the
+// gateway charges it; a server before it gets a frame a group.
 //
 // A new Client starts each group at the member's ack cursor from the server
 // (the sync on login), so messages delivered and acked by an earlier Client

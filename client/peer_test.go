@@ -65,6 +65,7 @@ type peer struct {
 	pullDelay      time.Duration                          // if > 0, pull answers are written this long after their request, each on its own, as over a network of that round trip
 	pullsInFlight  int                                    // pulls delayed by pullDelay, not answered yet
 	mostPulls      int                                    // the most pullsInFlight was
+	maxCursors     int                                    // the max_cursors of its authed frames; 0: none, as a server before the cursors op, which it answers unknown_op
 
 	quit     chan struct{} // closed by close: silent connections end
 	quitOnce sync.Once
@@ -194,6 +195,8 @@ func (p *peer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		limited := !p.takeFrameLocked(pc)
 		if limited {
 			p.limited = append(p.limited, req.Op)
+		} else if req.Op == protocol.OpCursors {
+			p.chargeLocked(pc, protocol.CursorsFrames(len(req.Acks)+len(req.Reads))) // as a gateway charges it
 		}
 		p.mu.Unlock()
 		if limited {
@@ -278,9 +281,9 @@ func (p *peer) handle(pc *peerConn, req protocol.Request) bool {
 		pc.uid = req.Token
 		p.mu.Lock()
 		p.conns[pc] = true
-		early, maxBody := p.earlyPush, p.maxBody
+		early, maxBody, maxCursors := p.earlyPush, p.maxBody, p.maxCursors
 		p.mu.Unlock()
-		p.write(pc, protocol.Marshal(protocol.Authed{Op: protocol.OpAuthed, ID: req.ID, Uid: pc.uid, MaxBody: maxBody}))
+		p.write(pc, protocol.Marshal(protocol.Authed{Op: protocol.OpAuthed, ID: req.ID, Uid: pc.uid, MaxBody: maxBody, MaxCursors: maxCursors}))
 		p.mu.Lock()
 		cut, code := p.closeAuths > 0, p.closeCode
 		if cut {
@@ -469,27 +472,60 @@ func (p *peer) handle(pc *peerConn, req protocol.Request) bool {
 		p.write(pc, protocol.Marshal(out))
 	case protocol.OpAck, protocol.OpRead:
 		p.mu.Lock()
-		g := p.groups[req.Gid]
-		if g == nil || !g.members[pc.uid] {
-			p.mu.Unlock()
-			return fail(protocol.CodeNotMember, "not a member")
-		}
-		if *req.Upto > g.head(p.lagTo) { // a gateway that checks against its lagging store
-			p.mu.Unlock()
-			return fail(protocol.CodeBeyondHead, "beyond the group's head")
-		}
-		cur := g.acks
-		if req.Op == protocol.OpRead {
-			cur = g.reads
-		}
-		cur[pc.uid] = max(cur[pc.uid], *req.Upto)
-		p.cursor = append(p.cursor, cursorRec{req.Op, req.Gid, pc.uid, *req.Upto})
+		perr := p.cursorLocked(pc.uid, req.Op, req.Gid, *req.Upto)
 		p.mu.Unlock()
+		if perr != nil {
+			return fail(perr.Code, perr.Message)
+		}
 		if req.ID != "" {
 			p.write(pc, protocol.Marshal(protocol.OK{Op: protocol.OpOK, ID: req.ID}))
 		}
+	case protocol.OpCursors:
+		p.mu.Lock()
+		limit := p.maxCursors
+		if n := len(req.Acks) + len(req.Reads); limit == 0 || n > limit {
+			p.mu.Unlock()
+			if limit == 0 {
+				return fail(protocol.CodeUnknownOp, `unknown op "cursors"`)
+			}
+			return fail(protocol.CodeInvalid, fmt.Sprintf("cursors of %d entries, past %d", n, limit))
+		}
+		out := protocol.OK{Op: protocol.OpOK, ID: req.ID}
+		for _, l := range []struct {
+			op   string
+			list []protocol.Cursor
+		}{{protocol.OpAck, req.Acks}, {protocol.OpRead, req.Reads}} {
+			for _, c := range l.list {
+				if perr := p.cursorLocked(pc.uid, l.op, c.Gid, *c.Upto); perr != nil {
+					out.Refused = append(out.Refused, protocol.Refusal{Op: l.op, Gid: c.Gid, Upto: *c.Upto, Code: perr.Code, Message: perr.Message})
+				}
+			}
+		}
+		p.mu.Unlock()
+		if req.ID != "" || len(out.Refused) > 0 {
+			p.write(pc, protocol.Marshal(out))
+		}
 	}
 	return true
+}
+
+// cursorLocked takes uid's op (ack or read) of gid up to upto, or refuses
+// it as a gateway would.
+func (p *peer) cursorLocked(uid, op, gid string, upto int64) *protocol.Error {
+	g := p.groups[gid]
+	if g == nil || !g.members[uid] {
+		return protocol.Errorf(protocol.CodeNotMember, "not a member")
+	}
+	if upto > g.head(p.lagTo) { // a gateway that checks against its lagging store
+		return protocol.Errorf(protocol.CodeBeyondHead, "beyond the group's head")
+	}
+	cur := g.acks
+	if op == protocol.OpRead {
+		cur = g.reads
+	}
+	cur[uid] = max(cur[uid], upto)
+	p.cursor = append(p.cursor, cursorRec{op, gid, uid, upto})
+	return nil
 }
 
 // head is the newest msgid, or the newest <= lagTo when lagTo >= 0.
