@@ -26,7 +26,12 @@ func listedMany(t *testing.T, outbox string) (*peer, *browsertest.Tab, *peerConn
 // ""), and answers the first sync with groups.
 func listedGroups(t *testing.T, outbox string, groups []any) (*peer, *browsertest.Tab, *peerConn) {
 	t.Helper()
-	p := newPeer(t)
+	return listedBy(t, newPeer(t), outbox, groups)
+}
+
+// listedBy is listedGroups with the peer p.
+func listedBy(t *testing.T, p *peer, outbox string, groups []any) (*peer, *browsertest.Tab, *peerConn) {
+	t.Helper()
 	b := browsertest.NewTab(t, browsertest.Start(t), "u")
 	b.Run(chromedp.Navigate(p.srv.URL + "/"))
 	if outbox != "" {
@@ -174,9 +179,12 @@ func TestTheFirstSyncOfASessionGoesBeforeQueuedAcks(t *testing.T) {
 
 // pushToEveryGroup pushes message 1 of each of manyGroups groups in one
 // frame: their acks fall due together.
-func pushToEveryGroup(c *peerConn) {
+func pushToEveryGroup(c *peerConn) { pushToGroups(c, manyGroups) }
+
+// pushToGroups pushes message 1 of each of n groups h0... in one frame.
+func pushToGroups(c *peerConn, n int) {
 	var ms []any
-	for i := range manyGroups {
+	for i := range n {
 		m := msg(1, 0, "v", "m1")
 		m["gid"] = fmt.Sprint("h", i)
 		ms = append(ms, m)

@@ -27,13 +27,18 @@ type peer struct {
 	conns chan *peerConn
 
 	mu      sync.Mutex
-	uid     any           // the uid of its authed frames (authedAs)
-	maxBody int           // the max_body of its authed frames; 0: none, as a server before it
-	urls    []string      // the URL of every WebSocket upgrade, in order
-	mute    bool          // take tokens and never answer them (muteAuth)
-	head    int64         // acks and reads past it are refused (headAt)
-	cursors []cursorFrame // every ack and read taken, in arrival order
-	refused []cursorFrame // every ack and read refused as beyond_head
+	uid     any // the uid of its authed frames (authedAs)
+	maxBody int // the max_body of its authed frames; 0: none, as a server before it
+	// maxCursors is the max_cursors of its authed frames; 0: none, as a
+	// server before the cursors op, which it then refuses as unknown_op.
+	maxCursors int
+	batches    []cursorsBatch // every cursors frame taken, in arrival order
+	singles    int            // ack and read frames received
+	urls       []string       // the URL of every WebSocket upgrade, in order
+	mute       bool           // take tokens and never answer them (muteAuth)
+	head       int64          // acks and reads past it are refused (headAt)
+	cursors    []cursorFrame  // every ack and read taken, in arrival order
+	refused    []cursorFrame  // every ack and read refused as beyond_head
 }
 
 type cursorFrame struct {
@@ -41,6 +46,12 @@ type cursorFrame struct {
 	gid  string
 	upto int64
 	at   time.Time // when the peer took it
+}
+
+// cursorsBatch is a cursors frame the peer took.
+type cursorsBatch struct {
+	entries int
+	at      time.Time
 }
 
 type peerConn struct {
@@ -77,7 +88,7 @@ func (p *peer) serveWS(w http.ResponseWriter, r *http.Request) {
 	}
 	p.mu.Lock()
 	p.urls = append(p.urls, r.URL.String())
-	uid, mute, maxBody := p.uid, p.mute, p.maxBody
+	uid, mute, maxBody, maxCursors := p.uid, p.mute, p.maxBody, p.maxCursors
 	p.mu.Unlock()
 	if mute {
 		for {
@@ -90,6 +101,9 @@ func (p *peer) serveWS(w http.ResponseWriter, r *http.Request) {
 	authed := map[string]any{"op": "authed", "uid": uid}
 	if maxBody > 0 {
 		authed["max_body"] = maxBody
+	}
+	if maxCursors > 0 {
+		authed["max_cursors"] = maxCursors
 	}
 	token := r.URL.Query().Get("token")
 	if token == "" {
@@ -124,32 +138,70 @@ func (p *peer) serveWS(w http.ResponseWriter, r *http.Request) {
 		}
 		switch f["op"] {
 		case "ack", "read":
-			// A cursor is a msgid: NaN is sent as null, and 10.5 is no msgid.
-			upto, ok := f["upto"].(float64)
-			if gid, _ := f["gid"].(string); !ok || upto != math.Trunc(upto) || gid == "" {
-				p.t.Errorf("the page sent a cursor that names no message of a group: %s", b)
-			}
-			gid, _ := f["gid"].(string)
-			cf := cursorFrame{f["op"].(string), gid, int64(upto), time.Now()}
 			p.mu.Lock()
-			beyond := cf.upto > p.head
-			if beyond {
-				p.refused = append(p.refused, cf)
-			} else {
-				p.cursors = append(p.cursors, cf)
-			}
+			p.singles++
 			p.mu.Unlock()
-			if beyond {
-				c.write(map[string]any{"op": "error", "id": f["id"], "code": "beyond_head", "message": "beyond the newest message of the group"})
+			gid, _ := f["gid"].(string)
+			if refusal := p.cursor(b, f["op"].(string), gid, f["upto"]); refusal != nil {
+				refusal["op"], refusal["id"] = "error", f["id"]
+				delete(refusal, "gid")
+				c.write(refusal)
 			} else {
 				c.write(map[string]any{"op": "ok", "id": f["id"]})
 			}
+		case "cursors":
+			acks, _ := f["acks"].([]any)
+			reads, _ := f["reads"].([]any)
+			if maxCursors == 0 || len(acks)+len(reads) > maxCursors {
+				c.write(map[string]any{"op": "error", "id": f["id"], "code": "invalid", "message": fmt.Sprintf("%d entries: this peer takes %d", len(acks)+len(reads), maxCursors)})
+				p.t.Errorf("the page sent a cursors frame of %d entries to a server that takes %d", len(acks)+len(reads), maxCursors)
+				continue
+			}
+			p.mu.Lock()
+			p.batches = append(p.batches, cursorsBatch{len(acks) + len(reads), time.Now()})
+			p.mu.Unlock()
+			refused := []any{}
+			for op, l := range map[string][]any{"ack": acks, "read": reads} {
+				for _, e := range l {
+					e, _ := e.(map[string]any)
+					gid, _ := e["gid"].(string)
+					if refusal := p.cursor(b, op, gid, e["upto"]); refusal != nil {
+						refusal["op"], refusal["upto"] = op, e["upto"]
+						refused = append(refused, refusal)
+					}
+				}
+			}
+			ans := map[string]any{"op": "ok", "id": f["id"]}
+			if len(refused) > 0 {
+				ans["refused"] = refused
+			}
+			c.write(ans)
 		case "read_counts":
 			c.write(map[string]any{"op": "counts", "id": f["id"], "gid": f["gid"], "counts": []any{}})
 		default:
 			c.in <- f
 		}
 	}
+}
+
+// cursor takes op (ack or read) of gid up to upto, from frame b, or
+// refuses it as beyond_head past the head set by headAt: the refusal's
+// gid, code and message.
+func (p *peer) cursor(b []byte, op, gid string, v any) map[string]any {
+	// A cursor is a msgid: NaN is sent as null, and 10.5 is no msgid.
+	upto, ok := v.(float64)
+	if !ok || upto != math.Trunc(upto) || gid == "" {
+		p.t.Errorf("the page sent a cursor that names no message of a group: %s", b)
+	}
+	cf := cursorFrame{op, gid, int64(upto), time.Now()}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if cf.upto > p.head {
+		p.refused = append(p.refused, cf)
+		return map[string]any{"gid": gid, "code": "beyond_head", "message": "beyond the newest message of the group"}
+	}
+	p.cursors = append(p.cursors, cf)
+	return nil
 }
 
 func (p *peer) nextConn() *peerConn {

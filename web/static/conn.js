@@ -162,6 +162,9 @@ export class Conn {
       // The longest body the server takes, in UTF-8 bytes; 0: it does not
       // say (a server before max_body).
       this.maxBody = Number.isSafeInteger(f.max_body) && f.max_body > 0 ? f.max_body : 0;
+      // The most acks and reads a cursors frame may carry; 0: the server
+      // does not say (one before the cursors op): a frame a group.
+      this.maxCursors = Number.isSafeInteger(f.max_cursors) && f.max_cursors > 0 ? f.max_cursors : 0;
       this.hooks.up(uid(f));
       return;
     }

@@ -5,9 +5,16 @@
 // before reads, and the server keeps only the newest: a lost one is simply
 // sent again later. One refused as beyond_head names no message of the
 // group (the server checks its log): it is not sent again, and the group
-// is taken up again from the server's cursor (Chat.retake).
+// is taken up again from the server's cursor (Chat.retake). A server
+// that says max_cursors in its authed frame takes the acks and reads of
+// many groups in one cursors frame: the due ones go in as few as its
+// limit and frame size allow, each charged to the page's budget as the
+// gateway charges it, and each refused entry is handled as its one-group
+// frame's refusal. A server before the op gets a frame a group.
 
-import { retryable } from './conn.js';
+import { retryable, ProtocolError } from './conn.js';
+import { CURSORS_PER } from './pace.js';
+import * as frames from './frames.js';
 
 const ACK_EVERY = 10;
 const INTERVAL = 1000;
@@ -72,7 +79,10 @@ export class Cursors {
     if (this.flushing || !this.chat.online) return;
     this.flushing = true;
     try {
-      const now = Date.now();
+      // In cursors frames, the acks and reads due within half an interval
+      // go with those due now: early, they cost nothing more.
+      const batched = this.chat.conn.maxCursors > 0;
+      const now = Date.now() + (batched ? INTERVAL / 2 : 0);
       const acks = [];
       const reads = [];
       for (const g of this.chat.groups.values()) {
@@ -92,8 +102,12 @@ export class Cursors {
           g.readDue = 0; // read already, here or on another device
         }
       }
-      await Promise.all(acks.map(([g, upto]) => this.send('ack', g, upto)));
-      await Promise.all(reads.map(([g, upto]) => this.send('read', g, upto)));
+      if (batched) {
+        await this.sendBatched([...acks.map(([g, upto]) => ['ack', g, upto]), ...reads.map(([g, upto]) => ['read', g, upto])]);
+      } else {
+        await Promise.all(acks.map(([g, upto]) => this.send('ack', g, upto)));
+        await Promise.all(reads.map(([g, upto]) => this.send('read', g, upto)));
+      }
     } finally {
       this.flushing = false;
       this.schedule();
@@ -101,9 +115,69 @@ export class Cursors {
   }
 
   async send(op, g, upto) {
-    const chat = this.chat;
     try {
-      await chat.paced({ op, gid: g.gid, upto });
+      await this.chat.paced({ op, gid: g.gid, upto });
+    } catch (e) {
+      return this.settle(op, g, upto, e);
+    }
+    this.settle(op, g, upto, null);
+  }
+
+  // sendBatched sends entries ([op, g, upto]) in cursors frames of at most
+  // the server's max_cursors entries, within its frame limit (six times
+  // its body limit and 4 KiB).
+  async sendBatched(entries) {
+    const conn = this.chat.conn;
+    const room = 6 * (conn.maxBody || 16384) + 4096 - 512;
+    const batches = [];
+    let cur = [];
+    let size = 0;
+    for (const e of entries) {
+      const n = 45 + e[1].gid.length; // {"gid":"…","upto":…}, gids are ASCII
+      if (cur.length > 0 && (cur.length === conn.maxCursors || size + n > room)) {
+        batches.push(cur);
+        cur = [];
+        size = 0;
+      }
+      cur.push(e);
+      size += n;
+    }
+    if (cur.length > 0) batches.push(cur);
+    await Promise.all(batches.map((b) => this.sendFrame(b)));
+  }
+
+  // sendFrame sends entries in one cursors frame, charged to the budget
+  // one frame and one more per CURSORS_PER entries, as the gateway
+  // charges it, and settles each as its answer says.
+  async sendFrame(entries) {
+    const chat = this.chat;
+    const acks = [];
+    const reads = [];
+    for (const [op, g, upto] of entries) (op === 'ack' ? acks : reads).push({ gid: g.gid, upto });
+    const frame = { op: 'cursors' };
+    if (acks.length > 0) frame.acks = acks;
+    if (reads.length > 0) frame.reads = reads;
+    let f;
+    try {
+      f = await chat.paced(frame, false, () => chat.pace.charge(Math.floor(entries.length / CURSORS_PER)));
+    } catch (e) {
+      // Refused whole: retried as each entry would be, or reported once.
+      if (!retryable(e)) return chat.failed('cursors', e);
+      for (const [op, g, upto] of entries) this.settle(op, g, upto, e);
+      return;
+    }
+    const refused = frames.refused(f.refused);
+    for (const [op, g, upto] of entries) {
+      const r = refused.get(`${op} ${g.gid}`);
+      this.settle(op, g, upto, r ? new ProtocolError(r.code, r.message) : null);
+    }
+  }
+
+  // settle records the answer to op of g up to upto: taken (e null), or
+  // refused with e.
+  settle(op, g, upto, e) {
+    const chat = this.chat;
+    if (!e) {
       chat.retakeEnded(g);
       if (op === 'ack') {
         chat.stats.acks++;
@@ -113,15 +187,15 @@ export class Cursors {
         g.read = Math.max(g.read, upto);
         if (!g.opened) chat.syncSoon(); // its badge counted what this read
       }
-    } catch (e) {
-      if (e.code === 'beyond_head') {
-        if (upto <= g.contig) chat.retake(g); // else taken up again already
-        return;
-      }
-      if (!retryable(e)) return chat.failed(op, e);
-      const due = Date.now() + INTERVAL;
-      if (op === 'ack') g.ackDue ||= due;
-      else g.readDue ||= due;
+      return;
     }
+    if (e.code === 'beyond_head') {
+      if (upto <= g.contig) chat.retake(g); // else taken up again already
+      return;
+    }
+    if (!retryable(e)) return chat.failed(op, e);
+    const due = Date.now() + INTERVAL;
+    if (op === 'ack') g.ackDue ||= due;
+    else g.readDue ||= due;
   }
 }

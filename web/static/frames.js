@@ -89,6 +89,22 @@ export function groups(gs) {
   return out;
 }
 
+// refused are the refused entries of an ok answering a cursors frame: a
+// map from "op gid" (op ack or read) to the entry's code and message, as
+// errorText has them. An entry of another shape is dropped (warned): its
+// ack or read counts as taken, and a lost one is only sent again later.
+export function refused(v) {
+  const out = new Map();
+  for (const r of list(v, 'the refused entries of an ok')) {
+    if (!isObject(r) || (r.op !== 'ack' && r.op !== 'read') || !isGid(r.gid)) {
+      dropped('a refused entry of an ok', r);
+      continue;
+    }
+    out.set(`${r.op} ${r.gid}`, errorText(r));
+  }
+  return out;
+}
+
 // names are the members named in a readers answer's list v.
 export function names(v) {
   return list(v, 'readers').filter((n) => {

@@ -14,9 +14,11 @@ const BURST = 20;
 const INFLIGHT = 6;
 // What the gateway charges an answer beyond its request's frame
 // (gateway/receipts.go, extraFrames): a frame for each SYNC_PER groups a
-// sync lists, and for each WHO_READ_PER ids who read lists.
+// sync lists, for each WHO_READ_PER ids who read lists, and for each
+// CURSORS_PER acks and reads a cursors frame carries.
 export const SYNC_PER = 100;
 export const WHO_READ_PER = 500;
+export const CURSORS_PER = 100;
 
 export class Pacer {
   constructor(rate = RATE, burst = BURST, inflight = INFLIGHT) {
@@ -50,7 +52,8 @@ export class Pacer {
   // charge takes n frames more from the budget, into debt if need be: an
   // answer the server charged as several frames (a sync, one more for
   // each SYNC_PER groups it lists; who read, one more for each WHO_READ_PER
-  // ids), so that what follows keeps to the server's rate.
+  // ids), or a request (a cursors frame, one more for each CURSORS_PER
+  // entries), so that what follows keeps to the server's rate.
   charge(n) {
     if (n <= 0) return;
     this.refill();
