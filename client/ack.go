@@ -201,10 +201,15 @@ func (c *Client) flushRound(ctx context.Context, all bool) (left int, err error)
 // left due.
 func (c *Client) dueCursors(all bool, budget int) (acks, reads []cursorUpdate, left int, s *session) {
 	now := time.Now()
-	due := func(t time.Time) bool { return !t.IsZero() && !now.Before(t) }
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s = c.sess
+	if s != nil && s.maxCursors > 0 {
+		// In cursors frames, those due within half an interval go with
+		// those due now: early, they cost nothing more.
+		now = now.Add(c.cfg.AckInterval / 2)
+	}
+	due := func(t time.Time) bool { return !t.IsZero() && !now.Before(t) }
 	// Only the groups with an ack or read due can have one to send, but
 	// for Close's flush (all), which sends whatever is owed: a round of
 	// the ack loop, made at every delivery to a group with none due yet,

@@ -49,8 +49,8 @@
 // refused as rate_limited are sent again after AckInterval, and go to
 // OnError as one error, once until an ack or read is accepted. A server
 // whose authed frame says max_cursors takes the acks and reads of many
-// groups in one cursors frame: the due ones go in as few as its limit
-// allows, each charged one frame and one more per 100 entries, as the
+// groups in one cursors frame: the due ones (and those due within half
+// an AckInterval) go in as few as its limit allows, each charged one frame and one more per 100 entries, as the
 // gateway charges it; a server before it gets a frame a group.
 //
 // A new Client starts each group at the member's ack cursor from the server
