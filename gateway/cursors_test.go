@@ -148,3 +148,23 @@ func TestACursorsFrameOverTheLimitIsRefusedWhole(t *testing.T) {
 		t.Errorf("refused frames wrote %d records", n)
 	}
 }
+
+// Over HTTP, POST /v1/cursors takes the same entries and answers the same.
+func TestCursorsOverHTTP(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.memberOf(2, "alice")
+	st, out := e.http("POST", "/v1/cursors", e.token("alice"), map[string]any{
+		"acks": entries(2, "team-0", "team-1", "nobodys"), "reads": entries(2, "team-0")})
+	if st != 200 || out["op"] != protocol.OpOK {
+		t.Fatalf("POST /v1/cursors: %d %v", st, out)
+	}
+	refused, _ := out["refused"].([]any)
+	if len(refused) != 1 || refused[0].(map[string]any)["gid"] != "nobodys" || refused[0].(map[string]any)["code"] != string(protocol.CodeNotMember) {
+		t.Fatalf("refused %v, want the ack of nobodys as not_member", out["refused"])
+	}
+	waitFor(t, "the acks and the read projected", 20*time.Second, func() bool {
+		a, _ := e.redis.CursorState(context.Background(), "team-0", "alice", nil)
+		b, _ := e.redis.CursorState(context.Background(), "team-1", "alice", nil)
+		return a.Ack == 2 && a.Read == 2 && b.Ack == 2
+	})
+}
