@@ -126,3 +126,55 @@ func TestMemberCursorsReportsAFailedCount(t *testing.T) {
 		t.Fatalf("MemberCursors over a window Redis cannot count = %+v, nil; want the WRONGTYPE error", cur["g1"])
 	}
 }
+
+// CursorStates reads the groups of a cursors frame in one round trip, and
+// answers for each what CursorState answers for it alone: a member's
+// head and cursors, one who never joined as none, one who left with the
+// leave.
+func TestCursorStatesAnswerAsCursorStateInOneRoundTrip(t *testing.T) {
+	srv := testserver.NewRedis(t)
+	ctx := context.Background()
+	counted := &countPipelines{}
+	rc := newServerClient(t, srv)
+	w := newTestRedis(t, rc, RedisConfig{WindowSize: 5})
+	appendAll(t, w, append(batchOf("g1", span(0, 4)...), batchOf("g2", span(5, 6)...)...)...)
+	if err := w.ApplyMembers(ctx, []schema.Member{
+		{Gid: "g1", Uid: "bob", Op: schema.OpJoin, Pos: -1}, {Gid: "g2", Uid: "bob", Op: schema.OpJoin, Pos: -1},
+		{Gid: "g2", Uid: "bob", Op: schema.OpLeave, Pos: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.AdvanceReads(ctx, []schema.Receipt{{Gid: "g1", Uid: "bob", Upto: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	gids := []string{"g1", "g2", "g3"}
+	var asks []CursorAsk
+	for _, g := range gids {
+		asks = append(asks, CursorAsk{Gid: g})
+	}
+	rc.AddHook(counted)
+	sts, errs := w.CursorStates(ctx, "bob", asks)
+	if counted.n != 1 {
+		t.Errorf("%d round trips for %d groups, want 1", counted.n, len(gids))
+	}
+	for i, g := range gids {
+		want, err := w.CursorState(ctx, g, "bob", nil)
+		if err != nil || errs[i] != nil || sts[i] != want {
+			t.Errorf("%s: CursorStates %+v, %v; CursorState %+v, %v", g, sts[i], errs[i], want, err)
+		}
+	}
+	if sts[0].Read != 2 || sts[1].Member.State != MemberLeft || sts[2].Member.State != MemberNone {
+		t.Errorf("states %+v: want g1 read 2, g2 left, g3 none", sts)
+	}
+}
+
+// countPipelines counts the pipelines of a client.
+type countPipelines struct{ n int }
+
+func (*countPipelines) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (*countPipelines) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (c *countPipelines) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.n++
+		return next(ctx, cmds)
+	}
+}
