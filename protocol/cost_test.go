@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// The web page keeps its own copy of what a sync and a who_read answer
-// cost (JavaScript cannot import these constants): a page that charged
+// The web page keeps its own copy of what a sync and a who_read answer,
+// and a cursors frame, cost (JavaScript cannot import these constants): a page that charged
 // less than the gateway would have its frames, sends among them, refused
 // as rate_limited.
 func TestTheWebPageChargesAnswersAsTheGatewayDoes(t *testing.T) {
@@ -16,7 +16,7 @@ func TestTheWebPageChargesAnswersAsTheGatewayDoes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]int{"SYNC_PER": SyncPer, "WHO_READ_PER": WhoReadPer} {
+	for name, want := range map[string]int{"SYNC_PER": SyncPer, "WHO_READ_PER": WhoReadPer, "CURSORS_PER": CursorsPer} {
 		if line := fmt.Sprintf("export const %s = %d;", name, want); !strings.Contains(string(b), line) {
 			t.Errorf("web/static/pace.js does not say %q, as protocol's cost.go has it", line)
 		}
