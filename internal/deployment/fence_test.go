@@ -277,3 +277,30 @@ func TestAnEmptyRedisFollowsAnEmbeddedOne(t *testing.T) {
 		t.Fatalf("chatd dev on a new embedded Redis again: %v", err)
 	}
 }
+
+// A role whose Kafka client looked at the brokers before another role
+// made chat.deployment reads the record all the same: the client's view
+// of the topics lags the brokers' by up to its metadata's lifetime.
+func TestARecordMadeByAnotherRoleIsReadAtOnce(t *testing.T) {
+	ctx := context.Background()
+	b := testserver.NewBroker(t)
+	k1, done1 := topics.NewClient([]string{b.Addr()}, topics.Security{}, 10*time.Second)
+	t.Cleanup(done1)
+	k2, done2 := topics.NewClient([]string{b.Addr()}, topics.Security{}, 10*time.Second)
+	t.Cleanup(done2)
+	s := realRedis(t)
+	if rec, err := Read(ctx, k1); err != nil || rec != nil {
+		t.Fatalf("before any role: %+v, %v; want no record", rec, err)
+	}
+	id, err := Check(ctx, s.cfg(k2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := Read(ctx, k1)
+	if err != nil || rec == nil || rec.RedisID != id {
+		t.Fatalf("the record another role made, read by a client that looked before: %+v, %v; want Redis %s", rec, err, id)
+	}
+	if got, err := Check(ctx, s.cfg(k1)); err != nil || got != id {
+		t.Fatalf("a role whose client looked before: %q, %v; want %s", got, err, id)
+	}
+}

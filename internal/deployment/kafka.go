@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
 )
 
 // Topic holds the deployment's Record: compacted, one partition, key
@@ -41,10 +42,14 @@ func Read(ctx context.Context, client *kafka.Client) (*Record, error) {
 	}
 	var last []byte
 	for off := p.FirstOffset; off < p.LastOffset; {
-		res, err := client.Fetch(ctx, &kafka.FetchRequest{Topic: Topic, Offset: off, MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 100 * time.Millisecond})
-		if err == nil {
-			err = res.Error
-		}
+		var res *kafka.FetchResponse
+		err := untilKnown(ctx, func() error {
+			var err error
+			if res, err = client.Fetch(ctx, &kafka.FetchRequest{Topic: Topic, Offset: off, MinBytes: 1, MaxBytes: 1 << 20, MaxWait: 100 * time.Millisecond}); err == nil {
+				err = res.Error
+			}
+			return err
+		})
 		if err != nil {
 			return nil, fmt.Errorf("deployment: read %s at %d: %w", Topic, off, err)
 		}
@@ -97,24 +102,45 @@ func Write(ctx context.Context, client *kafka.Client, r Record, replicas int) er
 	if err := create(ctx, client, replicas); err != nil {
 		return err
 	}
-	// A topic just made may have no leader for a moment.
-	for attempt := 0; ; attempt++ {
+	err := untilKnown(ctx, func() error {
 		res, err := client.Produce(ctx, &kafka.ProduceRequest{Topic: Topic, RequiredAcks: kafka.RequireAll,
 			Records: kafka.NewRecordReader(kafka.Record{Key: kafka.NewBytes([]byte(recordKey)), Value: kafka.NewBytes(r.Encode())})})
 		if err == nil {
 			err = res.Error
 		}
-		if err == nil {
-			return nil
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("deployment: write %s: %w", Topic, err)
+	}
+	return nil
+}
+
+// knownWait bounds how long untilKnown waits: longer than the metadata
+// lifetime of a kafka-go transport (6 s by default).
+const knownWait = 15 * time.Second
+
+// untilKnown runs f again while it fails for want of the topic: a topic
+// just made has no leader for a moment, and a client that looked at the
+// brokers before another role made it routes nothing to it until its
+// metadata is renewed.
+func untilKnown(ctx context.Context, f func() error) error {
+	until := time.Now().Add(knownWait)
+	for {
+		err := f()
+		if err == nil || !unknownTopic(err) || time.Now().After(until) {
+			return err
 		}
-		if attempt == 20 || ctx.Err() != nil {
-			return fmt.Errorf("deployment: write %s: %w", Topic, err)
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(250 * time.Millisecond):
+		if !sleep(ctx, 250*time.Millisecond) {
+			return err
 		}
 	}
+}
+
+func unknownTopic(err error) bool {
+	return errors.Is(err, protocol.ErrNoTopic) || errors.Is(err, protocol.ErrNoPartition) ||
+		errors.Is(err, kafka.UnknownTopicOrPartition) || errors.Is(err, kafka.LeaderNotAvailable) ||
+		errors.Is(err, kafka.NotLeaderForPartition)
 }
 
 func create(ctx context.Context, client *kafka.Client, replicas int) error {
