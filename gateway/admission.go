@@ -14,10 +14,12 @@ import (
 // window): it grows by one for every bound's worth of sends that took less
 // than the target, and halves when a send took longer, at most once per
 // target, so that one slow moment is one halving. It stays within
-// [minSending, max].
+// [minSending, max]. While clients catch up (catchUp), their bound is
+// halved first: the sends' is halved only once theirs is at its floor.
 type admission struct {
-	target time.Duration // <=0: no bound
-	max    float64
+	target  time.Duration // <=0: no bound
+	max     float64
+	catchUp *catchUp // takes the halvings first, and grows with the sends on time; nil: none
 
 	mu      sync.Mutex
 	limit   float64
@@ -56,9 +58,15 @@ func (a *admission) leave(took time.Duration) {
 	a.sending--
 	if took <= a.target {
 		a.limit = min(a.max, a.limit+1/a.limit)
+		if a.catchUp != nil {
+			a.catchUp.onTime()
+		}
 		return
 	}
 	if now := time.Now(); now.Sub(a.cut) >= a.target {
+		if a.catchUp != nil && a.catchUp.yield(now) {
+			return
+		}
 		a.limit = max(minSending, a.limit/2)
 		a.cut = now
 	}

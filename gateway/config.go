@@ -68,6 +68,13 @@ type Config struct {
 	// they authenticate (each at most AuthTimeout): past it an upgrade is
 	// refused with 503 overloaded. Default 10,000.
 	MaxAuthenticating int
+	// MaxCatchingUp bounds the work of clients catching up that the
+	// gateway does at once, apart from the sends: connection setups (once
+	// authenticated), syncs and pulls. Past it they wait up to a second,
+	// then are refused as overloaded; the bound gives way below it, down
+	// to 4, while sends take longer than SendTarget (see catchUp).
+	// Default 64; <0 no bound.
+	MaxCatchingUp int
 	// MaxConnsPerUser bounds the connections of one user to this gateway
 	// (devices, browser tabs); past it a connection is refused. Default 32.
 	MaxConnsPerUser int
@@ -118,6 +125,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxSending == 0 {
 		c.MaxSending = 1024
+	}
+	if c.MaxCatchingUp == 0 {
+		c.MaxCatchingUp = 64
 	}
 	if c.QueueSize == 0 {
 		c.QueueSize = 512
@@ -185,6 +195,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("gateway: dev tokens would live %v, past the max token TTL of %v that the gateway takes; lower TokenTTL", c.TokenTTL, c.MaxTokenTTL)
 	case c.MaxSending < minSending:
 		return fmt.Errorf("gateway: max sending %d is below the floor of %d", c.MaxSending, minSending)
+	case c.MaxCatchingUp > 0 && c.MaxCatchingUp < minCatchingUp:
+		return fmt.Errorf("gateway: max catching up %d is below the floor of %d (or negative: no bound)", c.MaxCatchingUp, minCatchingUp)
 	}
 	// The loops tick at a fraction of these (a ticker panics on zero), and
 	// a write or an auth given no time at all cuts every client.

@@ -34,6 +34,7 @@ const (
 	refusedUserConns      = "user_conns"     // the user had MaxConnsPerUser connections here: 4029
 	refusedPresence       = "presence"       // the user's presence could not be written: 1013
 	refusedStarting       = "starting"       // Run did not get this node's pushes yet: 503
+	refusedCatchingUp     = "catching_up"    // no place among the clients catching up (catchUp) within catchUpWait: overloaded, 1013
 )
 
 // A push frame carries at most maxPushBatch queued messages and stops
@@ -199,6 +200,15 @@ func (g *Gateway) runConn(ws *websocket.Conn, sb *smallBuffers, token string) {
 	}
 	uid, id, perr := c.authenticate(token)
 	closeCode := CloseUnauthenticated
+	// The connection's setup (its user's presence) takes a place among
+	// the clients catching up, as its sync and pulls will: a gateway's
+	// clients all coming back at once wait their turn, or come back later.
+	setup := perr == nil && g.catchUp.enter(c.ctx)
+	if perr == nil && !setup {
+		perr, closeCode = protocol.Errorf(protocol.CodeOverloaded, "the server has more clients catching up than it can take in time; reconnect after a back-off"), websocket.StatusTryAgainLater
+		g.metrics.catchUpRefused.Add(1)
+		g.cfg.Metrics.Refused(refusedCatchingUp)
+	}
 	if perr == nil {
 		if g.hub.admit(uid, g.cfg.MaxConnsPerUser) {
 			c.writeNow(protocol.Marshal(protocol.Authed{Op: protocol.OpAuthed, ID: id, Uid: uid, MaxBody: g.cfg.MaxBody, MaxCursors: protocol.MaxCursors}))
@@ -210,6 +220,9 @@ func (g *Gateway) runConn(ws *websocket.Conn, sb *smallBuffers, token string) {
 	g.authing.Delete(c)
 	g.authN.Add(-1)
 	if perr != nil {
+		if setup {
+			g.catchUp.leave()
+		}
 		if perr != errAnswered && !c.closing() {
 			c.writeNow(perr.Frame(id))
 			c.close(closeCode, string(perr.Code)+": "+perr.Message)
@@ -221,6 +234,7 @@ func (g *Gateway) runConn(ws *websocket.Conn, sb *smallBuffers, token string) {
 	c.uid = uid
 	c.heard.Store(true) // before connect: pingConns may ping it from then on
 	g.connect(c)
+	g.catchUp.leave()
 	c.coverFrom(g.since()) // after the presence: the fan-out may have missed it before
 	if g.closing.Load() {
 		// Shutdown began as it authenticated, and may have listed the

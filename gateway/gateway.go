@@ -27,6 +27,7 @@ type Gateway struct {
 	pingSlot  atomic.Int64 // the last connection's (pingConns)
 	metrics   Metrics
 	admit     *admission
+	catchUp   *catchUp     // connection setups, syncs and pulls: apart from admit's sends
 	sends     userBuckets  // users' send rates: their connections' and HTTP sends together
 	httpUsers httpUsers    // users' HTTP requests: their rate, and those in hand
 	authing   sync.Map     // *conn → true: connections authenticating
@@ -68,7 +69,7 @@ type Gateway struct {
 
 // Metrics are the gateway's counters since start.
 type Metrics struct {
-	conns, sends, acks, reads, pulls, pushes, slowCut, overloaded, resyncs, authRefused, presenceRefused atomic.Int64
+	conns, sends, acks, reads, pulls, pushes, slowCut, overloaded, resyncs, authRefused, presenceRefused, catchUpRefused atomic.Int64
 }
 
 // Snapshot is a copy of the counters.
@@ -79,13 +80,16 @@ type Snapshot struct {
 	Resyncs                                           int64 // resync frames sent
 	AuthRefused                                       int64 // upgrades refused: MaxAuthenticating connections were authenticating
 	PresenceRefused                                   int64 // connections closed (1013) as their user's presence could not be written
+	CatchUpBound                                      int   // the bound of connection setups, syncs and pulls now
+	CatchUpRefused                                    int64 // connection setups, syncs and pulls refused as overloaded: no place within catchUpWait
 }
 
 // Stats returns the counters.
 func (g *Gateway) Stats() Snapshot {
 	m := &g.metrics
 	return Snapshot{m.conns.Load(), m.sends.Load(), m.acks.Load(), m.reads.Load(), m.pulls.Load(), m.pushes.Load(), m.slowCut.Load(),
-		m.overloaded.Load(), g.admit.bound(), m.resyncs.Load(), m.authRefused.Load(), m.presenceRefused.Load()}
+		m.overloaded.Load(), g.admit.bound(), m.resyncs.Load(), m.authRefused.Load(), m.presenceRefused.Load(),
+		g.catchUp.bound(), m.catchUpRefused.Load()}
 }
 
 // New checks cfg and returns a Gateway.
@@ -94,10 +98,12 @@ func New(cfg Config) (*Gateway, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.Metrics.Gateway([]string{refusedAuthenticating, refusedUserConns, refusedPresence, refusedStarting},
+	cfg.Metrics.Gateway([]string{refusedAuthenticating, refusedUserConns, refusedPresence, refusedStarting, refusedCatchingUp},
 		[]string{protocol.ResyncPushRoute, protocol.ResyncLateStore, protocol.ResyncPresence})
+	admit, catchUp := newAdmission(cfg.SendTarget, cfg.MaxSending), newCatchUp(cfg.SendTarget, cfg.MaxCatchingUp)
+	admit.catchUp = catchUp
 	return &Gateway{cfg: cfg, log: cfg.Logger.With("node", cfg.Node), hub: newHub(),
-		admit: newAdmission(cfg.SendTarget, cfg.MaxSending), instance: newInstance(), epoch: time.Now(),
+		admit: admit, catchUp: catchUp, instance: newInstance(), epoch: time.Now(),
 		reads: newCoverReads(cfg), presenceLag: presenceLag, syncReads: make(chan struct{}, syncReadSlots(cfg.Redis.Client())), resyncAsk: make(chan string, 1), presenceKick: make(chan struct{}, 1), pace: resyncPace{resyncBurst, resyncTick}}, nil
 }
 

@@ -30,10 +30,8 @@ func (g *Gateway) do(ctx context.Context, uid string, r *protocol.Request) (any,
 		return g.cursor(ctx, uid, r)
 	case protocol.OpCursors:
 		return g.cursors(ctx, uid, r)
-	case protocol.OpPull:
-		return g.pull(ctx, uid, r)
-	case protocol.OpSync:
-		return g.sync(ctx, uid, r)
+	case protocol.OpPull, protocol.OpSync:
+		return g.catchingUp(ctx, uid, r)
 	case protocol.OpReadCounts:
 		return g.readCounts(ctx, uid, r)
 	case protocol.OpWhoRead:

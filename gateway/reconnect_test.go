@@ -198,8 +198,8 @@ func TestReconnectsDoNotStarveSteadySends(t *testing.T) {
 	close(stop)
 	steady.Wait()
 	during := sent.Load() - before
-	t.Logf("%d of %d steady sends refused as overloaded during a reconnect of %d clients (%d refused otherwise, first %v); all caught up in %v; the send bound ended at %d",
-		overloaded.Load(), during, reconnN, otherRefused.Load(), firstOther.Load(), took.Round(time.Millisecond), g.Stats().SendBound)
+	t.Logf("%d of %d steady sends refused as overloaded during a reconnect of %d clients (%d refused otherwise, first %v); all caught up in %v; the send bound ended at %d; %d setups, syncs and pulls told to come back",
+		overloaded.Load(), during, reconnN, otherRefused.Load(), firstOther.Load(), took.Round(time.Millisecond), g.Stats().SendBound, g.Stats().CatchUpRefused)
 	if took > caughtUp {
 		t.Errorf("the reconnecting clients took %v to catch up; want within %v", took, caughtUp)
 	}
