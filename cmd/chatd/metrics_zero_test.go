@@ -83,7 +83,7 @@ func TestTheWatchedCountersAreServedFromTheStart(t *testing.T) {
 		name, label string
 		values      []string
 	}{
-		{"chat_connections_refused_total", "reason", []string{"authenticating", "presence", "starting", "user_conns"}},
+		{"chat_connections_refused_total", "reason", []string{"authenticating", "catching_up", "presence", "starting", "user_conns"}},
 		{"chat_resyncs_total", "reason", []string{"late_store", "presence", "push_route"}},
 		{"chat_consumer_retries_total", "group", groups},
 		{"chat_consumer_records_total", "group", groups},

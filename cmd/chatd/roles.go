@@ -98,7 +98,7 @@ func (st *stack) addGateway() error {
 		Secret: []byte(secret), AdminToken: admin, DevTokens: dev,
 		Node: st.s.NodeID, AllowedOrigins: list(st.s.AllowedOrigins), MaxBody: st.s.MaxBody,
 		MaxTokenTTL: st.s.MaxTokenTTL, MaxAuthenticating: st.s.MaxAuthing, WriteTimeout: st.s.HTTPWriteTimeout,
-		Logger: st.log, Metrics: st.metrics,
+		MaxCatchingUp: st.s.MaxCatchingUp, Logger: st.log, Metrics: st.metrics,
 	})
 	if err != nil {
 		return err

@@ -54,6 +54,7 @@ type settings struct {
 	MaxBody          int
 	MaxTokenTTL      time.Duration
 	MaxAuthing       int
+	MaxCatchingUp    int
 	DebugAddr        string
 	MetricsAddr      string
 
@@ -145,6 +146,7 @@ var allSettings = []setting{
 	{"metrics-addr", "CHAT_METRICS_ADDR", "", "listen address of /metrics apart from the HTTP address, which then serves none; empty: /metrics on the HTTP address", "all", str(func(s *settings) *string { return &s.MetricsAddr })},
 	{"max-token-ttl", "CHAT_MAX_TOKEN_TTL", "720h", "longest life a client token may have left: a token whose exp is further away is refused (bad_token); issue tokens within it", "all", dur(func(s *settings) *time.Duration { return &s.MaxTokenTTL })},
 	{"max-authenticating", "CHAT_MAX_AUTHENTICATING", "10000", "WebSockets a gateway holds before they authenticate; past it an upgrade is refused with 503 overloaded", "all", num(func(s *settings) *int { return &s.MaxAuthing })},
+	{"max-catching-up", "CHAT_MAX_CATCHING_UP", "64", "connection setups, syncs and pulls a gateway works on at once, apart from its sends; past it they wait up to 1 s, then are refused as overloaded (fewer, down to 4, while sends are slow); -1: no bound", "all", num(func(s *settings) *int { return &s.MaxCatchingUp })},
 	{"max-body", "CHAT_MAX_BODY", "16384", "largest message body in bytes", "all", num(func(s *settings) *int { return &s.MaxBody })},
 	{"log-level", "CHAT_LOG_LEVEL", "info", "debug, info, warn or error", "all", str(func(s *settings) *string { return &s.LogLevel })},
 	{"log-format", "CHAT_LOG_FORMAT", "text", "text or json", "all", str(func(s *settings) *string { return &s.LogFormat })},
@@ -274,6 +276,9 @@ func (s *settings) validate(role string) error {
 	}
 	if s.MaxAuthing < 1 {
 		return fmt.Errorf("max-authenticating must be a whole number >= 1 (CHAT_MAX_AUTHENTICATING); use e.g. 10000")
+	}
+	if s.MaxCatchingUp < 4 && s.MaxCatchingUp != -1 {
+		return fmt.Errorf("max-catching-up must be a whole number >= 4, or -1 for no bound (CHAT_MAX_CATCHING_UP); use e.g. 64")
 	}
 	if s.MaxBody < 1 || s.MaxBody > producers.MaxBody {
 		return fmt.Errorf("max-body must be 1 to %d bytes (CHAT_MAX_BODY): what one Kafka record batch carries by default", producers.MaxBody)
