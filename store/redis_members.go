@@ -206,8 +206,8 @@ return out
 //
 // Replaying the same events in the same order, or any suffix of them, gives
 // the same state. It writes the group's member hash and the users' group
-// index: one script call per group, then one HSET per user, each step
-// pipelined.
+// index, with its count of groups joined: one script call per group, then
+// one per user, each step pipelined.
 func (r *Redis) ApplyMembers(ctx context.Context, ms []schema.Member) error {
 	return r.ApplyMembersAt(ctx, ms, nil, 0)
 }
@@ -265,12 +265,7 @@ func (r *Redis) ApplyMembersAt(ctx context.Context, ms []schema.Member, offsets 
 			users[out[k]] = append(users[out[k]], gid, out[k+1])
 		}
 	}
-	err = r.execPipe(ctx, func(p redis.Pipeliner) {
-		for uid, fields := range users {
-			p.HSet(ctx, userGroupsKey(uid), fields...)
-		}
-	})
-	if err != nil {
+	if err := r.writeUserIndexes(ctx, users); err != nil {
 		return fmt.Errorf("store: apply members: user index: %w", err)
 	}
 	return nil
@@ -422,8 +417,17 @@ func (r *Redis) memberships(ctx context.Context, key string) (map[string]Members
 	if err != nil {
 		return nil, err
 	}
+	return parseMemberships(h)
+}
+
+// parseMemberships reads a member hash or a user index, skipping the
+// index's count (joinedField).
+func parseMemberships(h map[string]string) (map[string]Membership, error) {
 	all := make(map[string]Membership, len(h))
 	for k, v := range h {
+		if k == joinedField {
+			continue
+		}
 		m, err := parseMembership(v)
 		if err != nil {
 			return nil, fmt.Errorf("%q: %w", k, err)
