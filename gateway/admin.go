@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/groupchat/chatd/producers"
 	"github.com/groupchat/chatd/protocol"
@@ -168,6 +170,9 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 		}
 		named[uid] = true
 	}
+	if perr := g.withinGroupsLimit(ctx, join); perr != nil {
+		return nil, perr
+	}
 	// A place is reserved for each join before it is written, counted
 	// with the members until the projector has it: another add meanwhile,
 	// here or through chatctl, counts it. A retry within the projection's
@@ -206,6 +211,43 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 		g.log.Warn("cannot clear the notes of leaves that joins followed", "gid", gid, "err", err)
 	}
 	return map[string]any{"gid": gid, "added": added}, nil
+}
+
+// withinGroupsLimit refuses the joins of uids, all of them, when one of
+// the users is in MaxGroupsPerUser groups already: an add is done whole or
+// not at all, as when it would pass the group's limit of members. The
+// counts are those the member projector keeps (one field a user): adds of
+// one user made within the projector's lag of one another (a second, as a
+// rule) may pass the limit by the joins not yet projected.
+func (g *Gateway) withinGroupsLimit(ctx context.Context, uids []string) *protocol.Error {
+	if len(uids) == 0 {
+		return nil
+	}
+	n, err := g.cfg.Redis.GroupCounts(ctx, uids)
+	if err != nil {
+		return g.unavailable("membership", err)
+	}
+	// Counts read while the memberships are rebuilt may be short.
+	if perr := g.rebuildingAny(ctx); perr != nil {
+		return perr
+	}
+	var full []string
+	for i, uid := range uids {
+		if n[i] >= int64(g.cfg.MaxGroupsPerUser) {
+			full = append(full, uid)
+		}
+	}
+	if len(full) == 0 {
+		return nil
+	}
+	names := strings.Join(full[:min(len(full), 10)], ", ")
+	if len(full) > 10 {
+		names += fmt.Sprintf(" and %d more", len(full)-10)
+	}
+	return protocol.Errorf(protocol.CodeInvalid, "%s %s in %d groups already, the most a user may be in (CHAT_MAX_GROUPS_PER_USER); nothing was added: "+
+		"remove %s from a group first, add the others without %s, or raise CHAT_MAX_GROUPS_PER_USER on every gateway",
+		names, map[bool]string{true: "is", false: "are"}[len(full) == 1], g.cfg.MaxGroupsPerUser,
+		map[bool]string{true: "them", false: "each"}[len(full) == 1], map[bool]string{true: "them", false: "those"}[len(full) == 1])
 }
 
 // joinBatch is how many joins of an add are written at once.

@@ -348,56 +348,6 @@ func pageCut(msgs []protocol.Message, before bool) []protocol.Message {
 	return nil
 }
 
-func (g *Gateway) sync(ctx context.Context, uid string, r *protocol.Request) (any, *protocol.Error) {
-	// Read between two checks, as wholeMembers: a list read while the
-	// member projector replays misses groups, and the client would pull
-	// none of their messages until its next sync.
-	if perr := g.rebuildingAny(ctx); perr != nil {
-		return nil, perr
-	}
-	groups, err := g.cfg.Redis.UserGroups(ctx, uid)
-	if err != nil {
-		return nil, g.unavailable("groups", err)
-	}
-	if perr := g.rebuildingAny(ctx); perr != nil {
-		return nil, perr
-	}
-	gids := make([]string, 0, len(groups))
-	for gid, m := range groups {
-		if m.State != store.MemberNone {
-			gids = append(gids, gid)
-		}
-	}
-	cur, err := g.memberCursors(ctx, uid, gids)
-	if err != nil {
-		return nil, g.unavailable("cursors", err)
-	}
-	left := map[string]leftAt{}
-	for _, gid := range gids {
-		c := cur[gid]
-		if m := c.Membership(groups[gid]); m.State == store.MemberLeft { // a leave written and not yet projected, as pull takes it
-			left[gid] = leftAt{m, c.Head}
-		}
-	}
-	leftHeads := g.leftHeadsOf(ctx, left)
-	out := &protocol.Synced{Op: protocol.OpSynced, ID: r.ID, Groups: make([]protocol.GroupState, 0, len(gids))}
-	for _, gid := range gids {
-		c := cur[gid]
-		m := c.Membership(groups[gid])
-		st := protocol.GroupState{Gid: gid, Head: c.Head, Ack: max(c.Ack, m.JoinedAt), Read: max(c.Read, m.JoinedAt),
-			Unread: c.Unread, UnreadExact: c.UnreadExact}
-		if m.State == store.MemberLeft {
-			st.Left = true
-			st.Head = leftHeads[gid]
-			// Not counted for a group one has left: 0 is a lower bound ("0+").
-			st.Unread, st.UnreadExact = 0, st.Head <= st.Read
-		}
-		out.Groups = append(out.Groups, st)
-	}
-	sortGroups(out.Groups)
-	return out, nil
-}
-
 func toProtocol(m *schema.Message, prev *int64) protocol.Message {
 	return protocol.Message{Gid: m.Gid, MsgID: m.MsgID, Prev: prev, Sender: m.Sender, SentAt: m.SentAt,
 		Cmid: m.ClientMsgID, Body: string(m.Body)}
