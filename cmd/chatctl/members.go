@@ -93,6 +93,9 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 		return err
 	}
 	if op == schema.OpJoin {
+		if err := withinGroupsLimit(ctx, rds, current, uids, c.s.MaxGroups); err != nil {
+			return err
+		}
 		if fresh, err = reserveJoins(ctx, rds, gid, current, uids, c.joinHold); err != nil {
 			return err
 		}
@@ -217,6 +220,36 @@ func reserveJoins(ctx context.Context, rds *store.Redis, gid string, current map
 		}
 	}
 	return fresh, nil
+}
+
+// withinGroupsLimit refuses the whole add when a user it joins is in limit
+// groups already, as a gateway's add is (CHAT_MAX_GROUPS_PER_USER).
+func withinGroupsLimit(ctx context.Context, rds *store.Redis, current map[string]store.Membership, uids []string, limit int) error {
+	var add []string
+	for _, uid := range uids {
+		if current[uid].State != store.MemberJoined && !slices.Contains(add, uid) {
+			add = append(add, uid)
+		}
+	}
+	if len(add) == 0 || limit <= 0 {
+		return nil
+	}
+	n, err := rds.GroupCounts(ctx, add)
+	if err != nil {
+		return err
+	}
+	var full []string
+	for i, uid := range add {
+		if n[i] >= int64(limit) {
+			full = append(full, uid)
+		}
+	}
+	if len(full) > 0 {
+		return fmt.Errorf("%s in %d groups already, the most a user may be in (CHAT_MAX_GROUPS_PER_USER, -max-groups-per-user); nothing was added: "+
+			"remove them from a group first (`chatctl members remove GID UID`), add the others without them, or raise the limit here and on every gateway",
+			strings.Join(full, ", "), limit)
+	}
+	return nil
 }
 
 // clearJoins drops the reservations of joins not written.

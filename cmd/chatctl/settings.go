@@ -35,6 +35,7 @@ type settings struct {
 	ClickHouseDB     string
 	ClickHouseUser   string
 	ClickHousePass   string
+	MaxGroups        int // CHAT_MAX_GROUPS_PER_USER
 
 	kafkaSecurity topics.Security // of the Kafka* settings, made by validate
 }
@@ -64,6 +65,7 @@ var allSettings = []setting{
 	{"redis-ca-file", "CHAT_REDIS_CA_FILE", "", "PEM file of the CAs that sign Redis's certificate, trusted instead of the system's; sets redis-tls", strVar(func(s *settings) *string { return &s.RedisCAFile })},
 	{"redis-cert-file", "CHAT_REDIS_CERT_FILE", "", "client certificate (PEM) for Redis when it asks for one (mutual TLS); sets redis-tls", strVar(func(s *settings) *string { return &s.RedisCertFile })},
 	{"redis-key-file", "CHAT_REDIS_KEY_FILE", "", "the private key (PEM) of CHAT_REDIS_CERT_FILE", strVar(func(s *settings) *string { return &s.RedisKeyFile })},
+	{"max-groups-per-user", "CHAT_MAX_GROUPS_PER_USER", "5000", "groups a user may be a member of at once, as the gateways have it (members add / groups create refuse an add past it)", intVar(func(s *settings) *int { return &s.MaxGroups })},
 	{"clickhouse-addrs", "CHAT_CLICKHOUSE_ADDRS", "", "ClickHouse native address(es), host:9000,...", strVar(func(s *settings) *string { return &s.ClickHouseAddrs })},
 	{"clickhouse-database", "CHAT_CLICKHOUSE_DATABASE", "chat", "ClickHouse database", strVar(func(s *settings) *string { return &s.ClickHouseDB })},
 	{"clickhouse-user", "CHAT_CLICKHOUSE_USER", "default", "ClickHouse user", strVar(func(s *settings) *string { return &s.ClickHouseUser })},

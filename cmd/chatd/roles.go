@@ -97,7 +97,7 @@ func (st *stack) addGateway() error {
 		Redis: st.redis, Producer: st.prod, History: st.hist,
 		Secret: []byte(secret), AdminToken: admin, DevTokens: dev,
 		Node: st.s.NodeID, AllowedOrigins: list(st.s.AllowedOrigins), MaxBody: st.s.MaxBody,
-		MaxTokenTTL: st.s.MaxTokenTTL, MaxAuthenticating: st.s.MaxAuthing, WriteTimeout: st.s.HTTPWriteTimeout,
+		MaxTokenTTL: st.s.MaxTokenTTL, MaxAuthenticating: st.s.MaxAuthing, MaxGroupsPerUser: st.s.MaxGroups, WriteTimeout: st.s.HTTPWriteTimeout,
 		MaxCatchingUp: st.s.MaxCatchingUp, Logger: st.log, Metrics: st.metrics,
 	})
 	if err != nil {

@@ -55,6 +55,7 @@ type settings struct {
 	MaxTokenTTL      time.Duration
 	MaxAuthing       int
 	MaxCatchingUp    int
+	MaxGroups        int
 	DebugAddr        string
 	MetricsAddr      string
 
@@ -147,6 +148,7 @@ var allSettings = []setting{
 	{"max-token-ttl", "CHAT_MAX_TOKEN_TTL", "720h", "longest life a client token may have left: a token whose exp is further away is refused (bad_token); issue tokens within it", "all", dur(func(s *settings) *time.Duration { return &s.MaxTokenTTL })},
 	{"max-authenticating", "CHAT_MAX_AUTHENTICATING", "10000", "WebSockets a gateway holds before they authenticate; past it an upgrade is refused with 503 overloaded", "all", num(func(s *settings) *int { return &s.MaxAuthing })},
 	{"max-catching-up", "CHAT_MAX_CATCHING_UP", "64", "connection setups, syncs and pulls a gateway works on at once, apart from its sends; past it they wait up to 1 s, then are refused as overloaded (fewer, down to 4, while sends are slow); -1: no bound", "all", num(func(s *settings) *int { return &s.MaxCatchingUp })},
+	{"max-groups-per-user", "CHAT_MAX_GROUPS_PER_USER", "5000", "groups a user may be a member of at once (a sync reads each, 13-16 us of Redis CPU); an add past it is refused whole", "all", num(func(s *settings) *int { return &s.MaxGroups })},
 	{"max-body", "CHAT_MAX_BODY", "16384", "largest message body in bytes", "all", num(func(s *settings) *int { return &s.MaxBody })},
 	{"log-level", "CHAT_LOG_LEVEL", "info", "debug, info, warn or error", "all", str(func(s *settings) *string { return &s.LogLevel })},
 	{"log-format", "CHAT_LOG_FORMAT", "text", "text or json", "all", str(func(s *settings) *string { return &s.LogFormat })},
@@ -270,6 +272,9 @@ func (s *settings) validate(role string) error {
 	}
 	if s.MaxTokenTTL < time.Minute {
 		return fmt.Errorf("max-token-ttl %v is below 1m (CHAT_MAX_TOKEN_TTL): every token would be refused; use e.g. 720h", s.MaxTokenTTL)
+	}
+	if s.MaxGroups < 1 {
+		return fmt.Errorf("max-groups-per-user must be a whole number >= 1 (CHAT_MAX_GROUPS_PER_USER); use e.g. 5000")
 	}
 	if s.ClickHouseConns < 1 {
 		return fmt.Errorf("clickhouse-conns must be a whole number >= 1 (CHAT_CLICKHOUSE_CONNS); use e.g. 10")
