@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/groupchat/chatd/topics"
@@ -64,4 +66,65 @@ func TestAnAddPastTheGroupsLimitOfAUserIsRefusedWhole(t *testing.T) {
 	}
 	st, out = e.http("POST", "/v1/admin/groups/g1/members", adminToken, map[string]any{"uid": "alice"})
 	refused("add alice back to g1 after the rebuild", st, out)
+}
+
+// A user's limit of groups holds against adds that come together, or
+// within the member projector's lag of one another: each counts the joins
+// of the user the others reserved, not only those projected.
+func TestAddsAtOnceKeepAUsersLimitOfGroups(t *testing.T) {
+	e := newEnv(t, envOpts{tune: func(c *Config) { c.MaxGroupsPerUser = 3 }})
+	e.group("g1", "alice")
+	for _, gid := range []string{"g2", "g3", "g4", "g5", "g6"} {
+		e.group(gid, "bob-"+gid)
+	}
+	e.parts["members"].stop() // the projection lags
+	before := e.topicEndsOf(topics.Members)
+	add := func(gid string) (int, map[string]any) {
+		return e.http("POST", "/v1/admin/groups/"+gid+"/members", adminToken, map[string]any{"uid": "alice"})
+	}
+	if st, out := add("g2"); st != 200 {
+		t.Fatalf("add alice to g2: %d %v", st, out)
+	}
+	var (
+		wg             sync.WaitGroup
+		mu             sync.Mutex
+		added, refused []string
+	)
+	for _, gid := range []string{"g3", "g4", "g5", "g6"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st, out := add(gid)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case st == 200:
+				added = append(added, gid)
+			case st == 400 && strings.Contains(fmt.Sprint(out["message"]), "CHAT_MAX_GROUPS_PER_USER"):
+				refused = append(refused, gid)
+			default:
+				t.Errorf("add alice to %s: %d %v, want 200 or 400 naming CHAT_MAX_GROUPS_PER_USER", gid, st, out)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(added) != 1 || len(refused) != 3 {
+		t.Fatalf("four adds of alice at once, in g1 and being added to g2, limit 3: added to %v, refused %v; want one added", added, refused)
+	}
+	if n := e.topicEndsOf(topics.Members) - before; n != 2 {
+		t.Fatalf("%d joins written, want 2 (g2 and one of the four)", n)
+	}
+	e.runConsumer("members", e.parts["members"].mk)
+	e.waitMembers(added[0], "bob-"+added[0], "alice")
+	e.waitMembers("g2", "bob-g2", "alice")
+	if n, err := e.redis.GroupCounts(context.Background(), []string{"alice"}); err != nil || n[0] != 3 {
+		t.Fatalf("alice's groups, her joins projected: %v %v, want 3", n, err)
+	}
+	if st, out := add(refused[0]); st != 400 {
+		t.Errorf("add alice to %s, at her limit: %d %v, want 400", refused[0], st, out)
+	}
+	e.removeMember("g1", "alice")
+	if st, out := add(refused[0]); st != 200 {
+		t.Errorf("add alice to %s after she left g1: %d %v, want 200", refused[0], st, out)
+	}
 }
