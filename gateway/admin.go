@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/groupchat/chatd/producers"
@@ -170,7 +171,10 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 		}
 		named[uid] = true
 	}
-	if perr := g.withinGroupsLimit(ctx, join); perr != nil {
+	// A place among each user's groups is reserved first, then one in
+	// the group: either refusal writes nothing.
+	held, perr := g.reserveGroups(ctx, gid, join)
+	if perr != nil {
 		return nil, perr
 	}
 	// A place is reserved for each join before it is written, counted
@@ -179,6 +183,7 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 	// lag finds its joins reserved and writes no second one.
 	fresh, perr := g.reserveJoins(ctx, gid, join)
 	if perr != nil {
+		g.clearGroups(ctx, gid, held)
 		return nil, perr
 	}
 	// Once reserved, the joins are written even if the caller goes away: a
@@ -203,6 +208,8 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 		}
 		if _, err := g.cfg.Producer.JoinAll(wctx, gid, uids, "admin"); err != nil {
 			g.dropJoins(ctx, gid, join, fresh, todo[lo])
+			unwritten := unjoined(join, fresh, todo[lo])
+			g.clearGroups(ctx, gid, slices.DeleteFunc(held, func(uid string) bool { return !slices.Contains(unwritten, uid) }))
 			return nil, g.unavailable("membership change", err)
 		}
 		added = append(added, uids...)
@@ -213,41 +220,50 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 	return map[string]any{"gid": gid, "added": added}, nil
 }
 
-// withinGroupsLimit refuses the joins of uids, all of them, when one of
-// the users is in MaxGroupsPerUser groups already: an add is done whole or
-// not at all, as when it would pass the group's limit of members. The
-// counts are those the member projector keeps (one field a user): adds of
-// one user made within the projector's lag of one another (a second, as a
-// rule) may pass the limit by the joins not yet projected.
-func (g *Gateway) withinGroupsLimit(ctx context.Context, uids []string) *protocol.Error {
+// reserveGroups reserves a place in gid among the groups of each user of
+// uids (store.ReserveGroups) and returns those this call reserved. It
+// refuses them all when one is in MaxGroupsPerUser groups already, joined
+// or being added: an add is done whole or not at all, as when it would
+// pass the group's limit of members. Counts read while the memberships are
+// being rebuilt may be short: the reservations are dropped then.
+func (g *Gateway) reserveGroups(ctx context.Context, gid string, uids []string) ([]string, *protocol.Error) {
 	if len(uids) == 0 {
-		return nil
+		return nil, nil
 	}
-	n, err := g.cfg.Redis.GroupCounts(ctx, uids)
+	held, full, err := g.cfg.Redis.ReserveGroups(ctx, gid, uids, g.cfg.MaxGroupsPerUser, g.cfg.JoinHold)
 	if err != nil {
-		return g.unavailable("membership", err)
+		return nil, g.unavailable("membership", err)
 	}
-	// Counts read while the memberships are rebuilt may be short.
-	if perr := g.rebuildingAny(ctx); perr != nil {
-		return perr
-	}
-	var full []string
-	for i, uid := range uids {
-		if n[i] >= int64(g.cfg.MaxGroupsPerUser) {
-			full = append(full, uid)
+	if len(full) > 0 {
+		names := strings.Join(full[:min(len(full), 10)], ", ")
+		if len(full) > 10 {
+			names += fmt.Sprintf(" and %d more", len(full)-10)
 		}
+		one := len(full) == 1
+		return nil, protocol.Errorf(protocol.CodeInvalid, "%s %s in %d groups already (with those being added), the most a user may be in (CHAT_MAX_GROUPS_PER_USER); nothing was added: "+
+			"remove %s from a group first, add the others without %s, or raise CHAT_MAX_GROUPS_PER_USER on every gateway",
+			names, pick(one, "is", "are"), g.cfg.MaxGroupsPerUser, pick(one, "them", "each"), pick(one, "them", "those"))
 	}
-	if len(full) == 0 {
-		return nil
+	if perr := g.rebuildingAny(ctx); perr != nil {
+		g.clearGroups(ctx, gid, held)
+		return nil, perr
 	}
-	names := strings.Join(full[:min(len(full), 10)], ", ")
-	if len(full) > 10 {
-		names += fmt.Sprintf(" and %d more", len(full)-10)
+	return held, nil
+}
+
+// clearGroups drops the reservations of places in gid among the groups of
+// uids, of joins not written.
+func (g *Gateway) clearGroups(ctx context.Context, gid string, uids []string) {
+	if err := g.cfg.Redis.ClearGroups(context.WithoutCancel(ctx), gid, uids...); err != nil {
+		g.log.Warn("cannot drop the reservations of places among users' groups; they are held until they expire", "gid", gid, "after", g.cfg.JoinHold, "err", err)
 	}
-	return protocol.Errorf(protocol.CodeInvalid, "%s %s in %d groups already, the most a user may be in (CHAT_MAX_GROUPS_PER_USER); nothing was added: "+
-		"remove %s from a group first, add the others without %s, or raise CHAT_MAX_GROUPS_PER_USER on every gateway",
-		names, map[bool]string{true: "is", false: "are"}[len(full) == 1], g.cfg.MaxGroupsPerUser,
-		map[bool]string{true: "them", false: "each"}[len(full) == 1], map[bool]string{true: "them", false: "those"}[len(full) == 1])
+}
+
+func pick(c bool, a, b string) string {
+	if c {
+		return a
+	}
+	return b
 }
 
 // joinBatch is how many joins of an add are written at once.

@@ -31,7 +31,14 @@ import "strconv"
 //	chat:{<gid>}:members                   HASH    uid -> membership: "j:<joinPos>" or "l:<joinPos>:<leftPos>"
 //	chat:{<gid>}:members-at                HASH    uid -> offset in chat.members of the member's last event applied
 //	                                               (ApplyMembersAt): a replay skips what is at or below it
-//	chat:{u:<uid>}:groups                  HASH    gid -> the same membership value: the user's groups
+//	chat:{u:<uid>}:groups                  HASH    gid -> the same membership value: the user's groups; field #joined
+//	                                               (no gid) -> how many of them the user is a member of now
+//	                                               (redis_user_groups.go)
+//	chat:{u:<uid>}:joining                 ZSET    member gid, score expiry (unix ms): a place among the user's groups
+//	                                               reserved for a join being written (ReserveGroups), until
+//	                                               projected; the key expires with its last entry
+//	chat:{u:<uid>}:left                    HASH    gid -> "<joinPos>:<leftPos>:<until unix ms>": until when a sync lists
+//	                                               the group left (0: no longer), noted by the syncs (NoteLeft)
 //	chat:offsets:<consumer>                HASH    "<topic>/<partition>" -> next offset to read;
 //	                                               "<topic>/<partition>/replayed" -> "1" (MarkReplayed);
 //	                                               "<topic>/<partition>/origin" -> "<offset>:<sent_at_ms>" (SaveOrigin), or "next";

@@ -58,6 +58,8 @@ func runRedisSuite(t *testing.T, newClient func(t *testing.T) redis.UniversalCli
 		{"ReserveJoinsExpire", testReserveJoinsExpire},
 		{"ReserveJoinsKnownLate", testReserveJoinsKnownLate},
 		{"GroupKnown", testGroupKnown},
+		{"GroupCounts", testGroupCounts},
+		{"ReserveGroups", testReserveGroups},
 		{"ExtendJoining", testExtendJoining},
 		{"HoldJoinsStop", testHoldJoinsStop},
 		{"MarkLeavingPrunes", testMarkLeavingPrunes},

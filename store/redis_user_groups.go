@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -34,19 +35,103 @@ end
 `
 
 // userIndexScript writes memberships into one user's index and keeps its
-// count of groups joined. KEYS: the index. ARGV: gid, value, ... It
-// counts the change of state of each gid, so writing a value again (a
-// replay) changes nothing.
+// count of groups joined. KEYS: the index, the user's reservations of
+// groups (ReserveGroups). ARGV: gid, value, ... It counts the change of
+// state of each gid, so writing a value again (a replay) changes nothing,
+// and drops the user's reservation of each gid: its join is applied.
 var userIndexScript = redis.NewScript(countJoined + `
 for i = 1, #ARGV, 2 do
   local old = redis.call('HGET', KEYS[1], ARGV[i]) or ''
   local was, is = string.sub(old, 1, 2) == 'j:', string.sub(ARGV[i+1], 1, 2) == 'j:'
   if was and not is then n = n - 1 elseif is and not was then n = n + 1 end
   redis.call('HSET', KEYS[1], ARGV[i], ARGV[i+1])
+  redis.call('ZREM', KEYS[2], ARGV[i])
 end
 redis.call('HSET', KEYS[1], '#joined', n)
 return n
 `)
+
+// userJoiningKey is the user's reservations of places among their groups
+// (ReserveGroups): ZSET, member gid, score expiry (unix ms); the key
+// expires with its last entry.
+func userJoiningKey(uid string) string { return "chat:{u:" + uid + "}:joining" }
+
+// reserveGroupScript reserves a place among one user's groups for a join
+// to a group. KEYS: the user index, the user's reservations. ARGV: gid,
+// the limit, now and the expiry (unix ms). It answers {1, count} when it
+// reserved, {2, count} when gid was reserved already (by another add of
+// the user to gid: its place is counted once), {0, count} when the user's
+// groups, joined or reserved, are at the limit already; count is them.
+var reserveGroupScript = redis.NewScript(countJoined + `
+local gid, limit, now, exp = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+local had = redis.call('ZSCORE', KEYS[2], gid)
+for _, g in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
+  if g ~= gid and string.sub(redis.call('HGET', KEYS[1], g) or '', 1, 2) ~= 'j:' then n = n + 1 end
+end
+if n >= limit then return {0, n} end
+redis.call('ZADD', KEYS[2], exp, gid)
+if redis.call('PTTL', KEYS[2]) < exp - now then redis.call('PEXPIRE', KEYS[2], exp - now) end
+if had then return {2, n} end
+return {1, n}
+`)
+
+// ReserveGroups reserves, for each of uids, a place among their groups
+// for a join to gid about to be written, held for hold unless the member
+// projector applies the join first: an add of the user meanwhile, here or
+// through another gateway or chatctl, counts it. It reserves for all of
+// uids or none: when one of them is in limit groups already, joined or
+// reserved, it drops what it reserved and returns those at the limit as
+// full. held lists the uids this call reserved (ClearGroups drops them,
+// for joins not written).
+func (r *Redis) ReserveGroups(ctx context.Context, gid string, uids []string, limit int, hold time.Duration) (held, full []string, err error) {
+	now := time.Now().UnixMilli()
+	calls := make([]scriptCall, len(uids))
+	for i, uid := range uids {
+		calls[i] = scriptCall{keys: []string{userGroupsKey(uid), userJoiningKey(uid)}, args: []any{gid, limit, now, now + hold.Milliseconds()}}
+	}
+	cmds, err := r.runScript(ctx, reserveGroupScript, calls)
+	for i, c := range cmds {
+		v, cerr := c.Int64Slice()
+		switch {
+		case cerr != nil:
+			err = errors.Join(err, cerr)
+		case len(v) != 2:
+			err = errors.Join(err, fmt.Errorf("%w: reserve answered %v", ErrCorruptValue, v))
+		case v[0] == 0:
+			full = append(full, uids[i])
+		case v[0] == 1:
+			held = append(held, uids[i])
+		}
+	}
+	if err != nil || len(full) > 0 {
+		if cerr := r.ClearGroups(context.WithoutCancel(ctx), gid, held...); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("store: reserve places among the groups of users: %w", err)
+		}
+		return nil, full, nil
+	}
+	return held, nil, nil
+}
+
+// ClearGroups drops the reservations (ReserveGroups) of a place in gid
+// among the groups of each of uids: joins not written.
+func (r *Redis) ClearGroups(ctx context.Context, gid string, uids ...string) error {
+	if len(uids) == 0 {
+		return nil
+	}
+	err := r.execPipe(ctx, func(p redis.Pipeliner) {
+		for _, uid := range uids {
+			p.ZRem(ctx, userJoiningKey(uid), gid)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("store: clear reservations of %s: %w", gid, err)
+	}
+	return nil
+}
 
 // groupCountScript answers the number of groups of one user's index
 // KEYS[1] joined now, writing the count when the index had none.
@@ -60,7 +145,7 @@ return n
 func (r *Redis) writeUserIndexes(ctx context.Context, users map[string][]any) error {
 	calls := make([]scriptCall, 0, len(users))
 	for uid, fields := range users {
-		calls = append(calls, scriptCall{keys: []string{userGroupsKey(uid)}, args: fields})
+		calls = append(calls, scriptCall{keys: []string{userGroupsKey(uid), userJoiningKey(uid)}, args: fields})
 	}
 	cmds, err := r.runScript(ctx, userIndexScript, calls)
 	if err != nil {

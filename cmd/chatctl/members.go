@@ -93,10 +93,14 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 		return err
 	}
 	if op == schema.OpJoin {
-		if err := withinGroupsLimit(ctx, rds, current, uids, c.s.MaxGroups); err != nil {
+		held, err := reserveGroups(ctx, rds, gid, current, uids, c.s.MaxGroups, c.joinHold)
+		if err != nil {
 			return err
 		}
 		if fresh, err = reserveJoins(ctx, rds, gid, current, uids, c.joinHold); err != nil {
+			if cerr := rds.ClearGroups(context.WithoutCancel(ctx), gid, held...); cerr != nil {
+				fmt.Fprintf(c.stderr, "warning: cannot drop the reservations of places among the users' groups (%v); they are held for %v\n", cerr, c.joinHold)
+			}
 			return err
 		}
 	}
@@ -222,34 +226,30 @@ func reserveJoins(ctx context.Context, rds *store.Redis, gid string, current map
 	return fresh, nil
 }
 
-// withinGroupsLimit refuses the whole add when a user it joins is in limit
-// groups already, as a gateway's add is (CHAT_MAX_GROUPS_PER_USER).
-func withinGroupsLimit(ctx context.Context, rds *store.Redis, current map[string]store.Membership, uids []string, limit int) error {
+// reserveGroups reserves a place in gid among the groups of each of uids
+// not a member yet (store.ReserveGroups), as a gateway's add does, and
+// returns those it reserved. It refuses the whole add when one of them is
+// in limit groups already, joined or being added (CHAT_MAX_GROUPS_PER_USER).
+func reserveGroups(ctx context.Context, rds *store.Redis, gid string, current map[string]store.Membership, uids []string, limit int, hold time.Duration) ([]string, error) {
 	var add []string
 	for _, uid := range uids {
 		if current[uid].State != store.MemberJoined && !slices.Contains(add, uid) {
 			add = append(add, uid)
 		}
 	}
-	if len(add) == 0 || limit <= 0 {
-		return nil
+	if len(add) == 0 {
+		return nil, nil
 	}
-	n, err := rds.GroupCounts(ctx, add)
+	held, full, err := rds.ReserveGroups(ctx, gid, add, limit, hold)
 	if err != nil {
-		return err
-	}
-	var full []string
-	for i, uid := range add {
-		if n[i] >= int64(limit) {
-			full = append(full, uid)
-		}
+		return nil, err
 	}
 	if len(full) > 0 {
-		return fmt.Errorf("%s in %d groups already, the most a user may be in (CHAT_MAX_GROUPS_PER_USER, -max-groups-per-user); nothing was added: "+
+		return nil, fmt.Errorf("%s in %d groups already (with those being added), the most a user may be in (CHAT_MAX_GROUPS_PER_USER, -max-groups-per-user); nothing was added: "+
 			"remove them from a group first (`chatctl members remove GID UID`), add the others without them, or raise the limit here and on every gateway",
 			strings.Join(full, ", "), limit)
 	}
-	return nil
+	return held, nil
 }
 
 // clearJoins drops the reservations of joins not written.
@@ -260,6 +260,9 @@ func clearJoins(ctx context.Context, c *command, rds *store.Redis, gid string, f
 	uids := slices.Collect(maps.Keys(fresh))
 	if err := rds.ClearJoining(context.WithoutCancel(ctx), gid, uids...); err != nil {
 		fmt.Fprintf(c.stderr, "warning: cannot drop the reservations of joins not written (%v); their places are held for %v\n", err, c.joinHold)
+	}
+	if err := rds.ClearGroups(context.WithoutCancel(ctx), gid, uids...); err != nil {
+		fmt.Fprintf(c.stderr, "warning: cannot drop the reservations of places among the users' groups (%v); they are held for %v\n", err, c.joinHold)
 	}
 }
 
