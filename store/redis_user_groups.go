@@ -22,11 +22,12 @@ import (
 const joinedField = "#joined"
 
 // countJoined is the Lua that sets n, the number of joined values of the
-// index KEYS[1], counting them once when the index has no count yet (one
-// written before the count was kept).
+// index KEYS[1], counting them (counted) when the index has no count yet
+// (one written before the count was kept), which the scripts then write.
 const countJoined = `
 local n = tonumber(redis.call('HGET', KEYS[1], '#joined') or '')
-if not n then
+local counted = not n
+if counted then
   n = 0
   for _, v in ipairs(redis.call('HVALS', KEYS[1])) do
     if string.sub(v, 1, 2) == 'j:' then n = n + 1 end
@@ -65,6 +66,7 @@ func userJoiningKey(uid string) string { return "chat:{u:" + uid + "}:joining" }
 var reserveGroupScript = redis.NewScript(countJoined + `
 local gid, limit, now, exp = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+if counted and redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], '#joined', n) end
 local had = redis.call('ZSCORE', KEYS[2], gid)
 for _, g in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
   if g ~= gid and string.sub(redis.call('HGET', KEYS[1], g) or '', 1, 2) ~= 'j:' then n = n + 1 end
@@ -136,7 +138,7 @@ func (r *Redis) ClearGroups(ctx context.Context, gid string, uids ...string) err
 // groupCountScript answers the number of groups of one user's index
 // KEYS[1] joined now, writing the count when the index had none.
 var groupCountScript = redis.NewScript(countJoined + `
-if redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], '#joined', n) end
+if counted and redis.call('EXISTS', KEYS[1]) == 1 then redis.call('HSET', KEYS[1], '#joined', n) end
 return n
 `)
 
