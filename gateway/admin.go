@@ -171,25 +171,26 @@ func (g *Gateway) join(ctx context.Context, gid string, uids []string) (any, *pr
 		}
 		named[uid] = true
 	}
-	// A place among each user's groups is reserved first, then one in
-	// the group: either refusal writes nothing.
-	held, perr := g.reserveGroups(ctx, gid, join)
-	if perr != nil {
-		return nil, perr
-	}
 	// A place is reserved for each join before it is written, counted
 	// with the members until the projector has it: another add meanwhile,
 	// here or through chatctl, counts it. A retry within the projection's
 	// lag finds its joins reserved and writes no second one.
 	fresh, perr := g.reserveJoins(ctx, gid, join)
 	if perr != nil {
-		g.clearGroups(ctx, gid, held)
 		return nil, perr
 	}
 	// Once reserved, the joins are written even if the caller goes away: a
 	// retry meanwhile finds them reserved and answers without them. Their
 	// places are held while they are written, however long that takes.
 	wctx := context.WithoutCancel(ctx)
+	// And a place among each user's groups, for the joins this call
+	// reserved (a retry's are another call's, whose places are taken):
+	// a refusal drops every reservation and writes nothing.
+	held, perr := g.reserveGroups(wctx, gid, unjoined(join, fresh, 0))
+	if perr != nil {
+		g.dropJoins(ctx, gid, join, fresh, 0)
+		return nil, perr
+	}
 	defer g.holdJoins(wctx, gid, unjoined(join, fresh, 0))()
 	added := []string{} // answered as [], never null, when no one is new
 	var todo []int      // the joins this call writes: those a call just before is writing are left to it

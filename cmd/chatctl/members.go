@@ -93,14 +93,13 @@ func changeMembers(ctx context.Context, c *command, gid string, uids []string, o
 		return err
 	}
 	if op == schema.OpJoin {
-		held, err := reserveGroups(ctx, rds, gid, current, uids, c.s.MaxGroups, c.joinHold)
-		if err != nil {
+		if fresh, err = reserveJoins(ctx, rds, gid, current, uids, c.joinHold); err != nil {
 			return err
 		}
-		if fresh, err = reserveJoins(ctx, rds, gid, current, uids, c.joinHold); err != nil {
-			if cerr := rds.ClearGroups(context.WithoutCancel(ctx), gid, held...); cerr != nil {
-				fmt.Fprintf(c.stderr, "warning: cannot drop the reservations of places among the users' groups (%v); they are held for %v\n", cerr, c.joinHold)
-			}
+		// And a place among each user's groups, for the joins reserved
+		// here: a refusal drops them all and writes nothing.
+		if err := reserveGroups(ctx, rds, gid, fresh, c.s.MaxGroups, c.joinHold); err != nil {
+			clearJoins(ctx, c, rds, gid, fresh)
 			return err
 		}
 	}
@@ -226,30 +225,25 @@ func reserveJoins(ctx context.Context, rds *store.Redis, gid string, current map
 	return fresh, nil
 }
 
-// reserveGroups reserves a place in gid among the groups of each of uids
-// not a member yet (store.ReserveGroups), as a gateway's add does, and
-// returns those it reserved. It refuses the whole add when one of them is
-// in limit groups already, joined or being added (CHAT_MAX_GROUPS_PER_USER).
-func reserveGroups(ctx context.Context, rds *store.Redis, gid string, current map[string]store.Membership, uids []string, limit int, hold time.Duration) ([]string, error) {
-	var add []string
-	for _, uid := range uids {
-		if current[uid].State != store.MemberJoined && !slices.Contains(add, uid) {
-			add = append(add, uid)
-		}
+// reserveGroups reserves a place in gid among the groups of each user of
+// fresh (store.ReserveGroups), as a gateway's add does. It refuses the
+// whole add, reserving nothing, when one of them is in limit groups
+// already, joined or being added (CHAT_MAX_GROUPS_PER_USER).
+func reserveGroups(ctx context.Context, rds *store.Redis, gid string, fresh map[string]bool, limit int, hold time.Duration) error {
+	if len(fresh) == 0 {
+		return nil
 	}
-	if len(add) == 0 {
-		return nil, nil
-	}
-	held, full, err := rds.ReserveGroups(ctx, gid, add, limit, hold)
+	add := slices.Sorted(maps.Keys(fresh))
+	_, full, err := rds.ReserveGroups(ctx, gid, add, limit, hold)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if len(full) > 0 {
-		return nil, fmt.Errorf("%s in %d groups already (with those being added), the most a user may be in (CHAT_MAX_GROUPS_PER_USER, -max-groups-per-user); nothing was added: "+
+		return fmt.Errorf("%s in %d groups already (with those being added), the most a user may be in (CHAT_MAX_GROUPS_PER_USER, -max-groups-per-user); nothing was added: "+
 			"remove them from a group first (`chatctl members remove GID UID`), add the others without them, or raise the limit here and on every gateway",
 			strings.Join(full, ", "), limit)
 	}
-	return held, nil
+	return nil
 }
 
 // clearJoins drops the reservations of joins not written.
