@@ -186,7 +186,10 @@ func (c *Client) flushRound(ctx context.Context, all bool) (left int, err error)
 		c.retryLater(append(acks, reads...))
 		return left, fmt.Errorf("client: flush acks: %w: not connected", ErrDisconnected)
 	}
-	if s.maxCursors > 0 {
+	// One ack or read goes in its own frame, as to a server without
+	// cursors frames: the gateway answers those in round trips shared
+	// with other connections', where a cursors frame has its own.
+	if s.maxCursors > 0 && len(acks)+len(reads) > 1 {
 		return left, c.sendBatched(ctx, s, append(acks, reads...))
 	}
 	// Acks before reads: a server may refuse a read past the ack cursor.

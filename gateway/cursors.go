@@ -116,11 +116,13 @@ func (g *Gateway) writeCursors(ctx context.Context, uid string, es []cursorEntry
 	}
 	var ackErr, readErr error
 	var wg sync.WaitGroup
-	if len(acks) > 0 {
+	if len(acks) > 0 && len(receipts) > 0 { // at once: the two wait for their own topic's batch
 		wg.Go(func() { ackErr = g.cfg.Producer.SendAcks(ctx, acks...) })
+	} else if len(acks) > 0 {
+		ackErr = g.cfg.Producer.SendAcks(ctx, acks...)
 	}
 	if len(receipts) > 0 {
-		wg.Go(func() { readErr = g.cfg.Producer.SendReceipts(ctx, receipts...) })
+		readErr = g.cfg.Producer.SendReceipts(ctx, receipts...)
 	}
 	wg.Wait()
 	for _, w := range []struct {

@@ -194,6 +194,10 @@ type CursorAsk struct {
 // CursorState reads one, all in one round trip (a cursors frame's
 // groups). A group's error is its own: the others' answers stand.
 func (r *Redis) CursorStates(ctx context.Context, uid string, asks []CursorAsk) ([]CursorState, []error) {
+	if len(asks) == 1 { // in a round trip shared with other callers', as CursorState
+		st, err := r.CursorState(ctx, asks[0].Gid, uid, asks[0].Built)
+		return []CursorState{st}, []error{err}
+	}
 	qs := make([]*cursorQuery, len(asks))
 	for i, a := range asks {
 		qs[i] = &cursorQuery{gid: a.Gid, uid: uid, built: a.Built}
