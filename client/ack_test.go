@@ -359,16 +359,7 @@ func TestAnAckRefusedForGoodIsReportedOnceAndNotOwed(t *testing.T) {
 	if err := c.flush(context.Background()); err == nil || !strings.Contains(err.Error(), string(protocol.CodeNotMember)) {
 		t.Fatalf("flush: %v, want the not_member refusal", err)
 	}
-	c.mu.Lock()
-	g := c.groups["g1"]
-	owed := g.acked < g.delivered
-	c.mu.Unlock()
-	if owed {
-		t.Fatal("the ack refused for good is still owed")
-	}
-	if err := c.Close(); err != nil {
-		t.Fatalf("Close after the refusal was reported: %v, want nil (nothing owed)", err)
-	}
+	closeOwingNothing(t, c, "g1")
 
 	refused := fmt.Errorf("client: ack g2 upto 5: %w", &protocol.Error{Code: protocol.CodeNotMember, Message: "not a member"})
 	err := withoutDisconnects(errors.Join(fmt.Errorf("client: ack g1 upto 3: %w", ErrDisconnected), refused))
@@ -377,5 +368,21 @@ func TestAnAckRefusedForGoodIsReportedOnceAndNotOwed(t *testing.T) {
 	}
 	if err := withoutDisconnects(fmt.Errorf("client: flush: %w", ErrDisconnected)); err != nil {
 		t.Fatalf("acks lost to a disconnect alone: %v, want nothing to report", err)
+	}
+}
+
+// closeOwingNothing checks that c owes no ack of gid, whose ack the server
+// refused for good, and that Close, with nothing owed, ends without error.
+func closeOwingNothing(t *testing.T, c *Client, gid string) {
+	t.Helper()
+	c.mu.Lock()
+	g := c.groups[gid]
+	owed := g.acked < g.delivered
+	c.mu.Unlock()
+	if owed {
+		t.Fatal("the ack refused for good is still owed")
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("Close after the refusal was reported: %v, want nil (nothing owed)", err)
 	}
 }

@@ -182,14 +182,5 @@ func TestAnEntryRefusedInACursorsFrameIsReportedAndNotOwed(t *testing.T) {
 	if _, _, cursors := p.cursorFrames(); cursors != 1 {
 		t.Errorf("%d cursors frames, want 1", cursors)
 	}
-	c.mu.Lock()
-	g := c.groups["g1"]
-	owed := g.acked < g.delivered
-	c.mu.Unlock()
-	if owed {
-		t.Fatal("the ack refused for good is still owed")
-	}
-	if err := c.Close(); err != nil {
-		t.Fatalf("Close after the refusal was reported: %v, want nil (nothing owed)", err)
-	}
+	closeOwingNothing(t, c, "g1")
 }

@@ -18,7 +18,7 @@ import (
 // is the per-connection work alone, without the handshake.
 func BenchmarkHandshake(b *testing.B) {
 	f := testserver.NewTLS(b)
-	addr := serveB(b, f.Server)
+	addr := serve(b, f.Server)
 	static, err := tlsclient.Config(f.CAFile, "CHAT_REDIS_CA_FILE")
 	if err != nil {
 		b.Fatal(err)
@@ -65,25 +65,4 @@ func BenchmarkHandshake(b *testing.B) {
 			c.Config().ServerName = "127.0.0.1"
 		}
 	})
-}
-
-func serveB(b *testing.B, c *tls.Config) string {
-	ln, err := tls.Listen("tcp", "127.0.0.1:0", c)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			conn, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				conn.(*tls.Conn).Handshake()
-				conn.Close()
-			}()
-		}
-	}()
-	return ln.Addr().String()
 }

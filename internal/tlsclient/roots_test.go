@@ -141,7 +141,7 @@ func dialAs(c *tlsclient.Client, addr, name string) error {
 
 // serve accepts TLS connections of c until the test ends, and returns
 // their address.
-func serve(t *testing.T, c *tls.Config) string {
+func serve(t testing.TB, c *tls.Config) string {
 	ln, err := tls.Listen("tcp", "127.0.0.1:0", c)
 	if err != nil {
 		t.Fatal(err)
