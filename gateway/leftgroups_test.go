@@ -1,6 +1,8 @@
 package gateway
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -90,5 +92,36 @@ func TestALeftGroupLeftUnreadDropsOutOfTheSyncInTime(t *testing.T) {
 	}
 	if g := syncedGroup(s, "g2"); g == nil || g["unread"] != float64(1) {
 		t.Errorf("sync lists g2, still joined, as %v; want it with 1 unread", g)
+	}
+}
+
+// A left group whose head in Redis lags the log (the persister behind)
+// is not dropped from the sync on the strength of that head: a message
+// sent before the leave and not yet persisted, whose push was lost, would
+// never come. It is dropped only once the persister has stored the
+// partition past the leave.
+func TestALeftGroupIsNotDroppedOnAHeadThatLagsTheLeave(t *testing.T) {
+	e := newEnv(t, envOpts{})
+	e.group("g1", "alice", "dave")
+	alice, dave := e.login(0, "alice"), e.login(0, "dave")
+	first := sendHi(t, alice, "g1", "a1")
+	waitFor(t, "a1 persisted", 10*time.Second, func() bool {
+		h, _ := e.redis.Head(context.Background(), "g1")
+		return h == first
+	})
+	for _, op := range []string{"ack", "read"} {
+		if f := dave.call(map[string]any{"op": op, "id": op, "gid": "g1", "upto": first}); f["op"] != "ok" {
+			t.Fatalf("%s of g1 up to a1: %v", op, f)
+		}
+	}
+	e.waitProjected(consumers.GroupAckProjector, topics.Acks, "g1")
+	e.waitProjected(consumers.GroupReceiptProjector, topics.Receipts, "g1")
+	e.parts["persister"].stop()  // the head in Redis stays at a1 from here
+	sendHi(t, alice, "g1", "a2") // before the leave: dave's, not yet persisted
+	e.removeMember("g1", "dave")
+	for i := range 2 {
+		if g := syncedGroup(dave.call(map[string]any{"op": "sync", "id": fmt.Sprint("s", i)}), "g1"); g == nil || g["left"] != true {
+			t.Fatalf("sync %d of dave, acked and read to a1, with a2 before his leave not yet persisted, lists g1 as %v; want it listed as left", i+1, g)
+		}
 	}
 }

@@ -67,7 +67,8 @@ func (g *Gateway) sync(ctx context.Context, uid string, r *protocol.Request) (an
 			st.Head = leftHeads[gid]
 			// Not counted for a group one has left: 0 is a lower bound ("0+").
 			st.Unread, st.UnreadExact = 0, st.Head <= st.Read
-			if n, listed := g.leftListed(m, notes[gid], st, now); !listed || n != notes[gid] {
+			read := st.Ack >= st.Head && st.Read >= st.Head && g.leftHeadFinal(ctx, gid, m, c.Head)
+			if n, listed := g.leftListed(m, notes[gid], st, read, now); !listed || n != notes[gid] {
 				noting[gid] = n
 				if !listed {
 					continue
@@ -89,13 +90,26 @@ func (g *Gateway) sync(ctx context.Context, uid string, r *protocol.Request) (an
 // m left, of which n is the user's note (LeftNote{} when none), and
 // returns the note to keep: listed until n.Until, the first listing's
 // time and LeftListed, while the member has not both acked and read up to
-// the last message before the leave (st.Head); dropped once they have.
-func (g *Gateway) leftListed(m store.Membership, n store.LeftNote, st protocol.GroupState, now int64) (store.LeftNote, bool) {
-	if st.Ack >= st.Head && st.Read >= st.Head {
+// the last message before the leave; dropped once they have (read).
+func (g *Gateway) leftListed(m store.Membership, n store.LeftNote, st protocol.GroupState, read bool, now int64) (store.LeftNote, bool) {
+	if read {
 		return store.LeftNote{JoinedAt: m.JoinedAt, LeftAt: m.LeftAt}, false
 	}
 	if !n.About(m) || n.Until == 0 {
 		n = store.LeftNote{JoinedAt: m.JoinedAt, LeftAt: m.LeftAt, Until: now + g.cfg.LeftListed.Milliseconds()}
 	}
 	return n, now < n.Until
+}
+
+// leftHeadFinal reports whether head, gid's newest message in Redis, tells
+// the last message m saw before leaving: it is past the leave, or the
+// persister has stored gid's partition up to the leave. Else a message
+// sent before the leave may yet come (its push lost), and a group dropped
+// from the sync on the head as it lags would never bring it.
+func (g *Gateway) leftHeadFinal(ctx context.Context, gid string, m store.Membership, head int64) bool {
+	if head > m.LeftAt {
+		return true
+	}
+	_, ok := g.persistedHead(ctx, gid, m.LeftAt)
+	return ok
 }
