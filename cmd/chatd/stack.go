@@ -318,7 +318,7 @@ func (st *stack) checkRedis(ctx context.Context, rc redis.UniversalClient, role 
 	}
 	if !st.ownRedis {
 		w := &deployment.Watcher{Redis: st.redis, ID: id, Addrs: st.redisAddrs, Log: st.log}
-		rc.AddHook(w.Hook())
+		w.Watch(rc)
 		st.parts = append(st.parts, part{name: "redis-fence", run: w.Run})
 	}
 	return nil

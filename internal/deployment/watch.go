@@ -28,9 +28,23 @@ type Watcher struct {
 	dialed atomic.Bool
 }
 
-// Hook is the go-redis hook that tells w of new connections; add it to
-// the client of w.Redis.
-func (w *Watcher) Hook() redis.Hook { return dialHook{w} }
+// Watch has rc, the client of w.Redis, tell w of the connections it
+// dials. A Redis Cluster's connections are dialled by the client of each
+// node, which a hook of the cluster's client does not reach.
+func (w *Watcher) Watch(rc redis.UniversalClient) {
+	h := dialHook{w}
+	cc, ok := rc.(*redis.ClusterClient)
+	if !ok {
+		rc.AddHook(h)
+		return
+	}
+	cc.OnNewNode(func(n *redis.Client) { n.AddHook(h) })
+	// The nodes known already: a node hooked twice only tells w twice.
+	cc.ForEachShard(context.Background(), func(_ context.Context, n *redis.Client) error {
+		n.AddHook(h)
+		return nil
+	})
+}
 
 type dialHook struct{ w *Watcher }
 
