@@ -45,3 +45,14 @@ func (r *Redis) SetDeployment(ctx context.Context, id string) error {
 	}
 	return nil
 }
+
+// HoldsDeploymentAlone reports whether the deployment's id is all this
+// Redis holds: claimed by a role that stopped before it could record the
+// claim in Kafka, and never used since.
+func (r *Redis) HoldsDeploymentAlone(ctx context.Context) (bool, error) {
+	n, err := r.client.DBSize(ctx).Result()
+	if err != nil {
+		return false, fmt.Errorf("store: count the keys: %w", err)
+	}
+	return n == 1, nil
+}

@@ -83,6 +83,19 @@ func Check(ctx context.Context, cfg Config) (string, error) {
 				}
 				continue
 			}
+			alone, err := cfg.Redis.HoldsDeploymentAlone(ctx)
+			if err != nil {
+				return "", err
+			}
+			if alone {
+				// A fresh deployment's first role stopped between its
+				// claim and the record: nothing used the Redis since.
+				if err := Write(ctx, cfg.Kafka, Record{RedisID: id, Addrs: cfg.Addrs, Embedded: cfg.Own}, cfg.Replicas); err != nil {
+					return "", err
+				}
+				cfg.Log.Info("this deployment's Redis, claimed by a role that stopped before recording it, is recorded in Kafka", "redis", addrList(cfg.Addrs), "id", id, "topic", Topic)
+				return id, nil
+			}
 			return "", fmt.Errorf("%w: the Redis at %s belongs to deployment %s, but this deployment's Kafka records no Redis (topic %s is empty or missing). "+
 				"If this role's CHAT_KAFKA_BROKERS are right and that Redis is this deployment's (the topic was lost), run `chatctl redis adopt` with CHAT_REDIS_ADDRS=%s; "+
 				"otherwise set CHAT_KAFKA_BROKERS to the Kafka of the deployment that Redis serves, or give this deployment a Redis of its own",

@@ -184,6 +184,7 @@ func TestARedisWithAnIdOnAKafkaWithoutARecordIsRefused(t *testing.T) {
 	if _, err := Check(ctx, s.cfg(kafkaOf(t))); err != nil {
 		t.Fatal(err)
 	}
+	s.rc.Set(ctx, "chat:history", "clickhouse", 0) // as the deployment's roles write
 	_, err := Check(ctx, s.cfg(kafkaOf(t)))
 	if !errors.Is(err, ErrNotTheDeploymentsRedis) || !strings.Contains(err.Error(), "CHAT_KAFKA_BROKERS") || !strings.Contains(err.Error(), "chatctl redis adopt") {
 		t.Fatalf("a Redis with an id on another Kafka: %v, want a refusal naming CHAT_KAFKA_BROKERS and chatctl redis adopt", err)
@@ -302,5 +303,24 @@ func TestARecordMadeByAnotherRoleIsReadAtOnce(t *testing.T) {
 	}
 	if got, err := Check(ctx, s.cfg(k1)); err != nil || got != id {
 		t.Fatalf("a role whose client looked before: %q, %v; want %s", got, err, id)
+	}
+}
+
+// A fresh deployment's first role stopped between its claim of the Redis
+// and the record in Kafka (killed, or its produce failed): the next role
+// takes the Redis, which nothing used since, rather than refuse every
+// start until an operator adopts it.
+func TestAClaimNeverRecordedIsTakenByTheNextRole(t *testing.T) {
+	ctx := context.Background()
+	k, s := kafkaOf(t), realRedis(t)
+	if _, err := s.r.ClaimDeployment(ctx, "0123abcd"); err != nil {
+		t.Fatal(err)
+	}
+	id, err := Check(ctx, s.cfg(k))
+	if err != nil || id != "0123abcd" {
+		t.Fatalf("the next role on a Redis claimed but never recorded: %q, %v; want it taken as 0123abcd", id, err)
+	}
+	if rec, err := Read(ctx, k); err != nil || rec == nil || rec.RedisID != id {
+		t.Fatalf("the record after: %+v, %v; want Redis %s", rec, err, id)
 	}
 }
