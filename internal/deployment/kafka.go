@@ -24,21 +24,27 @@ const recordKey = "redis"
 // decode is an error: a role must not take a Redis on a record it cannot
 // read.
 func Read(ctx context.Context, client *kafka.Client) (*Record, error) {
-	offs, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{
-		Topic: {kafka.FirstOffsetOf(0), kafka.LastOffsetOf(0)}}})
+	var p kafka.PartitionOffsets
+	err := untilKnown(ctx, func() error {
+		offs, err := client.ListOffsets(ctx, &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{
+			Topic: {kafka.FirstOffsetOf(0), kafka.LastOffsetOf(0)}}})
+		if err != nil {
+			return err
+		}
+		ps := offs.Topics[Topic]
+		if len(ps) != 1 {
+			return fmt.Errorf("%w: the broker answered %d partitions", protocol.ErrNoPartition, len(ps))
+		}
+		if p = ps[0]; errors.Is(p.Error, kafka.UnknownTopicOrPartition) {
+			return nil // no topic: no record
+		}
+		return p.Error // a leader being elected, or moved: asked again
+	})
 	if err != nil {
 		return nil, fmt.Errorf("deployment: read %s: %w", Topic, err)
 	}
-	ps := offs.Topics[Topic]
-	if len(ps) != 1 {
-		return nil, fmt.Errorf("deployment: read %s: the broker answered %d partitions", Topic, len(ps))
-	}
-	p := ps[0]
-	if errors.Is(p.Error, kafka.UnknownTopicOrPartition) {
-		return nil, nil
-	}
 	if p.Error != nil {
-		return nil, fmt.Errorf("deployment: read %s: %w", Topic, p.Error)
+		return nil, nil
 	}
 	var last []byte
 	for off := p.FirstOffset; off < p.LastOffset; {
