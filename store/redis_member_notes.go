@@ -346,7 +346,8 @@ func (r *Redis) ClearLeaving(ctx context.Context, gid string, uids ...string) er
 	return nil
 }
 
-// HoldJoins renews the reservations of uids in gid (ReserveJoins) every
+// HoldJoins renews the reservations of uids in gid (ReserveJoins), and
+// their places among their groups (ReserveGroups), every
 // third of hold until the returned stop is called, so that joins slower
 // to write than the hold (a slow broker, a group created with thousands of
 // members, written one by one) keep their places: lost, another add would
@@ -372,7 +373,7 @@ func (r *Redis) HoldJoins(ctx context.Context, gid string, uids []string, hold t
 				return
 			case <-tick.C:
 			}
-			if err := r.ExtendJoining(renewing, gid, uids, hold); err != nil && renewing.Err() == nil {
+			if err := r.extendHolds(renewing, gid, uids, hold); err != nil && renewing.Err() == nil {
 				warn(err)
 			}
 		}
@@ -380,8 +381,14 @@ func (r *Redis) HoldJoins(ctx context.Context, gid string, uids []string, hold t
 	return func() {
 		cancel()
 		<-done
-		if err := r.ExtendJoining(ctx, gid, uids, hold); err != nil {
+		if err := r.extendHolds(ctx, gid, uids, hold); err != nil {
 			warn(err)
 		}
 	}
+}
+
+// extendHolds holds the places of uids' joins to gid for hold more: in the
+// group (ReserveJoins) and among each user's groups (ReserveGroups).
+func (r *Redis) extendHolds(ctx context.Context, gid string, uids []string, hold time.Duration) error {
+	return errors.Join(r.ExtendJoining(ctx, gid, uids, hold), r.ExtendGroups(ctx, gid, uids, hold))
 }

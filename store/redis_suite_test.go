@@ -60,6 +60,7 @@ func runRedisSuite(t *testing.T, newClient func(t *testing.T) redis.UniversalCli
 		{"GroupKnown", testGroupKnown},
 		{"GroupCounts", testGroupCounts},
 		{"ReserveGroups", testReserveGroups},
+		{"HeldJoinsKeepTheirGroupPlaces", testHeldJoinsKeepTheirGroupPlaces},
 		{"ExtendJoining", testExtendJoining},
 		{"HoldJoinsStop", testHoldJoinsStop},
 		{"MarkLeavingPrunes", testMarkLeavingPrunes},

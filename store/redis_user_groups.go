@@ -118,6 +118,36 @@ func (r *Redis) ReserveGroups(ctx context.Context, gid string, uids []string, li
 	return held, nil, nil
 }
 
+// extendGroupScript holds a reservation of ReserveGroups longer, if it is
+// still there. KEYS: the user's reservations. ARGV: gid, now and the new
+// expiry (unix ms).
+var extendGroupScript = redis.NewScript(`
+local exp = tonumber(ARGV[3])
+if redis.call('ZADD', KEYS[1], 'XX', 'GT', 'CH', exp, ARGV[1]) == 1 and redis.call('PTTL', KEYS[1]) < exp - tonumber(ARGV[2]) then
+  redis.call('PEXPIRE', KEYS[1], exp - tonumber(ARGV[2]))
+end
+return 0
+`)
+
+// ExtendGroups holds the reservations (ReserveGroups) of a place in gid
+// among the groups of each of uids for ttl from now, those still held:
+// joins written longer than the hold keep their places (HoldJoins).
+func (r *Redis) ExtendGroups(ctx context.Context, gid string, uids []string, ttl time.Duration) error {
+	now := time.Now().UnixMilli()
+	calls := make([]scriptCall, len(uids))
+	for i, uid := range uids {
+		calls[i] = scriptCall{keys: []string{userJoiningKey(uid)}, args: []any{gid, now, now + max(ttl, time.Millisecond).Milliseconds()}}
+	}
+	cmds, err := r.runScript(ctx, extendGroupScript, calls)
+	for _, c := range cmds {
+		err = errors.Join(err, c.Err())
+	}
+	if err != nil {
+		return fmt.Errorf("store: hold places among the groups of users for %s: %w", gid, err)
+	}
+	return nil
+}
+
 // ClearGroups drops the reservations (ReserveGroups) of a place in gid
 // among the groups of each of uids: joins not written.
 func (r *Redis) ClearGroups(ctx context.Context, gid string, uids ...string) error {

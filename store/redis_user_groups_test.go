@@ -119,3 +119,22 @@ func testReserveGroups(t *testing.T, c redis.UniversalClient) {
 		t.Fatalf("g5 for alice, her reservation of g4 dropped: held %v", held)
 	}
 }
+
+// testHeldJoinsKeepTheirGroupPlaces: joins written longer than the hold
+// keep their users' places among their groups as they keep their places
+// in the group (HoldJoins): lost, an add of the user meanwhile passes the
+// user's limit.
+func testHeldJoinsKeepTheirGroupPlaces(t *testing.T, c redis.UniversalClient) {
+	r := newTestRedis(t, c, RedisConfig{})
+	ctx := context.Background()
+	const hold = 300 * time.Millisecond
+	if held, full, err := r.ReserveGroups(ctx, "g1", []string{"alice"}, 1, hold); err != nil || len(held) != 1 || full != nil {
+		t.Fatalf("g1 for alice: held %v, full %v, %v", held, full, err)
+	}
+	stop := r.HoldJoins(ctx, "g1", []string{"alice"}, hold, func(err error) { t.Error(err) })
+	defer stop()
+	time.Sleep(3 * hold)
+	if held, full, err := r.ReserveGroups(ctx, "g2", []string{"alice"}, 1, hold); err != nil || held != nil || len(full) != 1 {
+		t.Fatalf("g2 for alice, her join of g1 written for three holds: held %v, full %v, %v; want her at the limit of 1", held, full, err)
+	}
+}
