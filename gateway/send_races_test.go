@@ -12,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/groupchat/chatd/consumers"
 	"github.com/groupchat/chatd/internal/testserver"
 	"github.com/groupchat/chatd/protocol"
 	"github.com/groupchat/chatd/schema"
@@ -97,6 +98,9 @@ func TestAnAckOfAMemberBeingAddedBackIsNotLeftGroup(t *testing.T) {
 	e := newEnv(t, envOpts{})
 	e.group("g1", "alice", "bob")
 	e.removeMember("g1", "alice")
+	// Projected, not only noted: a leave the projector has yet to apply
+	// would be undone by the add's clearing of its note.
+	e.waitProjected(consumers.GroupMemberProjector, topics.Members, "g1")
 	e.parts["members"].stop() // the member projector lags behind
 	if st, out := e.http("POST", "/v1/admin/groups/g1/members", adminToken, map[string]any{"uid": "alice"}); st != 200 {
 		t.Fatalf("add alice back: %d %v", st, out)
